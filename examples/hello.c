@@ -1,0 +1,282 @@
+/* hello: tern's reference server, used by the tests and the benchmarks.
+ *
+ *   GET  /              200 "Hello, World!" (text/plain)
+ *   POST /echo          the request body, streamed back (any size)
+ *   GET  /stream        a chunked body written in pieces
+ *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
+ *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
+ *   GET  /defer?ms=N    answered from another thread after N ms
+ *   GET  /stats         the server's counters as JSON
+ *
+ * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * --workers N, and the limits: --max-head, --max-headers, --max-uri,
+ * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
+ * --max-conns. SIGINT/SIGTERM stop gracefully (5 s deadline).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tern.h"
+
+static tern_server *server;
+static char big[1 << 20];
+
+static const tern_header text_plain[] = {
+    {"content-type", 12, "text/plain", 10}};
+
+static void on_signal(int sig) {
+  (void)sig;
+  tern_stop(server, 5000);
+}
+
+static long query_num(tern_request *r, const char *key) {
+  size_t qlen, klen = strlen(key);
+  const char *q = tern_request_query(r, &qlen), *end = q + qlen;
+  while (q != NULL && q < end) {
+    const char *amp = memchr(q, '&', (size_t)(end - q));
+    size_t n = amp ? (size_t)(amp - q) : (size_t)(end - q);
+    if (n > klen && memcmp(q, key, klen) == 0 && q[klen] == '=')
+      return strtol(q + klen + 1, NULL, 10);
+    q = amp ? amp + 1 : end;
+  }
+  return 0;
+}
+
+static void hello(tern_request *r, void *user) {
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, "Hello, World!", 13);
+}
+
+/* Echo: each piece is copied and written; reading pauses while more than
+ * 1 MiB is waiting to be written, so a slow reader bounds the memory. */
+typedef struct {
+  size_t pending;
+  int ended;
+} echo_state;
+
+typedef struct {
+  size_t len;
+  char data[];
+} piece;
+
+static void echo_finish(tern_request *r, echo_state *e) {
+  tern_response_end(r, NULL, 0);
+  free(e);
+}
+
+static void echo_written(tern_request *r, int status, void *user) {
+  echo_state *e = tern_request_data(r);
+  piece *p = user;
+  (void)status;
+  e->pending -= p->len;
+  free(p);
+  if (e->ended && e->pending == 0)
+    echo_finish(r, e);
+  else if (!e->ended && e->pending < (1u << 20))
+    tern_request_resume(r);
+}
+
+static void echo_body(tern_request *r, int event, const char *data,
+                      size_t len, void *user) {
+  echo_state *e = tern_request_data(r);
+  piece *p;
+  (void)user;
+  if (event == TERN_BODY_DATA) {
+    p = malloc(sizeof(*p) + len);
+    if (p == NULL)
+      return;
+    p->len = len;
+    memcpy(p->data, data, len);
+    e->pending += len;
+    if (tern_response_write(r, p->data, len, echo_written, p) != 0) {
+      e->pending -= len;
+      free(p);
+    } else if (e->pending >= (1u << 20)) {
+      tern_request_pause(r);
+    }
+    return;
+  }
+  e->ended = 1;
+  if (e->pending == 0)
+    echo_finish(r, e);
+}
+
+static void echo(tern_request *r, void *user) {
+  echo_state *e = calloc(1, sizeof(*e));
+  (void)user;
+  if (e == NULL) {
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  tern_request_set_data(r, e);
+  tern_response_start(r, 200, NULL, 0, -1);
+  tern_request_read(r, echo_body, NULL);
+}
+
+static void stream(tern_request *r, void *user) {
+  char line[32];
+  int i;
+  (void)user;
+  tern_response_start(r, 200, text_plain, 1, -1);
+  for (i = 0; i < 5; i++) {
+    int n = snprintf(line, sizeof(line), "chunk %d\n", i);
+    tern_response_write(r, line, (size_t)n, NULL, NULL);
+  }
+  tern_response_end(r, NULL, 0);
+}
+
+static void big_body(tern_request *r, void *user) {
+  long n = query_num(r, "bytes");
+  (void)user;
+  if (n < 0 || n > (long)sizeof(big))
+    n = sizeof(big);
+  tern_respond_ref(r, 200, text_plain, 1, big, (size_t)n, NULL, NULL);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void block(tern_request *r, void *user) {
+  (void)user;
+  sleep_ms(query_num(r, "ms"));
+  tern_respond(r, 200, text_plain, 1, "blocked", 7);
+}
+
+typedef struct {
+  tern_request *r;
+  long ms;
+} deferred;
+
+static void *defer_thread(void *arg) {
+  deferred *d = arg;
+  sleep_ms(d->ms);
+  tern_respond(d->r, 200, text_plain, 1, "deferred", 8);
+  free(d);
+  return NULL;
+}
+
+static void defer(tern_request *r, void *user) {
+  deferred *d = malloc(sizeof(*d));
+  pthread_t t;
+  (void)user;
+  if (d == NULL) {
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  d->r = r;
+  d->ms = query_num(r, "ms");
+  if (pthread_create(&t, NULL, defer_thread, d) != 0) {
+    free(d);
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  pthread_detach(t);
+}
+
+static void stats(tern_request *r, void *user) {
+  static const tern_header json[] = {
+      {"content-type", 12, "application/json", 16}};
+  tern_stats s;
+  char body[512];
+  int n;
+  (void)user;
+  tern_server_stats(server, &s);
+  n = snprintf(body, sizeof(body),
+               "{\"requests\":%llu,\"connections\":%llu,"
+               "\"active_connections\":%llu,\"bytes_in\":%llu,"
+               "\"bytes_out\":%llu,\"allocations\":%llu,"
+               "\"bytes_allocated\":%llu,\"frees\":%llu}\n",
+               (unsigned long long)s.requests,
+               (unsigned long long)s.connections,
+               (unsigned long long)s.active_connections,
+               (unsigned long long)s.bytes_in,
+               (unsigned long long)s.bytes_out,
+               (unsigned long long)s.allocations,
+               (unsigned long long)s.bytes_allocated,
+               (unsigned long long)s.frees);
+  tern_respond(r, 200, json, 1, body, (size_t)n);
+}
+
+static int option(int argc, char **argv, int *i, const char *name,
+                  unsigned long long *out) {
+  if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc)
+    return 0;
+  *out = strtoull(argv[++*i], NULL, 10);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  tern_settings s;
+  tern_route_options stream_opts, blocking_opts;
+  const char *host = "127.0.0.1";
+  unsigned long long v, port = 8080;
+  int i, bound, rc;
+
+  memset(big, 'x', sizeof(big));
+  tern_settings_init(&s);
+  for (i = 1; i < argc; i++) {
+    if (option(argc, argv, &i, "--port", &port))
+      continue;
+    if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
+      host = argv[++i];
+      continue;
+    }
+    if (option(argc, argv, &i, "--workers", &v))
+      s.workers = (unsigned)v;
+    else if (option(argc, argv, &i, "--max-head", &v))
+      s.max_head_size = (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-headers", &v))
+      s.max_header_count = (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-uri", &v))
+      s.max_uri_length = (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-body", &v))
+      s.max_body_size = v;
+    else if (option(argc, argv, &i, "--head-timeout-ms", &v))
+      s.head_timeout_ms = (uint32_t)v;
+    else if (option(argc, argv, &i, "--idle-timeout-ms", &v))
+      s.idle_timeout_ms = (uint32_t)v;
+    else if (option(argc, argv, &i, "--body-timeout-ms", &v))
+      s.body_timeout_ms = (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-conns", &v))
+      s.max_connections = (uint32_t)v;
+    else {
+      fprintf(stderr, "hello: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if ((rc = tern_server_new(&server, &s)) != 0) {
+    fprintf(stderr, "hello: %s\n", tern_strerror(rc));
+    return 1;
+  }
+  tern_route_options_init(&stream_opts);
+  stream_opts.flags = TERN_ROUTE_STREAM_BODY;
+  tern_route_options_init(&blocking_opts);
+  blocking_opts.flags = TERN_ROUTE_BLOCKING;
+  tern_route(server, "GET", "/", hello, NULL);
+  tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
+  tern_route(server, "GET", "/stream", stream, NULL);
+  tern_route(server, "GET", "/big", big_body, NULL);
+  tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
+  tern_route(server, "GET", "/defer", defer, NULL);
+  tern_route(server, "GET", "/stats", stats, NULL);
+  if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
+    fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,
+            tern_strerror(rc));
+    return 1;
+  }
+  printf("listening on %d\n", bound);
+  fflush(stdout);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+  rc = tern_run(server);
+  tern_server_free(server);
+  return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,402 @@
+/* tern: an embeddable HTTP server library.
+ *
+ * This header is the API reference. Conventions that hold for every
+ * function below unless its comment says otherwise:
+ *
+ * - Errors are negative int codes (TERN_E*); tern_strerror() names them.
+ *   Zero means success. Out of memory is TERN_ENOMEM, never an abort.
+ * - A function that takes a callback and returns an error never calls that
+ *   callback.
+ * - On failure an out-parameter is left untouched.
+ * - Strings are passed as pointer + length and need not be NUL-terminated,
+ *   except where a parameter is documented as a C string.
+ * - Every callback receives the `void *user` pointer given with it.
+ * - Objects are opaque and created by *_new, destroyed by *_free.
+ *
+ * Threads: a server runs `workers` event loops, one per thread. Request
+ * handlers run on the worker that owns the connection. The response
+ * functions (tern_respond* and tern_response_*) may be called from any
+ * thread; calls from a thread other than the owning worker are posted to
+ * it. Configuration functions (settings, routes, listen) are called before
+ * tern_run() or tern_attach(), from one thread.
+ *
+ * ABI: the shared library's soname carries TERN_VERSION_MAJOR. Within one
+ * major version functions are only added and structs are only extended at
+ * their end, guarded by their `version` field.
+ */
+#ifndef TERN_H
+#define TERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TERN_BUILDING) && defined(__GNUC__)
+#define TERN_EXTERN __attribute__((visibility("default")))
+#else
+#define TERN_EXTERN
+#endif
+
+#define TERN_VERSION_MAJOR 0
+#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH" (a static C string). */
+TERN_EXTERN const char *tern_version(void);
+
+/* ---------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------ */
+
+enum {
+  TERN_OK = 0,
+  TERN_EINVAL = -1,      /* an argument is invalid */
+  TERN_ENOMEM = -2,      /* an allocation failed */
+  TERN_ESTATE = -3,      /* not allowed in the object's current state */
+  TERN_EEXIST = -4,      /* already exists (duplicate route) */
+  TERN_EADDRINUSE = -5,  /* address already in use */
+  TERN_EADDR = -6,       /* address cannot be parsed or bound */
+  TERN_ECLOSED = -7,     /* the peer went away; the request is finished */
+  TERN_EIO = -8,         /* a system call failed (see the log) */
+  TERN_ETOOBIG = -9,     /* a limit was exceeded */
+  TERN_ENOTFOUND = -10,  /* no such item (header, parameter) */
+};
+
+/* A static, human-readable message for an error code; never NULL. */
+TERN_EXTERN const char *tern_strerror(int err);
+
+/* ---------------------------------------------------------------------
+ * Settings
+ * ------------------------------------------------------------------ */
+
+/* Allocator hook. All memory tern allocates goes through these three
+ * functions (realloc(NULL, n) must behave as malloc; free(NULL) is a
+ * no-op). They may be called from any worker thread at once. */
+typedef struct {
+  void *(*malloc)(size_t size, void *user);
+  void *(*realloc)(void *ptr, size_t size, void *user);
+  void (*free)(void *ptr, void *user);
+  void *user;
+} tern_allocator;
+
+enum {
+  TERN_LOG_ERROR = 0,
+  TERN_LOG_WARN = 1,
+  TERN_LOG_INFO = 2,
+  TERN_LOG_DEBUG = 3,
+};
+
+/* Log callback: `msg` is `len` bytes, valid only during the call, without
+ * a trailing newline. Called from any thread that tern runs on. */
+typedef void (*tern_log_fn)(int level, const char *msg, size_t len,
+                            void *user);
+
+#define TERN_SETTINGS_VERSION 1
+
+/* Server settings. Initialise with tern_settings_init(), change what you
+ * need, pass to tern_server_new(). Every limit has a safe default. */
+typedef struct {
+  int version;                  /* TERN_SETTINGS_VERSION */
+  unsigned workers;             /* worker threads; 0 = CPU count */
+  uint32_t max_head_size;       /* request head bytes (16384): 431 */
+  uint32_t max_header_count;    /* header fields (100): 431 */
+  uint32_t max_uri_length;      /* request-target bytes (8192): 414 */
+  uint64_t max_body_size;       /* collected body bytes (8 MiB): 413 */
+  uint32_t head_timeout_ms;     /* a whole head must arrive (10000) */
+  uint32_t idle_timeout_ms;     /* keep-alive idle (60000) */
+  uint32_t body_timeout_ms;     /* between body reads (30000) */
+  uint32_t max_connections;     /* per worker; beyond: closed (10000) */
+  uint32_t max_pipeline;        /* requests in flight per conn (32) */
+  int tcp_nodelay;              /* 1 = set TCP_NODELAY (default 1) */
+  uint32_t read_buffer_size;    /* per connection while busy (16384) */
+  tern_allocator allocator;     /* malloc/realloc/free by default */
+  tern_log_fn log;              /* NULL: errors and warnings to stderr */
+  void *log_user;
+  int log_level;                /* most verbose level passed (WARN) */
+} tern_settings;
+
+/* Fill `s` with the defaults above. */
+TERN_EXTERN void tern_settings_init(tern_settings *s);
+
+/* ---------------------------------------------------------------------
+ * Server lifecycle
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_server tern_server;
+typedef struct tern_request tern_request;
+
+/* Create a server. `settings` may be NULL for the defaults; it is copied.
+ * Returns TERN_EINVAL for an unknown settings version or a zero limit. */
+TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
+
+/* Free a server that is not running (never ran, or tern_run() returned, or
+ * after tern_attach() its loop closed every handle). NULL is a no-op. */
+TERN_EXTERN void tern_server_free(tern_server *srv);
+
+/* Listen on `host` (a C string: an IPv4 or IPv6 literal, "localhost", or
+ * NULL for every IPv6 and IPv4 address) and `port` (0: the kernel picks a
+ * free port). Every worker gets its own SO_REUSEPORT socket. On success the
+ * bound port is stored in *bound_port if it is not NULL. May be called
+ * several times for several addresses. Errors: TERN_EADDR,
+ * TERN_EADDRINUSE, TERN_ESTATE (server already running), TERN_ENOMEM. */
+TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
+                            int *bound_port);
+
+/* Run the server: start the worker threads and block until the server has
+ * stopped (tern_stop). Returns 0, or an error if the threads or loops could
+ * not be started (then nothing is running). */
+TERN_EXTERN int tern_run(tern_server *srv);
+
+/* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as
+ * void * so that this header needs no libuv) instead of starting threads:
+ * one worker, on that loop. Returns at once; the caller runs its loop.
+ * After tern_stop() the server closes its handles and the loop may return
+ * once the caller's own handles are closed too. */
+TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
+
+/* Stop gracefully: stop accepting, let requests in flight finish, close
+ * idle connections; after `deadline_ms` milliseconds whatever is left is
+ * closed. Then tern_run() returns. Callable from any thread and from a
+ * signal handler (it only sets a flag and wakes the loops). Returns
+ * TERN_ESTATE if the server is not running. */
+TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
+
+/* ---------------------------------------------------------------------
+ * Routing
+ * ------------------------------------------------------------------ */
+
+/* A request handler. It runs on the worker (or on the blocking pool for
+ * TERN_ROUTE_BLOCKING routes) and must eventually finish the response,
+ * now or later, from any thread: tern_respond(), tern_respond_ref(), or
+ * tern_response_start() ... tern_response_end(). The request stays valid
+ * until then, even if the client goes away. */
+typedef void (*tern_handler)(tern_request *req, void *user);
+
+enum {
+  /* Run the handler on a thread pool (libuv's; size it with the
+   * UV_THREADPOOL_SIZE environment variable) so that it may block. The body
+   * is collected before the handler runs. */
+  TERN_ROUTE_BLOCKING = 1u << 0,
+  /* Call the handler as soon as the head has arrived and stream the body to
+   * it (tern_request_read) instead of collecting it first. */
+  TERN_ROUTE_STREAM_BODY = 1u << 1,
+};
+
+#define TERN_ROUTE_OPTIONS_VERSION 1
+
+typedef struct {
+  int version;           /* TERN_ROUTE_OPTIONS_VERSION */
+  unsigned flags;        /* TERN_ROUTE_* */
+  uint64_t max_body_size; /* collected-body limit; 0 = the server's */
+} tern_route_options;
+
+/* Fill `o` with defaults (no flags, the server's body limit). */
+TERN_EXTERN void tern_route_options_init(tern_route_options *o);
+
+/* Add a route. `method` is a C string token ("GET") or NULL / "*" for any
+ * method; `pattern` is a C string path of segments: literals, ":name"
+ * parameters (one segment) and a trailing "*" (the rest). The most
+ * specific route wins: literal over parameter over wildcard, exact method
+ * over any. A path that matches no route gets 404; a path that matches but
+ * not for this method gets 405 with an Allow header. A GET route answers
+ * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
+ * method), TERN_EEXIST, TERN_ESTATE (running), TERN_ENOMEM. */
+TERN_EXTERN int tern_route(tern_server *srv, const char *method,
+                           const char *pattern, tern_handler handler,
+                           void *user);
+
+/* tern_route with options (`opts` may be NULL for the defaults). */
+TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
+                                const char *pattern, tern_handler handler,
+                                void *user, const tern_route_options *opts);
+
+/* Handler for requests no route matches, instead of the 404/405 answer.
+ * `opts` may be NULL. Errors: TERN_ESTATE (running). */
+TERN_EXTERN int tern_set_default_handler(tern_server *srv,
+                                         tern_handler handler, void *user,
+                                         const tern_route_options *opts);
+
+/* ---------------------------------------------------------------------
+ * The request
+ *
+ * Every string returned below points into memory the request owns, is not
+ * NUL-terminated, and stays valid until the response is finished. Call
+ * these from the handler's thread before finishing the response.
+ * ------------------------------------------------------------------ */
+
+enum {
+  TERN_PROTO_HTTP10 = 10,
+  TERN_PROTO_HTTP11 = 11,
+  TERN_PROTO_HTTP2 = 20,
+  TERN_PROTO_HTTP3 = 30,
+};
+
+typedef struct {
+  const char *name; /* lower-case on HTTP/2 and HTTP/3; as sent on 1.x */
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} tern_header;
+
+TERN_EXTERN const char *tern_request_method(const tern_request *r,
+                                            size_t *len);
+/* The request-target as sent (path and query). */
+TERN_EXTERN const char *tern_request_target(const tern_request *r,
+                                            size_t *len);
+/* The path without the query, not percent-decoded. */
+TERN_EXTERN const char *tern_request_path(const tern_request *r,
+                                          size_t *len);
+/* The query without '?', or NULL (and *len 0) when there is none. */
+TERN_EXTERN const char *tern_request_query(const tern_request *r,
+                                           size_t *len);
+/* Host / :authority, or NULL when absent. */
+TERN_EXTERN const char *tern_request_authority(const tern_request *r,
+                                               size_t *len);
+/* TERN_PROTO_*. */
+TERN_EXTERN int tern_request_protocol(const tern_request *r);
+
+/* The value of path parameter `name` (`name_len` bytes, without the ':'),
+ * or NULL. The wildcard's value is named "*". */
+TERN_EXTERN const char *tern_request_param(const tern_request *r,
+                                           const char *name, size_t name_len,
+                                           size_t *len);
+
+/* The first header named `name` (ASCII case-insensitive), or NULL. */
+TERN_EXTERN const char *tern_request_header(const tern_request *r,
+                                            const char *name,
+                                            size_t name_len, size_t *len);
+/* Headers in arrival order: count, and the i-th (NULL past the end). */
+TERN_EXTERN size_t tern_request_header_count(const tern_request *r);
+TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,
+                                                      size_t i);
+
+/* Peer and local address as text ("127.0.0.1", "::1") into buf (a NUL is
+ * written; size at least 46) and the port into *port. Errors: TERN_EINVAL
+ * (buffer too small), TERN_EIO. */
+TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf,
+                                  size_t size, int *port);
+TERN_EXTERN int tern_request_local(const tern_request *r, char *buf,
+                                   size_t size, int *port);
+
+/* The collected body (routes without TERN_ROUTE_STREAM_BODY); *len 0 and a
+ * non-NULL pointer when there is none. */
+TERN_EXTERN const char *tern_request_body(const tern_request *r,
+                                          size_t *len);
+
+/* Trailer fields of a chunked request body (after the body has ended). */
+TERN_EXTERN size_t tern_request_trailer_count(const tern_request *r);
+TERN_EXTERN const tern_header *tern_request_trailer_at(const tern_request *r,
+                                                       size_t i);
+
+/* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
+
+enum {
+  TERN_BODY_DATA = 0,  /* `data`/`len` is the next piece */
+  TERN_BODY_END = 1,   /* the body is complete (len 0) */
+  TERN_BODY_ERROR = 2, /* the client went away or sent bad framing */
+};
+
+/* Body callback: `data` is valid only during the call. After TERN_BODY_END
+ * or TERN_BODY_ERROR it is not called again. Runs on the owning worker. */
+typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
+                             size_t len, void *user);
+
+/* Start receiving the body. On HTTP/1.1 a client waiting for
+ * "100 Continue" is sent it now. Call once, from the owning worker.
+ * Errors: TERN_ESTATE (not a streaming route, or already reading). */
+TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn,
+                                  void *user);
+
+/* Backpressure: while paused no body callback runs and the socket is not
+ * read. Owning worker only. */
+TERN_EXTERN int tern_request_pause(tern_request *r);
+TERN_EXTERN int tern_request_resume(tern_request *r);
+
+/* Per-request user pointer, free for the handler's use. */
+TERN_EXTERN void tern_request_set_data(tern_request *r, void *data);
+TERN_EXTERN void *tern_request_data(const tern_request *r);
+
+/* ---------------------------------------------------------------------
+ * Responses
+ *
+ * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
+ * caller's header of those names is ignored. Header names and values are
+ * copied before the call returns. All these functions may be called from
+ * any thread; from a thread other than the owning worker the call is
+ * posted and the body is copied (tern_respond) or referenced (_ref).
+ * A call after the client went away returns TERN_ECLOSED and finishes the
+ * request (release callbacks still run). Calling them twice or out of
+ * order returns TERN_ESTATE.
+ * ------------------------------------------------------------------ */
+
+/* Release callback for caller-owned memory handed to tern. */
+typedef void (*tern_release_fn)(void *data, void *user);
+
+/* Respond in one call; `body` (`len` bytes, may be NULL when 0) is copied
+ * before the call returns. */
+TERN_EXTERN int tern_respond(tern_request *r, int status,
+                             const tern_header *headers, size_t nheaders,
+                             const void *body, size_t len);
+
+/* Respond with a body the caller owns: tern references it until it has
+ * been written (or the request is dropped), then calls release(body,
+ * user) on the owning worker. `release` may be NULL for static data. On
+ * error, release is not called and the caller keeps ownership. */
+TERN_EXTERN int tern_respond_ref(tern_request *r, int status,
+                                 const tern_header *headers, size_t nheaders,
+                                 const void *body, size_t len,
+                                 tern_release_fn release, void *user);
+
+/* Start a streamed response. `content_length` is the body length, or -1
+ * when unknown (HTTP/1.1 then uses chunked encoding; HTTP/1.0 closes the
+ * connection at the end). */
+TERN_EXTERN int tern_response_start(tern_request *r, int status,
+                                    const tern_header *headers,
+                                    size_t nheaders, int64_t content_length);
+
+/* Write completion: status 0 when written to the socket, TERN_ECLOSED when
+ * the client went away first. Runs on the owning worker. */
+typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
+
+/* Write a piece of a streamed response. `data` is referenced, not copied,
+ * until `done` runs; with `done` NULL it is copied now. Writing more than
+ * the declared Content-Length is TERN_EINVAL. */
+TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
+                                    size_t len, tern_write_fn done,
+                                    void *user);
+
+/* Finish a streamed response, with trailers where the protocol carries
+ * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */
+TERN_EXTERN int tern_response_end(tern_request *r,
+                                  const tern_header *trailers,
+                                  size_t ntrailers);
+
+/* ---------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------ */
+
+#define TERN_STATS_VERSION 1
+
+typedef struct {
+  int version;
+  uint64_t requests;          /* responses finished */
+  uint64_t connections;       /* accepted */
+  uint64_t active_connections;
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  uint64_t allocations;       /* calls to malloc/realloc that allocated */
+  uint64_t bytes_allocated;   /* bytes asked for by those calls */
+  uint64_t frees;
+} tern_stats;
+
+/* Sum the workers' counters into *out (any thread, any time; the figures
+ * of a running server are a consistent-enough snapshot, not atomic). */
+TERN_EXTERN void tern_server_stats(const tern_server *srv, tern_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,375 @@
+/* Connections: accept, read into refcounted buffers, gather output and
+ * write it once per loop turn, timeouts, lingering close.
+ */
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void on_conn_handle_closed(uv_handle_t *h) {
+  tern__conn *c = h->data;
+  tern__worker *w = c->w;
+  tern__outq_free(w, &c->out);
+  tern__rbuf_unref(w, c->rbuf);
+  c->rbuf = NULL;
+  TERN__STAT_ADD(w->stats.active, (uint64_t)-1);
+  tern__conn_unref(c);
+}
+
+void tern__conn_unref(tern__conn *c) {
+  tern__worker *w = c->w;
+  if (--c->refs > 0)
+    return;
+  tern__pool_put(w, &w->conn_pool, c);
+  w->nconns--;
+  tern__worker_maybe_done(w);
+}
+
+static void on_rejected_closed(uv_handle_t *h) {
+  tern__conn *c = h->data;
+  tern__worker *w = c->w;
+  tern__pool_put(w, &w->conn_pool, c);
+}
+
+/* Accept even when there is no memory or no room, so that the kernel's
+ * backlog drains and the client sees a close instead of a hang. */
+static void reject_pending(uv_stream_t *l) {
+  uv_os_fd_t fd;
+  int cfd;
+  if (uv_fileno((uv_handle_t *)l, &fd) != 0)
+    return;
+  cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+  if (cfd >= 0)
+    close(cfd);
+}
+
+void tern__worker_accept(uv_stream_t *l, int status) {
+  tern__worker *w = l->data;
+  tern_server *srv = w->srv;
+  tern__conn *c;
+
+  if (status < 0) {
+    tern__log(srv, TERN_LOG_WARN, "accept: %s", uv_strerror(status));
+    return;
+  }
+  c = tern__pool_get(w, &w->conn_pool);
+  if (c == NULL) {
+    reject_pending(l);
+    return;
+  }
+  memset(c, 0, sizeof(*c));
+  c->w = w;
+  uv_tcp_init(w->loop, &c->tcp);
+  c->tcp.data = c;
+  if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || w->stopping ||
+      atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
+          srv->s.max_connections) {
+    uv_close((uv_handle_t *)&c->tcp, on_rejected_closed);
+    return;
+  }
+  if (srv->s.tcp_nodelay)
+    uv_tcp_nodelay(&c->tcp, 1);
+  c->proto = &tern__http1;
+  c->refs = 1;
+  tern__list_init(&c->timer_link);
+  tern__list_init(&c->dirty_link);
+  tern__outq_init(&c->out);
+  tern__list_append(&w->conns, &c->all_link);
+  w->nconns++;
+  TERN__STAT_ADD(w->stats.connections, 1);
+  TERN__STAT_ADD(w->stats.active, 1);
+  tern__conn_timer(c, TERN__T_HEAD);
+  tern__conn_read_start(c);
+}
+
+/* ---- Reading ------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  tern__conn *c = h->data;
+  tern__worker *w = c->w;
+  tern__rbuf *b = c->rbuf;
+  size_t unparsed;
+
+  (void)suggested;
+  if (b == NULL) {
+    b = c->rbuf = tern__rbuf_get(w);
+    c->rpos = c->rlen = 0;
+    if (b == NULL) {
+      *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
+      return;
+    }
+  }
+  if (c->rpos == c->rlen && b->refs == 1)
+    c->rpos = c->rlen = 0;
+  if (b->cap - c->rlen < b->cap / 4 && c->rpos > 0) {
+    /* Little room left: move the unparsed tail to the front. Requests
+     * still point into this buffer when refs > 1; then the tail moves to
+     * a fresh buffer and the old one lives until they finish. */
+    unparsed = c->rlen - c->rpos;
+    if (b->refs == 1) {
+      memmove(b->data, b->data + c->rpos, unparsed);
+      c->rpos = 0;
+      c->rlen = unparsed;
+    } else {
+      tern__rbuf *nb = tern__rbuf_get(w);
+      if (nb != NULL) {
+        memcpy(nb->data, b->data + c->rpos, unparsed);
+        tern__rbuf_unref(w, b);
+        c->rbuf = b = nb;
+        c->rpos = 0;
+        c->rlen = unparsed;
+      }
+    }
+  }
+  *buf = uv_buf_init(b->data + c->rlen, (unsigned)(b->cap - c->rlen));
+}
+
+void tern__conn_read_start(tern__conn *c) {
+  if (c->flags & (TERN__C_READING | TERN__C_CLOSING | TERN__C_EOF))
+    return;
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+    c->flags |= TERN__C_READING;
+}
+
+void tern__conn_read_stop(tern__conn *c) {
+  if (!(c->flags & TERN__C_READING))
+    return;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  c->flags &= ~(unsigned)TERN__C_READING;
+}
+
+void tern__conn_process(tern__conn *c) {
+  if (c->flags & TERN__C_CLOSING)
+    return;
+  if (c->flags & TERN__C_IN_READ) {
+    c->flags |= TERN__C_REPROCESS;
+    tern__conn_mark_dirty(c);
+    return;
+  }
+  c->flags |= TERN__C_IN_READ;
+  c->proto->on_read(c);
+  c->flags &= ~(unsigned)TERN__C_IN_READ;
+  if (!(c->flags & TERN__C_CLOSING)) {
+    tern__conn_update_timer(c);
+    tern__conn_mark_dirty(c);
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  tern__conn *c = s->data;
+  tern__worker *w = c->w;
+
+  (void)buf;
+  if (nread > 0) {
+    TERN__STAT_ADD(w->stats.bytes_in, (uint64_t)nread);
+    if (c->flags & TERN__C_LINGER) {
+      c->rpos = c->rlen = 0; /* closing: the bytes are dropped */
+      return;
+    }
+    c->rlen += (size_t)nread;
+    if (c->timer_kind == TERN__T_BODY)
+      tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
+    tern__conn_process(c);
+    return;
+  }
+  if (nread == 0)
+    return;
+  if (nread == UV_ENOBUFS) {
+    /* No room: the adapter cannot consume now. It restarts reading. */
+    tern__conn_read_stop(c);
+    return;
+  }
+  if (nread == UV_EOF && !(c->flags & TERN__C_LINGER)) {
+    c->flags |= TERN__C_EOF;
+    tern__conn_read_stop(c);
+    tern__conn_process(c);
+    return;
+  }
+  tern__conn_close(c);
+}
+
+/* ---- Writing ------------------------------------------------------- */
+
+void tern__conn_mark_dirty(tern__conn *c) {
+  if (c->flags & (TERN__C_DIRTY | TERN__C_CLOSING))
+    return;
+  c->flags |= TERN__C_DIRTY;
+  tern__list_append(&c->w->dirty, &c->dirty_link);
+}
+
+void tern__conn_reprocess(tern__conn *c) {
+  c->flags |= TERN__C_REPROCESS;
+  tern__conn_mark_dirty(c);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)req;
+  (void)status;
+}
+
+/* Close after the last byte has been written: shut down our side and drain
+ * what the client still sends for a while. Closing with unread input would
+ * make the kernel answer with a reset that can destroy the response before
+ * the client has read it. */
+static void linger(tern__conn *c) {
+  if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
+      uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+    tern__conn_close(c);
+    return;
+  }
+  c->flags |= TERN__C_LINGER;
+  c->rpos = c->rlen = 0;
+  tern__conn_read_start(c);
+  tern__conn_timer(c, TERN__T_LINGER);
+}
+
+#define TERN__IOV_MAX 64
+
+static void on_write(uv_write_t *req, int status);
+
+void tern__conn_flush(tern__conn *c) {
+  tern__worker *w = c->w;
+  uv_buf_t iov[TERN__IOV_MAX];
+  size_t n, i, total;
+  int r;
+
+  if (c->flags & (TERN__C_CLOSING | TERN__C_WRITING | TERN__C_LINGER))
+    return;
+  while (c->out.count > 0) {
+    n = tern__outq_iov(&c->out, iov, TERN__IOV_MAX);
+    if (n == 0) {
+      tern__outq_consume(w, &c->out, 0); /* markers only */
+      continue;
+    }
+    r = uv_try_write((uv_stream_t *)&c->tcp, iov, (unsigned)n);
+    if (r > 0) {
+      TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
+      tern__outq_consume(w, &c->out, (size_t)r);
+      if (c->flags & TERN__C_CLOSING)
+        return;
+      continue;
+    }
+    if (r != UV_EAGAIN) {
+      tern__conn_close(c);
+      return;
+    }
+    for (i = 0, total = 0; i < n; i++)
+      total += iov[i].len;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, iov, (unsigned)n,
+                 on_write) != 0) {
+      tern__conn_close(c);
+      return;
+    }
+    c->wlen = total;
+    c->flags |= TERN__C_WRITING;
+    tern__conn_timer(c, TERN__T_WRITE);
+    return;
+  }
+  if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0)
+    linger(c);
+  else if (c->timer_kind == TERN__T_WRITE || c->timer_kind == TERN__T_NONE)
+    tern__conn_update_timer(c);
+}
+
+static void on_write(uv_write_t *req, int status) {
+  tern__conn *c = TERN__CONTAINER_OF(req, tern__conn, wreq);
+  tern__worker *w = c->w;
+
+  c->flags &= ~(unsigned)TERN__C_WRITING;
+  if (status < 0 || (c->flags & TERN__C_CLOSING)) {
+    tern__conn_close(c);
+    return;
+  }
+  TERN__STAT_ADD(w->stats.bytes_out, c->wlen);
+  tern__outq_consume(w, &c->out, c->wlen);
+  c->wlen = 0;
+  if (c->flags & TERN__C_CLOSING)
+    return;
+  tern__conn_timer(c, TERN__T_NONE);
+  tern__conn_flush(c);
+}
+
+/* ---- Closing ------------------------------------------------------- */
+
+void tern__conn_close(tern__conn *c) {
+  if (c->flags & TERN__C_CLOSING)
+    return;
+  c->flags |= TERN__C_CLOSING;
+  tern__conn_timer(c, TERN__T_NONE);
+  if (c->flags & TERN__C_DIRTY) {
+    tern__list_remove(&c->dirty_link);
+    c->flags &= ~(unsigned)TERN__C_DIRTY;
+  }
+  if (tern__list_linked(&c->all_link))
+    tern__list_remove(&c->all_link);
+  tern__conn_read_stop(c);
+  c->proto->on_close(c);
+  uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+}
+
+/* ---- Timers -------------------------------------------------------- */
+
+void tern__conn_timer(tern__conn *c, int kind) {
+  tern__worker *w = c->w;
+  if (c->timer_kind != TERN__T_NONE)
+    tern__list_remove(&c->timer_link);
+  c->timer_kind = kind;
+  if (kind == TERN__T_NONE)
+    return;
+  c->deadline = uv_now(w->loop) + w->timeout_ms[kind];
+  tern__list_append(&w->timers[kind], &c->timer_link);
+}
+
+/* Choose the timeout that fits the connection's state. A head timeout is
+ * not re-armed while it runs: a client trickling a head byte by byte must
+ * not extend it (slowloris). */
+void tern__conn_update_timer(tern__conn *c) {
+  tern__worker *w = c->w;
+  int kind;
+
+  if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
+    return;
+  if (c->body_req != NULL) {
+    unsigned f = c->body_req->flags;
+    kind = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED) ? TERN__T_BODY
+                                                             : TERN__T_NONE;
+  } else if (c->nq > 0) {
+    kind = TERN__T_NONE;
+  } else if (c->rpos < c->rlen) {
+    kind = TERN__T_HEAD;
+  } else {
+    kind = TERN__T_IDLE;
+  }
+  if (kind == c->timer_kind && kind != TERN__T_NONE)
+    return;
+  tern__conn_timer(c, kind);
+  if (kind == TERN__T_IDLE && c->rbuf != NULL && c->rbuf->refs == 1) {
+    /* An idle keep-alive connection holds no read buffer. */
+    tern__rbuf_unref(w, c->rbuf);
+    c->rbuf = NULL;
+    c->rpos = c->rlen = 0;
+  }
+}
+
+void tern__conn_timeout(tern__conn *c, int kind) {
+  static const char timeout_408[] =
+      "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+      "Content-Length: 0\r\n\r\n";
+
+  if (kind == TERN__T_HEAD && c->nq == 0 && c->rpos < c->rlen &&
+      !(c->flags & TERN__C_WRITING)) {
+    /* A partial head timed out: say so, then close. */
+    tern__conn_read_stop(c);
+    c->rpos = c->rlen;
+    if (tern__outq_copy(c->w, &c->out, timeout_408,
+                        sizeof(timeout_408) - 1) == 0) {
+      c->flags |= TERN__C_CLOSE_AFTER;
+      tern__conn_flush(c);
+      return;
+    }
+  }
+  tern__conn_close(c);
+}

@@ -1,0 +1,231 @@
+/* The output queue: what a connection (or a request waiting for its turn
+ * in a pipeline) has to send, as a list of segments.
+ *
+ * Small pieces (status lines, headers, small bodies) are copied into
+ * pooled blocks and merge into one segment while they are contiguous, so
+ * that sixteen pipelined responses usually leave as a single iovec.
+ * Caller-owned bodies are referenced and released once written. Marker
+ * segments of length zero carry completion events (a streamed write is
+ * done, a response is fully written) in order with the bytes.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+void tern__outq_init(tern__outq *q) { memset(q, 0, sizeof(*q)); }
+
+static size_t blk_cap(tern__worker *w) {
+  return w->wblk_pool.size - sizeof(tern__wblk);
+}
+
+static int reserve_segs(tern__worker *w, tern__outq *q, size_t more) {
+  size_t need = q->count + more;
+  tern__seg *segs;
+  size_t cap;
+
+  if (q->head + need <= q->cap)
+    return 0;
+  if (need <= q->cap) {
+    memmove(q->segs, q->segs + q->head, q->count * sizeof(*q->segs));
+    q->head = 0;
+    return 0;
+  }
+  cap = q->cap ? q->cap * 2 : 16;
+  while (cap < need)
+    cap *= 2;
+  segs = tern__realloc(w->srv, q->segs, cap * sizeof(*segs));
+  if (segs == NULL)
+    return TERN_ENOMEM;
+  if (q->head > 0)
+    memmove(segs, segs + q->head, q->count * sizeof(*segs));
+  q->segs = segs;
+  q->cap = cap;
+  q->head = 0;
+  return 0;
+}
+
+static tern__seg *push(tern__outq *q) {
+  tern__seg *s = &q->segs[q->head + q->count++];
+  memset(s, 0, sizeof(*s));
+  return s;
+}
+
+static void blk_release(tern__worker *w, tern__outq *q, tern__wblk *b) {
+  if (--b->refs > 0)
+    return;
+  if (b == q->tail)
+    b->used = 0; /* nothing points into it: start again at the front */
+  else
+    tern__pool_put(w, &w->wblk_pool, b);
+}
+
+int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
+                    size_t len) {
+  const char *src = p;
+
+  while (len > 0) {
+    tern__wblk *b = q->tail;
+    tern__seg *last;
+    size_t room, n;
+
+    if (b == NULL || b->used == blk_cap(w)) {
+      tern__wblk *nb = tern__pool_get(w, &w->wblk_pool);
+      if (nb == NULL)
+        return TERN_ENOMEM;
+      nb->refs = 0;
+      nb->used = 0;
+      nb->next = NULL;
+      if (b != NULL && b->refs == 0)
+        tern__pool_put(w, &w->wblk_pool, b);
+      q->tail = b = nb;
+    }
+    room = blk_cap(w) - b->used;
+    n = len < room ? len : room;
+    last = q->count ? &q->segs[q->head + q->count - 1] : NULL;
+    if (last != NULL && last->kind == TERN__SEG_COPY && last->blk == b &&
+        last->base + last->len == b->data + b->used) {
+      last->len += n;
+    } else {
+      tern__seg *s;
+      if (reserve_segs(w, q, 1) != 0)
+        return TERN_ENOMEM;
+      s = push(q);
+      s->kind = TERN__SEG_COPY;
+      s->base = b->data + b->used;
+      s->len = n;
+      s->blk = b;
+      b->refs++;
+    }
+    memcpy(b->data + b->used, src, n);
+    b->used += (uint32_t)n;
+    q->bytes += n;
+    src += n;
+    len -= n;
+  }
+  return 0;
+}
+
+int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
+                   size_t len, tern_release_fn release, void *ruser) {
+  tern__seg *s;
+  if (reserve_segs(w, q, 1) != 0)
+    return TERN_ENOMEM;
+  s = push(q);
+  s->kind = TERN__SEG_REF;
+  s->base = p;
+  s->len = len;
+  s->release = release;
+  s->ruser = ruser;
+  q->bytes += len;
+  return 0;
+}
+
+int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,
+                    tern_request *req, tern_write_fn done, void *duser) {
+  tern__seg *s;
+  if (reserve_segs(w, q, 1) != 0)
+    return TERN_ENOMEM;
+  s = push(q);
+  s->kind = kind;
+  s->req = req;
+  s->done = done;
+  s->duser = duser;
+  return 0;
+}
+
+int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src) {
+  if (src->count > 0) {
+    if (reserve_segs(w, dst, src->count) != 0)
+      return TERN_ENOMEM;
+    memcpy(dst->segs + dst->head + dst->count, src->segs + src->head,
+           src->count * sizeof(*src->segs));
+    dst->count += src->count;
+    dst->bytes += src->bytes;
+  }
+  /* The source's blocks now belong to the segments that point into them;
+   * the last one is freed by the destination once its refs drop to 0. */
+  if (src->tail != NULL && src->tail->refs == 0)
+    tern__pool_put(w, &w->wblk_pool, src->tail);
+  src->tail = NULL;
+  src->head = src->count = src->head_off = src->bytes = 0;
+  return 0;
+}
+
+size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n) {
+  size_t i, k = 0, off = q->head_off;
+  for (i = 0; i < q->count && k < n; i++) {
+    const tern__seg *s = &q->segs[q->head + i];
+    if (s->len > off) {
+      iov[k].base = (char *)s->base + off;
+      iov[k].len = s->len - off;
+      k++;
+    }
+    off = 0;
+  }
+  return k;
+}
+
+static void finish(tern__worker *w, tern__outq *q, tern__seg *s,
+                   int status) {
+  switch (s->kind) {
+  case TERN__SEG_COPY:
+    blk_release(w, q, s->blk);
+    break;
+  case TERN__SEG_REF:
+    if (s->release != NULL)
+      s->release((void *)s->base, s->ruser);
+    break;
+  default:
+    break;
+  }
+  if (s->done != NULL)
+    s->done(s->req, status, s->duser);
+  if (s->kind == TERN__SEG_END) {
+    if (status == 0)
+      TERN__STAT_ADD(w->stats.requests, 1);
+    s->req->flags |= TERN__RQ_WRITTEN;
+    tern__request_unref(s->req);
+  }
+}
+
+static void pop(tern__outq *q) {
+  q->head++;
+  q->count--;
+  q->head_off = 0;
+  if (q->count == 0)
+    q->head = 0;
+}
+
+void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n) {
+  q->bytes -= n;
+  while (q->count > 0) {
+    tern__seg s = q->segs[q->head];
+    size_t avail = s.len - q->head_off;
+    if (n < avail) {
+      q->head_off += n;
+      return;
+    }
+    n -= avail;
+    pop(q);
+    /* Callbacks may append to this queue: the copy in `s` stays valid. */
+    finish(w, q, &s, 0);
+  }
+}
+
+void tern__outq_fail(tern__worker *w, tern__outq *q, int status) {
+  while (q->count > 0) {
+    tern__seg s = q->segs[q->head];
+    q->bytes -= s.len - q->head_off;
+    pop(q);
+    finish(w, q, &s, status);
+  }
+  q->bytes = 0;
+}
+
+void tern__outq_free(tern__worker *w, tern__outq *q) {
+  tern__outq_fail(w, q, TERN_ECLOSED);
+  if (q->tail != NULL)
+    tern__pool_put(w, &w->wblk_pool, q->tail);
+  tern__free(w->srv, q->segs);
+  tern__outq_init(q);
+}

@@ -1,0 +1,240 @@
+/* The request object every adapter produces, and its accessors.
+ *
+ * A request is recycled through the worker's pool. Its header array is
+ * part of the same allocation, sized by max_header_count, and its strings
+ * are views into a refcounted read buffer, so a keep-alive request costs
+ * no heap allocation at all.
+ *
+ * Lifetime: the user holds one reference until the response is finished;
+ * the connection holds one while the request is in its pipeline; the
+ * end-of-response marker in the output holds one until it is written.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+tern_request *tern__request_new(tern__conn *c) {
+  tern__worker *w = c->w;
+  tern_request *r = tern__pool_get(w, &w->req_pool);
+  if (r == NULL)
+    return NULL;
+  memset(r, 0, sizeof(*r));
+  r->conn = c;
+  r->w = w;
+  r->refs = 2;
+  r->headers = (tern_header *)(void *)(r + 1);
+  r->headers_cap = w->srv->s.max_header_count;
+  r->resp_left = -1;
+  c->refs++;
+  return r;
+}
+
+void tern__request_unref(tern_request *r) {
+  tern__worker *w = r->w;
+  tern__conn *c = r->conn;
+  if (--r->refs > 0)
+    return;
+  tern__rbuf_unref(w, r->rbuf);
+  tern__free(w->srv, r->body_buf);
+  tern__free(w->srv, r->trailers);
+  tern__outq_free(w, &r->out);
+  tern__pool_put(w, &w->req_pool, r);
+  tern__conn_unref(c);
+}
+
+static void blocking_work(uv_work_t *work) {
+  tern_request *r = work->data;
+  r->route->handler(r, r->route->user);
+}
+
+static void blocking_done(uv_work_t *work, int status) {
+  (void)work;
+  (void)status;
+}
+
+void tern__request_dispatch(tern_request *r) {
+  const tern__route *route = r->route;
+  r->flags |= TERN__RQ_HANDLED;
+  if (route->flags & TERN_ROUTE_BLOCKING) {
+    r->work.data = r;
+    if (uv_queue_work(r->w->loop, &r->work, blocking_work, blocking_done) ==
+        0)
+      return;
+    tern__respond_status(r, 503, NULL, 0);
+    return;
+  }
+  route->handler(r, route->user);
+}
+
+/* ---- Accessors ----------------------------------------------------- */
+
+#define VIEW(field)                                                        \
+  do {                                                                     \
+    if (len != NULL)                                                       \
+      *len = r->field##_len;                                               \
+    return r->field;                                                       \
+  } while (0)
+
+const char *tern_request_method(const tern_request *r, size_t *len) {
+  VIEW(method);
+}
+const char *tern_request_target(const tern_request *r, size_t *len) {
+  VIEW(target);
+}
+const char *tern_request_path(const tern_request *r, size_t *len) {
+  VIEW(path);
+}
+const char *tern_request_query(const tern_request *r, size_t *len) {
+  VIEW(query);
+}
+const char *tern_request_authority(const tern_request *r, size_t *len) {
+  VIEW(authority);
+}
+
+int tern_request_protocol(const tern_request *r) { return r->protocol; }
+
+static int ieq(const char *a, const char *b, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+    if ((unsigned)(x - 'A') < 26u)
+      x |= 0x20;
+    if ((unsigned)(y - 'A') < 26u)
+      y |= 0x20;
+    if (x != y)
+      return 0;
+  }
+  return 1;
+}
+
+const char *tern_request_param(const tern_request *r, const char *name,
+                               size_t name_len, size_t *len) {
+  size_t i;
+  for (i = 0; i < r->match.nparams; i++) {
+    const tern__route_param *p = &r->match.params[i];
+    if (p->name_len == name_len && memcmp(p->name, name, name_len) == 0) {
+      if (len != NULL)
+        *len = p->value_len;
+      return p->value;
+    }
+  }
+  return NULL;
+}
+
+const char *tern_request_header(const tern_request *r, const char *name,
+                                size_t name_len, size_t *len) {
+  size_t i;
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *h = &r->headers[i];
+    if (h->name_len == name_len && ieq(h->name, name, name_len)) {
+      if (len != NULL)
+        *len = h->value_len;
+      return h->value;
+    }
+  }
+  return NULL;
+}
+
+size_t tern_request_header_count(const tern_request *r) {
+  return r->nheaders;
+}
+
+const tern_header *tern_request_header_at(const tern_request *r, size_t i) {
+  return i < r->nheaders ? &r->headers[i] : NULL;
+}
+
+size_t tern_request_trailer_count(const tern_request *r) {
+  return r->ntrailers;
+}
+
+const tern_header *tern_request_trailer_at(const tern_request *r,
+                                           size_t i) {
+  return i < r->ntrailers ? &r->trailers[i] : NULL;
+}
+
+const char *tern_request_body(const tern_request *r, size_t *len) {
+  if (len != NULL)
+    *len = r->body_len;
+  return r->body != NULL ? r->body : "";
+}
+
+static int format_addr(const struct sockaddr_storage *ss, char *buf,
+                       size_t size, int *port) {
+  int rc;
+  if (size < 46)
+    return TERN_EINVAL;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    rc = uv_ip4_name(in, buf, size);
+    if (port != NULL)
+      *port = ntohs(in->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    rc = uv_ip6_name(in6, buf, size);
+    if (port != NULL)
+      *port = ntohs(in6->sin6_port);
+  } else {
+    return TERN_EIO;
+  }
+  return rc == 0 ? 0 : TERN_EIO;
+}
+
+int tern_request_peer(const tern_request *r, char *buf, size_t size,
+                      int *port) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (atomic_load(&r->gone) ||
+      uv_tcp_getpeername(&r->conn->tcp, (struct sockaddr *)&ss, &len) != 0)
+    return TERN_EIO;
+  return format_addr(&ss, buf, size, port);
+}
+
+int tern_request_local(const tern_request *r, char *buf, size_t size,
+                       int *port) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (atomic_load(&r->gone) ||
+      uv_tcp_getsockname(&r->conn->tcp, (struct sockaddr *)&ss, &len) != 0)
+    return TERN_EIO;
+  return format_addr(&ss, buf, size, port);
+}
+
+void tern_request_set_data(tern_request *r, void *data) { r->data = data; }
+void *tern_request_data(const tern_request *r) { return r->data; }
+
+/* ---- Streaming bodies ---------------------------------------------- */
+
+int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
+  if (r == NULL || fn == NULL)
+    return TERN_EINVAL;
+  if (!(r->flags & TERN__RQ_STREAM) || (r->flags & TERN__RQ_READING) ||
+      !tern__on_worker(r->w))
+    return TERN_ESTATE;
+  if (atomic_load(&r->gone))
+    return TERN_ECLOSED;
+  r->body_fn = fn;
+  r->body_user = user;
+  r->flags |= TERN__RQ_READING;
+  r->conn->proto->body_flow(r);
+  return 0;
+}
+
+int tern_request_pause(tern_request *r) {
+  if (r == NULL)
+    return TERN_EINVAL;
+  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
+    return TERN_ESTATE;
+  r->flags |= TERN__RQ_PAUSED;
+  r->conn->proto->body_flow(r);
+  return 0;
+}
+
+int tern_request_resume(tern_request *r) {
+  if (r == NULL)
+    return TERN_EINVAL;
+  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
+    return TERN_ESTATE;
+  r->flags &= ~(unsigned)TERN__RQ_PAUSED;
+  r->conn->proto->body_flow(r);
+  return 0;
+}

@@ -1,0 +1,349 @@
+/* The public response calls. On the owning worker they go straight to the
+ * connection's adapter; from any other thread they are packed into a
+ * message (headers and copied bytes in one allocation) and posted to the
+ * worker's inbox, which applies them in order.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char *tern__reason(int status) {
+  switch (status) {
+  case 100: return "Continue";
+  case 101: return "Switching Protocols";
+  case 200: return "OK";
+  case 201: return "Created";
+  case 202: return "Accepted";
+  case 204: return "No Content";
+  case 206: return "Partial Content";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
+  case 304: return "Not Modified";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 411: return "Length Required";
+  case 413: return "Content Too Large";
+  case 414: return "URI Too Long";
+  case 415: return "Unsupported Media Type";
+  case 417: return "Expectation Failed";
+  case 426: return "Upgrade Required";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return "Unknown";
+  }
+}
+
+/* The user's reference ends with the response (or with TERN_ECLOSED). */
+static void finish_user(tern_request *r) {
+  r->flags |= TERN__RQ_ENDED;
+  tern__request_unref(r);
+}
+
+static int gone(tern_request *r) {
+  if (!atomic_load_explicit(&r->gone, memory_order_acquire))
+    return 0;
+  if (!(r->flags & TERN__RQ_ENDED))
+    finish_user(r);
+  return 1;
+}
+
+static int respond_now(tern_request *r, int status, const tern_header *h,
+                       size_t n, const void *body, size_t len, int copy,
+                       tern_release_fn release, void *ruser) {
+  const tern__proto *p = r->conn->proto;
+  int rc;
+
+  if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+    return TERN_ESTATE;
+  if (gone(r))
+    return TERN_ECLOSED;
+  rc = p->start(r, status, h, n, (int64_t)len);
+  if (rc != 0)
+    return rc;
+  if (len > 0 || release != NULL) {
+    rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
+    if (rc != 0) {
+      /* The head is queued already: the connection cannot recover. */
+      r->flags |= TERN__RQ_CLOSE;
+      p->end(r, NULL, 0);
+      finish_user(r);
+      return rc;
+    }
+  }
+  rc = p->end(r, NULL, 0);
+  finish_user(r);
+  return rc;
+}
+
+void tern__respond_status(tern_request *r, int status, const char *allow,
+                          size_t allow_len) {
+  char body[64];
+  tern_header h[2];
+  size_t n = 0;
+  int len = snprintf(body, sizeof(body), "%d %s\n", status,
+                     tern__reason(status));
+  h[n].name = "content-type";
+  h[n].name_len = 12;
+  h[n].value = "text/plain";
+  h[n++].value_len = 10;
+  if (allow != NULL) {
+    h[n].name = "allow";
+    h[n].name_len = 5;
+    h[n].value = allow;
+    h[n++].value_len = allow_len;
+  }
+  respond_now(r, status, h, n, body, (size_t)len, 1, NULL, NULL);
+}
+
+/* ---- Cross-thread posting ------------------------------------------ */
+
+static tern__msg *msg_new(tern_request *r, int type, const tern_header *h,
+                          size_t n, const void *data, size_t len) {
+  size_t i, size = sizeof(tern__msg) + n * sizeof(tern_header) + len;
+  tern__msg *m;
+  char *p;
+
+  for (i = 0; i < n; i++)
+    size += h[i].name_len + h[i].value_len;
+  m = tern__malloc(r->w->srv, size);
+  if (m == NULL)
+    return NULL;
+  memset(m, 0, sizeof(*m));
+  m->type = type;
+  m->req = r;
+  m->headers = (tern_header *)(void *)(m + 1);
+  m->nheaders = n;
+  p = (char *)(m->headers + n);
+  for (i = 0; i < n; i++) {
+    m->headers[i].name = p;
+    m->headers[i].name_len = h[i].name_len;
+    memcpy(p, h[i].name, h[i].name_len);
+    p += h[i].name_len;
+    m->headers[i].value = p;
+    m->headers[i].value_len = h[i].value_len;
+    memcpy(p, h[i].value, h[i].value_len);
+    p += h[i].value_len;
+  }
+  if (data != NULL && len > 0)
+    memcpy(p, data, len);
+  m->body = p;
+  m->len = len;
+  return m;
+}
+
+static void free_msg(void *data, void *user) {
+  tern__msg *m = user;
+  (void)data;
+  tern__free(m->req->w->srv, m);
+}
+
+static void post(tern_request *r, tern__msg *m) {
+  tern__worker_post(r->w, m);
+}
+
+/* Returned by a posted call: the client may go later, but if it is known
+ * to be gone now the caller hears it now. */
+static int posted_status(tern_request *r) {
+  return atomic_load_explicit(&r->gone, memory_order_acquire) ? TERN_ECLOSED
+                                                               : 0;
+}
+
+void tern__msg_apply(tern__msg *m) {
+  tern_request *r = m->req;
+  tern__worker *w = r->w;
+  int rc;
+
+  switch (m->type) {
+  case TERN__M_RESPOND:
+    if (m->copy) {
+      /* The body sits in the message: reference it there. */
+      rc = respond_now(r, m->status, m->headers, m->nheaders, m->body,
+                       m->len, 0, free_msg, m);
+      if (rc != 0)
+        tern__free(w->srv, m);
+      return;
+    }
+    rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len,
+                     0, m->release, m->ruser);
+    if (rc != 0 && m->release != NULL)
+      m->release((void *)m->body, m->ruser);
+    break;
+  case TERN__M_START:
+    if (!gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
+      r->conn->proto->start(r, m->status, m->headers, m->nheaders,
+                            m->content_length);
+    break;
+  case TERN__M_WRITE:
+    if (atomic_load(&r->gone) || !(r->flags & TERN__RQ_STARTED) ||
+        (r->flags & TERN__RQ_ENDED)) {
+      if (m->done != NULL)
+        m->done(r, TERN_ECLOSED, m->duser);
+      gone(r);
+      break;
+    }
+    if (m->copy) {
+      rc = r->conn->proto->write(r, m->body, m->len, 0, NULL, NULL,
+                                 free_msg, m);
+      if (rc == 0)
+        return;
+    } else {
+      rc = r->conn->proto->write(r, m->body, m->len, 0, m->done, m->duser,
+                                 NULL, NULL);
+    }
+    if (rc != 0 && m->done != NULL)
+      m->done(r, rc, m->duser);
+    break;
+  case TERN__M_END:
+    if (!gone(r) && (r->flags & TERN__RQ_STARTED) &&
+        !(r->flags & TERN__RQ_ENDED)) {
+      r->conn->proto->end(r, m->headers, m->nheaders);
+      finish_user(r);
+    }
+    break;
+  }
+  tern__free(w->srv, m);
+}
+
+/* ---- Public calls ---------------------------------------------------- */
+
+static int check_args(tern_request *r, int status, const tern_header *h,
+                      size_t n, const void *body, size_t len) {
+  if (r == NULL || status < 100 || status > 999 || (n > 0 && h == NULL) ||
+      (len > 0 && body == NULL))
+    return TERN_EINVAL;
+  return 0;
+}
+
+int tern_respond(tern_request *r, int status, const tern_header *headers,
+                 size_t nheaders, const void *body, size_t len) {
+  tern__msg *m;
+  int rc = check_args(r, status, headers, nheaders, body, len);
+  if (rc != 0)
+    return rc;
+  if (tern__on_worker(r->w))
+    return respond_now(r, status, headers, nheaders, body, len, 1, NULL,
+                       NULL);
+  m = msg_new(r, TERN__M_RESPOND, headers, nheaders, body, len);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  m->status = status;
+  m->copy = 1;
+  rc = posted_status(r);
+  post(r, m);
+  return rc;
+}
+
+int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
+                     size_t nheaders, const void *body, size_t len,
+                     tern_release_fn release, void *user) {
+  tern__msg *m;
+  int rc = check_args(r, status, headers, nheaders, body, len);
+  if (rc != 0)
+    return rc;
+  if (tern__on_worker(r->w))
+    return respond_now(r, status, headers, nheaders, body, len, 0, release,
+                       user);
+  m = msg_new(r, TERN__M_RESPOND, headers, nheaders, NULL, 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  m->status = status;
+  m->body = body;
+  m->len = len;
+  m->release = release;
+  m->ruser = user;
+  rc = posted_status(r);
+  post(r, m);
+  return rc;
+}
+
+int tern_response_start(tern_request *r, int status,
+                        const tern_header *headers, size_t nheaders,
+                        int64_t content_length) {
+  tern__msg *m;
+  int rc = check_args(r, status, headers, nheaders, NULL, 0);
+  if (rc != 0 || content_length < -1)
+    return TERN_EINVAL;
+  if (tern__on_worker(r->w)) {
+    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+      return TERN_ESTATE;
+    if (gone(r))
+      return TERN_ECLOSED;
+    return r->conn->proto->start(r, status, headers, nheaders,
+                                 content_length);
+  }
+  m = msg_new(r, TERN__M_START, headers, nheaders, NULL, 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  m->status = status;
+  m->content_length = content_length;
+  rc = posted_status(r);
+  post(r, m);
+  return rc;
+}
+
+int tern_response_write(tern_request *r, const void *data, size_t len,
+                        tern_write_fn done, void *user) {
+  tern__msg *m;
+  if (r == NULL || (len > 0 && data == NULL))
+    return TERN_EINVAL;
+  if (tern__on_worker(r->w)) {
+    if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+      return TERN_ESTATE;
+    if (gone(r))
+      return TERN_ECLOSED;
+    return r->conn->proto->write(r, data, len, done == NULL, done, user,
+                                 NULL, NULL);
+  }
+  m = msg_new(r, TERN__M_WRITE, NULL, 0, done == NULL ? data : NULL,
+              done == NULL ? len : 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  if (done != NULL) {
+    m->body = data;
+    m->len = len;
+  }
+  m->copy = done == NULL;
+  m->done = done;
+  m->duser = user;
+  post(r, m);
+  return posted_status(r);
+}
+
+int tern_response_end(tern_request *r, const tern_header *trailers,
+                      size_t ntrailers) {
+  tern__msg *m;
+  int rc;
+  if (r == NULL || (ntrailers > 0 && trailers == NULL))
+    return TERN_EINVAL;
+  if (tern__on_worker(r->w)) {
+    if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+      return TERN_ESTATE;
+    if (gone(r))
+      return TERN_ECLOSED;
+    rc = r->conn->proto->end(r, trailers, ntrailers);
+    finish_user(r);
+    return rc;
+  }
+  m = msg_new(r, TERN__M_END, trailers, ntrailers, NULL, 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  rc = posted_status(r);
+  post(r, m);
+  return rc;
+}

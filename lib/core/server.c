@@ -1,0 +1,453 @@
+/* The server object: settings, routes, listening sockets, run and stop. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+const char *tern_version(void) { return "0.1.0"; }
+
+const char *tern_strerror(int err) {
+  switch (err) {
+  case TERN_OK:
+    return "success";
+  case TERN_EINVAL:
+    return "invalid argument";
+  case TERN_ENOMEM:
+    return "out of memory";
+  case TERN_ESTATE:
+    return "not allowed in the current state";
+  case TERN_EEXIST:
+    return "already exists";
+  case TERN_EADDRINUSE:
+    return "address already in use";
+  case TERN_EADDR:
+    return "address cannot be used";
+  case TERN_ECLOSED:
+    return "the peer went away";
+  case TERN_EIO:
+    return "input/output error";
+  case TERN_ETOOBIG:
+    return "limit exceeded";
+  case TERN_ENOTFOUND:
+    return "not found";
+  default:
+    return "unknown error";
+  }
+}
+
+static void *std_malloc(size_t n, void *u) {
+  (void)u;
+  return malloc(n);
+}
+static void *std_realloc(void *p, size_t n, void *u) {
+  (void)u;
+  return realloc(p, n);
+}
+static void std_free(void *p, void *u) {
+  (void)u;
+  free(p);
+}
+
+void tern_settings_init(tern_settings *s) {
+  memset(s, 0, sizeof(*s));
+  s->version = TERN_SETTINGS_VERSION;
+  s->workers = 0;
+  s->max_head_size = 16384;
+  s->max_header_count = 100;
+  s->max_uri_length = 8192;
+  s->max_body_size = 8u << 20;
+  s->head_timeout_ms = 10000;
+  s->idle_timeout_ms = 60000;
+  s->body_timeout_ms = 30000;
+  s->max_connections = 10000;
+  s->max_pipeline = 32;
+  s->tcp_nodelay = 1;
+  s->read_buffer_size = 16384;
+  s->allocator.malloc = std_malloc;
+  s->allocator.realloc = std_realloc;
+  s->allocator.free = std_free;
+  s->log_level = TERN_LOG_WARN;
+}
+
+void tern_route_options_init(tern_route_options *o) {
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_ROUTE_OPTIONS_VERSION;
+}
+
+static void *router_malloc(size_t n, void *u) { return tern__malloc(u, n); }
+static void *router_realloc(void *p, size_t n, void *u) {
+  return tern__realloc(u, p, n);
+}
+static void router_free(void *p, void *u) { tern__free(u, p); }
+
+int tern_server_new(tern_server **out, const tern_settings *s) {
+  tern_settings def;
+  tern_server *srv;
+  tern__router_alloc ra;
+  unsigned i;
+
+  if (out == NULL)
+    return TERN_EINVAL;
+  if (s == NULL) {
+    tern_settings_init(&def);
+    s = &def;
+  }
+  if (s->version != TERN_SETTINGS_VERSION || s->max_head_size < 64 ||
+      s->max_header_count == 0 || s->max_uri_length == 0 ||
+      s->head_timeout_ms == 0 || s->idle_timeout_ms == 0 ||
+      s->body_timeout_ms == 0 || s->max_connections == 0 ||
+      s->max_pipeline == 0 || s->read_buffer_size < 1024 ||
+      s->allocator.malloc == NULL || s->allocator.realloc == NULL ||
+      s->allocator.free == NULL || s->workers > 1024)
+    return TERN_EINVAL;
+  srv = s->allocator.malloc(sizeof(*srv), s->allocator.user);
+  if (srv == NULL)
+    return TERN_ENOMEM;
+  memset(srv, 0, sizeof(*srv));
+  srv->s = *s;
+  if (srv->s.workers == 0)
+    srv->s.workers = uv_available_parallelism();
+  atomic_store(&srv->allocs, 1);
+  atomic_store(&srv->alloc_bytes, sizeof(*srv));
+  ra.malloc = router_malloc;
+  ra.realloc = router_realloc;
+  ra.free = router_free;
+  ra.user = srv;
+  srv->nworkers = srv->s.workers;
+  srv->workers = tern__malloc(srv, srv->nworkers * sizeof(*srv->workers));
+  if (srv->workers == NULL || tern__router_new(&srv->router, &ra) != 0) {
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
+  memset(srv->workers, 0, srv->nworkers * sizeof(*srv->workers));
+  for (i = 0; i < srv->nworkers; i++)
+    srv->workers[i].srv = srv;
+  *out = srv;
+  return 0;
+}
+
+void tern_server_free(tern_server *srv) {
+  size_t i, j;
+  tern_allocator a;
+
+  if (srv == NULL)
+    return;
+  for (i = 0; i < srv->naddrs; i++) {
+    for (j = 0; j < srv->nworkers; j++)
+      if (srv->addrs[i].fds[j] >= 0)
+        close(srv->addrs[i].fds[j]);
+    tern__free(srv, srv->addrs[i].fds);
+  }
+  tern__free(srv, srv->addrs);
+  for (i = 0; i < srv->nroutes; i++)
+    tern__free(srv, srv->route_ptrs[i]);
+  tern__free(srv, srv->route_ptrs);
+  tern__router_free(srv->router);
+  tern__free(srv, srv->workers);
+  a = srv->s.allocator;
+  a.free(srv, a.user);
+}
+
+/* ---- Listening --------------------------------------------------- */
+
+static int parse_host(const char *host, int port,
+                      struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof(*ss));
+  if (host == NULL)
+    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR
+                                                                : 0;
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+    return 0;
+  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+    return 0;
+  return TERN_EADDR;
+}
+
+static int open_socket(const struct sockaddr_storage *ss, int dual) {
+  int one = 1, zero = 0;
+  socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                            : sizeof(struct sockaddr_in6);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  0);
+  if (fd < 0)
+    return TERN_EIO;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  /* Each worker owns a socket in one SO_REUSEPORT group: the kernel
+   * spreads connections over them and no accept lock is shared. */
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
+    goto fail;
+  if (ss->ss_family == AF_INET6)
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one,
+               sizeof(one));
+  if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
+    int e = errno;
+    close(fd);
+    return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
+  }
+  if (listen(fd, 1024) != 0)
+    goto fail;
+  return fd;
+fail:
+  close(fd);
+  return TERN_EIO;
+}
+
+int tern_listen(tern_server *srv, const char *host, int port,
+                int *bound_port) {
+  struct sockaddr_storage ss;
+  tern__listen_addr *addrs, *la;
+  socklen_t slen = sizeof(ss);
+  unsigned i;
+  int rc, fd;
+
+  if (srv == NULL || port < 0 || port > 65535)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  if ((rc = parse_host(host, port, &ss)) != 0)
+    return rc;
+  addrs = tern__realloc(srv, srv->addrs, (srv->naddrs + 1) * sizeof(*addrs));
+  if (addrs == NULL)
+    return TERN_ENOMEM;
+  srv->addrs = addrs;
+  la = &addrs[srv->naddrs];
+  la->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
+  if (la->fds == NULL)
+    return TERN_ENOMEM;
+  for (i = 0; i < srv->nworkers; i++)
+    la->fds[i] = -1;
+  for (i = 0; i < srv->nworkers; i++) {
+    fd = open_socket(&ss, host == NULL);
+    if (fd < 0) {
+      rc = fd;
+      goto fail;
+    }
+    la->fds[i] = fd;
+    if (i == 0) {
+      /* Port 0: the first bind picks the port, the rest join it. */
+      if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
+        rc = TERN_EIO;
+        goto fail;
+      }
+    }
+  }
+  la->addr = ss;
+  la->fd_family = ss.ss_family;
+  srv->naddrs++;
+  if (bound_port != NULL)
+    *bound_port = ntohs(ss.ss_family == AF_INET
+                            ? ((struct sockaddr_in *)&ss)->sin_port
+                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  return 0;
+fail:
+  for (i = 0; i < srv->nworkers; i++)
+    if (la->fds[i] >= 0)
+      close(la->fds[i]);
+  tern__free(srv, la->fds);
+  return rc;
+}
+
+/* ---- Routes ------------------------------------------------------ */
+
+static int valid_route_opts(const tern_route_options *o) {
+  return o == NULL || o->version == TERN_ROUTE_OPTIONS_VERSION;
+}
+
+static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
+                       void *user, const tern_route_options *o) {
+  r->handler = h;
+  r->user = user;
+  r->flags = o ? o->flags : 0;
+  r->max_body = o && o->max_body_size ? o->max_body_size
+                                       : srv->s.max_body_size;
+  /* A blocking handler cannot pace a streamed body from another thread. */
+  if (r->flags & TERN_ROUTE_BLOCKING)
+    r->flags &= ~(unsigned)TERN_ROUTE_STREAM_BODY;
+}
+
+static void note_method(tern_server *srv, const char *method) {
+  size_t n, cur = srv->allow_all_len;
+  const char *p = srv->allow_all;
+
+  if (method == NULL || strcmp(method, "*") == 0)
+    method = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS";
+  n = strlen(method);
+  /* Skip exact duplicates; the list is short. */
+  while (p < srv->allow_all + cur) {
+    const char *e = memchr(p, ',', (size_t)(srv->allow_all + cur - p));
+    size_t l = e ? (size_t)(e - p) : (size_t)(srv->allow_all + cur - p);
+    if (l == n && memcmp(p, method, n) == 0)
+      return;
+    p = e ? e + 2 : srv->allow_all + cur;
+  }
+  if (cur + n + 2 >= sizeof(srv->allow_all))
+    return;
+  if (cur > 0) {
+    memcpy(srv->allow_all + cur, ", ", 2);
+    cur += 2;
+  }
+  memcpy(srv->allow_all + cur, method, n);
+  srv->allow_all_len = cur + n;
+}
+
+int tern_route_with(tern_server *srv, const char *method,
+                    const char *pattern, tern_handler handler, void *user,
+                    const tern_route_options *opts) {
+  tern__route *r, **ptrs;
+  int rc;
+
+  if (srv == NULL || pattern == NULL || handler == NULL ||
+      !valid_route_opts(opts))
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  if (srv->nroutes == srv->routes_cap) {
+    size_t cap = srv->routes_cap ? srv->routes_cap * 2 : 16;
+    ptrs = tern__realloc(srv, srv->route_ptrs, cap * sizeof(*ptrs));
+    if (ptrs == NULL)
+      return TERN_ENOMEM;
+    srv->route_ptrs = ptrs;
+    srv->routes_cap = cap;
+  }
+  r = tern__malloc(srv, sizeof(*r));
+  if (r == NULL)
+    return TERN_ENOMEM;
+  fill_route(srv, r, handler, user, opts);
+  rc = tern__router_add(srv->router, method, pattern, r);
+  if (rc != 0) {
+    tern__free(srv, r);
+    return rc;
+  }
+  srv->route_ptrs[srv->nroutes++] = r;
+  note_method(srv, method);
+  return 0;
+}
+
+int tern_route(tern_server *srv, const char *method, const char *pattern,
+               tern_handler handler, void *user) {
+  return tern_route_with(srv, method, pattern, handler, user, NULL);
+}
+
+int tern_set_default_handler(tern_server *srv, tern_handler handler,
+                             void *user, const tern_route_options *opts) {
+  if (srv == NULL || handler == NULL || !valid_route_opts(opts))
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  fill_route(srv, &srv->default_route, handler, user, opts);
+  srv->has_default = 1;
+  return 0;
+}
+
+/* ---- Run, attach, stop ------------------------------------------- */
+
+static int start_workers(tern_server *srv, uv_loop_t *loop) {
+  unsigned i;
+  int rc;
+
+  if (srv->naddrs == 0)
+    return TERN_ESTATE;
+  for (i = 0; i < srv->nworkers; i++) {
+    rc = tern__worker_init(&srv->workers[i], srv, i, loop);
+    if (rc != 0) {
+      tern__log(srv, TERN_LOG_ERROR, "worker %u: %s", i, tern_strerror(rc));
+      while (i + 1 > 0)
+        tern__worker_cleanup(&srv->workers[i--]);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int tern_run(tern_server *srv) {
+  int expected = TERN__S_IDLE;
+  unsigned i;
+  int rc;
+
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (!atomic_compare_exchange_strong(&srv->state, &expected,
+                                      TERN__S_STARTING))
+    return TERN_ESTATE;
+  rc = start_workers(srv, NULL);
+  if (rc != 0) {
+    atomic_store(&srv->state, TERN__S_DONE);
+    return rc;
+  }
+  /* Only now may tern_stop() wake the workers: their handles exist. */
+  atomic_store(&srv->state, TERN__S_RUNNING);
+  /* Worker 0 runs on the caller's thread; the others get their own. */
+  for (i = 1; i < srv->nworkers; i++) {
+    if (uv_thread_create(&srv->workers[i].thread, tern__worker_run_thread,
+                         &srv->workers[i]) != 0) {
+      tern__log(srv, TERN_LOG_ERROR, "cannot start worker thread %u", i);
+      tern_stop(srv, 0);
+      break;
+    }
+    srv->workers[i].thread_started = 1;
+  }
+  tern__worker_run_thread(&srv->workers[0]);
+  for (i = 1; i < srv->nworkers; i++)
+    if (srv->workers[i].thread_started)
+      uv_thread_join(&srv->workers[i].thread);
+  atomic_store(&srv->state, TERN__S_DONE);
+  return 0;
+}
+
+int tern_attach(tern_server *srv, void *uv_loop) {
+  int expected = TERN__S_IDLE;
+  int rc;
+
+  if (srv == NULL || uv_loop == NULL || srv->nworkers != 1)
+    return TERN_EINVAL;
+  if (!atomic_compare_exchange_strong(&srv->state, &expected,
+                                      TERN__S_STARTING))
+    return TERN_ESTATE;
+  rc = start_workers(srv, uv_loop);
+  atomic_store(&srv->state, rc != 0 ? TERN__S_DONE : TERN__S_RUNNING);
+  return rc;
+}
+
+int tern_stop(tern_server *srv, uint32_t deadline_ms) {
+  int expected = TERN__S_RUNNING;
+  unsigned i;
+
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (!atomic_compare_exchange_strong(&srv->state, &expected,
+                                      TERN__S_STOPPING))
+    return TERN_ESTATE;
+  atomic_store(&srv->stop_deadline_ms, deadline_ms);
+  /* uv_async_send is async-signal-safe, so this path is too. */
+  for (i = 0; i < srv->nworkers; i++)
+    uv_async_send(&srv->workers[i].async);
+  return 0;
+}
+
+void tern_server_stats(const tern_server *srv, tern_stats *out) {
+  unsigned i;
+  memset(out, 0, sizeof(*out));
+  out->version = TERN_STATS_VERSION;
+  for (i = 0; i < srv->nworkers; i++) {
+    const tern__wstats *w = &srv->workers[i].stats;
+    out->requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
+    out->connections +=
+        atomic_load_explicit(&w->connections, memory_order_relaxed);
+    out->active_connections +=
+        atomic_load_explicit(&w->active, memory_order_relaxed);
+    out->bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
+    out->bytes_out +=
+        atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
+  }
+  out->allocations = atomic_load(&srv->allocs);
+  out->bytes_allocated = atomic_load(&srv->alloc_bytes);
+  out->frees = atomic_load(&srv->frees);
+}

@@ -1,0 +1,288 @@
+/* Workers: one libuv loop per thread, its listeners, its timers, and the
+ * inbox through which other threads hand it responses.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static void on_async(uv_async_t *a);
+static void on_check(uv_check_t *h);
+static void on_tick(uv_timer_t *t);
+
+static void on_handle_closed(uv_handle_t *h) {
+  tern__worker *w = h->data;
+  w->handles_open--;
+}
+
+static void close_handle(tern__worker *w, uv_handle_t *h) {
+  if (h->loop != NULL && !uv_is_closing(h)) {
+    h->data = w;
+    uv_close(h, on_handle_closed);
+  }
+}
+
+/* The tick interval bounds how late a timeout fires; a fraction of the
+ * shortest timeout keeps that lateness proportionate. */
+static uint64_t tick_ms(const tern_settings *s) {
+  uint64_t m = s->head_timeout_ms;
+  if (s->idle_timeout_ms < m)
+    m = s->idle_timeout_ms;
+  if (s->body_timeout_ms < m)
+    m = s->body_timeout_ms;
+  m /= 8;
+  return m < 20 ? 20 : m > 1000 ? 1000 : m;
+}
+
+void tern__date_update(tern__worker *w) {
+  static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed",
+                                  "Thu", "Fri", "Sat"};
+  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr",
+                                     "May", "Jun", "Jul", "Aug",
+                                     "Sep", "Oct", "Nov", "Dec"};
+  time_t now = time(NULL);
+  struct tm tm;
+  int n;
+
+  if (now == w->date_sec && w->date_len > 0)
+    return;
+  w->date_sec = now;
+  gmtime_r(&now, &tm);
+  n = snprintf(w->date, sizeof(w->date),
+               "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+               days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon],
+               tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  w->date_len = n > 0 ? (size_t)n : 0;
+}
+
+int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
+                      uv_loop_t *loop) {
+  size_t i, rbuf_size;
+  int rc;
+
+  w->srv = srv;
+  w->id = id;
+  if (loop != NULL) {
+    w->loop = loop;
+    w->attached = 1;
+    w->thread_id = uv_thread_self();
+  } else {
+    if (uv_loop_init(&w->own_loop) != 0)
+      return TERN_EIO;
+    w->loop = &w->own_loop;
+  }
+  if (uv_mutex_init(&w->inbox_lock) != 0)
+    return TERN_EIO;
+  for (i = 0; i < TERN__T_COUNT; i++)
+    tern__list_init(&w->timers[i]);
+  tern__list_init(&w->dirty);
+  tern__list_init(&w->conns);
+  w->timeout_ms[TERN__T_HEAD] = srv->s.head_timeout_ms;
+  w->timeout_ms[TERN__T_IDLE] = srv->s.idle_timeout_ms;
+  w->timeout_ms[TERN__T_BODY] = srv->s.body_timeout_ms;
+  w->timeout_ms[TERN__T_WRITE] = srv->s.body_timeout_ms;
+  w->timeout_ms[TERN__T_LINGER] = 2000;
+
+  rbuf_size = srv->s.read_buffer_size;
+  if (rbuf_size < srv->s.max_head_size + 1024u)
+    rbuf_size = srv->s.max_head_size + 1024u;
+  tern__pool_init(&w->rbuf_pool, sizeof(tern__rbuf) + rbuf_size, 256);
+  tern__pool_init(&w->wblk_pool, sizeof(tern__wblk) + 16384, 256);
+  tern__pool_init(&w->req_pool,
+                  sizeof(tern_request) +
+                      srv->s.max_header_count * sizeof(tern_header),
+                  1024);
+  tern__pool_init(&w->conn_pool, sizeof(tern__conn), 1024);
+  tern__date_update(w);
+
+  uv_async_init(w->loop, &w->async, on_async);
+  w->async.data = w;
+  w->handles_open++;
+  uv_check_init(w->loop, &w->check);
+  w->check.data = w;
+  uv_check_start(&w->check, on_check);
+  uv_unref((uv_handle_t *)&w->check);
+  w->handles_open++;
+  uv_timer_init(w->loop, &w->timer);
+  w->timer.data = w;
+  uv_timer_start(&w->timer, on_tick, tick_ms(&srv->s), tick_ms(&srv->s));
+  w->handles_open++;
+  uv_timer_init(w->loop, &w->deadline_timer);
+  w->deadline_timer.data = w;
+  w->handles_open++;
+
+  w->listeners = tern__malloc(srv, srv->naddrs * sizeof(uv_tcp_t));
+  if (w->listeners == NULL)
+    return TERN_ENOMEM;
+  for (i = 0; i < srv->naddrs; i++) {
+    uv_tcp_t *l = &w->listeners[i];
+    uv_tcp_init(w->loop, l);
+    l->data = w;
+    w->nlisteners++;
+    w->handles_open++;
+    rc = uv_tcp_open(l, srv->addrs[i].fds[id]);
+    if (rc != 0)
+      return TERN_EIO;
+    srv->addrs[i].fds[id] = -1; /* the handle owns it now */
+    rc = uv_listen((uv_stream_t *)l, 1024, tern__worker_accept);
+    if (rc != 0) {
+      tern__log(srv, TERN_LOG_ERROR, "listen: %s", uv_strerror(rc));
+      return TERN_EIO;
+    }
+  }
+  return 0;
+}
+
+static void close_worker_handles(tern__worker *w) {
+  size_t i;
+  close_handle(w, (uv_handle_t *)&w->async);
+  close_handle(w, (uv_handle_t *)&w->check);
+  close_handle(w, (uv_handle_t *)&w->timer);
+  close_handle(w, (uv_handle_t *)&w->deadline_timer);
+  for (i = 0; i < w->nlisteners; i++)
+    close_handle(w, (uv_handle_t *)&w->listeners[i]);
+}
+
+void tern__worker_cleanup(tern__worker *w) {
+  tern_server *srv = w->srv;
+  if (w->loop == NULL)
+    return;
+  if (!w->attached) {
+    close_worker_handles(w);
+    uv_run(w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(w->loop);
+  }
+  tern__free(srv, w->listeners);
+  w->listeners = NULL;
+  tern__pool_drain(w, &w->rbuf_pool);
+  tern__pool_drain(w, &w->wblk_pool);
+  tern__pool_drain(w, &w->req_pool);
+  tern__pool_drain(w, &w->conn_pool);
+  uv_mutex_destroy(&w->inbox_lock);
+  w->loop = NULL;
+}
+
+void tern__worker_run_thread(void *arg) {
+  tern__worker *w = arg;
+  w->thread_id = uv_thread_self();
+  uv_run(w->loop, UV_RUN_DEFAULT);
+  tern__worker_cleanup(w);
+}
+
+int tern__on_worker(const tern__worker *w) {
+  uv_thread_t self = uv_thread_self();
+  return uv_thread_equal(&self, &w->thread_id);
+}
+
+/* ---- Graceful stop ----------------------------------------------- */
+
+void tern__worker_maybe_done(tern__worker *w) {
+  if (!w->stopping || w->nconns > 0 || w->handles_open == 0)
+    return;
+  close_worker_handles(w);
+}
+
+static void on_deadline(uv_timer_t *t) {
+  tern__worker *w = t->data;
+  tern__list *l;
+  /* Whatever is still open past the deadline is closed now. */
+  while (!tern__list_empty(&w->conns)) {
+    l = w->conns.next;
+    tern__list_remove(l);
+    tern__conn_close(TERN__CONTAINER_OF(l, tern__conn, all_link));
+  }
+  tern__worker_maybe_done(w);
+}
+
+static void begin_stop(tern__worker *w) {
+  tern__list *l, *next;
+  size_t i;
+
+  w->stopping = 1;
+  for (i = 0; i < w->nlisteners; i++)
+    close_handle(w, (uv_handle_t *)&w->listeners[i]);
+  for (l = w->conns.next; l != &w->conns; l = next) {
+    tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, all_link);
+    next = l->next;
+    c->flags |= TERN__C_STOPPING;
+    c->proto->on_stop(c);
+  }
+  uv_timer_start(&w->deadline_timer, on_deadline,
+                 atomic_load(&w->srv->stop_deadline_ms), 0);
+  tern__worker_maybe_done(w);
+}
+
+/* ---- Inbox --------------------------------------------------------- */
+
+void tern__worker_post(tern__worker *w, tern__msg *m) {
+  m->next = NULL;
+  uv_mutex_lock(&w->inbox_lock);
+  if (w->inbox_tail != NULL)
+    w->inbox_tail->next = m;
+  else
+    w->inbox_head = m;
+  w->inbox_tail = m;
+  uv_mutex_unlock(&w->inbox_lock);
+  uv_async_send(&w->async);
+}
+
+static void on_async(uv_async_t *a) {
+  tern__worker *w = a->data;
+  tern__msg *m, *next;
+
+  uv_mutex_lock(&w->inbox_lock);
+  m = w->inbox_head;
+  w->inbox_head = w->inbox_tail = NULL;
+  uv_mutex_unlock(&w->inbox_lock);
+  for (; m != NULL; m = next) {
+    next = m->next;
+    tern__msg_apply(m);
+  }
+  if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
+    begin_stop(w);
+}
+
+/* After every loop turn's I/O: let adapters resume parsing where a
+ * handler resumed a body, then write everything produced in this turn. */
+static void on_check(uv_check_t *h) {
+  tern__worker *w = h->data;
+  while (!tern__list_empty(&w->dirty)) {
+    tern__list *l = w->dirty.next;
+    tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, dirty_link);
+    tern__list_remove(l);
+    c->flags &= ~(unsigned)TERN__C_DIRTY;
+    if (c->flags & TERN__C_CLOSING)
+      continue;
+    if (c->flags & TERN__C_REPROCESS) {
+      c->flags &= ~(unsigned)TERN__C_REPROCESS;
+      tern__conn_process(c);
+    }
+    if (!(c->flags & TERN__C_CLOSING))
+      tern__conn_flush(c);
+  }
+}
+
+/* ---- Timeouts ------------------------------------------------------ */
+
+static void on_tick(uv_timer_t *t) {
+  tern__worker *w = t->data;
+  uint64_t now = uv_now(w->loop);
+  int k;
+
+  tern__date_update(w);
+  for (k = 1; k < TERN__T_COUNT; k++) {
+    tern__list *list = &w->timers[k];
+    /* Each list holds one kind of timeout, appended as armed, so it is
+     * sorted by deadline: only expired entries at its front are seen. */
+    while (!tern__list_empty(list)) {
+      tern__conn *c =
+          TERN__CONTAINER_OF(list->next, tern__conn, timer_link);
+      if (c->deadline > now)
+        break;
+      tern__conn_timer(c, TERN__T_NONE);
+      tern__conn_timeout(c, k);
+    }
+  }
+  on_check(&w->check);
+}

@@ -1,0 +1,729 @@
+/* The HTTP/1.1 adapter: turns the parser's heads and bodies into requests
+ * and the user's response calls into bytes.
+ *
+ * Pipelining: every parsed request joins the connection's queue. Only the
+ * request at the head of the queue writes into the connection's output;
+ * the others write into their own queue, which is spliced onto the
+ * connection's when they reach the head. So responses leave in request
+ * order however the handlers finish.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "http1/parse.h"
+#include "internal.h"
+
+_Static_assert(sizeof(tern__h1_field) == sizeof(tern_header) &&
+                   offsetof(tern__h1_field, value_len) ==
+                       offsetof(tern_header, value_len),
+               "the parser fills the request's header array directly");
+
+typedef struct {
+  tern__h1_chunked dec;
+  int version_minor;
+} h1_state;
+
+_Static_assert(sizeof(h1_state) <= sizeof(((tern_request *)0)->proto_buf),
+               "adapter state fits in the request");
+
+static h1_state *state(tern_request *r) {
+  return (h1_state *)(void *)r->proto_buf;
+}
+
+static tern__outq *outq(tern_request *r) {
+  tern__conn *c = r->conn;
+  if (c->q_head == r) {
+    tern__conn_mark_dirty(c);
+    return &c->out;
+  }
+  return &r->out;
+}
+
+static void enqueue(tern__conn *c, tern_request *r) {
+  if (c->q_tail != NULL)
+    c->q_tail->next = r;
+  else
+    c->q_head = r;
+  c->q_tail = r;
+  c->nq++;
+}
+
+static tern_request *dequeue(tern__conn *c) {
+  tern_request *r = c->q_head;
+  c->q_head = r->next;
+  if (c->q_head == NULL)
+    c->q_tail = NULL;
+  r->next = NULL;
+  c->nq--;
+  if (c->body_req == r)
+    c->body_req = NULL;
+  return r;
+}
+
+/* Requests queued behind one that closes the connection will never be
+ * answered: they are gone, and their handlers learn it when responding. */
+static void drop_queue(tern__conn *c) {
+  while (c->q_head != NULL) {
+    tern_request *r = c->q_head;
+    atomic_store_explicit(&r->gone, 1, memory_order_release);
+    if (r == c->body_req && (r->flags & TERN__RQ_READING) &&
+        !(r->flags & TERN__RQ_BODY_DONE) && r->body_fn != NULL &&
+        !(r->flags & TERN__RQ_ENDED)) {
+      r->flags |= TERN__RQ_BODY_DONE;
+      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+    }
+    dequeue(c);
+    if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
+      /* Never handed to the user: drop the user's reference too. */
+      r->flags |= TERN__RQ_ENDED;
+      tern__request_unref(r);
+    }
+    tern__request_unref(r);
+  }
+}
+
+/* Retire finished requests from the head of the queue and let the next
+ * one's buffered output follow. */
+static void advance(tern__conn *c) {
+  tern__worker *w = c->w;
+  while (c->q_head != NULL && (c->q_head->flags & TERN__RQ_ENDED)) {
+    tern_request *r = dequeue(c);
+    if ((r->flags & TERN__RQ_CLOSE) || !(r->flags & TERN__RQ_BODY_DONE))
+      c->flags |= TERN__C_CLOSE_AFTER;
+    tern__request_unref(r);
+    if (c->flags & TERN__C_CLOSE_AFTER) {
+      drop_queue(c);
+      break;
+    }
+    if (c->q_head != NULL &&
+        tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
+      tern__conn_close(c);
+      return;
+    }
+  }
+  tern__conn_mark_dirty(c);
+  if (!(c->flags & TERN__C_CLOSE_AFTER) && c->rpos < c->rlen)
+    tern__conn_reprocess(c);
+}
+
+/* ---- Responses ------------------------------------------------------ */
+
+/* A small formatting buffer in front of the output queue so that a head
+ * becomes one or two copies rather than one per field. */
+typedef struct {
+  tern__worker *w;
+  tern__outq *q;
+  char buf[512];
+  size_t len;
+  int err;
+} hbuf;
+
+static void hb_put(hbuf *b, const char *p, size_t n) {
+  if (b->len + n > sizeof(b->buf)) {
+    if (b->err == 0 && b->len > 0)
+      b->err = tern__outq_copy(b->w, b->q, b->buf, b->len);
+    b->len = 0;
+    if (n > sizeof(b->buf)) {
+      if (b->err == 0)
+        b->err = tern__outq_copy(b->w, b->q, p, n);
+      return;
+    }
+  }
+  memcpy(b->buf + b->len, p, n);
+  b->len += n;
+}
+
+static int hb_done(hbuf *b) {
+  if (b->err == 0 && b->len > 0)
+    b->err = tern__outq_copy(b->w, b->q, b->buf, b->len);
+  return b->err;
+}
+
+static int ieq(const char *a, size_t n, const char *lower) {
+  size_t i;
+  if (strlen(lower) != n)
+    return 0;
+  for (i = 0; i < n; i++) {
+    unsigned char x = (unsigned char)a[i];
+    if ((unsigned)(x - 'A') < 26u)
+      x |= 0x20;
+    if (x != (unsigned char)lower[i])
+      return 0;
+  }
+  return 1;
+}
+
+static int is_tchar(unsigned char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || (ch != 0 && strchr("!#$%&'*+-.^_`|~",
+                                                         ch) != NULL);
+}
+
+/* Header injection defence: names are tokens, values carry no CR, LF or
+ * NUL. A bad field fails the call before anything is queued. */
+static int check_fields(const tern_header *h, size_t n) {
+  size_t i, j;
+  for (i = 0; i < n; i++) {
+    if (h[i].name_len == 0 || (h[i].value_len > 0 && h[i].value == NULL))
+      return TERN_EINVAL;
+    for (j = 0; j < h[i].name_len; j++)
+      if (!is_tchar((unsigned char)h[i].name[j]))
+        return TERN_EINVAL;
+    for (j = 0; j < h[i].value_len; j++) {
+      unsigned char ch = (unsigned char)h[i].value[j];
+      if (ch == '\r' || ch == '\n' || ch == 0)
+        return TERN_EINVAL;
+    }
+  }
+  return 0;
+}
+
+static int managed_field(const tern_header *h) {
+  return ieq(h->name, h->name_len, "date") ||
+         ieq(h->name, h->name_len, "content-length") ||
+         ieq(h->name, h->name_len, "transfer-encoding") ||
+         ieq(h->name, h->name_len, "connection");
+}
+
+static void put_fields(hbuf *b, const tern_header *h, size_t n, int skip) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    if (skip && managed_field(&h[i]))
+      continue;
+    hb_put(b, h[i].name, h[i].name_len);
+    hb_put(b, ": ", 2);
+    hb_put(b, h[i].value, h[i].value_len);
+    hb_put(b, "\r\n", 2);
+  }
+}
+
+static int h1_start(tern_request *r, int status, const tern_header *h,
+                    size_t n, int64_t cl) {
+  tern__conn *c = r->conn;
+  int minor = state(r)->version_minor;
+  int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 ||
+                 status == 204 || status == 304;
+  int no_length = status < 200 || status == 204;
+  char line[64];
+  hbuf b;
+  int len;
+
+  if (check_fields(h, n) != 0)
+    return TERN_EINVAL;
+  if (c->flags & TERN__C_STOPPING)
+    r->flags |= TERN__RQ_CLOSE;
+  if (cl < 0 && !bodyless) {
+    if (minor == 0)
+      r->flags |= TERN__RQ_CLOSE; /* the body ends with the connection */
+    else
+      r->flags |= TERN__RQ_CHUNKED;
+  }
+  b.w = c->w;
+  b.q = outq(r);
+  b.len = 0;
+  b.err = 0;
+  len = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", status,
+                 tern__reason(status));
+  hb_put(&b, line, (size_t)len);
+  put_fields(&b, h, n, 1);
+  hb_put(&b, c->w->date, c->w->date_len);
+  if (r->flags & TERN__RQ_CHUNKED) {
+    hb_put(&b, "Transfer-Encoding: chunked\r\n", 28);
+  } else if (cl >= 0 && !no_length) {
+    len = snprintf(line, sizeof(line), "Content-Length: %lld\r\n",
+                   (long long)cl);
+    hb_put(&b, line, (size_t)len);
+  }
+  if (r->flags & TERN__RQ_CLOSE)
+    hb_put(&b, "Connection: close\r\n", 19);
+  else if (minor == 0)
+    hb_put(&b, "Connection: keep-alive\r\n", 24);
+  hb_put(&b, "\r\n", 2);
+  if (hb_done(&b) != 0)
+    return TERN_ENOMEM;
+  r->flags |= TERN__RQ_STARTED;
+  r->resp_left = bodyless ? 0 : cl;
+  if (bodyless)
+    r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
+  return 0;
+}
+
+static int h1_write(tern_request *r, const void *p, size_t len, int copy,
+                    tern_write_fn done, void *duser, tern_release_fn release,
+                    void *ruser) {
+  tern__worker *w = r->w;
+  tern__outq *q;
+  int rc = 0;
+
+  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
+      (uint64_t)len > (uint64_t)r->resp_left)
+    return TERN_EINVAL;
+  q = outq(r);
+  if (r->flags & TERN__RQ_HEAD)
+    len = 0; /* HEAD: the length was announced, the bytes are not sent */
+  if (len > 0 && (r->flags & TERN__RQ_CHUNKED)) {
+    char line[24];
+    int n = snprintf(line, sizeof(line), "%zx\r\n", len);
+    rc = tern__outq_copy(w, q, line, (size_t)n);
+  }
+  if (rc == 0 && (len > 0 || release != NULL)) {
+    if (copy)
+      rc = tern__outq_copy(w, q, p, len);
+    else
+      rc = tern__outq_ref(w, q, p, len, release, ruser);
+  }
+  if (rc == 0 && len > 0 && (r->flags & TERN__RQ_CHUNKED))
+    rc = tern__outq_copy(w, q, "\r\n", 2);
+  if (rc == 0 && done != NULL)
+    rc = tern__outq_mark(w, q, TERN__SEG_MARK, r, done, duser);
+  if (rc != 0)
+    return rc;
+  if (r->resp_left > 0)
+    r->resp_left -= (int64_t)len;
+  return 0;
+}
+
+static int h1_end(tern_request *r, const tern_header *t, size_t n) {
+  tern__worker *w = r->w;
+  tern__conn *c = r->conn;
+  tern__outq *q = outq(r);
+  int rc = 0;
+
+  if (r->resp_left > 0) {
+    /* Fewer bytes than announced: the client can only tell by a close. */
+    tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
+    r->flags |= TERN__RQ_CLOSE;
+  }
+  if (r->flags & TERN__RQ_CHUNKED) {
+    hbuf b;
+    b.w = w;
+    b.q = q;
+    b.len = 0;
+    b.err = 0;
+    hb_put(&b, "0\r\n", 3);
+    if (check_fields(t, n) == 0)
+      put_fields(&b, t, n, 1);
+    hb_put(&b, "\r\n", 2);
+    rc = hb_done(&b);
+  }
+  if (rc == 0)
+    rc = tern__outq_mark(w, q, TERN__SEG_END, r, NULL, NULL);
+  if (rc != 0) {
+    tern__conn_close(c);
+    return rc;
+  }
+  r->refs++; /* the END marker's reference */
+  r->flags |= TERN__RQ_ENDED;
+  if (c->q_head == r)
+    advance(c);
+  return 0;
+}
+
+/* ---- Requests -------------------------------------------------------- */
+
+/* Reject before or instead of a request: answer `status` and close. */
+static void reject(tern__conn *c, tern_request *r, int status) {
+  if (r == NULL) {
+    r = tern__request_new(c);
+    if (r == NULL) {
+      tern__conn_close(c);
+      return;
+    }
+    state(r)->version_minor = 1;
+    enqueue(c, r);
+  }
+  r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE;
+  c->flags |= TERN__C_CLOSE_AFTER;
+  c->rpos = c->rlen;
+  tern__conn_read_stop(c);
+  tern__respond_status(r, status, NULL, 0);
+}
+
+static void send_continue(tern_request *r) {
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  if (!(r->flags & TERN__RQ_CONTINUE) || (r->flags & TERN__RQ_STARTED))
+    return;
+  r->flags &= ~(unsigned)TERN__RQ_CONTINUE;
+  if (tern__outq_copy(r->w, outq(r), cont, sizeof(cont) - 1) != 0)
+    tern__conn_close(r->conn);
+}
+
+static void body_complete(tern__conn *c, tern_request *r) {
+  r->flags |= TERN__RQ_BODY_DONE;
+  c->body_req = NULL;
+  if (r->flags & TERN__RQ_STREAM) {
+    if (!(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL)
+      r->body_fn(r, TERN_BODY_END, NULL, 0, r->body_user);
+    return;
+  }
+  r->body = r->body_buf;
+  tern__request_dispatch(r);
+}
+
+/* Deliver body bytes to a streaming handler or append them to the
+ * collected body. Returns 0, or the status to reject the request with. */
+static int deliver(tern_request *r, const char *p, size_t n) {
+  tern_server *srv = r->w->srv;
+  if (n == 0)
+    return 0;
+  if (r->flags & TERN__RQ_STREAM) {
+    if (!(r->flags & TERN__RQ_ENDED))
+      r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
+    return 0;
+  }
+  if (r->body_len + n > r->route->max_body)
+    return 413;
+  if (r->body_len + n > r->body_cap) {
+    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
+    char *nb;
+    while (cap < r->body_len + n)
+      cap *= 2;
+    if (cap > r->route->max_body)
+      cap = r->route->max_body;
+    nb = tern__realloc(srv, r->body_buf, cap);
+    if (nb == NULL)
+      return 503;
+    r->body_buf = nb;
+    r->body_cap = cap;
+  }
+  memcpy(r->body_buf + r->body_len, p, n);
+  r->body_len += n;
+  return 0;
+}
+
+static int body_error(tern__conn *c, tern_request *r, int status) {
+  if (r->flags & TERN__RQ_HANDLED) {
+    /* The handler has the request: tell it, then drop the connection
+     * once it has answered, since the framing is lost. */
+    r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE;
+    c->body_req = NULL;
+    c->flags |= TERN__C_CLOSE_AFTER;
+    c->rpos = c->rlen;
+    tern__conn_read_stop(c);
+    if (!(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL)
+      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+    return 0;
+  }
+  c->body_req = NULL;
+  reject(c, r, status);
+  return 0;
+}
+
+static int copy_trailers(tern_request *r, const char *p, size_t n) {
+  tern__h1_field f[32];
+  tern__h1_head h;
+  char *buf;
+  size_t i, size, count;
+  /* Reuse the head grammar: a fake request line, then the section. */
+  static const char line[] = "GET / HTTP/1.0\r\n";
+  char tmp[2048];
+
+  if (n == 0)
+    return 0;
+  if (sizeof(line) - 1 + n + 4 > sizeof(tmp))
+    return 0; /* too large to expose: the body is still fine */
+  memcpy(tmp, line, sizeof(line) - 1);
+  memcpy(tmp + sizeof(line) - 1, p, n);
+  memcpy(tmp + sizeof(line) - 1 + n, "\r\n\r\n", 4);
+  memset(&h, 0, sizeof(h));
+  h.fields = f;
+  h.nfields = 32;
+  {
+    tern__h1_limits lim = {sizeof(tmp), 32, sizeof(tmp)};
+    size_t total = sizeof(line) - 1 + n + 4;
+    /* The section may already end in CRLF: allow both shapes. */
+    if (tern__h1_parse_head(tmp, total, &h, &lim) < 0 &&
+        tern__h1_parse_head(tmp, total - 2, &h, &lim) < 0)
+      return 0;
+  }
+  count = h.nfields;
+  size = count * sizeof(tern_header);
+  for (i = 0; i < count; i++)
+    size += f[i].name_len + f[i].value_len;
+  r->trailers = tern__malloc(r->w->srv, size ? size : 1);
+  if (r->trailers == NULL)
+    return TERN_ENOMEM;
+  buf = (char *)(r->trailers + count);
+  for (i = 0; i < count; i++) {
+    memcpy(buf, f[i].name, f[i].name_len);
+    r->trailers[i].name = buf;
+    r->trailers[i].name_len = f[i].name_len;
+    buf += f[i].name_len;
+    memcpy(buf, f[i].value, f[i].value_len);
+    r->trailers[i].value = buf;
+    r->trailers[i].value_len = f[i].value_len;
+    buf += f[i].value_len;
+  }
+  r->ntrailers = count;
+  return 0;
+}
+
+/* Feed buffered bytes to the request whose body is arriving. Returns 1 if
+ * the body completed (parsing can go on), 0 if more input is needed or
+ * delivery is paused. */
+static int feed_body(tern__conn *c) {
+  tern_request *r = c->body_req;
+  const char *buf = c->rbuf ? c->rbuf->data : NULL;
+  int rc;
+
+  if (r->flags & TERN__RQ_STREAM) {
+    if (r->flags & TERN__RQ_ENDED) {
+      /* Answered without reading: the rest is unread, so close. */
+      c->body_req = NULL;
+      return 0;
+    }
+    if (!(r->flags & TERN__RQ_READING) || (r->flags & TERN__RQ_PAUSED))
+      return 0;
+  }
+  if (r->body_kind == TERN__H1_BODY_LENGTH) {
+    size_t avail = c->rlen - c->rpos;
+    size_t n = avail < r->body_left ? avail : (size_t)r->body_left;
+    if (n > 0) {
+      c->rpos += n;
+      r->body_left -= n;
+      rc = deliver(r, buf + c->rpos - n, n);
+      if (rc != 0)
+        return body_error(c, r, rc);
+    }
+    if (r->body_left > 0)
+      return 0;
+    body_complete(c, r);
+    return 1;
+  }
+  for (;;) {
+    size_t consumed = 0, off = 0, dlen = 0;
+    rc = tern__h1_chunked_decode(&state(r)->dec, buf + c->rpos,
+                                 c->rlen - c->rpos, &consumed, &off, &dlen);
+    if (rc < 0)
+      return body_error(c, r, 400);
+    if (rc == TERN__H1_CHUNKED_DONE) {
+      if (copy_trailers(r, buf + c->rpos + off, dlen) != 0)
+        return body_error(c, r, 503);
+      c->rpos += consumed;
+      body_complete(c, r);
+      return 1;
+    }
+    c->rpos += consumed;
+    if (dlen > 0) {
+      rc = deliver(r, buf + c->rpos - consumed + off, dlen);
+      if (rc != 0)
+        return body_error(c, r, rc);
+      if (c->body_req != r || (r->flags & (TERN__RQ_PAUSED | TERN__RQ_ENDED)))
+        return 0;
+    }
+    if (consumed == 0 && dlen == 0)
+      return 0;
+  }
+}
+
+static int method_is(const tern_request *r, const char *m) {
+  size_t n = strlen(m);
+  return r->method_len == n && memcmp(r->method, m, n) == 0;
+}
+
+/* A head arrived: build the request, route it, and decide how its body
+ * is read. */
+static void start_request(tern__conn *c, size_t head_len) {
+  tern__worker *w = c->w;
+  tern_server *srv = w->srv;
+  const char *buf = c->rbuf->data + c->rpos;
+  tern__h1_limits lim;
+  tern__h1_head h;
+  tern_request *r;
+  const tern__route *route;
+  size_t avail;
+  int rc;
+
+  r = tern__request_new(c);
+  if (r == NULL) {
+    tern__conn_close(c);
+    return;
+  }
+  enqueue(c, r);
+  r->rbuf = c->rbuf;
+  tern__rbuf_ref(c->rbuf);
+  c->rpos += head_len;
+  memset(&h, 0, sizeof(h));
+  h.fields = (tern__h1_field *)(void *)r->headers;
+  h.nfields = r->headers_cap;
+  lim.max_head = srv->s.max_head_size;
+  lim.max_headers = srv->s.max_header_count;
+  lim.max_uri = srv->s.max_uri_length;
+  state(r)->version_minor = 1;
+  rc = tern__h1_parse_head(buf, head_len, &h, &lim);
+  if (rc < 0) {
+    reject(c, r, -rc);
+    return;
+  }
+  state(r)->version_minor = h.version_minor;
+  r->protocol = h.version_minor ? TERN_PROTO_HTTP11 : TERN_PROTO_HTTP10;
+  r->method = h.method;
+  r->method_len = h.method_len;
+  r->target = h.target;
+  r->target_len = h.target_len;
+  r->path = h.path;
+  r->path_len = h.path_len;
+  r->query = h.query;
+  r->query_len = h.query_len;
+  r->authority = h.authority;
+  r->authority_len = h.authority_len;
+  r->nheaders = h.nfields;
+  r->body_kind = h.body;
+  r->body_left = h.content_length;
+  if (method_is(r, "HEAD"))
+    r->flags |= TERN__RQ_HEAD;
+  if (h.flags & TERN__H1_F_CLOSE) {
+    r->flags |= TERN__RQ_CLOSE;
+    c->flags |= TERN__C_CLOSE_AFTER; /* nothing follows this request */
+  }
+  if ((h.flags & TERN__H1_F_EXPECT100) && h.version_minor == 1)
+    r->flags |= TERN__RQ_CONTINUE;
+  if (h.body == TERN__H1_BODY_CHUNKED)
+    tern__h1_chunked_init(&state(r)->dec, srv->s.max_head_size);
+  if (h.body == TERN__H1_BODY_NONE ||
+      (h.body == TERN__H1_BODY_LENGTH && h.content_length == 0)) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_kind = TERN__H1_BODY_NONE;
+  }
+
+  /* Route. */
+  if (h.flags & TERN__H1_F_ASTERISK) {
+    if (!(r->flags & TERN__RQ_BODY_DONE))
+      r->flags |= TERN__RQ_CLOSE;
+    tern__respond_status(r, 204, srv->allow_all, srv->allow_all_len);
+    return;
+  }
+  tern__router_match(srv->router, r->method, r->method_len, r->path,
+                     r->path_len, &r->match);
+  if (r->match.status == 0) {
+    route = r->match.route;
+  } else if (srv->has_default) {
+    route = &srv->default_route;
+  } else {
+    /* tern answers itself. A body that is already here is skipped;
+     * otherwise the connection closes after the answer. */
+    avail = c->rlen - c->rpos;
+    if (h.body == TERN__H1_BODY_LENGTH && r->body_left <= avail) {
+      c->rpos += r->body_left;
+      r->flags |= TERN__RQ_BODY_DONE;
+    } else if (!(r->flags & TERN__RQ_BODY_DONE)) {
+      r->flags |= TERN__RQ_CLOSE;
+    }
+    if (r->match.status == 405)
+      tern__respond_status(r, 405, r->match.allow, r->match.allow_len);
+    else
+      tern__respond_status(r, 404, NULL, 0);
+    return;
+  }
+  r->route = route;
+  if (r->flags & TERN__RQ_BODY_DONE) {
+    tern__request_dispatch(r);
+    return;
+  }
+  if (route->flags & TERN_ROUTE_STREAM_BODY) {
+    r->flags |= TERN__RQ_STREAM;
+    c->body_req = r;
+    tern__request_dispatch(r);
+    return;
+  }
+  /* Collected body. */
+  if (h.body == TERN__H1_BODY_LENGTH && h.content_length > route->max_body) {
+    reject(c, r, 413);
+    return;
+  }
+  avail = c->rlen - c->rpos;
+  if (h.body == TERN__H1_BODY_LENGTH && h.content_length <= avail) {
+    /* The whole body is here: hand it over in place. */
+    r->body = c->rbuf->data + c->rpos;
+    r->body_len = (size_t)h.content_length;
+    c->rpos += r->body_len;
+    r->flags |= TERN__RQ_BODY_DONE;
+    tern__request_dispatch(r);
+    return;
+  }
+  r->flags |= TERN__RQ_READING;
+  c->body_req = r;
+  send_continue(r);
+}
+
+static void h1_on_read(tern__conn *c) {
+  tern_server *srv = c->w->srv;
+  tern__h1_limits lim;
+  int want;
+
+  lim.max_head = srv->s.max_head_size;
+  lim.max_headers = srv->s.max_header_count;
+  lim.max_uri = srv->s.max_uri_length;
+  for (;;) {
+    size_t end;
+    if (c->flags & TERN__C_CLOSING)
+      return;
+    if (c->body_req != NULL) {
+      if (!feed_body(c))
+        break;
+      continue;
+    }
+    if (c->flags & TERN__C_CLOSE_AFTER) {
+      c->rpos = c->rlen; /* nothing after a closing request is read */
+      break;
+    }
+    if (c->rpos == c->rlen || c->nq >= srv->s.max_pipeline ||
+        (c->flags & TERN__C_STOPPING))
+      break;
+    end = tern__h1_head_end(c->rbuf->data + c->rpos, c->rlen - c->rpos,
+                            &c->head_scanned);
+    if (end == 0) {
+      int rc = tern__h1_check_partial(c->rbuf->data + c->rpos,
+                                      c->rlen - c->rpos, &lim);
+      if (rc < 0)
+        reject(c, NULL, -rc);
+      break;
+    }
+    c->head_scanned = 0;
+    start_request(c, end);
+  }
+  if (c->flags & TERN__C_CLOSING)
+    return;
+  if (c->flags & TERN__C_EOF) {
+    if (c->body_req != NULL && !(c->body_req->flags & TERN__RQ_BODY_DONE)) {
+      tern__conn_close(c); /* the client left in the middle of a body */
+      return;
+    }
+    c->flags |= TERN__C_CLOSE_AFTER;
+    c->rpos = c->rlen;
+    return;
+  }
+  if (c->body_req != NULL) {
+    unsigned f = c->body_req->flags;
+    want = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED);
+  } else {
+    want = !(c->flags & (TERN__C_CLOSE_AFTER | TERN__C_STOPPING)) &&
+           c->nq < srv->s.max_pipeline;
+  }
+  if (want)
+    tern__conn_read_start(c);
+  else
+    tern__conn_read_stop(c);
+}
+
+static void h1_body_flow(tern_request *r) {
+  if (r->flags & TERN__RQ_READING)
+    send_continue(r);
+  if (r->conn->body_req == r)
+    tern__conn_reprocess(r->conn);
+}
+
+static void h1_on_stop(tern__conn *c) {
+  c->flags |= TERN__C_CLOSE_AFTER;
+  if (c->nq == 0 && !(c->flags & TERN__C_WRITING) && c->out.count == 0)
+    tern__conn_close(c);
+  else
+    tern__conn_mark_dirty(c);
+}
+
+static void h1_on_close(tern__conn *c) { drop_queue(c); }
+
+const tern__proto tern__http1 = {
+    "http/1.1",  h1_on_read, h1_on_stop,  h1_on_close,
+    h1_start,    h1_write,   h1_end,      h1_body_flow,
+};

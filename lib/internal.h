@@ -1,0 +1,438 @@
+/* Internal declarations shared by tern's core and its protocol adapters.
+ * Nothing here is installed; names are tern__ (cross-file) by convention.
+ */
+#ifndef TERN_INTERNAL_H
+#define TERN_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "tern.h"
+#include "core/router.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TERN__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TERN__ASAN 1
+#endif
+#endif
+
+#define TERN__CONTAINER_OF(p, type, field)                                 \
+  ((type *)(void *)((char *)(p)-offsetof(type, field)))
+
+typedef struct tern__worker tern__worker;
+typedef struct tern__conn tern__conn;
+typedef struct tern__proto tern__proto;
+
+/* ---- Intrusive doubly linked list -------------------------------- */
+
+typedef struct tern__list {
+  struct tern__list *prev, *next;
+} tern__list;
+
+static inline void tern__list_init(tern__list *l) { l->prev = l->next = l; }
+static inline int tern__list_empty(const tern__list *l) {
+  return l->next == l;
+}
+static inline int tern__list_linked(const tern__list *n) {
+  return n->next != NULL && n->next != n;
+}
+static inline void tern__list_append(tern__list *l, tern__list *n) {
+  n->prev = l->prev;
+  n->next = l;
+  l->prev->next = n;
+  l->prev = n;
+}
+static inline void tern__list_remove(tern__list *n) {
+  n->prev->next = n->next;
+  n->next->prev = n->prev;
+  n->prev = n->next = n;
+}
+
+/* ---- Allocation and statistics ----------------------------------- */
+
+/* Counters a worker writes alone; other threads only read them. Relaxed
+ * atomics make those reads defined without costing a locked instruction
+ * on the hot path. */
+typedef struct {
+  _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
+} tern__wstats;
+
+#define TERN__STAT_ADD(field, n)                                           \
+  atomic_store_explicit(                                                   \
+      &(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+      memory_order_relaxed)
+
+void *tern__malloc(tern_server *srv, size_t size);
+void *tern__realloc(tern_server *srv, void *p, size_t size);
+void tern__free(tern_server *srv, void *p);
+
+void tern__log(tern_server *srv, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---- Fixed-size object pools (per worker, no locks) -------------- */
+
+typedef struct {
+  size_t size;     /* object size */
+  void *free;      /* singly linked through the first word */
+  size_t nfree;
+  size_t max_free; /* 0 under AddressSanitizer: every put is a free */
+} tern__pool;
+
+void tern__pool_init(tern__pool *p, size_t size, size_t max_free);
+void *tern__pool_get(tern__worker *w, tern__pool *p);
+void tern__pool_put(tern__worker *w, tern__pool *p, void *obj);
+void tern__pool_drain(tern__worker *w, tern__pool *p);
+
+/* ---- Read buffers: refcounted so that request views stay valid ---- */
+
+typedef struct {
+  uint32_t refs;
+  uint32_t cap;
+  char data[];
+} tern__rbuf;
+
+tern__rbuf *tern__rbuf_get(tern__worker *w);
+void tern__rbuf_ref(tern__rbuf *b);
+void tern__rbuf_unref(tern__worker *w, tern__rbuf *b);
+
+/* ---- Output queue ------------------------------------------------- */
+
+/* A block that copied output bytes are appended to. */
+typedef struct tern__wblk {
+  struct tern__wblk *next;
+  uint32_t refs; /* segments pointing into it */
+  uint32_t used;
+  char data[];
+} tern__wblk;
+
+enum {
+  TERN__SEG_COPY = 0, /* bytes in a wblk */
+  TERN__SEG_REF = 1,  /* caller's bytes; release/done when written */
+  TERN__SEG_END = 2,  /* zero-length marker: the response is written */
+  TERN__SEG_MARK = 3, /* zero-length marker: run `done` when written */
+};
+
+typedef struct {
+  const char *base;
+  size_t len;
+  int kind;
+  tern__wblk *blk;
+  tern_request *req;       /* for done callbacks and END */
+  tern_release_fn release; /* REF: release(base, ruser) */
+  tern_write_fn done;      /* done(req, status, duser) */
+  void *ruser, *duser;
+} tern__seg;
+
+typedef struct {
+  tern__seg *segs;
+  size_t head, count, cap; /* segs[head .. head+count) are pending */
+  size_t head_off;         /* bytes of segs[head] already written */
+  size_t bytes;            /* pending bytes */
+  tern__wblk *tail;        /* block being appended to */
+} tern__outq;
+
+void tern__outq_init(tern__outq *q);
+/* Copy bytes; they join the previous segment when contiguous. */
+int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
+                    size_t len);
+int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
+                   size_t len, tern_release_fn release, void *ruser);
+int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,
+                    tern_request *req, tern_write_fn done, void *duser);
+/* Move everything from `src` to the end of `dst`. */
+int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src);
+/* Fill up to n iovecs from the pending segments; returns how many. */
+size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n);
+/* `n` bytes were written: finish segments (status 0). */
+void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n);
+/* Drop all pending segments, telling their owners `status`. */
+void tern__outq_fail(tern__worker *w, tern__outq *q, int status);
+void tern__outq_free(tern__worker *w, tern__outq *q);
+
+/* ---- Requests ----------------------------------------------------- */
+
+typedef struct {
+  tern_handler handler;
+  void *user;
+  unsigned flags;
+  uint64_t max_body;
+} tern__route;
+
+enum {
+  TERN__RQ_HANDLED = 1u << 0,   /* handler called */
+  TERN__RQ_STARTED = 1u << 1,   /* response head produced */
+  TERN__RQ_ENDED = 1u << 2,     /* user finished the response */
+  TERN__RQ_HEAD = 1u << 3,      /* HEAD request: no response body */
+  TERN__RQ_CHUNKED = 1u << 4,   /* response uses chunked encoding */
+  TERN__RQ_CLOSE = 1u << 5,     /* close the connection after it */
+  TERN__RQ_BODY_DONE = 1u << 6, /* request body fully received */
+  TERN__RQ_READING = 1u << 7,   /* tern_request_read called */
+  TERN__RQ_PAUSED = 1u << 8,    /* body delivery paused */
+  TERN__RQ_CONTINUE = 1u << 9,  /* client waits for 100 Continue */
+  TERN__RQ_STREAM = 1u << 10,   /* streaming body route */
+  TERN__RQ_WRITTEN = 1u << 11,  /* END marker reached the socket */
+};
+
+struct tern_request {
+  tern__conn *conn;
+  tern__worker *w;
+  tern_request *next; /* the connection's in-flight queue */
+  const tern__route *route;
+  _Atomic int gone;  /* the client went away */
+  int refs;          /* user (until end) + connection (until written) */
+  unsigned flags;
+  int protocol;
+
+  const char *method, *target, *path, *query, *authority;
+  size_t method_len, target_len, path_len, query_len, authority_len;
+  tern_header *headers;
+  size_t nheaders, headers_cap;
+  tern_header *trailers;
+  size_t ntrailers;
+  tern__route_match match;
+  tern__rbuf *rbuf; /* holds the head (and maybe the body) */
+
+  /* Body: a view into rbuf, or collected into `body_buf`. */
+  const char *body;
+  size_t body_len;
+  char *body_buf;
+  size_t body_cap;
+  uint64_t body_left; /* Content-Length bytes still to arrive */
+  int body_kind;      /* TERN__H1_BODY_* */
+  tern_body_fn body_fn;
+  void *body_user;
+
+  /* Response. */
+  int64_t resp_left; /* declared length still to write; -1 unknown */
+  tern__outq out;    /* pending output while not at the queue head */
+  void *data;        /* tern_request_set_data */
+  uv_work_t work;    /* blocking routes */
+  void *proto_data;  /* adapter state (chunked decoder, h2 stream) */
+  char proto_buf[64];
+};
+
+tern_request *tern__request_new(tern__conn *c);
+void tern__request_unref(tern_request *r);
+/* Run the route's handler (on the worker or the blocking pool). */
+void tern__request_dispatch(tern_request *r);
+/* Is the calling thread the request's worker? */
+int tern__on_worker(const tern__worker *w);
+/* Answer an error status on behalf of tern (small text body). */
+void tern__respond_status(tern_request *r, int status, const char *allow,
+                          size_t allow_len);
+
+/* ---- Protocol adapters ------------------------------------------- */
+
+struct tern__proto {
+  const char *name;
+  /* New bytes are in c->rbuf[c->rpos .. c->rlen). Consume what you can. */
+  void (*on_read)(tern__conn *c);
+  /* Graceful stop: finish what is in flight, accept nothing new. */
+  void (*on_stop)(tern__conn *c);
+  /* The connection is closing: fail requests in flight. */
+  void (*on_close)(tern__conn *c);
+  /* Response calls, on the owning worker. */
+  int (*start)(tern_request *r, int status, const tern_header *h, size_t n,
+               int64_t content_length);
+  int (*write)(tern_request *r, const void *p, size_t len, int copy,
+               tern_write_fn done, void *duser, tern_release_fn release,
+               void *ruser);
+  int (*end)(tern_request *r, const tern_header *t, size_t n);
+  /* Body flow control changed (read/pause/resume). */
+  void (*body_flow)(tern_request *r);
+};
+
+extern const tern__proto tern__http1;
+
+/* ---- Connections -------------------------------------------------- */
+
+enum {
+  TERN__T_NONE = 0,
+  TERN__T_HEAD,  /* waiting for (the rest of) a request head */
+  TERN__T_IDLE,  /* keep-alive, nothing pending */
+  TERN__T_BODY,  /* waiting for request body bytes */
+  TERN__T_WRITE, /* output pending, no progress */
+  TERN__T_LINGER, /* closing: drain the peer's bytes after shutdown */
+  TERN__T_COUNT,
+};
+
+enum {
+  TERN__C_CLOSING = 1u << 0,   /* uv_close called */
+  TERN__C_READING = 1u << 1,   /* uv_read_start active */
+  TERN__C_WRITING = 1u << 2,   /* a uv_write is in flight */
+  TERN__C_DIRTY = 1u << 3,     /* on the worker's dirty list */
+  TERN__C_CLOSE_AFTER = 1u << 4, /* close once output is written */
+  TERN__C_EOF = 1u << 5,       /* the peer finished sending */
+  TERN__C_REPROCESS = 1u << 6, /* run on_read again from the check cb */
+  TERN__C_IN_READ = 1u << 7,   /* inside the adapter's on_read */
+  TERN__C_STOPPING = 1u << 8,  /* graceful stop seen */
+  TERN__C_LINGER = 1u << 9,    /* shut down for writing, draining */
+};
+
+struct tern__conn {
+  uv_tcp_t tcp;
+  tern__worker *w;
+  const tern__proto *proto;
+  unsigned flags;
+  int refs; /* the connection itself + each live request */
+
+  tern__rbuf *rbuf;
+  size_t rpos, rlen; /* consumed / filled */
+
+  tern__outq out;
+  uv_write_t wreq;
+  uv_shutdown_t sreq;
+  size_t wlen; /* bytes in the uv_write in flight */
+
+  tern__list timer_link;
+  uint64_t deadline;
+  int timer_kind;
+  uint64_t head_started; /* for TERN__T_HEAD, when the head began */
+  tern__list dirty_link;
+  tern__list all_link;
+
+  /* HTTP/1.1 adapter state. */
+  tern_request *q_head, *q_tail; /* in-flight requests, in order */
+  size_t nq;
+  tern_request *body_req; /* request whose body is arriving */
+  size_t head_scanned;
+};
+
+void tern__conn_mark_dirty(tern__conn *c);
+/* Run the adapter over buffered input (not re-entrantly). */
+void tern__conn_process(tern__conn *c);
+void tern__conn_update_timer(tern__conn *c);
+void tern__conn_timeout(tern__conn *c, int kind);
+/* Ask for on_read to run again soon (after resume). */
+void tern__conn_reprocess(tern__conn *c);
+void tern__conn_read_start(tern__conn *c);
+void tern__conn_read_stop(tern__conn *c);
+void tern__conn_close(tern__conn *c);
+void tern__conn_flush(tern__conn *c);
+void tern__conn_timer(tern__conn *c, int kind);
+void tern__conn_unref(tern__conn *c);
+
+/* ---- Workers and the server --------------------------------------- */
+
+typedef struct tern__msg tern__msg;
+
+struct tern__worker {
+  tern_server *srv;
+  unsigned id;
+  uv_loop_t *loop;
+  uv_loop_t own_loop;
+  uv_thread_t thread;
+  uv_thread_t thread_id;
+  int attached;
+  uv_async_t async;
+  uv_check_t check;
+  uv_timer_t timer;
+  uv_timer_t deadline_timer;
+  uv_tcp_t *listeners;
+  size_t nlisteners;
+  int thread_started;
+  int handles_open; /* worker handles not yet closed */
+  size_t nconns;    /* connection objects alive (open or referenced) */
+
+  uv_mutex_t inbox_lock;
+  tern__msg *inbox_head, *inbox_tail;
+
+  tern__list timers[TERN__T_COUNT];
+  uint32_t timeout_ms[TERN__T_COUNT];
+  tern__list dirty;
+  tern__list conns;
+  int stopping;
+
+  char date[40];
+  size_t date_len;
+  time_t date_sec;
+
+  tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool;
+  tern__wstats stats;
+};
+
+typedef struct {
+  int fd_family;
+  struct sockaddr_storage addr;
+  int *fds; /* one per worker */
+} tern__listen_addr;
+
+struct tern_server {
+  tern_settings s;
+  tern__router *router;
+  tern__route *routes;
+  size_t nroutes, routes_cap;
+  tern__route **route_ptrs; /* stable pointers handed to the router */
+  tern__route default_route;
+  int has_default;
+  char allow_all[128]; /* union of route methods, for OPTIONS * */
+  size_t allow_all_len;
+
+  tern__listen_addr *addrs;
+  size_t naddrs;
+  tern__worker *workers;
+  unsigned nworkers;
+  _Atomic int state; /* 0 idle, 1 running, 2 stopping, 3 done */
+  _Atomic uint32_t stop_deadline_ms;
+
+  _Atomic uint64_t allocs, alloc_bytes, frees;
+};
+
+enum {
+  TERN__S_IDLE = 0,
+  TERN__S_STARTING,
+  TERN__S_RUNNING,
+  TERN__S_STOPPING,
+  TERN__S_DONE,
+};
+
+int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
+                      uv_loop_t *loop);
+void tern__worker_run_thread(void *arg);
+/* Close the worker's handles, run its loop dry, free its pools. */
+void tern__worker_cleanup(tern__worker *w);
+/* Post a cross-thread message to the worker (takes ownership). */
+void tern__worker_post(tern__worker *w, tern__msg *m);
+void tern__worker_accept(uv_stream_t *listener, int status);
+void tern__worker_maybe_done(tern__worker *w);
+void tern__date_update(tern__worker *w);
+
+/* Cross-thread response messages. */
+enum {
+  TERN__M_RESPOND = 1,
+  TERN__M_START,
+  TERN__M_WRITE,
+  TERN__M_END,
+};
+
+struct tern__msg {
+  tern__msg *next;
+  int type;
+  tern_request *req;
+  int status;
+  int64_t content_length;
+  tern_header *headers;
+  size_t nheaders;
+  const void *body;
+  size_t len;
+  int copy;
+  tern_release_fn release;
+  void *ruser;
+  tern_write_fn done;
+  void *duser;
+  /* headers and copied bytes follow */
+};
+
+void tern__msg_apply(tern__msg *m);
+/* The reason phrase for a status code ("Not Found"). */
+const char *tern__reason(int status);
+
+#endif
