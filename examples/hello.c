@@ -2,6 +2,7 @@
  *
  *   GET  /              200 "Hello, World!" (text/plain)
  *   POST /echo          the request body, streamed back (any size)
+ *   POST /collect       the request body, collected first (--max-body)
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
@@ -116,6 +117,13 @@ static void echo(tern_request *r, void *user) {
   tern_request_set_data(r, e);
   tern_response_start(r, 200, NULL, 0, -1);
   tern_request_read(r, echo_body, NULL);
+}
+
+static void collect(tern_request *r, void *user) {
+  size_t len;
+  const char *body = tern_request_body(r, &len);
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, len);
 }
 
 static void stream(tern_request *r, void *user) {
@@ -261,6 +269,7 @@ int main(int argc, char **argv) {
   blocking_opts.flags = TERN_ROUTE_BLOCKING;
   tern_route(server, "GET", "/", hello, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
+  tern_route(server, "POST", "/collect", collect, NULL);
   tern_route(server, "GET", "/stream", stream, NULL);
   tern_route(server, "GET", "/big", big_body, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);

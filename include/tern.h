@@ -147,7 +147,11 @@ TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
 
 /* Run the server: start the worker threads and block until the server has
  * stopped (tern_stop). Returns 0, or an error if the threads or loops could
- * not be started (then nothing is running). */
+ * not be started (then nothing is running). If SIGPIPE has its default
+ * action, tern_run and tern_attach set it to be ignored, so that a client
+ * resetting its connection cannot kill the process. Worker 0 runs on the
+ * calling thread. Every request handed to a handler must be finished
+ * (responded to) for tern_run to return. */
 TERN_EXTERN int tern_run(tern_server *srv);
 
 /* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as

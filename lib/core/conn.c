@@ -173,6 +173,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (c->timer_kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     tern__conn_process(c);
+    /* Everything this read produced leaves now, in one write: waiting for
+     * the end of the loop turn would only add latency. */
+    if (!(c->flags & (TERN__C_CLOSING | TERN__C_REPROCESS)))
+      tern__conn_flush(c);
     return;
   }
   if (nread == 0)

@@ -18,7 +18,9 @@ tern_request *tern__request_new(tern__conn *c) {
   tern_request *r = tern__pool_get(w, &w->req_pool);
   if (r == NULL)
     return NULL;
-  memset(r, 0, sizeof(*r));
+  memset(r, 0, offsetof(tern_request, match));
+  r->match.nparams = 0;
+  r->match.status = 404;
   r->conn = c;
   r->w = w;
   r->refs = 2;

@@ -1,5 +1,6 @@
 /* The server object: settings, routes, listening sockets, run and stop. */
 #include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -350,8 +351,16 @@ int tern_set_default_handler(tern_server *srv, tern_handler handler,
 /* ---- Run, attach, stop ------------------------------------------- */
 
 static int start_workers(tern_server *srv, uv_loop_t *loop) {
+  struct sigaction sa;
   unsigned i;
   int rc;
+
+  /* A peer that resets while we write must give EPIPE, not kill the
+   * process; an embedder who installed its own handler keeps it. */
+  if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+  }
 
   if (srv->naddrs == 0)
     return TERN_ESTATE;

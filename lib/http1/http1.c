@@ -153,10 +153,50 @@ static int ieq(const char *a, size_t n, const char *lower) {
   return 1;
 }
 
-static int is_tchar(unsigned char ch) {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-         (ch >= '0' && ch <= '9') || (ch != 0 && strchr("!#$%&'*+-.^_`|~",
-                                                         ch) != NULL);
+/* RFC 9110 tchar, as a table: this runs for every response field. */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1,
+    ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1,
+    ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1,
+    ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1,
+    ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1,
+    ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1,
+    ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1,
+    ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+static int is_tchar(unsigned char ch) { return tchar[ch]; }
+
+/* Decimal digits of v into buf (at least 20 bytes); returns the length.
+ * snprintf was a tenth of the time of a pipelined request. */
+static size_t fmt_u64(char *buf, uint64_t v) {
+  char tmp[20];
+  size_t n = 0, i;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (i = 0; i < n; i++)
+    buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+static size_t fmt_hex(char *buf, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[16];
+  size_t n = 0, i;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  for (i = 0; i < n; i++)
+    buf[i] = tmp[n - 1 - i];
+  return n;
 }
 
 /* Header injection defence: names are tokens, values carry no CR, LF or
@@ -204,9 +244,10 @@ static int h1_start(tern_request *r, int status, const tern_header *h,
   int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 ||
                  status == 204 || status == 304;
   int no_length = status < 200 || status == 204;
+  const char *reason = tern__reason(status);
   char line[64];
+  size_t len;
   hbuf b;
-  int len;
 
   if (check_fields(h, n) != 0)
     return TERN_EINVAL;
@@ -222,17 +263,22 @@ static int h1_start(tern_request *r, int status, const tern_header *h,
   b.q = outq(r);
   b.len = 0;
   b.err = 0;
-  len = snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", status,
-                 tern__reason(status));
-  hb_put(&b, line, (size_t)len);
+  memcpy(line, "HTTP/1.1 ", 9);
+  len = 9 + fmt_u64(line + 9, (uint64_t)status);
+  line[len++] = ' ';
+  hb_put(&b, line, len);
+  hb_put(&b, reason, strlen(reason));
+  hb_put(&b, "\r\n", 2);
   put_fields(&b, h, n, 1);
   hb_put(&b, c->w->date, c->w->date_len);
   if (r->flags & TERN__RQ_CHUNKED) {
     hb_put(&b, "Transfer-Encoding: chunked\r\n", 28);
   } else if (cl >= 0 && !no_length) {
-    len = snprintf(line, sizeof(line), "Content-Length: %lld\r\n",
-                   (long long)cl);
-    hb_put(&b, line, (size_t)len);
+    memcpy(line, "Content-Length: ", 16);
+    len = 16 + fmt_u64(line + 16, (uint64_t)cl);
+    line[len++] = '\r';
+    line[len++] = '\n';
+    hb_put(&b, line, len);
   }
   if (r->flags & TERN__RQ_CLOSE)
     hb_put(&b, "Connection: close\r\n", 19);
@@ -263,8 +309,10 @@ static int h1_write(tern_request *r, const void *p, size_t len, int copy,
     len = 0; /* HEAD: the length was announced, the bytes are not sent */
   if (len > 0 && (r->flags & TERN__RQ_CHUNKED)) {
     char line[24];
-    int n = snprintf(line, sizeof(line), "%zx\r\n", len);
-    rc = tern__outq_copy(w, q, line, (size_t)n);
+    size_t n = fmt_hex(line, len);
+    line[n++] = '\r';
+    line[n++] = '\n';
+    rc = tern__outq_copy(w, q, line, n);
   }
   if (rc == 0 && (len > 0 || release != NULL)) {
     if (copy)

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Sum meson's test logs into one line: "N passed, N failed".
+
+TAP tests count one per "ok"/"not ok" line, so a file of forty cases is
+forty results; a test that crashed or timed out without reporting a
+failure of its own counts as one more failure. Exits 1 on any failure.
+"""
+import json
+import re
+import sys
+
+passed = failed = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        print(f"summary: {e}", file=sys.stderr)
+        failed += 1
+        continue
+    for line in lines:
+        t = json.loads(line)
+        out = t.get("stdout") or ""
+        ok = len(re.findall(r"^ok \d+", out, re.M))
+        bad = len(re.findall(r"^not ok \d+", out, re.M))
+        result = t.get("result", "")
+        if ok + bad == 0:
+            ok, bad = (1, 0) if result in ("OK", "EXPECTEDFAIL") else (0, 1)
+        elif result not in ("OK", "EXPECTEDFAIL") and bad == 0:
+            bad = 1
+        passed += ok
+        failed += bad
+        if result not in ("OK", "EXPECTEDFAIL", "SKIP"):
+            print(f"FAILED: {t.get('name')} ({result})")
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed or passed == 0 else 0)

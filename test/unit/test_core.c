@@ -1,0 +1,246 @@
+/* Unit tests for the core's memory pieces: pools, read buffers and the
+ * output queue, with a counting allocator that can fail on demand. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "t.h"
+
+static long live, fail_at = -1, calls;
+
+static void *c_malloc(size_t n, void *u) {
+  (void)u;
+  if (fail_at >= 0 && calls++ == fail_at)
+    return NULL;
+  live++;
+  return malloc(n);
+}
+static void *c_realloc(void *p, size_t n, void *u) {
+  (void)u;
+  if (fail_at >= 0 && calls++ == fail_at)
+    return NULL;
+  if (p == NULL)
+    live++;
+  return realloc(p, n);
+}
+static void c_free(void *p, void *u) {
+  (void)u;
+  if (p != NULL)
+    live--;
+  free(p);
+}
+
+static tern_server *srv;
+static tern__worker w;
+
+static void setup(void) {
+  tern_settings s;
+  tern_settings_init(&s);
+  s.workers = 1;
+  s.allocator.malloc = c_malloc;
+  s.allocator.realloc = c_realloc;
+  s.allocator.free = c_free;
+  fail_at = -1;
+  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  memset(&w, 0, sizeof(w));
+  w.srv = srv;
+  tern__pool_init(&w.rbuf_pool, sizeof(tern__rbuf) + 4096, 4);
+  tern__pool_init(&w.wblk_pool, sizeof(tern__wblk) + 256, 4);
+}
+
+static void teardown(void) {
+  tern__pool_drain(&w, &w.rbuf_pool);
+  tern__pool_drain(&w, &w.wblk_pool);
+  tern_server_free(srv);
+  T_EQ_INT(live, 0);
+}
+
+static void test_pool_recycles(void) {
+  void *a, *b;
+  setup();
+  a = tern__pool_get(&w, &w.rbuf_pool);
+  T_ASSERT(a != NULL);
+  tern__pool_put(&w, &w.rbuf_pool, a);
+  b = tern__pool_get(&w, &w.rbuf_pool);
+#ifndef TERN__ASAN
+  T_ASSERT(a == b); /* the free list hands the same object back */
+#endif
+  tern__pool_put(&w, &w.rbuf_pool, b);
+  teardown();
+}
+
+static void test_pool_bounded(void) {
+  void *objs[10];
+  int i;
+  setup();
+  for (i = 0; i < 10; i++)
+    objs[i] = tern__pool_get(&w, &w.rbuf_pool);
+  for (i = 0; i < 10; i++)
+    tern__pool_put(&w, &w.rbuf_pool, objs[i]);
+  T_ASSERT(w.rbuf_pool.nfree <= 4); /* the rest went back to the heap */
+  teardown();
+}
+
+static void test_rbuf_refcount(void) {
+  tern__rbuf *b;
+  setup();
+  b = tern__rbuf_get(&w);
+  T_ASSERT(b != NULL);
+  T_EQ_INT(b->cap, 4096);
+  tern__rbuf_ref(b);
+  tern__rbuf_unref(&w, b);
+  T_EQ_INT(b->refs, 1); /* still alive for the second holder */
+  tern__rbuf_unref(&w, b);
+  teardown();
+}
+
+static size_t gather(tern__outq *q, char *out, size_t cap) {
+  uv_buf_t iov[16];
+  size_t n = tern__outq_iov(q, iov, 16), i, len = 0;
+  for (i = 0; i < n; i++) {
+    T_ASSERT(len + iov[i].len <= cap);
+    memcpy(out + len, iov[i].base, iov[i].len);
+    len += iov[i].len;
+  }
+  return len;
+}
+
+static void test_outq_coalesces(void) {
+  tern__outq q;
+  uv_buf_t iov[4];
+  setup();
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_copy(&w, &q, "HTTP/1.1 ", 9) == 0);
+  T_ASSERT(tern__outq_copy(&w, &q, "200 OK\r\n", 8) == 0);
+  T_EQ_INT(q.count, 1); /* contiguous copies share one segment */
+  T_EQ_INT(tern__outq_iov(&q, iov, 4), 1);
+  T_EQ_STR(iov[0].base, iov[0].len, "HTTP/1.1 200 OK\r\n");
+  tern__outq_free(&w, &q);
+  teardown();
+}
+
+static void test_outq_spans_blocks(void) {
+  tern__outq q;
+  char big[1000], out[1000];
+  size_t i;
+  setup();
+  for (i = 0; i < sizeof(big); i++)
+    big[i] = (char)('a' + i % 26);
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_copy(&w, &q, big, sizeof(big)) == 0);
+  T_ASSERT(q.count >= 4); /* 256-byte blocks */
+  T_EQ_INT(gather(&q, out, sizeof(out)), sizeof(big));
+  T_ASSERT(memcmp(out, big, sizeof(big)) == 0);
+  tern__outq_consume(&w, &q, sizeof(big));
+  T_EQ_INT(q.count, 0);
+  T_EQ_INT(q.bytes, 0);
+  tern__outq_free(&w, &q);
+  teardown();
+}
+
+static int released, done_status = 99;
+static void on_release(void *data, void *user) {
+  (void)data;
+  (void)user;
+  released++;
+}
+static void on_done(tern_request *r, int status, void *user) {
+  (void)r;
+  (void)user;
+  done_status = status;
+}
+
+static void test_outq_ref_and_marks(void) {
+  tern__outq q;
+  static const char body[] = "0123456789";
+  setup();
+  released = 0;
+  done_status = 99;
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_copy(&w, &q, "head", 4) == 0);
+  T_ASSERT(tern__outq_ref(&w, &q, body, 10, on_release, NULL) == 0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) ==
+           0);
+  T_EQ_INT(q.bytes, 14);
+  /* A partial write leaves the rest, and no callback runs early. */
+  tern__outq_consume(&w, &q, 7);
+  T_EQ_INT(released, 0);
+  T_EQ_INT(done_status, 99);
+  T_EQ_INT(q.head_off, 3);
+  tern__outq_consume(&w, &q, 7);
+  T_EQ_INT(released, 1);
+  T_EQ_INT(done_status, 0);
+  T_EQ_INT(q.count, 0);
+  tern__outq_free(&w, &q);
+  teardown();
+}
+
+static void test_outq_fail_reports(void) {
+  tern__outq q;
+  setup();
+  released = 0;
+  done_status = 99;
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_ref(&w, &q, "x", 1, on_release, NULL) == 0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) ==
+           0);
+  tern__outq_free(&w, &q);
+  T_EQ_INT(released, 1);
+  T_EQ_INT(done_status, TERN_ECLOSED);
+  teardown();
+}
+
+static void test_outq_splice_keeps_order(void) {
+  tern__outq a, b;
+  char out[64];
+  setup();
+  tern__outq_init(&a);
+  tern__outq_init(&b);
+  T_ASSERT(tern__outq_copy(&w, &a, "first;", 6) == 0);
+  T_ASSERT(tern__outq_copy(&w, &b, "second;", 7) == 0);
+  T_ASSERT(tern__outq_splice(&w, &a, &b) == 0);
+  T_EQ_INT(b.count, 0);
+  T_ASSERT(tern__outq_copy(&w, &a, "third", 5) == 0);
+  T_EQ_STR(out, gather(&a, out, sizeof(out)), "first;second;third");
+  tern__outq_consume(&w, &a, 18);
+  tern__outq_free(&w, &a);
+  tern__outq_free(&w, &b);
+  teardown();
+}
+
+/* Every allocation the queue makes may fail: the call reports ENOMEM and
+ * the queue stays consistent and frees cleanly. */
+static void test_outq_alloc_failure(void) {
+  long n;
+  for (n = 0; n < 8; n++) {
+    tern__outq q;
+    char data[600];
+    int rc;
+    memset(data, 'z', sizeof(data));
+    setup();
+    tern__outq_init(&q);
+    calls = 0;
+    fail_at = n;
+    rc = tern__outq_copy(&w, &q, data, sizeof(data));
+    if (rc == 0)
+      rc = tern__outq_ref(&w, &q, data, 10, NULL, NULL);
+    fail_at = -1;
+    T_ASSERT(rc == 0 || rc == TERN_ENOMEM);
+    T_ASSERT(q.bytes <= sizeof(data) + 10);
+    tern__outq_free(&w, &q);
+    teardown();
+  }
+}
+
+int main(void) {
+  T_RUN(test_pool_recycles);
+  T_RUN(test_pool_bounded);
+  T_RUN(test_rbuf_refcount);
+  T_RUN(test_outq_coalesces);
+  T_RUN(test_outq_spans_blocks);
+  T_RUN(test_outq_ref_and_marks);
+  T_RUN(test_outq_fail_reports);
+  T_RUN(test_outq_splice_keeps_order);
+  T_RUN(test_outq_alloc_failure);
+  return T_DONE();
+}
