@@ -143,6 +143,12 @@ void tern__outq_init(tern__outq *q);
 /* Copy bytes; they join the previous segment when contiguous. */
 int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
                     size_t len);
+/* Room to format into: on success *p points at `*room` >= `min` writable
+ * bytes at the end of the queue; tern__outq_commit then appends the first
+ * `n` of them. Returns TERN_ETOOBIG when `min` exceeds a block. */
+int tern__outq_reserve(tern__worker *w, tern__outq *q, size_t min, char **p,
+                       size_t *room);
+int tern__outq_commit(tern__worker *w, tern__outq *q, size_t n);
 int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
                    size_t len, tern_release_fn release, void *ruser);
 int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,

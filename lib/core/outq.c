@@ -59,46 +59,76 @@ static void blk_release(tern__worker *w, tern__outq *q, tern__wblk *b) {
     tern__pool_put(w, &w->wblk_pool, b);
 }
 
+/* Make sure the tail block has at least `min` free bytes. */
+static int tail_room(tern__worker *w, tern__outq *q, size_t min) {
+  tern__wblk *b = q->tail, *nb;
+  if (b != NULL && blk_cap(w) - b->used >= min)
+    return 0;
+  nb = tern__pool_get(w, &w->wblk_pool);
+  if (nb == NULL)
+    return TERN_ENOMEM;
+  nb->refs = 0;
+  nb->used = 0;
+  nb->next = NULL;
+  if (b != NULL && b->refs == 0)
+    tern__pool_put(w, &w->wblk_pool, b);
+  q->tail = nb;
+  return 0;
+}
+
+int tern__outq_reserve(tern__worker *w, tern__outq *q, size_t min, char **p,
+                       size_t *room) {
+  int rc;
+  if (min > blk_cap(w))
+    return TERN_ETOOBIG;
+  if ((rc = tail_room(w, q, min)) != 0)
+    return rc;
+  *p = q->tail->data + q->tail->used;
+  *room = blk_cap(w) - q->tail->used;
+  return 0;
+}
+
+/* Append the `n` bytes already written at the tail block's end. */
+int tern__outq_commit(tern__worker *w, tern__outq *q, size_t n) {
+  tern__wblk *b = q->tail;
+  tern__seg *last = q->count ? &q->segs[q->head + q->count - 1] : NULL;
+
+  if (n == 0)
+    return 0;
+  if (last != NULL && last->kind == TERN__SEG_COPY && last->blk == b &&
+      last->base + last->len == b->data + b->used) {
+    last->len += n;
+  } else {
+    tern__seg *s;
+    if (reserve_segs(w, q, 1) != 0)
+      return TERN_ENOMEM;
+    s = push(q);
+    s->kind = TERN__SEG_COPY;
+    s->base = b->data + b->used;
+    s->len = n;
+    s->blk = b;
+    b->refs++;
+  }
+  b->used += (uint32_t)n;
+  q->bytes += n;
+  return 0;
+}
+
 int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
                     size_t len) {
   const char *src = p;
 
   while (len > 0) {
-    tern__wblk *b = q->tail;
-    tern__seg *last;
-    size_t room, n;
-
-    if (b == NULL || b->used == blk_cap(w)) {
-      tern__wblk *nb = tern__pool_get(w, &w->wblk_pool);
-      if (nb == NULL)
-        return TERN_ENOMEM;
-      nb->refs = 0;
-      nb->used = 0;
-      nb->next = NULL;
-      if (b != NULL && b->refs == 0)
-        tern__pool_put(w, &w->wblk_pool, b);
-      q->tail = b = nb;
-    }
-    room = blk_cap(w) - b->used;
-    n = len < room ? len : room;
-    last = q->count ? &q->segs[q->head + q->count - 1] : NULL;
-    if (last != NULL && last->kind == TERN__SEG_COPY && last->blk == b &&
-        last->base + last->len == b->data + b->used) {
-      last->len += n;
-    } else {
-      tern__seg *s;
-      if (reserve_segs(w, q, 1) != 0)
-        return TERN_ENOMEM;
-      s = push(q);
-      s->kind = TERN__SEG_COPY;
-      s->base = b->data + b->used;
-      s->len = n;
-      s->blk = b;
-      b->refs++;
-    }
-    memcpy(b->data + b->used, src, n);
-    b->used += (uint32_t)n;
-    q->bytes += n;
+    size_t n;
+    int rc = tail_room(w, q, 1);
+    if (rc != 0)
+      return rc;
+    n = blk_cap(w) - q->tail->used;
+    if (n > len)
+      n = len;
+    memcpy(q->tail->data + q->tail->used, src, n);
+    if ((rc = tern__outq_commit(w, q, n)) != 0)
+      return rc;
     src += n;
     len -= n;
   }

@@ -108,37 +108,6 @@ static void advance(tern__conn *c) {
 
 /* ---- Responses ------------------------------------------------------ */
 
-/* A small formatting buffer in front of the output queue so that a head
- * becomes one or two copies rather than one per field. */
-typedef struct {
-  tern__worker *w;
-  tern__outq *q;
-  char buf[512];
-  size_t len;
-  int err;
-} hbuf;
-
-static void hb_put(hbuf *b, const char *p, size_t n) {
-  if (b->len + n > sizeof(b->buf)) {
-    if (b->err == 0 && b->len > 0)
-      b->err = tern__outq_copy(b->w, b->q, b->buf, b->len);
-    b->len = 0;
-    if (n > sizeof(b->buf)) {
-      if (b->err == 0)
-        b->err = tern__outq_copy(b->w, b->q, p, n);
-      return;
-    }
-  }
-  memcpy(b->buf + b->len, p, n);
-  b->len += n;
-}
-
-static int hb_done(hbuf *b) {
-  if (b->err == 0 && b->len > 0)
-    b->err = tern__outq_copy(b->w, b->q, b->buf, b->len);
-  return b->err;
-}
-
 static int ieq(const char *a, size_t n, const char *lower) {
   size_t i;
   if (strlen(lower) != n)
@@ -200,56 +169,103 @@ static size_t fmt_hex(char *buf, uint64_t v) {
 }
 
 /* Header injection defence: names are tokens, values carry no CR, LF or
- * NUL. A bad field fails the call before anything is queued. */
-static int check_fields(const tern_header *h, size_t n) {
-  size_t i, j;
+ * NUL. A bad field fails the call before anything is queued. Returns the
+ * bytes the fields take on the wire, or (size_t)-1. */
+static size_t fields_size(const tern_header *h, size_t n) {
+  size_t i, j, size = 0;
   for (i = 0; i < n; i++) {
     if (h[i].name_len == 0 || (h[i].value_len > 0 && h[i].value == NULL))
-      return TERN_EINVAL;
+      return (size_t)-1;
     for (j = 0; j < h[i].name_len; j++)
       if (!is_tchar((unsigned char)h[i].name[j]))
-        return TERN_EINVAL;
+        return (size_t)-1;
     for (j = 0; j < h[i].value_len; j++) {
       unsigned char ch = (unsigned char)h[i].value[j];
       if (ch == '\r' || ch == '\n' || ch == 0)
-        return TERN_EINVAL;
+        return (size_t)-1;
     }
+    size += h[i].name_len + h[i].value_len + 4;
   }
-  return 0;
+  return size;
 }
 
+/* Fields tern writes itself; a caller's copy of them is dropped. */
 static int managed_field(const tern_header *h) {
-  return ieq(h->name, h->name_len, "date") ||
-         ieq(h->name, h->name_len, "content-length") ||
-         ieq(h->name, h->name_len, "transfer-encoding") ||
-         ieq(h->name, h->name_len, "connection");
+  switch (h->name_len) {
+  case 4:
+    return ieq(h->name, 4, "date");
+  case 10:
+    return ieq(h->name, 10, "connection");
+  case 14:
+    return ieq(h->name, 14, "content-length");
+  case 17:
+    return ieq(h->name, 17, "transfer-encoding");
+  default:
+    return 0;
+  }
 }
 
-static void put_fields(hbuf *b, const tern_header *h, size_t n, int skip) {
+#define PUT(o, s, n) (memcpy((o), (s), (n)), (o) + (n))
+#define PUT_LIT(o, lit) PUT(o, lit, sizeof(lit) - 1)
+
+static char *put_fields(char *o, const tern_header *h, size_t n) {
   size_t i;
   for (i = 0; i < n; i++) {
-    if (skip && managed_field(&h[i]))
+    if (managed_field(&h[i]))
       continue;
-    hb_put(b, h[i].name, h[i].name_len);
-    hb_put(b, ": ", 2);
-    hb_put(b, h[i].value, h[i].value_len);
-    hb_put(b, "\r\n", 2);
+    o = PUT(o, h[i].name, h[i].name_len);
+    o = PUT_LIT(o, ": ");
+    o = PUT(o, h[i].value, h[i].value_len);
+    o = PUT_LIT(o, "\r\n");
   }
+  return o;
+}
+
+/* A head or trailer section is sized first, then written in one go into
+ * the output block (or, when larger than a block, a scratch buffer). */
+typedef struct {
+  char *base;
+  int heap;
+} wbuf;
+
+static char *wbuf_open(tern__worker *w, tern__outq *q, size_t need,
+                       wbuf *b) {
+  size_t room;
+  int rc = tern__outq_reserve(w, q, need, &b->base, &room);
+  b->heap = 0;
+  if (rc == TERN_ETOOBIG) {
+    b->base = tern__malloc(w->srv, need);
+    b->heap = 1;
+  } else if (rc != 0) {
+    b->base = NULL;
+  }
+  return b->base;
+}
+
+static int wbuf_close(tern__worker *w, tern__outq *q, wbuf *b, char *end) {
+  int rc;
+  if (!b->heap)
+    return tern__outq_commit(w, q, (size_t)(end - b->base));
+  rc = tern__outq_copy(w, q, b->base, (size_t)(end - b->base));
+  tern__free(w->srv, b->base);
+  return rc;
 }
 
 static int h1_start(tern_request *r, int status, const tern_header *h,
                     size_t n, int64_t cl) {
   tern__conn *c = r->conn;
+  tern__worker *w = c->w;
+  tern__outq *q;
   int minor = state(r)->version_minor;
   int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 ||
                  status == 204 || status == 304;
   int no_length = status < 200 || status == 204;
   const char *reason = tern__reason(status);
-  char line[64];
-  size_t len;
-  hbuf b;
+  size_t reason_len = strlen(reason), need = fields_size(h, n);
+  char *o;
+  wbuf b;
 
-  if (check_fields(h, n) != 0)
+  if (need == (size_t)-1)
     return TERN_EINVAL;
   if (c->flags & TERN__C_STOPPING)
     r->flags |= TERN__RQ_CLOSE;
@@ -259,33 +275,33 @@ static int h1_start(tern_request *r, int status, const tern_header *h,
     else
       r->flags |= TERN__RQ_CHUNKED;
   }
-  b.w = c->w;
-  b.q = outq(r);
-  b.len = 0;
-  b.err = 0;
-  memcpy(line, "HTTP/1.1 ", 9);
-  len = 9 + fmt_u64(line + 9, (uint64_t)status);
-  line[len++] = ' ';
-  hb_put(&b, line, len);
-  hb_put(&b, reason, strlen(reason));
-  hb_put(&b, "\r\n", 2);
-  put_fields(&b, h, n, 1);
-  hb_put(&b, c->w->date, c->w->date_len);
+  /* Status line, Date, framing and Connection fit in 128 bytes more. */
+  need += 128 + reason_len + w->date_len;
+  q = outq(r);
+  if ((o = wbuf_open(w, q, need, &b)) == NULL)
+    return TERN_ENOMEM;
+  o = PUT_LIT(o, "HTTP/1.1 ");
+  *o++ = (char)('0' + status / 100);
+  *o++ = (char)('0' + status / 10 % 10);
+  *o++ = (char)('0' + status % 10);
+  *o++ = ' ';
+  o = PUT(o, reason, reason_len);
+  o = PUT_LIT(o, "\r\n");
+  o = put_fields(o, h, n);
+  o = PUT(o, w->date, w->date_len);
   if (r->flags & TERN__RQ_CHUNKED) {
-    hb_put(&b, "Transfer-Encoding: chunked\r\n", 28);
+    o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
   } else if (cl >= 0 && !no_length) {
-    memcpy(line, "Content-Length: ", 16);
-    len = 16 + fmt_u64(line + 16, (uint64_t)cl);
-    line[len++] = '\r';
-    line[len++] = '\n';
-    hb_put(&b, line, len);
+    o = PUT_LIT(o, "Content-Length: ");
+    o += fmt_u64(o, (uint64_t)cl);
+    o = PUT_LIT(o, "\r\n");
   }
   if (r->flags & TERN__RQ_CLOSE)
-    hb_put(&b, "Connection: close\r\n", 19);
+    o = PUT_LIT(o, "Connection: close\r\n");
   else if (minor == 0)
-    hb_put(&b, "Connection: keep-alive\r\n", 24);
-  hb_put(&b, "\r\n", 2);
-  if (hb_done(&b) != 0)
+    o = PUT_LIT(o, "Connection: keep-alive\r\n");
+  o = PUT_LIT(o, "\r\n");
+  if (wbuf_close(w, q, &b, o) != 0)
     return TERN_ENOMEM;
   r->flags |= TERN__RQ_STARTED;
   r->resp_left = bodyless ? 0 : cl;
@@ -343,16 +359,20 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
     r->flags |= TERN__RQ_CLOSE;
   }
   if (r->flags & TERN__RQ_CHUNKED) {
-    hbuf b;
-    b.w = w;
-    b.q = q;
-    b.len = 0;
-    b.err = 0;
-    hb_put(&b, "0\r\n", 3);
-    if (check_fields(t, n) == 0)
-      put_fields(&b, t, n, 1);
-    hb_put(&b, "\r\n", 2);
-    rc = hb_done(&b);
+    /* Trailers that would inject framing are dropped, not sent. */
+    size_t need = fields_size(t, n);
+    char *o;
+    wbuf b;
+    if (need == (size_t)-1)
+      n = need = 0;
+    if ((o = wbuf_open(w, q, need + 5, &b)) == NULL) {
+      rc = TERN_ENOMEM;
+    } else {
+      o = PUT_LIT(o, "0\r\n");
+      o = put_fields(o, t, n);
+      o = PUT_LIT(o, "\r\n");
+      rc = wbuf_close(w, q, &b, o);
+    }
   }
   if (rc == 0)
     rc = tern__outq_mark(w, q, TERN__SEG_END, r, NULL, NULL);

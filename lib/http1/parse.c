@@ -310,8 +310,12 @@ static int classify_target(tern__h1_head *h) {
   h->authority = t + a;
   h->authority_len = e - a;
   split_query(h, t + e, n - e);
-  if (h->path_len == 0)
-    h->path = "/", h->path_len = 1; /* not in the input: a static "/" */
+  if (h->path_len == 0) {
+    /* RFC 9112 3.2.1: an empty path is sent as "/", which is not in the
+     * input, so the view points at a static string instead. */
+    h->path = "/";
+    h->path_len = 1;
+  }
   return 0;
 }
 

@@ -173,14 +173,18 @@ void tern__h1_chunked_init(tern__h1_chunked *c, size_t max_line);
  * are each at most max_line bytes.
  * Returns TERN__H1_CHUNKED_MORE (need more input or data returned),
  * TERN__H1_CHUNKED_DONE (last-chunk and trailers consumed), or
- * TERN__H1_E400 (bad framing, chunk-size overflow, bad trailer line). */
+ * TERN__H1_E400 (bad framing, chunk-size overflow, bad trailer line). With
+ * MORE and no data, *consumed == len. With E400, *consumed is the offset of
+ * the offending byte. */
 enum { TERN__H1_CHUNKED_MORE = 0, TERN__H1_CHUNKED_DONE = 1 };
 int tern__h1_chunked_decode(tern__h1_chunked *c, const char *in, size_t len,
                             size_t *consumed, size_t *data_off,
                             size_t *data_len);
 
 /* Case-insensitive ASCII compare of a token list value: does the
- * comma-separated list `v` contain `tok` as a whole element? */
+ * comma-separated list `v` contain `tok` as a whole element? Elements are
+ * trimmed of SP and HTAB; empty elements never match (nor does an empty
+ * `tok`). */
 int tern__h1_has_token(const char *v, size_t vlen, const char *tok,
                        size_t toklen);
 
