@@ -115,8 +115,10 @@ static void echo(tern_request *r, void *user) {
     return;
   }
   tern_request_set_data(r, e);
-  tern_response_start(r, 200, NULL, 0, -1);
+  /* Reading first lets a client that sent Expect: 100-continue get its
+   * 100 before the response starts. */
   tern_request_read(r, echo_body, NULL);
+  tern_response_start(r, 200, NULL, 0, -1);
 }
 
 static void collect(tern_request *r, void *user) {

@@ -309,8 +309,11 @@ typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
                              size_t len, void *user);
 
 /* Start receiving the body. On HTTP/1.1 a client waiting for
- * "100 Continue" is sent it now. Call once, from the owning worker.
- * Errors: TERN_ESTATE (not a streaming route, or already reading). */
+ * "100 Continue" is sent it now, unless a response has already started
+ * (then the final response stands in for it). The callback runs later,
+ * never inside this call; an empty body is one TERN_BODY_END. Call once,
+ * from the owning worker. Errors: TERN_ESTATE (not a streaming route, or
+ * already reading), TERN_ECLOSED. */
 TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn,
                                   void *user);
 

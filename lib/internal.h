@@ -185,6 +185,7 @@ enum {
   TERN__RQ_CONTINUE = 1u << 9,  /* client waits for 100 Continue */
   TERN__RQ_STREAM = 1u << 10,   /* streaming body route */
   TERN__RQ_WRITTEN = 1u << 11,  /* END marker reached the socket */
+  TERN__RQ_ABORT = 1u << 12,    /* cut short: never send a clean end */
 };
 
 struct tern_request {

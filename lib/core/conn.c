@@ -347,8 +347,8 @@ void tern__conn_update_timer(tern__conn *c) {
   } else {
     kind = TERN__T_IDLE;
   }
-  if (kind == c->timer_kind && kind != TERN__T_NONE)
-    return;
+  if (kind == c->timer_kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
+    return; /* HEAD runs from the head's first byte; BODY re-arms on data */
   tern__conn_timer(c, kind);
   if (kind == TERN__T_IDLE && c->rbuf != NULL && c->rbuf->refs == 1) {
     /* An idle keep-alive connection holds no read buffer. */

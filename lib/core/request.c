@@ -41,6 +41,9 @@ void tern__request_unref(tern_request *r) {
   tern__free(w->srv, r->trailers);
   tern__outq_free(w, &r->out);
   tern__pool_put(w, &w->req_pool, r);
+  /* Parsing may have stopped at the per-connection request bound. */
+  if (c->rpos < c->rlen && !(c->flags & TERN__C_IN_READ))
+    tern__conn_reprocess(c);
   tern__conn_unref(c);
 }
 

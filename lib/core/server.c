@@ -280,6 +280,8 @@ static void note_method(tern_server *srv, const char *method) {
 
   if (method == NULL || strcmp(method, "*") == 0)
     method = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS";
+  else if (strcmp(method, "GET") == 0)
+    note_method(srv, "HEAD"); /* a GET route answers HEAD too */
   n = strlen(method);
   /* Skip exact duplicates; the list is short. */
   while (p < srv->allow_all + cur) {

@@ -82,13 +82,20 @@ static void drop_queue(tern__conn *c) {
   }
 }
 
+/* Is part of the request body still on the wire? An empty body that a
+ * streaming handler never asked for is not. */
+static int body_unread(const tern_request *r) {
+  return !(r->flags & TERN__RQ_BODY_DONE) &&
+         !(r->body_kind == TERN__H1_BODY_LENGTH && r->body_left == 0);
+}
+
 /* Retire finished requests from the head of the queue and let the next
  * one's buffered output follow. */
 static void advance(tern__conn *c) {
   tern__worker *w = c->w;
   while (c->q_head != NULL && (c->q_head->flags & TERN__RQ_ENDED)) {
     tern_request *r = dequeue(c);
-    if ((r->flags & TERN__RQ_CLOSE) || !(r->flags & TERN__RQ_BODY_DONE))
+    if ((r->flags & TERN__RQ_CLOSE) || body_unread(r))
       c->flags |= TERN__C_CLOSE_AFTER;
     tern__request_unref(r);
     if (c->flags & TERN__C_CLOSE_AFTER) {
@@ -356,9 +363,11 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
   if (r->resp_left > 0) {
     /* Fewer bytes than announced: the client can only tell by a close. */
     tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
-    r->flags |= TERN__RQ_CLOSE;
+    r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
   }
-  if (r->flags & TERN__RQ_CHUNKED) {
+  /* A response cut short (its request body broke, or fewer bytes than
+   * announced) must not look complete: no last chunk, just the close. */
+  if ((r->flags & TERN__RQ_CHUNKED) && !(r->flags & TERN__RQ_ABORT)) {
     /* Trailers that would inject framing are dropped, not sent. */
     size_t need = fields_size(t, n);
     char *o;
@@ -463,7 +472,7 @@ static int body_error(tern__conn *c, tern_request *r, int status) {
   if (r->flags & TERN__RQ_HANDLED) {
     /* The handler has the request: tell it, then drop the connection
      * once it has answered, since the framing is lost. */
-    r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE;
+    r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
     c->body_req = NULL;
     c->flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
@@ -536,9 +545,13 @@ static int feed_body(tern__conn *c) {
 
   if (r->flags & TERN__RQ_STREAM) {
     if (r->flags & TERN__RQ_ENDED) {
-      /* Answered without reading: the rest is unread, so close. */
+      /* Answered without reading: an empty body is simply done; else the
+       * rest is unread and the connection closes after the answer. */
       c->body_req = NULL;
-      return 0;
+      if (body_unread(r))
+        return 0;
+      r->flags |= TERN__RQ_BODY_DONE;
+      return 1;
     }
     if (!(r->flags & TERN__RQ_READING) || (r->flags & TERN__RQ_PAUSED))
       return 0;
@@ -684,13 +697,20 @@ static void start_request(tern__conn *c, size_t head_len) {
     return;
   }
   r->route = route;
-  if (r->flags & TERN__RQ_BODY_DONE) {
+  if (route->flags & TERN_ROUTE_STREAM_BODY) {
+    /* Even an empty body is delivered, as TERN_BODY_END, once the
+     * handler asks for it. */
+    r->flags |= TERN__RQ_STREAM;
+    if (r->flags & TERN__RQ_BODY_DONE) {
+      r->flags &= ~(unsigned)TERN__RQ_BODY_DONE;
+      r->body_kind = TERN__H1_BODY_LENGTH;
+      r->body_left = 0;
+    }
+    c->body_req = r;
     tern__request_dispatch(r);
     return;
   }
-  if (route->flags & TERN_ROUTE_STREAM_BODY) {
-    r->flags |= TERN__RQ_STREAM;
-    c->body_req = r;
+  if (r->flags & TERN__RQ_BODY_DONE) {
     tern__request_dispatch(r);
     return;
   }
@@ -714,6 +734,13 @@ static void start_request(tern__conn *c, size_t head_len) {
   send_continue(r);
 }
 
+/* Requests of this connection still allocated: in the pipeline, or
+ * answered but not yet written. Bounding them bounds the memory a client
+ * can tie up by pipelining many tiny requests. */
+static size_t live_requests(const tern__conn *c) {
+  return (size_t)c->refs - 1;
+}
+
 static void h1_on_read(tern__conn *c) {
   tern_server *srv = c->w->srv;
   tern__h1_limits lim;
@@ -735,7 +762,7 @@ static void h1_on_read(tern__conn *c) {
       c->rpos = c->rlen; /* nothing after a closing request is read */
       break;
     }
-    if (c->rpos == c->rlen || c->nq >= srv->s.max_pipeline ||
+    if (c->rpos == c->rlen || live_requests(c) >= srv->s.max_pipeline ||
         (c->flags & TERN__C_STOPPING))
       break;
     end = tern__h1_head_end(c->rbuf->data + c->rpos, c->rlen - c->rpos,
@@ -766,7 +793,7 @@ static void h1_on_read(tern__conn *c) {
     want = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED);
   } else {
     want = !(c->flags & (TERN__C_CLOSE_AFTER | TERN__C_STOPPING)) &&
-           c->nq < srv->s.max_pipeline;
+           live_requests(c) < srv->s.max_pipeline;
   }
   if (want)
     tern__conn_read_start(c);

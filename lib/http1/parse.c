@@ -23,7 +23,11 @@ enum {
  * field-vchar = VCHAR / obs-text, plus SP and HTAB inside values; target
  * bytes are the visible ASCII characters a URI may carry ('#' starts a
  * fragment, which never belongs in a request); reg-name bytes exclude '%'
- * because percent-encoding is checked separately. */
+ * because percent-encoding is checked separately. Each entry ORs the C_*
+ * bits (63: a digit, 31: a hex letter, 15: another letter). The rows hold
+ * 16 byte values each and are aligned by hand, so the formatter is kept
+ * off them. */
+/* clang-format off */
 static const unsigned char cls[256] = {
     0,  0,  0,  0,  0,  0,  0,  0,  0,  2,  0,  0,  0,  0,  0,  0,  /* 0x00 */
     0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  /* 0x10 */
@@ -42,6 +46,7 @@ static const unsigned char cls[256] = {
     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xE0 */
     2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  2,  /* 0xF0 */
 };
+/* clang-format on */
 
 #define IS(c, k) (cls[(unsigned char)(c)] & (k))
 #define IS_WS(c) ((c) == ' ' || (c) == '\t')

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Basic HTTP/1.1 behaviour of tern over real sockets: hello, routes, defer."""
+
+import datetime
+import email.utils
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (HELLO_BODY, Conn, Server, Suite, build_request, check,
+                     eq, get, shared_hello_teardown)
+
+suite = Suite()
+case = suite.case
+srv = None
+
+
+def setup():
+    global srv
+    srv = Server("hello")
+
+
+def check_hello(r, what="GET /"):
+    eq(r.status, 200, what + " status")
+    eq(r.body, HELLO_BODY, what + " body")
+    eq(r.headers.get("content-length"), "13", what + " Content-Length")
+
+
+@case
+def get_root():
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/")
+        eq(r.version, (1, 1), "version")
+        eq(r.reason, "OK", "reason")
+        check_hello(r)
+        eq(r.headers.get("content-type"), "text/plain", "content-type")
+        eq(r.header_count("content-type"), 1, "content-type fields")
+        check("transfer-encoding" not in r.headers, "unexpected TE")
+        check("connection" not in r.headers or
+              r.headers["connection"].lower() != "close",
+              "HTTP/1.1 keep-alive answer says close")
+        check(c.still_open(0.1), "connection closed after a 1.1 request")
+
+
+@case
+def date_header():
+    r = get(srv.port, "/")
+    eq(r.header_count("date"), 1, "Date fields")
+    d = r.headers["date"]
+    check(re.match(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|"
+                   r"May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d "
+                   r"GMT\Z", d), "Date not IMF-fixdate: %r" % d)
+    when = email.utils.parsedate_to_datetime(d)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    skew = abs((now - when).total_seconds())
+    check(skew < 3, "Date %r is %.1f s off the clock" % (d, skew))
+    # The weekday must be the right one for the date.
+    eq(d[:3], when.strftime("%a"), "weekday")
+
+
+@case
+def head_root():
+    with Conn(srv.port) as c:
+        # HEAD then GET in one write: if HEAD leaked body bytes, the second
+        # response would not parse.
+        c.send(build_request("HEAD", "/") + build_request("GET", "/"))
+        h = c.response("HEAD")
+        eq(h.status, 200, "HEAD status")
+        eq(h.headers.get("content-length"), "13", "HEAD Content-Length")
+        eq(h.headers.get("content-type"), "text/plain", "HEAD content-type")
+        check(c.buf.startswith(b"HTTP/1.1 ") or not c.buf,
+              "bytes after HEAD response head: %r" % bytes(c.buf[:40]))
+        check_hello(c.response("GET"), "GET after HEAD")
+        check(c.still_open(0.1), "extra bytes or close after HEAD+GET")
+
+
+@case
+def keep_alive():
+    with Conn(srv.port) as c:
+        local = c.sock.getsockname()
+        for i in range(10):
+            r = c.request("GET", "/")
+            check_hello(r, "request %d" % i)
+            check("close" not in r.headers.get("connection", "").lower(),
+                  "server asked to close on request %d" % i)
+        eq(c.sock.getsockname(), local, "same socket")
+        check(c.still_open(0.2), "keep-alive connection closed")
+        check_hello(c.request("GET", "/"), "after a pause")
+
+
+@case
+def http10_closes():
+    with Conn(srv.port) as c:
+        c.send(b"GET / HTTP/1.0\r\n\r\n")
+        r = c.response()
+        check_hello(r, "HTTP/1.0 GET")
+        eq(r.headers.get("connection", "").lower(), "close", "Connection")
+        check(c.at_eof(2), "HTTP/1.0 connection not closed")
+
+
+@case
+def http10_keep_alive():
+    with Conn(srv.port) as c:
+        for i in range(3):
+            c.send(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            r = c.response()
+            check_hello(r, "HTTP/1.0 keep-alive request %d" % i)
+            eq(r.headers.get("connection", "").lower(), "keep-alive",
+               "Connection")
+        check(c.still_open(0.2), "HTTP/1.0 keep-alive connection closed")
+        # A streamed (unknown length) response on 1.0 ends with the
+        # connection: no chunked coding for a 1.0 client.
+        c.send(b"GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        r = c.response()
+        eq(r.status, 200, "1.0 /stream status")
+        check("transfer-encoding" not in r.headers, "chunked sent to 1.0")
+        eq(r.framing, "close", "1.0 /stream framing")
+        eq(r.body, b"".join(b"chunk %d\n" % i for i in range(5)),
+           "1.0 /stream body")
+
+
+@case
+def connection_close():
+    with Conn(srv.port) as c:
+        # The second request follows one that says close: it must not be
+        # answered.
+        c.send(build_request("GET", "/", {"Connection": "close"}) +
+               build_request("GET", "/big?bytes=5"))
+        r = c.response()
+        check_hello(r)
+        eq(r.headers.get("connection", "").lower(), "close", "Connection")
+        check(c.at_eof(2), "not closed after Connection: close")
+
+
+def pipelined(n):
+    targets = []
+    for i in range(n):
+        k = i % 4
+        if k == 0:
+            targets.append(("/", HELLO_BODY))
+        elif k == 1:
+            targets.append(("/big?bytes=%d" % (i * 37), b"x" * (i * 37)))
+        elif k == 2:
+            targets.append(("/stream", b"".join(b"chunk %d\n" % j
+                                                for j in range(5))))
+        else:
+            targets.append(("/defer?ms=%d" % (i % 3), b"deferred"))
+    with Conn(srv.port) as c:
+        c.send(b"".join(build_request("GET", t) for t, _ in targets))
+        for i, (t, body) in enumerate(targets):
+            r = c.response()
+            eq(r.status, 200, "response %d (%s) status" % (i, t))
+            eq(r.body, body, "response %d (%s) body" % (i, t))
+        check(c.still_open(0.1), "extra bytes or close after the pipeline")
+        check_hello(c.request("GET", "/"), "after the pipeline")
+
+
+@case
+def pipeline_3():
+    pipelined(3)
+
+
+@case
+def pipeline_16():
+    pipelined(16)
+
+
+@case
+def pipeline_out_of_order():
+    with Conn(srv.port) as c:
+        t0 = time.monotonic()
+        c.send(build_request("GET", "/defer?ms=300") +
+               build_request("GET", "/") +
+               build_request("GET", "/defer?ms=50"))
+        first = c.response(timeout=5)
+        t1 = time.monotonic() - t0
+        second = c.response(timeout=5)
+        third = c.response(timeout=5)
+        eq((first.status, first.body), (200, b"deferred"), "first")
+        check_hello(second, "second")
+        eq((third.status, third.body), (200, b"deferred"), "third")
+        # The first response comes from a thread that sleeps 300 ms; the
+        # later ones, ready earlier, must have waited for it.
+        check(t1 >= 0.28, "first response after %.3f s, before its handler "
+              "could answer" % t1)
+        check(c.still_open(0.1), "extra bytes or close after the pipeline")
+
+
+@case
+def not_found():
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/no/such/path")
+        eq(r.status, 404, "status")
+        eq(r.body, b"404 Not Found\n", "body")
+        check_hello(c.request("GET", "/"), "same connection after 404")
+
+
+@case
+def method_not_allowed():
+    with Conn(srv.port) as c:
+        r = c.request("POST", "/", {"Content-Length": "0"})
+        eq(r.status, 405, "status")
+        allow = [m.strip() for m in r.headers.get("allow", "").split(",")]
+        check("GET" in allow and "HEAD" in allow,
+              "Allow %r lacks GET or HEAD" % r.headers.get("allow"))
+        check("POST" not in allow, "Allow %r lists POST" % allow)
+        # The (empty) body was complete: the connection goes on.
+        check_hello(c.request("GET", "/"), "same connection after 405")
+        # With a body that has arrived, too.
+        r = c.request("PUT", "/", body=b"abc")
+        eq(r.status, 405, "PUT with body")
+        check_hello(c.request("GET", "/"), "same connection after 405+body")
+
+
+@case
+def options_star():
+    with Conn(srv.port) as c:
+        c.send(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = c.response()
+        eq(r.status, 204, "status")
+        check("content-length" not in r.headers,
+              "Content-Length in a 204: %r" % r.headers)
+        allow = [m.strip() for m in r.headers.get("allow", "").split(",")]
+        for m in ("GET", "POST"):
+            check(m in allow, "Allow %r lacks %s" % (r.headers.get("allow"),
+                                                     m))
+        check_hello(c.request("GET", "/"), "same connection after OPTIONS")
+
+
+@case
+def options_star_lists_head():
+    # Every GET route answers HEAD (tern.h), and the 405 Allow lists HEAD:
+    # the server-wide Allow should say so as well.
+    with Conn(srv.port) as c:
+        c.send(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = c.response()
+        allow = [m.strip() for m in r.headers.get("allow", "").split(",")]
+        check("HEAD" in allow, "OPTIONS * Allow %r lacks HEAD"
+              % r.headers.get("allow"))
+
+
+@case
+def absolute_form():
+    with Conn(srv.port) as c:
+        check_hello(c.request("GET", "http://x/"), "http://x/")
+        check_hello(c.request("GET", "HTTP://example.com:8080"),
+                    "HTTP://example.com:8080 (empty path)")
+        r = c.request("GET", "http://x/big?bytes=3")
+        eq(r.body, b"xxx", "absolute-form query")
+
+
+@case
+def slow_sender():
+    with Conn(srv.port) as c:
+        req = build_request("GET", "/big?bytes=11",
+                            {"User-Agent": "slow", "Accept": "*/*"})
+        for i in range(len(req)):
+            c.sock.send(req[i:i + 1])
+            time.sleep(0.001)
+        r = c.response()
+        eq((r.status, r.body), (200, b"x" * 11), "response")
+        check_hello(c.request("GET", "/"), "same connection after")
+
+
+@case
+def stream_chunked():
+    with Conn(srv.port) as c:
+        c.send(build_request("GET", "/stream"))
+        r = c.response()
+        eq(r.status, 200, "status")
+        eq(r.headers.get("transfer-encoding"), "chunked", "TE")
+        eq(r.headers.get("content-type"), "text/plain", "content-type")
+        want = b"".join(b"chunk %d\n" % i for i in range(5))
+        eq(r.body, want, "body")
+        # The raw framing, byte for byte: each write is one chunk, then the
+        # last-chunk and the empty trailer section.
+        raw = b"".join(b"8\r\nchunk %d\n\r\n" % i for i in range(5))
+        eq(r.raw_body, raw + b"0\r\n\r\n", "raw chunked bytes")
+        check(c.still_open(0.1), "bytes after the last chunk")
+        # HEAD of a chunked route: head only.
+        c.send(build_request("HEAD", "/stream") + build_request("GET", "/"))
+        h = c.response("HEAD")
+        eq(h.status, 200, "HEAD /stream status")
+        check_hello(c.response(), "GET after HEAD /stream")
+
+
+@case
+def big_body():
+    with Conn(srv.port, timeout=10) as c:
+        r = c.request("GET", "/big?bytes=1048576")
+        eq(r.status, 200, "status")
+        eq(r.headers.get("content-length"), "1048576", "Content-Length")
+        eq(len(r.body), 1048576, "body length")
+        check(r.body == b"x" * 1048576, "body bytes are not all 'x'")
+        r = c.request("GET", "/big?bytes=0")
+        eq((r.status, r.body, r.headers.get("content-length")),
+           (200, b"", "0"), "empty /big")
+        check_hello(c.request("GET", "/"), "same connection after")
+
+
+def curl(*args):
+    p = subprocess.run(["curl", "-sS", "--max-time", "10"] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=20)
+    check(p.returncode == 0, "curl %s: rc %d, %s" % (
+        " ".join(args), p.returncode, p.stderr.decode(errors="replace")))
+    return p.stdout
+
+
+@case
+def curl_works():
+    base = "http://127.0.0.1:%d" % srv.port
+    eq(curl(base + "/"), HELLO_BODY, "curl GET /")
+    eq(curl("--http1.0", base + "/"), HELLO_BODY, "curl --http1.0 GET /")
+    out = curl("-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+               base + "/big?bytes=100000")
+    eq(out, b"200 100000", "curl /big")
+    data = bytes(range(256)) * 4000
+    p = subprocess.run(["curl", "-sS", "--max-time", "10", "--data-binary",
+                        "@-", base + "/echo"], input=data,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=20)
+    eq(p.returncode, 0, "curl POST /echo rc (%s)" % p.stderr[-200:])
+    check(p.stdout == data, "curl POST /echo: %d bytes back, want %d"
+          % (len(p.stdout), len(data)))
+    out = curl("-o", "/dev/null", "-w", "%{http_code}", base + "/nope")
+    eq(out, b"404", "curl 404")
+
+
+@case
+def routes_example():
+    with Server("routes") as rs:
+        with Conn(rs.port) as c:
+            r = c.request("GET", "/users/42")
+            eq(r.status, 200, "GET /users/42")
+            eq(r.headers.get("content-type"), "application/json", "type")
+            eq(r.body, b'{"id":"42"}', "GET /users/42 body")
+            r = c.request("GET", "/users/al%20ice")
+            eq(r.body, b'{"id":"al%20ice"}', "params are not decoded")
+            r = c.request("DELETE", "/users/42")
+            eq(r.status, 204, "DELETE")
+            eq(r.body, b"", "DELETE body")
+            check("content-length" not in r.headers, "CL in 204")
+            r = c.request("GET", "/files/a/b/c.txt")
+            eq((r.status, r.body), (200, b"a/b/c.txt"), "wildcard")
+            r = c.request("GET", "/users/a\"b")
+            eq(r.status, 400, "quote in id (the handler refuses)")
+            r = c.request("GET", "/nothing/here")
+            eq(r.status, 404, "unknown path")
+            r = c.request("GET", "/users")
+            eq(r.status, 404, "/users without id")
+            r = c.request("POST", "/users/42", {"Content-Length": "0"})
+            eq(r.status, 405, "POST /users/42")
+            allow = [m.strip() for m in
+                     r.headers.get("allow", "").split(",")]
+            for m in ("GET", "HEAD", "DELETE"):
+                check(m in allow, "Allow %r lacks %s"
+                      % (r.headers.get("allow"), m))
+            r = c.request("HEAD", "/users/7")
+            eq((r.status, r.headers.get("content-length")), (200, "10"),
+               "HEAD /users/7")
+            check(c.still_open(0.1), "routes connection closed")
+
+
+@case
+def defer_example():
+    with Server("defer") as ds:
+        with Conn(ds.port) as c:
+            t0 = time.monotonic()
+            r = c.request("GET", "/slow?ms=100")
+            took = time.monotonic() - t0
+            eq((r.status, r.body), (200, b"done after 100 ms\n"), "response")
+            check(took >= 0.095, "answered after %.3f s" % took)
+            # Three in flight on one connection answer in order.
+            c.send(build_request("GET", "/slow?ms=200") +
+                   build_request("GET", "/slow?ms=10") +
+                   build_request("GET", "/slow?ms=0"))
+            for ms in (200, 10, 0):
+                r = c.response()
+                eq(r.body, b"done after %d ms\n" % ms, "pipelined %d" % ms)
+
+
+def teardown():
+    shared_hello_teardown(srv)
+
+
+if __name__ == "__main__":
+    suite.main(setup, teardown)

@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Connection handling over real sockets: timeouts, many connections,
+graceful stop, cross-thread responses under load, client resets, the
+blocking pool, and allocation-free keep-alive requests."""
+
+import errno
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (HELLO_BODY, Closed, Conn, Server, Suite, build_request, check,
+                     connect, eq, recv_until_close, set_linger_rst,
+                     shared_hello_teardown, stats_from)
+
+suite = Suite()
+case = suite.case
+srv = None
+
+
+def setup():
+    global srv
+    srv = Server("hello")
+
+
+# ---- Timeouts ---------------------------------------------------------------
+
+@case
+def head_timeout_408():
+    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+        with Conn(s.port, timeout=5) as c:
+            t0 = time.monotonic()
+            c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Partial: yes")
+            r = c.response(timeout=4)
+            t = time.monotonic() - t0
+            eq(r.status, 408, "status")
+            eq(r.headers.get("connection", "").lower(), "close", "Connection")
+            check(c.at_eof(2), "not closed after the 408")
+            t_close = time.monotonic() - t0
+        suite.note("408 after %.3f s, closed after %.3f s" % (t, t_close))
+        check(t >= 0.4, "408 after %.3f s, before the 500 ms timeout" % t)
+        check(t_close <= 2.0, "closed %.3f s after the partial head" % t_close)
+
+
+@case
+def head_timeout_not_extended_by_trickle():
+    # Slowloris: a byte every 100 ms must not keep the head alive.
+    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+        with Conn(s.port, timeout=5) as c:
+            t0 = time.monotonic()
+            req = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"s" * 100
+            got = None
+            for i in range(len(req)):
+                try:
+                    c.sock.sendall(req[i:i + 1])
+                except OSError:
+                    break
+                if not c.still_open(0.1):
+                    got = time.monotonic() - t0
+                    break
+            check(got is not None, "still no answer after %.1f s of trickle"
+                  % (time.monotonic() - t0))
+            r = c.response(timeout=2)
+            eq(r.status, 408, "status")
+            suite.note("408 after %.3f s of trickling" % got)
+            check(0.4 <= got <= 1.5, "408 after %.3f s (timeout 0.5 s)" % got)
+            check(c.at_eof(2), "not closed after the 408")
+
+
+@case
+def head_timeout_silent_connection():
+    # A connection that never sends a byte is closed at the head timeout,
+    # without a response (there was no request to answer).
+    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+        c = connect(s.port)
+        t0 = time.monotonic()
+        data, how = recv_until_close(c, 4)
+        t = time.monotonic() - t0
+        c.close()
+        eq((data, how), (b"", "eof"), "silent connection")
+        check(0.4 <= t <= 2.0, "closed after %.3f s (timeout 0.5 s)" % t)
+
+
+@case
+def idle_timeout():
+    with Server("hello", ["--idle-timeout-ms", "500"]) as s:
+        with Conn(s.port) as c:
+            # Requests 300 ms apart keep the connection: it is never idle
+            # for 500 ms, so the server must not close it.
+            t_first = last = None
+            for i in range(4):
+                if i:
+                    time.sleep(0.3)
+                t_req = time.monotonic()
+                try:
+                    r = c.request("GET", "/")
+                except Closed as e:
+                    raise AssertionError(
+                        "request %d (sent %.3f s after the previous response, "
+                        "%.3f s after the first) found the connection closed "
+                        "by the server (%s)" % (i, t_req - last,
+                                                t_req - t_first, e))
+                last = time.monotonic()
+                if t_first is None:
+                    t_first = last
+                eq((r.status, r.body), (200, HELLO_BODY), "request %d" % i)
+            t0 = time.monotonic()
+            check(c.at_eof(4), "idle connection not closed")
+            t = time.monotonic() - t0
+        suite.note("idle close after %.3f s" % t)
+        check(0.4 <= t <= 2.0, "idle close after %.3f s (timeout 0.5 s)" % t)
+
+
+@case
+def idle_timeout_plain():
+    # One request, then silence: closed after the idle timeout.
+    with Server("hello", ["--idle-timeout-ms", "500"]) as s:
+        with Conn(s.port) as c:
+            r = c.request("GET", "/")
+            eq(r.status, 200, "status")
+            t0 = time.monotonic()
+            check(c.at_eof(4), "idle connection not closed")
+            t = time.monotonic() - t0
+        suite.note("idle close after %.3f s" % t)
+        check(0.4 <= t <= 2.0, "idle close after %.3f s (timeout 0.5 s)" % t)
+
+
+# ---- Many connections -------------------------------------------------------
+
+@case(timeout=60)
+def concurrent_1000():
+    n = 1000
+    sel = selectors.DefaultSelector()
+    socks = []
+    t0 = time.monotonic()
+    try:
+        for i in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            err = s.connect_ex(("127.0.0.1", srv.port))
+            check(err in (0, errno.EINPROGRESS), "connect %d: %s"
+                  % (i, os.strerror(err)))
+            socks.append(s)
+            sel.register(s, selectors.EVENT_WRITE, i)
+        # All connected before any request is sent.
+        pending = set(range(n))
+        deadline = time.monotonic() + 20
+        while pending:
+            check(time.monotonic() < deadline, "%d connects pending"
+                  % len(pending))
+            for key, _ in sel.select(1.0):
+                i = key.data
+                err = socks[i].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                check(err == 0, "connect %d: %s" % (i, os.strerror(err)))
+                sel.unregister(socks[i])
+                pending.discard(i)
+        t_conn = time.monotonic() - t0
+        req = build_request("GET", "/")
+        for s in socks:
+            eq(s.send(req), len(req), "request written at once")
+        bufs = [bytearray() for _ in range(n)]
+        for i, s in enumerate(socks):
+            sel.register(s, selectors.EVENT_READ, i)
+        done = 0
+        deadline = time.monotonic() + 30
+        while done < n:
+            check(time.monotonic() < deadline, "%d of %d responses complete"
+                  % (done, n))
+            for key, _ in sel.select(1.0):
+                i = key.data
+                chunk = socks[i].recv(4096)
+                check(chunk, "connection %d closed after %r" % (i, bytes(
+                    bufs[i])))
+                bufs[i] += chunk
+                b = bufs[i]
+                end = b.find(b"\r\n\r\n")
+                if end >= 0 and len(b) >= end + 4 + 13:
+                    check(b.startswith(b"HTTP/1.1 200 OK\r\n"),
+                          "connection %d: %r" % (i, bytes(b[:60])))
+                    eq(bytes(b[end + 4:]), HELLO_BODY, "body %d" % i)
+                    sel.unregister(socks[i])
+                    done += 1
+        suite.note("1000 connections: connected in %.2f s, all answered "
+                   "after %.2f s" % (t_conn, time.monotonic() - t0))
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
+
+
+# ---- Graceful stop ----------------------------------------------------------
+
+@case(timeout=30)
+def graceful_stop():
+    s = Server("hello")
+    try:
+        idle = Conn(s.port)
+        r = idle.request("GET", "/")
+        eq(r.status, 200, "idle connection's request")
+        conns = []
+        for target in ("/defer?ms=1000", "/defer?ms=1000", "/defer?ms=1000",
+                       "/block?ms=800"):
+            c = Conn(s.port, timeout=8)
+            c.send(build_request("GET", target))
+            conns.append((target, c))
+        time.sleep(0.2)
+        t_sig = time.monotonic()
+        s.signal(signal.SIGTERM)
+        # The idle keep-alive connection is closed promptly.
+        check(idle.at_eof(1.5), "idle connection not closed by the stop")
+        t_idle = time.monotonic() - t_sig
+        # New connections are refused (or closed at once, unanswered).
+        time.sleep(0.1)
+        try:
+            n = connect(s.port, timeout=2)
+        except (ConnectionRefusedError, ConnectionResetError, OSError):
+            refused = "refused"
+        else:
+            try:
+                n.sendall(build_request("GET", "/"))
+            except OSError:
+                pass
+            data, how = recv_until_close(n, 1.5)
+            n.close()
+            eq(data, b"", "answer on a connection made during the stop")
+            check(how in ("eof", "reset"), "new connection during the "
+                  "stop left open (%s)" % how)
+            refused = "closed at once (%s)" % how
+        # Every request in flight is answered in full.
+        for target, c in conns:
+            r = c.response(timeout=6)
+            want = b"blocked" if target.startswith("/block") else b"deferred"
+            eq((r.status, r.body), (200, want), target)
+            eq(r.headers.get("connection", "").lower(), "close",
+               target + ": Connection during a stop")
+            check(c.at_eof(2), target + ": not closed after its response")
+            c.close()
+        rc = s.wait(5.0 - (time.monotonic() - t_sig))
+        t_exit = time.monotonic() - t_sig
+        check(rc is not None, "still running 5 s after SIGTERM")
+        eq(rc, 0, "exit status")
+        suite.note("idle closed after %.3f s; new connection %s; exit 0 "
+                   "after %.3f s" % (t_idle, refused, t_exit))
+        idle.close()
+    finally:
+        s.kill()
+
+
+# ---- Responses from other threads under load ------------------------------
+
+@case(timeout=60)
+def defer_under_load():
+    errors = []
+    counts = [0] * 8
+
+    def worker(k):
+        try:
+            with Conn(srv.port, timeout=10) as c:
+                for i in range(200):
+                    r = c.request("GET", "/defer?ms=0")
+                    if (r.status, r.body) != (200, b"deferred"):
+                        raise AssertionError("thread %d request %d: %r"
+                                             % (k, i, r))
+                    counts[k] += 1
+        except BaseException as e:
+            errors.append("thread %d: %r" % (k, e))
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(50)
+    check(not errors, "; ".join(errors[:3]))
+    eq(sum(counts), 1600, "responses")
+    suite.note("1600 deferred responses in %.2f s" % (time.monotonic() - t0))
+
+
+# ---- Client resets ----------------------------------------------------------
+
+@case(timeout=30)
+def client_reset_mid_response():
+    big = build_request("GET", "/big?bytes=1048576")
+    with Conn(srv.port) as st:
+        before = stats_from(st)
+        asked = 0
+        for i in range(50):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # A small window, and (every other connection) 16 pipelined
+            # responses, more than the kernel buffers hold: the server is
+            # in the middle of writing when the reset comes.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(5)
+            s.connect(("127.0.0.1", srv.port))
+            n = 16 if i % 2 else 1
+            s.sendall(big * n)
+            asked += n * 1048576
+            got = s.recv(64)
+            check(got.startswith(b"HTTP/1.1 200"), "reply %r" % got)
+            set_linger_rst(s)
+            s.close()
+        deadline = time.monotonic() + 3
+        while True:
+            now = stats_from(st)
+            if now["active_connections"] == 1:
+                break
+            check(time.monotonic() < deadline,
+                  "active_connections %d, not 1, 3 s after the resets"
+                  % now["active_connections"])
+            time.sleep(0.05)
+        check(now["connections"] - before["connections"] >= 50,
+              "connections counter grew by %d"
+              % (now["connections"] - before["connections"]))
+        written = now["bytes_out"] - before["bytes_out"]
+        suite.note("50 resets: %d of %d response body bytes written before "
+                   "them" % (written, asked))
+        # The resets did cut responses short (else this tested nothing).
+        check(written < asked, "every response was written in full before "
+              "the resets")
+        r = st.request("GET", "/big?bytes=1048576")
+        eq(len(r.body), 1048576, "a full /big afterwards")
+
+
+# ---- The blocking pool ------------------------------------------------------
+
+@case(timeout=30)
+def blocking_route_does_not_stall():
+    with Server("hello", ["--workers", "1"]) as s:
+        with Conn(s.port) as a, Conn(s.port) as b:
+            t0 = time.monotonic()
+            a.send(build_request("GET", "/block?ms=1000"))
+            time.sleep(0.05)
+            t1 = time.monotonic()
+            for i in range(20):
+                r = b.request("GET", "/")
+                eq((r.status, r.body), (200, HELLO_BODY), "GET %d" % i)
+            t_gets = time.monotonic() - t1
+            check(a.still_open(0), "the blocked response came before the "
+                  "20 GETs finished")
+            r = a.response(timeout=5)
+            t_block = time.monotonic() - t0
+            eq((r.status, r.body), (200, b"blocked"), "blocked response")
+        suite.note("20 GETs in %.3f s while /block ran; block answered "
+                   "after %.3f s" % (t_gets, t_block))
+        check(t_gets < 0.5, "20 GETs took %.3f s beside a blocking handler"
+              % t_gets)
+        check(t_block >= 0.95, "block answered after %.3f s" % t_block)
+
+
+# ---- Allocations ------------------------------------------------------------
+
+def run_batches(conns, batches, per_batch, resp_len):
+    batch = build_request("GET", "/") * per_batch
+    want = resp_len * per_batch
+    for _ in range(batches):
+        for c in conns:
+            c.sock.sendall(batch)
+        for c in conns:
+            data = c.read_exact(want, time.monotonic() + 10)
+            if (data.count(b"HTTP/1.1 200 OK\r\n") != per_batch or
+                    data.count(b"\r\n\r\nHello, World!") != per_batch):
+                raise AssertionError("bad batch: %r" % data[:300])
+
+
+@case(timeout=60)
+def zero_allocations_steady_state():
+    nconns, per_batch = 4, 100
+    with Server("hello") as s:
+        st = Conn(s.port)
+        conns = [Conn(s.port, timeout=10) for _ in range(nconns)]
+        try:
+            stats_from(st)
+            r = conns[0].request("GET", "/")
+            resp_len = len(r.raw_head) + len(r.body)
+            # Warm-up: 2,000 requests over the 4 connections.
+            run_batches(conns, 5, per_batch, resp_len)
+            a1 = stats_from(st)
+            t0 = time.monotonic()
+            run_batches(conns, 250, per_batch, resp_len)
+            took = time.monotonic() - t0
+            # The counters are summed over the workers without a lock, and
+            # a response is counted once its last byte has left: give the
+            # other worker a moment to catch up.
+            deadline = time.monotonic() + 2
+            while True:
+                a2 = stats_from(st)
+                dreq = a2["requests"] - a1["requests"]
+                if dreq >= 100000 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            a3 = stats_from(st)
+            dalloc = a2["allocations"] - a1["allocations"]
+            dbytes = a2["bytes_allocated"] - a1["bytes_allocated"]
+            suite.note("100,000 GET / in %.2f s; requests +%d, allocations "
+                       "+%d (%d bytes), frees +%d; a lone /stats: +%d "
+                       "allocations" % (
+                           took, dreq, dalloc, dbytes,
+                           a2["frees"] - a1["frees"],
+                           a3["allocations"] - a2["allocations"]))
+            check(dreq >= 100000, "requests grew by %d" % dreq)
+            # Nothing per request or per batch: at most the pools growing to
+            # a new high-water mark, which the requests alive at once bound
+            # (a whole pipelined batch per connection can be waiting for its
+            # bytes to be written).
+            bound = nconns * per_batch + 64
+            check(dalloc <= bound, "%d allocations during 100,000 keep-alive "
+                  "requests (%d bytes): more than the %d that pool growth "
+                  "can explain" % (dalloc, dbytes, bound))
+            eq(a3["allocations"] - a2["allocations"], 0,
+               "allocations for one /stats request")
+        finally:
+            st.close()
+            for c in conns:
+                c.close()
+
+
+def teardown():
+    shared_hello_teardown(srv)
+
+
+if __name__ == "__main__":
+    suite.main(setup, teardown)
