@@ -6,7 +6,10 @@
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
- *   GET  /defer?ms=N    answered from another thread after N ms
+ *   GET  /defer?ms=N    answered from another thread after N ms; with
+ *                       &bad=1 it first tries a header with a CR LF in it,
+ *                       which must fail with TERN_EINVAL
+ *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
  *   GET  /stats         the server's counters as JSON
  *
  * Options: --port N (0: any; prints "listening on PORT"), --host H,
@@ -82,8 +85,8 @@ static void echo_written(tern_request *r, int status, void *user) {
     tern_request_resume(r);
 }
 
-static void echo_body(tern_request *r, int event, const char *data,
-                      size_t len, void *user) {
+static void echo_body(tern_request *r, int event, const char *data, size_t len,
+                      void *user) {
   echo_state *e = tern_request_data(r);
   piece *p;
   (void)user;
@@ -159,35 +162,68 @@ static void block(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, "blocked", 7);
 }
 
+/* Work handed to a thread of hello's own, which then answers. */
 typedef struct {
   tern_request *r;
-  long ms;
+  long ms, n, bad;
 } deferred;
 
 static void *defer_thread(void *arg) {
+  static const tern_header evil[] = {{"x-evil", 6, "a\r\nInjected: 1", 15}};
   deferred *d = arg;
   sleep_ms(d->ms);
-  tern_respond(d->r, 200, text_plain, 1, "deferred", 8);
+  if (d->bad && tern_respond(d->r, 200, evil, 1, "no", 2) == TERN_EINVAL)
+    tern_respond(d->r, 200, text_plain, 1, "deferred, bad header refused", 28);
+  else
+    tern_respond(d->r, 200, text_plain, 1, "deferred", 8);
   free(d);
   return NULL;
 }
 
-static void defer(tern_request *r, void *user) {
+/* Streams from the thread; once the client has gone each write says
+ * TERN_ECLOSED, and the end still finishes the request. */
+static void *tick_thread(void *arg) {
+  deferred *d = arg;
+  char line[32];
+  long i;
+  tern_response_start(d->r, 200, text_plain, 1, -1);
+  for (i = 0; i < d->n; i++) {
+    int len = snprintf(line, sizeof(line), "tick %ld\n", i);
+    tern_response_write(d->r, line, (size_t)len, NULL, NULL);
+    sleep_ms(d->ms);
+  }
+  tern_response_end(d->r, NULL, 0);
+  free(d);
+  return NULL;
+}
+
+static void hand_off(tern_request *r, void *(*fn)(void *)) {
   deferred *d = malloc(sizeof(*d));
   pthread_t t;
-  (void)user;
   if (d == NULL) {
     tern_respond(r, 503, NULL, 0, NULL, 0);
     return;
   }
   d->r = r;
   d->ms = query_num(r, "ms");
-  if (pthread_create(&t, NULL, defer_thread, d) != 0) {
+  d->n = query_num(r, "n");
+  d->bad = query_num(r, "bad");
+  if (pthread_create(&t, NULL, fn, d) != 0) {
     free(d);
     tern_respond(r, 503, NULL, 0, NULL, 0);
     return;
   }
   pthread_detach(t);
+}
+
+static void defer(tern_request *r, void *user) {
+  (void)user;
+  hand_off(r, defer_thread);
+}
+
+static void tick(tern_request *r, void *user) {
+  (void)user;
+  hand_off(r, tick_thread);
 }
 
 static void stats(tern_request *r, void *user) {
@@ -198,19 +234,16 @@ static void stats(tern_request *r, void *user) {
   int n;
   (void)user;
   tern_server_stats(server, &s);
-  n = snprintf(body, sizeof(body),
-               "{\"requests\":%llu,\"connections\":%llu,"
-               "\"active_connections\":%llu,\"bytes_in\":%llu,"
-               "\"bytes_out\":%llu,\"allocations\":%llu,"
-               "\"bytes_allocated\":%llu,\"frees\":%llu}\n",
-               (unsigned long long)s.requests,
-               (unsigned long long)s.connections,
-               (unsigned long long)s.active_connections,
-               (unsigned long long)s.bytes_in,
-               (unsigned long long)s.bytes_out,
-               (unsigned long long)s.allocations,
-               (unsigned long long)s.bytes_allocated,
-               (unsigned long long)s.frees);
+  n = snprintf(
+      body, sizeof(body),
+      "{\"requests\":%llu,\"connections\":%llu,"
+      "\"active_connections\":%llu,\"bytes_in\":%llu,"
+      "\"bytes_out\":%llu,\"allocations\":%llu,"
+      "\"bytes_allocated\":%llu,\"frees\":%llu}\n",
+      (unsigned long long)s.requests, (unsigned long long)s.connections,
+      (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
+      (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
+      (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees);
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
@@ -276,6 +309,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/big", big_body, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
   tern_route(server, "GET", "/defer", defer, NULL);
+  tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
   if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
     fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,

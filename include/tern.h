@@ -53,16 +53,16 @@ TERN_EXTERN const char *tern_version(void);
 
 enum {
   TERN_OK = 0,
-  TERN_EINVAL = -1,      /* an argument is invalid */
-  TERN_ENOMEM = -2,      /* an allocation failed */
-  TERN_ESTATE = -3,      /* not allowed in the object's current state */
-  TERN_EEXIST = -4,      /* already exists (duplicate route) */
-  TERN_EADDRINUSE = -5,  /* address already in use */
-  TERN_EADDR = -6,       /* address cannot be parsed or bound */
-  TERN_ECLOSED = -7,     /* the peer went away; the request is finished */
-  TERN_EIO = -8,         /* a system call failed (see the log) */
-  TERN_ETOOBIG = -9,     /* a limit was exceeded */
-  TERN_ENOTFOUND = -10,  /* no such item (header, parameter) */
+  TERN_EINVAL = -1,     /* an argument is invalid */
+  TERN_ENOMEM = -2,     /* an allocation failed */
+  TERN_ESTATE = -3,     /* not allowed in the object's current state */
+  TERN_EEXIST = -4,     /* already exists (duplicate route) */
+  TERN_EADDRINUSE = -5, /* address already in use */
+  TERN_EADDR = -6,      /* address cannot be parsed or bound */
+  TERN_ECLOSED = -7,    /* the peer went away; the request is finished */
+  TERN_EIO = -8,        /* a system call failed (see the log) */
+  TERN_ETOOBIG = -9,    /* a limit was exceeded */
+  TERN_ENOTFOUND = -10, /* no such item (header, parameter) */
 };
 
 /* A static, human-readable message for an error code; never NULL. */
@@ -91,31 +91,30 @@ enum {
 
 /* Log callback: `msg` is `len` bytes, valid only during the call, without
  * a trailing newline. Called from any thread that tern runs on. */
-typedef void (*tern_log_fn)(int level, const char *msg, size_t len,
-                            void *user);
+typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 
 #define TERN_SETTINGS_VERSION 1
 
 /* Server settings. Initialise with tern_settings_init(), change what you
  * need, pass to tern_server_new(). Every limit has a safe default. */
 typedef struct {
-  int version;                  /* TERN_SETTINGS_VERSION */
-  unsigned workers;             /* worker threads; 0 = CPU count */
-  uint32_t max_head_size;       /* request head bytes (16384): 431 */
-  uint32_t max_header_count;    /* header fields (100): 431 */
-  uint32_t max_uri_length;      /* request-target bytes (8192): 414 */
-  uint64_t max_body_size;       /* collected body bytes (8 MiB): 413 */
-  uint32_t head_timeout_ms;     /* a whole head must arrive (10000) */
-  uint32_t idle_timeout_ms;     /* keep-alive idle (60000) */
-  uint32_t body_timeout_ms;     /* between body reads (30000) */
-  uint32_t max_connections;     /* per worker; beyond: closed (10000) */
-  uint32_t max_pipeline;        /* requests in flight per conn (32) */
-  int tcp_nodelay;              /* 1 = set TCP_NODELAY (default 1) */
-  uint32_t read_buffer_size;    /* per connection while busy (16384) */
-  tern_allocator allocator;     /* malloc/realloc/free by default */
-  tern_log_fn log;              /* NULL: errors and warnings to stderr */
+  int version;               /* TERN_SETTINGS_VERSION */
+  unsigned workers;          /* worker threads; 0 = CPU count */
+  uint32_t max_head_size;    /* request head bytes (16384): 431 */
+  uint32_t max_header_count; /* header fields (100): 431 */
+  uint32_t max_uri_length;   /* request-target bytes (8192): 414 */
+  uint64_t max_body_size;    /* collected body bytes (8 MiB): 413 */
+  uint32_t head_timeout_ms;  /* a whole head must arrive (10000) */
+  uint32_t idle_timeout_ms;  /* keep-alive idle (60000) */
+  uint32_t body_timeout_ms;  /* between body reads (30000) */
+  uint32_t max_connections;  /* per worker; beyond: closed (10000) */
+  uint32_t max_pipeline;     /* requests in flight per conn (32) */
+  int tcp_nodelay;           /* 1 = set TCP_NODELAY (default 1) */
+  uint32_t read_buffer_size; /* per connection while busy (16384) */
+  tern_allocator allocator;  /* malloc/realloc/free by default */
+  tern_log_fn log;           /* NULL: errors and warnings to stderr */
   void *log_user;
-  int log_level;                /* most verbose level passed (WARN) */
+  int log_level; /* most verbose level passed (WARN) */
 } tern_settings;
 
 /* Fill `s` with the defaults above. */
@@ -192,8 +191,8 @@ enum {
 #define TERN_ROUTE_OPTIONS_VERSION 1
 
 typedef struct {
-  int version;           /* TERN_ROUTE_OPTIONS_VERSION */
-  unsigned flags;        /* TERN_ROUTE_* */
+  int version;            /* TERN_ROUTE_OPTIONS_VERSION */
+  unsigned flags;         /* TERN_ROUTE_* */
   uint64_t max_body_size; /* collected-body limit; 0 = the server's */
 } tern_route_options;
 
@@ -219,8 +218,8 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
 
 /* Handler for requests no route matches, instead of the 404/405 answer.
  * `opts` may be NULL. Errors: TERN_ESTATE (running). */
-TERN_EXTERN int tern_set_default_handler(tern_server *srv,
-                                         tern_handler handler, void *user,
+TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
+                                         void *user,
                                          const tern_route_options *opts);
 
 /* ---------------------------------------------------------------------
@@ -245,17 +244,13 @@ typedef struct {
   size_t value_len;
 } tern_header;
 
-TERN_EXTERN const char *tern_request_method(const tern_request *r,
-                                            size_t *len);
+TERN_EXTERN const char *tern_request_method(const tern_request *r, size_t *len);
 /* The request-target as sent (path and query). */
-TERN_EXTERN const char *tern_request_target(const tern_request *r,
-                                            size_t *len);
+TERN_EXTERN const char *tern_request_target(const tern_request *r, size_t *len);
 /* The path without the query, not percent-decoded. */
-TERN_EXTERN const char *tern_request_path(const tern_request *r,
-                                          size_t *len);
+TERN_EXTERN const char *tern_request_path(const tern_request *r, size_t *len);
 /* The query without '?', or NULL (and *len 0) when there is none. */
-TERN_EXTERN const char *tern_request_query(const tern_request *r,
-                                           size_t *len);
+TERN_EXTERN const char *tern_request_query(const tern_request *r, size_t *len);
 /* Host / :authority, or NULL when absent. */
 TERN_EXTERN const char *tern_request_authority(const tern_request *r,
                                                size_t *len);
@@ -270,8 +265,8 @@ TERN_EXTERN const char *tern_request_param(const tern_request *r,
 
 /* The first header named `name` (ASCII case-insensitive), or NULL. */
 TERN_EXTERN const char *tern_request_header(const tern_request *r,
-                                            const char *name,
-                                            size_t name_len, size_t *len);
+                                            const char *name, size_t name_len,
+                                            size_t *len);
 /* Headers in arrival order: count, and the i-th (NULL past the end). */
 TERN_EXTERN size_t tern_request_header_count(const tern_request *r);
 TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,
@@ -280,15 +275,14 @@ TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,
 /* Peer and local address as text ("127.0.0.1", "::1") into buf (a NUL is
  * written; size at least 46) and the port into *port. Errors: TERN_EINVAL
  * (buffer too small), TERN_EIO. */
-TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf,
-                                  size_t size, int *port);
+TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf, size_t size,
+                                  int *port);
 TERN_EXTERN int tern_request_local(const tern_request *r, char *buf,
                                    size_t size, int *port);
 
 /* The collected body (routes without TERN_ROUTE_STREAM_BODY); *len 0 and a
  * non-NULL pointer when there is none. */
-TERN_EXTERN const char *tern_request_body(const tern_request *r,
-                                          size_t *len);
+TERN_EXTERN const char *tern_request_body(const tern_request *r, size_t *len);
 
 /* Trailer fields of a chunked request body (after the body has ended). */
 TERN_EXTERN size_t tern_request_trailer_count(const tern_request *r);
@@ -314,8 +308,7 @@ typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
  * never inside this call; an empty body is one TERN_BODY_END. Call once,
  * from the owning worker. Errors: TERN_ESTATE (not a streaming route, or
  * already reading), TERN_ECLOSED. */
-TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn,
-                                  void *user);
+TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn, void *user);
 
 /* Backpressure: while paused no body callback runs and the socket is not
  * read. Owning worker only. */
@@ -330,13 +323,29 @@ TERN_EXTERN void *tern_request_data(const tern_request *r);
  * Responses
  *
  * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
- * caller's header of those names is ignored. Header names and values are
- * copied before the call returns. All these functions may be called from
- * any thread; from a thread other than the owning worker the call is
- * posted and the body is copied (tern_respond) or referenced (_ref).
- * A call after the client went away returns TERN_ECLOSED and finishes the
- * request (release callbacks still run). Calling them twice or out of
- * order returns TERN_ESTATE.
+ * caller's header of those names is ignored. Header names must be tokens
+ * and values must not contain CR, LF or NUL (TERN_EINVAL otherwise, before
+ * anything is sent). Names and values are copied before the call returns.
+ *
+ * Any thread may call these functions; from a thread other than the
+ * owning worker the call is posted to that worker, in order, and returns
+ * at once (a copied body is copied first; a referenced one must stay
+ * valid until released).
+ *
+ * Finishing: tern_respond(), tern_respond_ref() and tern_response_end()
+ * finish the request: after they return anything but TERN_EINVAL or
+ * TERN_ESTATE the request must not be used again. tern_response_start()
+ * and tern_response_write() never finish it: after an error from them,
+ * still call tern_response_end().
+ *
+ * TERN_ECLOSED means the client has gone away; nothing more will be sent.
+ * A call that returns an error never calls the callbacks it was given and
+ * leaves ownership of referenced memory with the caller. TERN_ESTATE
+ * (wrong order, for example a write before start) is detected on the
+ * owning worker; a posted call in the wrong order is dropped there, and a
+ * posted tern_response_end() that finds no started response closes the
+ * connection. If queuing fails for lack of memory, the connection is
+ * closed and the call reports TERN_ENOMEM.
  * ------------------------------------------------------------------ */
 
 /* Release callback for caller-owned memory handed to tern. */
@@ -361,8 +370,8 @@ TERN_EXTERN int tern_respond_ref(tern_request *r, int status,
  * when unknown (HTTP/1.1 then uses chunked encoding; HTTP/1.0 closes the
  * connection at the end). */
 TERN_EXTERN int tern_response_start(tern_request *r, int status,
-                                    const tern_header *headers,
-                                    size_t nheaders, int64_t content_length);
+                                    const tern_header *headers, size_t nheaders,
+                                    int64_t content_length);
 
 /* Write completion: status 0 when written to the socket, TERN_ECLOSED when
  * the client went away first. Runs on the owning worker. */
@@ -372,13 +381,11 @@ typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
  * until `done` runs; with `done` NULL it is copied now. Writing more than
  * the declared Content-Length is TERN_EINVAL. */
 TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
-                                    size_t len, tern_write_fn done,
-                                    void *user);
+                                    size_t len, tern_write_fn done, void *user);
 
 /* Finish a streamed response, with trailers where the protocol carries
  * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */
-TERN_EXTERN int tern_response_end(tern_request *r,
-                                  const tern_header *trailers,
+TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
 
 /* ---------------------------------------------------------------------
@@ -389,13 +396,13 @@ TERN_EXTERN int tern_response_end(tern_request *r,
 
 typedef struct {
   int version;
-  uint64_t requests;          /* responses finished */
-  uint64_t connections;       /* accepted */
+  uint64_t requests;    /* responses finished */
+  uint64_t connections; /* accepted */
   uint64_t active_connections;
   uint64_t bytes_in;
   uint64_t bytes_out;
-  uint64_t allocations;       /* calls to malloc/realloc that allocated */
-  uint64_t bytes_allocated;   /* bytes asked for by those calls */
+  uint64_t allocations;     /* calls to malloc/realloc that allocated */
+  uint64_t bytes_allocated; /* bytes asked for by those calls */
   uint64_t frees;
 } tern_stats;
 

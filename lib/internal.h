@@ -21,7 +21,7 @@
 #endif
 #endif
 
-#define TERN__CONTAINER_OF(p, type, field)                                 \
+#define TERN__CONTAINER_OF(p, type, field)                                     \
   ((type *)(void *)((char *)(p)-offsetof(type, field)))
 
 typedef struct tern__worker tern__worker;
@@ -34,7 +34,9 @@ typedef struct tern__list {
   struct tern__list *prev, *next;
 } tern__list;
 
-static inline void tern__list_init(tern__list *l) { l->prev = l->next = l; }
+static inline void tern__list_init(tern__list *l) {
+  l->prev = l->next = l;
+}
 static inline int tern__list_empty(const tern__list *l) {
   return l->next == l;
 }
@@ -62,9 +64,9 @@ typedef struct {
   _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
 } tern__wstats;
 
-#define TERN__STAT_ADD(field, n)                                           \
-  atomic_store_explicit(                                                   \
-      &(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+#define TERN__STAT_ADD(field, n)                                               \
+  atomic_store_explicit(                                                       \
+      &(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n),    \
       memory_order_relaxed)
 
 void *tern__malloc(tern_server *srv, size_t size);
@@ -80,8 +82,8 @@ void tern__log(tern_server *srv, int level, const char *fmt, ...)
 /* ---- Fixed-size object pools (per worker, no locks) -------------- */
 
 typedef struct {
-  size_t size;     /* object size */
-  void *free;      /* singly linked through the first word */
+  size_t size; /* object size */
+  void *free;  /* singly linked through the first word */
   size_t nfree;
   size_t max_free; /* 0 under AddressSanitizer: every put is a free */
 } tern__pool;
@@ -141,18 +143,17 @@ typedef struct {
 
 void tern__outq_init(tern__outq *q);
 /* Copy bytes; they join the previous segment when contiguous. */
-int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
-                    size_t len);
+int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p, size_t len);
 /* Room to format into: on success *p points at `*room` >= `min` writable
  * bytes at the end of the queue; tern__outq_commit then appends the first
  * `n` of them. Returns TERN_ETOOBIG when `min` exceeds a block. */
 int tern__outq_reserve(tern__worker *w, tern__outq *q, size_t min, char **p,
                        size_t *room);
 int tern__outq_commit(tern__worker *w, tern__outq *q, size_t n);
-int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
-                   size_t len, tern_release_fn release, void *ruser);
-int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,
-                    tern_request *req, tern_write_fn done, void *duser);
+int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p, size_t len,
+                   tern_release_fn release, void *ruser);
+int tern__outq_mark(tern__worker *w, tern__outq *q, int kind, tern_request *req,
+                    tern_write_fn done, void *duser);
 /* Move everything from `src` to the end of `dst`. */
 int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src);
 /* Fill up to n iovecs from the pending segments; returns how many. */
@@ -193,8 +194,8 @@ struct tern_request {
   tern__worker *w;
   tern_request *next; /* the connection's in-flight queue */
   const tern__route *route;
-  _Atomic int gone;  /* the client went away */
-  int refs;          /* user (until end) + connection (until written) */
+  _Atomic int gone; /* the client went away */
+  int refs;         /* user (until end) + connection (until written) */
   unsigned flags;
   int protocol;
 
@@ -267,25 +268,25 @@ extern const tern__proto tern__http1;
 
 enum {
   TERN__T_NONE = 0,
-  TERN__T_HEAD,  /* waiting for (the rest of) a request head */
-  TERN__T_IDLE,  /* keep-alive, nothing pending */
-  TERN__T_BODY,  /* waiting for request body bytes */
-  TERN__T_WRITE, /* output pending, no progress */
+  TERN__T_HEAD,   /* waiting for (the rest of) a request head */
+  TERN__T_IDLE,   /* keep-alive, nothing pending */
+  TERN__T_BODY,   /* waiting for request body bytes */
+  TERN__T_WRITE,  /* output pending, no progress */
   TERN__T_LINGER, /* closing: drain the peer's bytes after shutdown */
   TERN__T_COUNT,
 };
 
 enum {
-  TERN__C_CLOSING = 1u << 0,   /* uv_close called */
-  TERN__C_READING = 1u << 1,   /* uv_read_start active */
-  TERN__C_WRITING = 1u << 2,   /* a uv_write is in flight */
-  TERN__C_DIRTY = 1u << 3,     /* on the worker's dirty list */
+  TERN__C_CLOSING = 1u << 0,     /* uv_close called */
+  TERN__C_READING = 1u << 1,     /* uv_read_start active */
+  TERN__C_WRITING = 1u << 2,     /* a uv_write is in flight */
+  TERN__C_DIRTY = 1u << 3,       /* on the worker's dirty list */
   TERN__C_CLOSE_AFTER = 1u << 4, /* close once output is written */
-  TERN__C_EOF = 1u << 5,       /* the peer finished sending */
-  TERN__C_REPROCESS = 1u << 6, /* run on_read again from the check cb */
-  TERN__C_IN_READ = 1u << 7,   /* inside the adapter's on_read */
-  TERN__C_STOPPING = 1u << 8,  /* graceful stop seen */
-  TERN__C_LINGER = 1u << 9,    /* shut down for writing, draining */
+  TERN__C_EOF = 1u << 5,         /* the peer finished sending */
+  TERN__C_REPROCESS = 1u << 6,   /* run on_read again from the check cb */
+  TERN__C_IN_READ = 1u << 7,     /* inside the adapter's on_read */
+  TERN__C_STOPPING = 1u << 8,    /* graceful stop seen */
+  TERN__C_LINGER = 1u << 9,      /* shut down for writing, draining */
 };
 
 struct tern__conn {
@@ -439,6 +440,7 @@ struct tern__msg {
   void *ruser;
   tern_write_fn done;
   void *duser;
+  int reported; /* what the posting call returned */
   /* headers and copied bytes follow */
 };
 

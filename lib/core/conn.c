@@ -339,7 +339,7 @@ void tern__conn_update_timer(tern__conn *c) {
   if (c->body_req != NULL) {
     unsigned f = c->body_req->flags;
     kind = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED) ? TERN__T_BODY
-                                                             : TERN__T_NONE;
+                                                            : TERN__T_NONE;
   } else if (c->nq > 0) {
     kind = TERN__T_NONE;
   } else if (c->rpos < c->rlen) {
@@ -368,8 +368,8 @@ void tern__conn_timeout(tern__conn *c, int kind) {
     /* A partial head timed out: say so, then close. */
     tern__conn_read_stop(c);
     c->rpos = c->rlen;
-    if (tern__outq_copy(c->w, &c->out, timeout_408,
-                        sizeof(timeout_408) - 1) == 0) {
+    if (tern__outq_copy(c->w, &c->out, timeout_408, sizeof(timeout_408) - 1) ==
+        0) {
       c->flags |= TERN__C_CLOSE_AFTER;
       tern__conn_flush(c);
       return;

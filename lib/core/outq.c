@@ -12,7 +12,9 @@
 
 #include "internal.h"
 
-void tern__outq_init(tern__outq *q) { memset(q, 0, sizeof(*q)); }
+void tern__outq_init(tern__outq *q) {
+  memset(q, 0, sizeof(*q));
+}
 
 static size_t blk_cap(tern__worker *w) {
   return w->wblk_pool.size - sizeof(tern__wblk);
@@ -114,8 +116,7 @@ int tern__outq_commit(tern__worker *w, tern__outq *q, size_t n) {
   return 0;
 }
 
-int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
-                    size_t len) {
+int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p, size_t len) {
   const char *src = p;
 
   while (len > 0) {
@@ -135,8 +136,8 @@ int tern__outq_copy(tern__worker *w, tern__outq *q, const void *p,
   return 0;
 }
 
-int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
-                   size_t len, tern_release_fn release, void *ruser) {
+int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p, size_t len,
+                   tern_release_fn release, void *ruser) {
   tern__seg *s;
   if (reserve_segs(w, q, 1) != 0)
     return TERN_ENOMEM;
@@ -150,8 +151,8 @@ int tern__outq_ref(tern__worker *w, tern__outq *q, const void *p,
   return 0;
 }
 
-int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,
-                    tern_request *req, tern_write_fn done, void *duser) {
+int tern__outq_mark(tern__worker *w, tern__outq *q, int kind, tern_request *req,
+                    tern_write_fn done, void *duser) {
   tern__seg *s;
   if (reserve_segs(w, q, 1) != 0)
     return TERN_ENOMEM;
@@ -160,6 +161,8 @@ int tern__outq_mark(tern__worker *w, tern__outq *q, int kind,
   s->req = req;
   s->done = done;
   s->duser = duser;
+  if (req != NULL)
+    req->refs++; /* the request outlives its markers */
   return 0;
 }
 
@@ -195,8 +198,7 @@ size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n) {
   return k;
 }
 
-static void finish(tern__worker *w, tern__outq *q, tern__seg *s,
-                   int status) {
+static void finish(tern__worker *w, tern__outq *q, tern__seg *s, int status) {
   switch (s->kind) {
   case TERN__SEG_COPY:
     blk_release(w, q, s->blk);
@@ -214,8 +216,9 @@ static void finish(tern__worker *w, tern__outq *q, tern__seg *s,
     if (status == 0)
       TERN__STAT_ADD(w->stats.requests, 1);
     s->req->flags |= TERN__RQ_WRITTEN;
-    tern__request_unref(s->req);
   }
+  if (s->req != NULL)
+    tern__request_unref(s->req);
 }
 
 static void pop(tern__outq *q) {

@@ -56,7 +56,9 @@ tern__rbuf *tern__rbuf_get(tern__worker *w) {
   return b;
 }
 
-void tern__rbuf_ref(tern__rbuf *b) { b->refs++; }
+void tern__rbuf_ref(tern__rbuf *b) {
+  b->refs++;
+}
 
 void tern__rbuf_unref(tern__worker *w, tern__rbuf *b) {
   if (b != NULL && --b->refs == 0)

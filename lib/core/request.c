@@ -62,8 +62,7 @@ void tern__request_dispatch(tern_request *r) {
   r->flags |= TERN__RQ_HANDLED;
   if (route->flags & TERN_ROUTE_BLOCKING) {
     r->work.data = r;
-    if (uv_queue_work(r->w->loop, &r->work, blocking_work, blocking_done) ==
-        0)
+    if (uv_queue_work(r->w->loop, &r->work, blocking_work, blocking_done) == 0)
       return;
     tern__respond_status(r, 503, NULL, 0);
     return;
@@ -73,11 +72,11 @@ void tern__request_dispatch(tern_request *r) {
 
 /* ---- Accessors ----------------------------------------------------- */
 
-#define VIEW(field)                                                        \
-  do {                                                                     \
-    if (len != NULL)                                                       \
-      *len = r->field##_len;                                               \
-    return r->field;                                                       \
+#define VIEW(field)                                                            \
+  do {                                                                         \
+    if (len != NULL)                                                           \
+      *len = r->field##_len;                                                   \
+    return r->field;                                                           \
   } while (0)
 
 const char *tern_request_method(const tern_request *r, size_t *len) {
@@ -96,7 +95,9 @@ const char *tern_request_authority(const tern_request *r, size_t *len) {
   VIEW(authority);
 }
 
-int tern_request_protocol(const tern_request *r) { return r->protocol; }
+int tern_request_protocol(const tern_request *r) {
+  return r->protocol;
+}
 
 static int ieq(const char *a, const char *b, size_t n) {
   size_t i;
@@ -152,8 +153,7 @@ size_t tern_request_trailer_count(const tern_request *r) {
   return r->ntrailers;
 }
 
-const tern_header *tern_request_trailer_at(const tern_request *r,
-                                           size_t i) {
+const tern_header *tern_request_trailer_at(const tern_request *r, size_t i) {
   return i < r->ntrailers ? &r->trailers[i] : NULL;
 }
 
@@ -204,8 +204,12 @@ int tern_request_local(const tern_request *r, char *buf, size_t size,
   return format_addr(&ss, buf, size, port);
 }
 
-void tern_request_set_data(tern_request *r, void *data) { r->data = data; }
-void *tern_request_data(const tern_request *r) { return r->data; }
+void tern_request_set_data(tern_request *r, void *data) {
+  r->data = data;
+}
+void *tern_request_data(const tern_request *r) {
+  return r->data;
+}
 
 /* ---- Streaming bodies ---------------------------------------------- */
 

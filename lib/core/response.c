@@ -11,56 +11,97 @@
 
 const char *tern__reason(int status) {
   switch (status) {
-  case 100: return "Continue";
-  case 101: return "Switching Protocols";
-  case 200: return "OK";
-  case 201: return "Created";
-  case 202: return "Accepted";
-  case 204: return "No Content";
-  case 206: return "Partial Content";
-  case 301: return "Moved Permanently";
-  case 302: return "Found";
-  case 303: return "See Other";
-  case 304: return "Not Modified";
-  case 307: return "Temporary Redirect";
-  case 308: return "Permanent Redirect";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 409: return "Conflict";
-  case 411: return "Length Required";
-  case 413: return "Content Too Large";
-  case 414: return "URI Too Long";
-  case 415: return "Unsupported Media Type";
-  case 417: return "Expectation Failed";
-  case 426: return "Upgrade Required";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 501: return "Not Implemented";
-  case 502: return "Bad Gateway";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  case 505: return "HTTP Version Not Supported";
-  default: return "Unknown";
+  case 100:
+    return "Continue";
+  case 101:
+    return "Switching Protocols";
+  case 200:
+    return "OK";
+  case 201:
+    return "Created";
+  case 202:
+    return "Accepted";
+  case 204:
+    return "No Content";
+  case 206:
+    return "Partial Content";
+  case 301:
+    return "Moved Permanently";
+  case 302:
+    return "Found";
+  case 303:
+    return "See Other";
+  case 304:
+    return "Not Modified";
+  case 307:
+    return "Temporary Redirect";
+  case 308:
+    return "Permanent Redirect";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 409:
+    return "Conflict";
+  case 411:
+    return "Length Required";
+  case 413:
+    return "Content Too Large";
+  case 414:
+    return "URI Too Long";
+  case 415:
+    return "Unsupported Media Type";
+  case 417:
+    return "Expectation Failed";
+  case 426:
+    return "Upgrade Required";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 501:
+    return "Not Implemented";
+  case 502:
+    return "Bad Gateway";
+  case 503:
+    return "Service Unavailable";
+  case 504:
+    return "Gateway Timeout";
+  case 505:
+    return "HTTP Version Not Supported";
+  default:
+    return "Unknown";
   }
 }
 
-/* The user's reference ends with the response (or with TERN_ECLOSED). */
+/* The user's reference ends with a finishing call: tern_respond,
+ * tern_respond_ref or tern_response_end. */
 static void finish_user(tern_request *r) {
   r->flags |= TERN__RQ_ENDED;
   tern__request_unref(r);
 }
 
-static int gone(tern_request *r) {
-  if (!atomic_load_explicit(&r->gone, memory_order_acquire))
-    return 0;
-  if (!(r->flags & TERN__RQ_ENDED))
-    finish_user(r);
-  return 1;
+static int is_gone(const tern_request *r) {
+  return atomic_load_explicit(&r->gone, memory_order_acquire);
+}
+
+/* A finishing call that cannot queue its bytes: the client can only learn
+ * of it by the connection closing. */
+static int fail_finish(tern_request *r, int rc) {
+  r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
+  tern__conn_close(r->conn);
+  finish_user(r);
+  return rc;
 }
 
 static int respond_now(tern_request *r, int status, const tern_header *h,
@@ -71,24 +112,58 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
 
   if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
     return TERN_ESTATE;
-  if (gone(r))
+  if (is_gone(r)) {
+    finish_user(r);
     return TERN_ECLOSED;
+  }
   rc = p->start(r, status, h, n, (int64_t)len);
-  if (rc != 0)
-    return rc;
-  if (len > 0 || release != NULL) {
+  if (rc == 0 && (len > 0 || release != NULL))
     rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
-    if (rc != 0) {
-      /* The head is queued already: the connection cannot recover. */
-      r->flags |= TERN__RQ_CLOSE;
-      p->end(r, NULL, 0);
-      finish_user(r);
-      return rc;
+  if (rc == 0)
+    rc = p->end(r, NULL, 0);
+  if (rc != 0)
+    return fail_finish(r, rc);
+  finish_user(r);
+  return 0;
+}
+
+/* Header injection defence, for every protocol: names are tokens and
+ * values carry no CR, LF or NUL. Checked before anything is queued or
+ * posted, so a bad field fails the call itself. */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1,
+    ['*'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1,
+    ['`'] = 1, ['|'] = 1, ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1,
+    ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1,
+    ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1,
+    ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1,
+    ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1,
+    ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1,
+    ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1,
+    ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+static int fields_valid(const tern_header *h, size_t n) {
+  size_t i, j;
+  if (n > 0 && h == NULL)
+    return 0;
+  for (i = 0; i < n; i++) {
+    if (h[i].name_len == 0 || h[i].name == NULL ||
+        (h[i].value_len > 0 && h[i].value == NULL))
+      return 0;
+    for (j = 0; j < h[i].name_len; j++)
+      if (!tchar[(unsigned char)h[i].name[j]])
+        return 0;
+    for (j = 0; j < h[i].value_len; j++) {
+      unsigned char ch = (unsigned char)h[i].value[j];
+      if (ch == '\r' || ch == '\n' || ch == 0)
+        return 0;
     }
   }
-  rc = p->end(r, NULL, 0);
-  finish_user(r);
-  return rc;
+  return 1;
 }
 
 void tern__respond_status(tern_request *r, int status, const char *allow,
@@ -96,8 +171,8 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
   char body[64];
   tern_header h[2];
   size_t n = 0;
-  int len = snprintf(body, sizeof(body), "%d %s\n", status,
-                     tern__reason(status));
+  int len =
+      snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
   h[n].name = "content-type";
   h[n].name_len = 12;
   h[n].value = "text/plain";
@@ -157,64 +232,68 @@ static void post(tern_request *r, tern__msg *m) {
   tern__worker_post(r->w, m);
 }
 
-/* Returned by a posted call: the client may go later, but if it is known
- * to be gone now the caller hears it now. */
-static int posted_status(tern_request *r) {
-  return atomic_load_explicit(&r->gone, memory_order_acquire) ? TERN_ECLOSED
-                                                               : 0;
+/* What a posted call returns: the client may go later, but if it is
+ * known to be gone now the caller hears it now. The message remembers the
+ * answer: a call that returned an error must never call its callbacks. */
+static int posted_status(tern_request *r, tern__msg *m) {
+  m->reported = is_gone(r) ? TERN_ECLOSED : 0;
+  return m->reported;
 }
 
 void tern__msg_apply(tern__msg *m) {
   tern_request *r = m->req;
   tern__worker *w = r->w;
+  const tern__proto *p = r->conn->proto;
   int rc;
 
   switch (m->type) {
   case TERN__M_RESPOND:
     if (m->copy) {
       /* The body sits in the message: reference it there. */
-      rc = respond_now(r, m->status, m->headers, m->nheaders, m->body,
-                       m->len, 0, free_msg, m);
-      if (rc != 0)
-        tern__free(w->srv, m);
-      return;
+      if (respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len, 0,
+                      free_msg, m) == 0)
+        return;
+      break;
     }
-    rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len,
-                     0, m->release, m->ruser);
-    if (rc != 0 && m->release != NULL)
+    rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len, 0,
+                     m->release, m->ruser);
+    /* The caller was told 0: the body is ours to release. */
+    if (rc != 0 && m->reported == 0 && m->release != NULL)
       m->release((void *)m->body, m->ruser);
     break;
   case TERN__M_START:
-    if (!gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
-      r->conn->proto->start(r, m->status, m->headers, m->nheaders,
-                            m->content_length);
+    if (!is_gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) &&
+        p->start(r, m->status, m->headers, m->nheaders, m->content_length) != 0)
+      tern__conn_close(r->conn);
     break;
   case TERN__M_WRITE:
-    if (atomic_load(&r->gone) || !(r->flags & TERN__RQ_STARTED) ||
-        (r->flags & TERN__RQ_ENDED)) {
-      if (m->done != NULL)
-        m->done(r, TERN_ECLOSED, m->duser);
-      gone(r);
-      break;
+    rc = TERN_ECLOSED;
+    if (!is_gone(r) && (r->flags & TERN__RQ_STARTED) &&
+        !(r->flags & TERN__RQ_ENDED)) {
+      if (m->copy) {
+        rc = p->write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
+        if (rc == 0)
+          return;
+      } else {
+        rc = p->write(r, m->body, m->len, 0, m->done, m->duser, NULL, NULL);
+        if (rc == 0)
+          break;
+      }
+      tern__conn_close(r->conn);
     }
-    if (m->copy) {
-      rc = r->conn->proto->write(r, m->body, m->len, 0, NULL, NULL,
-                                 free_msg, m);
-      if (rc == 0)
-        return;
-    } else {
-      rc = r->conn->proto->write(r, m->body, m->len, 0, m->done, m->duser,
-                                 NULL, NULL);
-    }
-    if (rc != 0 && m->done != NULL)
+    if (m->reported == 0 && m->done != NULL)
       m->done(r, rc, m->duser);
     break;
   case TERN__M_END:
-    if (!gone(r) && (r->flags & TERN__RQ_STARTED) &&
-        !(r->flags & TERN__RQ_ENDED)) {
-      r->conn->proto->end(r, m->headers, m->nheaders);
+    if (r->flags & TERN__RQ_ENDED)
+      break;
+    if (is_gone(r))
       finish_user(r);
-    }
+    else if (!(r->flags & TERN__RQ_STARTED) ||
+             p->end(r, m->headers, m->nheaders) != 0)
+      fail_finish(r, 0);
+    else
+      finish_user(r);
     break;
   }
   tern__free(w->srv, m);
@@ -224,7 +303,7 @@ void tern__msg_apply(tern__msg *m) {
 
 static int check_args(tern_request *r, int status, const tern_header *h,
                       size_t n, const void *body, size_t len) {
-  if (r == NULL || status < 100 || status > 999 || (n > 0 && h == NULL) ||
+  if (r == NULL || status < 100 || status > 999 || !fields_valid(h, n) ||
       (len > 0 && body == NULL))
     return TERN_EINVAL;
   return 0;
@@ -237,14 +316,13 @@ int tern_respond(tern_request *r, int status, const tern_header *headers,
   if (rc != 0)
     return rc;
   if (tern__on_worker(r->w))
-    return respond_now(r, status, headers, nheaders, body, len, 1, NULL,
-                       NULL);
+    return respond_now(r, status, headers, nheaders, body, len, 1, NULL, NULL);
   m = msg_new(r, TERN__M_RESPOND, headers, nheaders, body, len);
   if (m == NULL)
     return TERN_ENOMEM;
   m->status = status;
   m->copy = 1;
-  rc = posted_status(r);
+  rc = posted_status(r, m);
   post(r, m);
   return rc;
 }
@@ -267,14 +345,13 @@ int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
   m->len = len;
   m->release = release;
   m->ruser = user;
-  rc = posted_status(r);
+  rc = posted_status(r, m);
   post(r, m);
   return rc;
 }
 
-int tern_response_start(tern_request *r, int status,
-                        const tern_header *headers, size_t nheaders,
-                        int64_t content_length) {
+int tern_response_start(tern_request *r, int status, const tern_header *headers,
+                        size_t nheaders, int64_t content_length) {
   tern__msg *m;
   int rc = check_args(r, status, headers, nheaders, NULL, 0);
   if (rc != 0 || content_length < -1)
@@ -282,17 +359,16 @@ int tern_response_start(tern_request *r, int status,
   if (tern__on_worker(r->w)) {
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
       return TERN_ESTATE;
-    if (gone(r))
+    if (is_gone(r))
       return TERN_ECLOSED;
-    return r->conn->proto->start(r, status, headers, nheaders,
-                                 content_length);
+    return r->conn->proto->start(r, status, headers, nheaders, content_length);
   }
   m = msg_new(r, TERN__M_START, headers, nheaders, NULL, 0);
   if (m == NULL)
     return TERN_ENOMEM;
   m->status = status;
   m->content_length = content_length;
-  rc = posted_status(r);
+  rc = posted_status(r, m);
   post(r, m);
   return rc;
 }
@@ -300,15 +376,16 @@ int tern_response_start(tern_request *r, int status,
 int tern_response_write(tern_request *r, const void *data, size_t len,
                         tern_write_fn done, void *user) {
   tern__msg *m;
+  int rc;
   if (r == NULL || (len > 0 && data == NULL))
     return TERN_EINVAL;
   if (tern__on_worker(r->w)) {
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
-    if (gone(r))
+    if (is_gone(r))
       return TERN_ECLOSED;
-    return r->conn->proto->write(r, data, len, done == NULL, done, user,
-                                 NULL, NULL);
+    return r->conn->proto->write(r, data, len, done == NULL, done, user, NULL,
+                                 NULL);
   }
   m = msg_new(r, TERN__M_WRITE, NULL, 0, done == NULL ? data : NULL,
               done == NULL ? len : 0);
@@ -321,29 +398,34 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
   m->copy = done == NULL;
   m->done = done;
   m->duser = user;
+  rc = posted_status(r, m);
   post(r, m);
-  return posted_status(r);
+  return rc;
 }
 
 int tern_response_end(tern_request *r, const tern_header *trailers,
                       size_t ntrailers) {
   tern__msg *m;
   int rc;
-  if (r == NULL || (ntrailers > 0 && trailers == NULL))
+  if (r == NULL || !fields_valid(trailers, ntrailers))
     return TERN_EINVAL;
   if (tern__on_worker(r->w)) {
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
-    if (gone(r))
+    if (is_gone(r)) {
+      finish_user(r);
       return TERN_ECLOSED;
+    }
     rc = r->conn->proto->end(r, trailers, ntrailers);
+    if (rc != 0)
+      return fail_finish(r, rc);
     finish_user(r);
-    return rc;
+    return 0;
   }
   m = msg_new(r, TERN__M_END, trailers, ntrailers, NULL, 0);
   if (m == NULL)
     return TERN_ENOMEM;
-  rc = posted_status(r);
+  rc = posted_status(r, m);
   post(r, m);
   return rc;
 }

@@ -244,9 +244,8 @@ static int lit_insert(const tern__router *r, rnode *n, uint32_t at,
   n->lits[at].len = child->seg_len;
   memset(n->lits[at].head, 0, sizeof(n->lits[at].head));
   memcpy(n->lits[at].head, child->seg,
-         child->seg_len < sizeof(n->lits[at].head)
-             ? child->seg_len
-             : sizeof(n->lits[at].head));
+         child->seg_len < sizeof(n->lits[at].head) ? child->seg_len
+                                                   : sizeof(n->lits[at].head));
   n->nlits++;
   return 0;
 }
@@ -376,8 +375,8 @@ static int method_eq(const rentry *e, const char *m, size_t len) {
   return e->method && e->method_len == len && memcmp(e->method, m, len) == 0;
 }
 
-int tern__router_add(tern__router *r, const char *method,
-                     const char *pattern, void *route) {
+int tern__router_add(tern__router *r, const char *method, const char *pattern,
+                     void *route) {
   size_t names_sz;
   rentry *e, **ents;
   rnode *n, *fresh = NULL, *fresh_parent = NULL;
@@ -462,8 +461,7 @@ nomem:
       fresh_parent->wild = NULL;
     } else {
       int found;
-      uint32_t at = lit_find(fresh_parent, fresh->seg, fresh->seg_len,
-                             &found);
+      uint32_t at = lit_find(fresh_parent, fresh->seg, fresh->seg_len, &found);
       if (found)
         lit_remove(fresh_parent, at);
     }
@@ -486,8 +484,8 @@ typedef struct {
   const char *path;
   size_t path_len;
   tern__route_match *m;
-  int collect; /* 0: find a route; 1: find the next Allow method */
-  int seen;    /* some node with routes matched the path */
+  int collect;             /* 0: find a route; 1: find the next Allow method */
+  int seen;                /* some node with routes matched the path */
   const char *prev, *best; /* collect: last method emitted, next one */
   size_t prev_len, best_len;
 } mctx;

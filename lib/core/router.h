@@ -58,8 +58,8 @@ void tern__router_free(tern__router *r);
 /* method: NULL or "*" for any method, else a token ("GET"). A route for GET
  * also answers HEAD unless HEAD has its own route. The pattern and method
  * strings are copied. `route` is an opaque pointer returned on match. */
-int tern__router_add(tern__router *r, const char *method,
-                     const char *pattern, void *route);
+int tern__router_add(tern__router *r, const char *method, const char *pattern,
+                     void *route);
 
 /* Match a request. `path` is the raw path without the query; it is not
  * decoded (parameters are returned as the raw bytes of their segment).

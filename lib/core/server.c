@@ -10,7 +10,9 @@
 
 #include "internal.h"
 
-const char *tern_version(void) { return "0.1.0"; }
+const char *tern_version(void) {
+  return "0.1.0";
+}
 
 const char *tern_strerror(int err) {
   switch (err) {
@@ -80,11 +82,15 @@ void tern_route_options_init(tern_route_options *o) {
   o->version = TERN_ROUTE_OPTIONS_VERSION;
 }
 
-static void *router_malloc(size_t n, void *u) { return tern__malloc(u, n); }
+static void *router_malloc(size_t n, void *u) {
+  return tern__malloc(u, n);
+}
 static void *router_realloc(void *p, size_t n, void *u) {
   return tern__realloc(u, p, n);
 }
-static void router_free(void *p, void *u) { tern__free(u, p); }
+static void router_free(void *p, void *u) {
+  tern__free(u, p);
+}
 
 int tern_server_new(tern_server **out, const tern_settings *s) {
   tern_settings def;
@@ -139,6 +145,11 @@ void tern_server_free(tern_server *srv) {
 
   if (srv == NULL)
     return;
+  /* An attached worker's handles were closed on the caller's loop; what it
+   * still holds (pools, listener array) goes now. */
+  for (i = 0; i < srv->nworkers; i++)
+    if (srv->workers[i].loop != NULL)
+      tern__worker_cleanup(&srv->workers[i]);
   for (i = 0; i < srv->naddrs; i++) {
     for (j = 0; j < srv->nworkers; j++)
       if (srv->addrs[i].fds[j] >= 0)
@@ -157,12 +168,10 @@ void tern_server_free(tern_server *srv) {
 
 /* ---- Listening --------------------------------------------------- */
 
-static int parse_host(const char *host, int port,
-                      struct sockaddr_storage *ss) {
+static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
   memset(ss, 0, sizeof(*ss));
   if (host == NULL)
-    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR
-                                                                : 0;
+    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
   if (strcmp(host, "localhost") == 0)
     host = "127.0.0.1";
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
@@ -175,9 +184,8 @@ static int parse_host(const char *host, int port,
 static int open_socket(const struct sockaddr_storage *ss, int dual) {
   int one = 1, zero = 0;
   socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                            : sizeof(struct sockaddr_in6);
-  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                  0);
+                                           : sizeof(struct sockaddr_in6);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return TERN_EIO;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -186,8 +194,7 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
     goto fail;
   if (ss->ss_family == AF_INET6)
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one,
-               sizeof(one));
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
   if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
     int e = errno;
     close(fd);
@@ -201,8 +208,7 @@ fail:
   return TERN_EIO;
 }
 
-int tern_listen(tern_server *srv, const char *host, int port,
-                int *bound_port) {
+int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
   struct sockaddr_storage ss;
   tern__listen_addr *addrs, *la;
   socklen_t slen = sizeof(ss);
@@ -267,8 +273,7 @@ static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
   r->handler = h;
   r->user = user;
   r->flags = o ? o->flags : 0;
-  r->max_body = o && o->max_body_size ? o->max_body_size
-                                       : srv->s.max_body_size;
+  r->max_body = o && o->max_body_size ? o->max_body_size : srv->s.max_body_size;
   /* A blocking handler cannot pace a streamed body from another thread. */
   if (r->flags & TERN_ROUTE_BLOCKING)
     r->flags &= ~(unsigned)TERN_ROUTE_STREAM_BODY;
@@ -301,8 +306,8 @@ static void note_method(tern_server *srv, const char *method) {
   srv->allow_all_len = cur + n;
 }
 
-int tern_route_with(tern_server *srv, const char *method,
-                    const char *pattern, tern_handler handler, void *user,
+int tern_route_with(tern_server *srv, const char *method, const char *pattern,
+                    tern_handler handler, void *user,
                     const tern_route_options *opts) {
   tern__route *r, **ptrs;
   int rc;
@@ -339,8 +344,8 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
   return tern_route_with(srv, method, pattern, handler, user, NULL);
 }
 
-int tern_set_default_handler(tern_server *srv, tern_handler handler,
-                             void *user, const tern_route_options *opts) {
+int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
+                             const tern_route_options *opts) {
   if (srv == NULL || handler == NULL || !valid_route_opts(opts))
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
@@ -385,8 +390,7 @@ int tern_run(tern_server *srv) {
 
   if (srv == NULL)
     return TERN_EINVAL;
-  if (!atomic_compare_exchange_strong(&srv->state, &expected,
-                                      TERN__S_STARTING))
+  if (!atomic_compare_exchange_strong(&srv->state, &expected, TERN__S_STARTING))
     return TERN_ESTATE;
   rc = start_workers(srv, NULL);
   if (rc != 0) {
@@ -419,8 +423,7 @@ int tern_attach(tern_server *srv, void *uv_loop) {
 
   if (srv == NULL || uv_loop == NULL || srv->nworkers != 1)
     return TERN_EINVAL;
-  if (!atomic_compare_exchange_strong(&srv->state, &expected,
-                                      TERN__S_STARTING))
+  if (!atomic_compare_exchange_strong(&srv->state, &expected, TERN__S_STARTING))
     return TERN_ESTATE;
   rc = start_workers(srv, uv_loop);
   atomic_store(&srv->state, rc != 0 ? TERN__S_DONE : TERN__S_RUNNING);
@@ -433,8 +436,7 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
 
   if (srv == NULL)
     return TERN_EINVAL;
-  if (!atomic_compare_exchange_strong(&srv->state, &expected,
-                                      TERN__S_STOPPING))
+  if (!atomic_compare_exchange_strong(&srv->state, &expected, TERN__S_STOPPING))
     return TERN_ESTATE;
   atomic_store(&srv->stop_deadline_ms, deadline_ms);
   /* uv_async_send is async-signal-safe, so this path is too. */
@@ -455,8 +457,7 @@ void tern_server_stats(const tern_server *srv, tern_stats *out) {
     out->active_connections +=
         atomic_load_explicit(&w->active, memory_order_relaxed);
     out->bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
-    out->bytes_out +=
-        atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
+    out->bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
   }
   out->allocations = atomic_load(&srv->allocs);
   out->bytes_allocated = atomic_load(&srv->alloc_bytes);

@@ -38,9 +38,8 @@ static uint64_t tick_ms(const tern_settings *s) {
 void tern__date_update(tern__worker *w) {
   static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed",
                                   "Thu", "Fri", "Sat"};
-  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr",
-                                     "May", "Jun", "Jul", "Aug",
-                                     "Sep", "Oct", "Nov", "Dec"};
+  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   time_t now = time(NULL);
   struct tm tm;
   int n;
@@ -276,8 +275,7 @@ static void on_tick(uv_timer_t *t) {
     /* Each list holds one kind of timeout, appended as armed, so it is
      * sorted by deadline: only expired entries at its front are seen. */
     while (!tern__list_empty(list)) {
-      tern__conn *c =
-          TERN__CONTAINER_OF(list->next, tern__conn, timer_link);
+      tern__conn *c = TERN__CONTAINER_OF(list->next, tern__conn, timer_link);
       if (c->deadline > now)
         break;
       tern__conn_timer(c, TERN__T_NONE);

@@ -71,7 +71,7 @@ static int ieq(const char *s, const char *lit, size_t n) {
   return 1;
 }
 
-#define IEQ_LIT(s, n, lit)                                                 \
+#define IEQ_LIT(s, n, lit)                                                     \
   ((n) == sizeof(lit) - 1 && ieq((s), (lit), sizeof(lit) - 1))
 
 static unsigned hexval(unsigned char c) {
@@ -130,12 +130,12 @@ size_t tern__h1_head_end(const char *buf, size_t len, size_t *scanned) {
 /* Request line                                                         */
 
 typedef struct {
-  size_t method;     /* offset of the method */
+  size_t method; /* offset of the method */
   size_t method_len;
-  size_t target;     /* offset of the request-target */
+  size_t target; /* offset of the request-target */
   size_t target_len;
-  size_t end;        /* offset just past the request line's LF */
-  int minor;         /* HTTP/1.minor */
+  size_t end; /* offset just past the request line's LF */
+  int minor;  /* HTTP/1.minor */
 } rline;
 
 /* Scan the request line in buf[0..len), which may be cut short anywhere.
@@ -192,8 +192,8 @@ static int scan_request_line(const char *buf, size_t len,
   v = buf + i;
   n = len - i;
   for (k = 0; k < 8 && (size_t)k < n; k++) {
-    int ok = (k == 5 || k == 7) ? IS(v[k], C_DIGIT) != 0
-                                : v[k] == "HTTP/1.x"[k];
+    int ok =
+        (k == 5 || k == 7) ? IS(v[k], C_DIGIT) != 0 : v[k] == "HTTP/1.x"[k];
     if (!ok)
       return TERN__H1_E400;
   }
@@ -462,8 +462,7 @@ static int take_field(hstate *s, const char *name, size_t nl, const char *v,
     s->host_len = vl;
     break;
   case 6:
-    if (ieq(name, "expect", 6) &&
-        tern__h1_has_token(v, vl, "100-continue", 12))
+    if (ieq(name, "expect", 6) && tern__h1_has_token(v, vl, "100-continue", 12))
       s->expect100 = 1;
     break;
   case 7:

@@ -70,13 +70,13 @@ enum {
 
 /* Flags set from the head. */
 enum {
-  TERN__H1_F_CLOSE = 1u << 0,      /* Connection: close (or 1.0 w/o k-a) */
-  TERN__H1_F_KEEPALIVE = 1u << 1,  /* Connection: keep-alive token seen */
-  TERN__H1_F_EXPECT100 = 1u << 2,  /* Expect: 100-continue */
-  TERN__H1_F_UPGRADE = 1u << 3,    /* Connection: upgrade + Upgrade: ... */
-  TERN__H1_F_HAS_HOST = 1u << 4,   /* a Host field was present */
-  TERN__H1_F_ASTERISK = 1u << 5,   /* request-target is "*" */
-  TERN__H1_F_ABSOLUTE = 1u << 6,   /* absolute-form request-target */
+  TERN__H1_F_CLOSE = 1u << 0,     /* Connection: close (or 1.0 w/o k-a) */
+  TERN__H1_F_KEEPALIVE = 1u << 1, /* Connection: keep-alive token seen */
+  TERN__H1_F_EXPECT100 = 1u << 2, /* Expect: 100-continue */
+  TERN__H1_F_UPGRADE = 1u << 3,   /* Connection: upgrade + Upgrade: ... */
+  TERN__H1_F_HAS_HOST = 1u << 4,  /* a Host field was present */
+  TERN__H1_F_ASTERISK = 1u << 5,  /* request-target is "*" */
+  TERN__H1_F_ABSOLUTE = 1u << 6,  /* absolute-form request-target */
 };
 
 typedef struct {
@@ -90,9 +90,9 @@ typedef struct {
   size_t method_len;
   const char *target; /* request-target as sent */
   size_t target_len;
-  const char *path; /* origin path: for absolute-form, the part after the
-                       authority ("/" if empty); for "*", "*" */
-  size_t path_len;  /* path excludes the query */
+  const char *path;  /* origin path: for absolute-form, the part after the
+                        authority ("/" if empty); for "*", "*" */
+  size_t path_len;   /* path excludes the query */
   const char *query; /* after '?', excluding '?'; NULL if no '?' */
   size_t query_len;
   const char *authority; /* Host value, or the authority of an absolute

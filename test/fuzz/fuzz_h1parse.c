@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                           \
-  do {                                                                     \
-    if (!(e))                                                              \
-      __builtin_trap();                                                    \
+#define CHECK(e)                                                               \
+  do {                                                                         \
+    if (!(e))                                                                  \
+      __builtin_trap();                                                        \
   } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -123,8 +123,7 @@ static void check_parsed(const tern__h1_head *h, const char *b, size_t n,
         (h->target_len == 1 && h->target[0] == '*'));
   CHECK(h->body >= TERN__H1_BODY_NONE && h->body <= TERN__H1_BODY_CHUNKED);
   CHECK(h->body != TERN__H1_BODY_CHUNKED || h->version_minor == 1);
-  CHECK(h->body == TERN__H1_BODY_LENGTH ||
-        h->content_length == 0);
+  CHECK(h->body == TERN__H1_BODY_LENGTH || h->content_length == 0);
   CHECK(h->content_length <= (uint64_t)1 << 62);
   CHECK(h->nfields <= cap && h->nfields <= lim->max_headers);
   for (i = 0; i < h->nfields; i++) {
@@ -232,8 +231,8 @@ static chunk_run run_chunked(const char *in, size_t len, size_t split,
         }
         cr.used = pos + got;
         /* DONE sticks and takes nothing more. */
-        r = tern__h1_chunked_decode(&c, in + cr.used, end - cr.used, &got,
-                                    &off, &dl);
+        r = tern__h1_chunked_decode(&c, in + cr.used, end - cr.used, &got, &off,
+                                    &dl);
         CHECK(r == TERN__H1_CHUNKED_DONE && got == 0 && dl == 0);
         return cr;
       }
@@ -242,8 +241,7 @@ static chunk_run run_chunked(const char *in, size_t len, size_t split,
          * same byte however the input was split. */
         CHECK(r == TERN__H1_E400);
         cr.used = pos + got;
-        r = tern__h1_chunked_decode(&c, in + pos, end - pos, &got, &off,
-                                    &dl);
+        r = tern__h1_chunked_decode(&c, in + pos, end - pos, &got, &off, &dl);
         CHECK(r == TERN__H1_E400 && got == 0);
         return cr;
       }
@@ -283,7 +281,9 @@ static void check_chunked(const char *in, size_t len, size_t split,
 /* ------------------------------------------------------------------ */
 /* Token lists                                                          */
 
-static int ref_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+static int ref_lower(int c) {
+  return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
 
 static int ref_has_token(const char *v, size_t n, const char *t, size_t tn) {
   size_t s = 0, e, a, z, i;

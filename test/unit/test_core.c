@@ -159,8 +159,7 @@ static void test_outq_ref_and_marks(void) {
   tern__outq_init(&q);
   T_ASSERT(tern__outq_copy(&w, &q, "head", 4) == 0);
   T_ASSERT(tern__outq_ref(&w, &q, body, 10, on_release, NULL) == 0);
-  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) ==
-           0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) == 0);
   T_EQ_INT(q.bytes, 14);
   /* A partial write leaves the rest, and no callback runs early. */
   tern__outq_consume(&w, &q, 7);
@@ -182,8 +181,7 @@ static void test_outq_fail_reports(void) {
   done_status = 99;
   tern__outq_init(&q);
   T_ASSERT(tern__outq_ref(&w, &q, "x", 1, on_release, NULL) == 0);
-  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) ==
-           0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) == 0);
   tern__outq_free(&w, &q);
   T_EQ_INT(released, 1);
   T_EQ_INT(done_status, TERN_ECLOSED);

@@ -139,8 +139,7 @@ static void t_bare_cr_lf(void) {
    * handed to the parser; check_partial rejects its first bare LF only if
    * it is in the request line. */
   T_EQ_INT(head_end_whole(RL11 HOST "\n\n", sizeof(RL11 HOST) + 1), 0);
-  T_EQ_INT(tern__h1_check_partial("GET / HTTP/1.1\n", 15, &LIM),
-           TERN__H1_E400);
+  T_EQ_INT(tern__h1_check_partial("GET / HTTP/1.1\n", 15, &LIM), TERN__H1_E400);
 }
 
 static void t_leading_crlf(void) {
@@ -262,10 +261,10 @@ static void t_field_syntax(void) {
 
 static void t_field_values(void) {
   OK(RL11 HOST "A: \t bar  baz \t \r\n"
-              "B:\r\n"
-              "C:   \r\n"
-              "D: \x80\xff caf\xc3\xa9\r\n"
-              "E:x\ty\r\n\r\n");
+               "B:\r\n"
+               "C:   \r\n"
+               "D: \x80\xff caf\xc3\xa9\r\n"
+               "E:x\ty\r\n\r\n");
   T_EQ_INT(H.nfields, 6);
   T_EQ_STR(F[1].value, F[1].value_len, "bar  baz");
   T_EQ_INT(F[2].value_len, 0);
@@ -279,9 +278,9 @@ static void t_field_values(void) {
 /* Framing                                                              */
 
 static void t_post_content_length(void) {
-  static const char req[] = "POST /form HTTP/1.1\r\n" HOST
-                            "Content-Type: text/plain\r\n"
-                            "Content-Length: 5\r\n\r\nhello";
+  static const char req[] =
+      "POST /form HTTP/1.1\r\n" HOST "Content-Type: text/plain\r\n"
+      "Content-Length: 5\r\n\r\nhello";
   size_t end = head_end_whole(req, sizeof req - 1);
 
   T_EQ_INT(end, sizeof req - 1 - 5);
@@ -308,14 +307,12 @@ static void t_content_length_strict(void) {
   BAD(RL11 HOST "Content-Length: \r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Content-Length: 5\r\nContent-Length: 5\r\n\r\n",
       TERN__H1_E400);
-  BAD(RL11 HOST "Content-Length: 18446744073709551616\r\n\r\n",
-      TERN__H1_E400);
+  BAD(RL11 HOST "Content-Length: 18446744073709551616\r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Content-Length: 99999999999999999999999\r\n\r\n",
       TERN__H1_E400);
   OK(RL11 HOST "Content-Length: 4611686018427387904\r\n\r\n");
   T_EQ_INT(H.content_length == ((uint64_t)1 << 62), 1);
-  BAD(RL11 HOST "Content-Length: 4611686018427387905\r\n\r\n",
-      TERN__H1_E400);
+  BAD(RL11 HOST "Content-Length: 4611686018427387905\r\n\r\n", TERN__H1_E400);
   /* Trailing OWS is not part of the value, so this one is fine. */
   OK(RL11 HOST "Content-Length: 12 \r\n\r\n");
   T_EQ_INT(H.content_length, 12);
@@ -331,30 +328,27 @@ static void t_transfer_encoding(void) {
   OK(RL11 HOST "Transfer-Encoding: x-foo;q=1 , chunked\r\n\r\n");
   T_EQ_INT(H.body, TERN__H1_BODY_CHUNKED);
   OK(RL11 HOST "Transfer-Encoding: gzip\r\n"
-              "Transfer-Encoding: chunked\r\n\r\n");
+               "Transfer-Encoding: chunked\r\n\r\n");
   T_EQ_INT(H.body, TERN__H1_BODY_CHUNKED);
   BAD(RL11 HOST "Transfer-Encoding: gzip\r\n\r\n", TERN__H1_E501);
   BAD(RL11 HOST "Transfer-Encoding: chunked, gzip\r\n\r\n", TERN__H1_E501);
   BAD(RL11 HOST "Transfer-Encoding: chunked\r\n"
-               "Transfer-Encoding: gzip\r\n\r\n",
+                "Transfer-Encoding: gzip\r\n\r\n",
       TERN__H1_E501);
-  BAD(RL11 HOST "Transfer-Encoding: chunked, chunked\r\n\r\n",
-      TERN__H1_E400);
+  BAD(RL11 HOST "Transfer-Encoding: chunked, chunked\r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: chunked\r\n"
-               "Transfer-Encoding: chunked\r\n\r\n",
+                "Transfer-Encoding: chunked\r\n\r\n",
       TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
       TERN__H1_E400);
   BAD(RL11 HOST "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
       TERN__H1_E400);
-  BAD("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-      TERN__H1_E400);
+  BAD("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", TERN__H1_E400);
   BAD("POST / HTTP/1.0\r\nTransfer-Encoding: gzip\r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: \r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: ,\r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: chunked;x=1\r\n\r\n", TERN__H1_E400);
-  BAD(RL11 HOST "Transfer-Encoding: foo bar, chunked\r\n\r\n",
-      TERN__H1_E400);
+  BAD(RL11 HOST "Transfer-Encoding: foo bar, chunked\r\n\r\n", TERN__H1_E400);
   BAD(RL11 HOST "Transfer-Encoding: \"chunked\"\r\n\r\n", TERN__H1_E400);
 }
 
@@ -416,7 +410,7 @@ static void t_http10_keepalive(void) {
 
 static void t_upgrade(void) {
   OK(RL11 HOST "Connection: keep-alive, Upgrade\r\n"
-              "Upgrade: websocket\r\n\r\n");
+               "Upgrade: websocket\r\n\r\n");
   T_EQ_INT(H.flags & TERN__H1_F_UPGRADE, TERN__H1_F_UPGRADE);
   T_EQ_STR(H.upgrade, H.upgrade_len, "websocket");
   /* Either order of the two fields. */
@@ -488,8 +482,8 @@ static void t_limit_uri(void) {
 }
 
 static void t_check_partial(void) {
-  static const char req[] = "\r\nPOST /upload?x=1 HTTP/1.1\r\n" HOST
-                            "Content-Length: 3\r\n\r\n";
+  static const char req[] =
+      "\r\nPOST /upload?x=1 HTTP/1.1\r\n" HOST "Content-Length: 3\r\n\r\n";
   tern__h1_limits lim = {100, 8, 20};
   char big[200];
   size_t k;
@@ -524,13 +518,12 @@ static void t_check_partial(void) {
   T_EQ_INT(tern__h1_check_partial("GET /\x01", 6, &lim), TERN__H1_E400);
   T_EQ_INT(tern__h1_check_partial("GET / X", 7, &lim), TERN__H1_E400);
   T_EQ_INT(tern__h1_check_partial("GET / HTTP/2.0", 14, &lim), 0);
-  T_EQ_INT(tern__h1_check_partial("GET / HTTP/2.0\r", 15, &lim),
-           TERN__H1_E505);
+  T_EQ_INT(tern__h1_check_partial("GET / HTTP/2.0\r", 15, &lim), TERN__H1_E505);
   T_EQ_INT(tern__h1_check_partial("GET / HTTP/1.1\r\r", 16, &lim),
            TERN__H1_E400);
-  T_EQ_INT(tern__h1_check_partial("ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG", 33,
-                                  &lim),
-           TERN__H1_E501);
+  T_EQ_INT(
+      tern__h1_check_partial("ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG", 33, &lim),
+      TERN__H1_E501);
   /* Leading empty lines alone can exhaust max_head. */
   memset(big, 0, sizeof big);
   for (k = 0; k + 1 < sizeof big; k += 2)
@@ -676,8 +669,7 @@ static void t_chunked_basic(void) {
 
   /* Spans point into the input. */
   tern__h1_chunked_init(&c, 64);
-  T_EQ_INT(tern__h1_chunked_decode(&c, body, sizeof body - 1, &got, &off,
-                                   &dl),
+  T_EQ_INT(tern__h1_chunked_decode(&c, body, sizeof body - 1, &got, &off, &dl),
            TERN__H1_CHUNKED_MORE);
   T_EQ_INT(off, 3);
   T_EQ_INT(dl, 5);
@@ -711,7 +703,7 @@ static void t_chunked_bad(void) {
   char out[64];
   size_t olen, used;
 
-#define CHUNKED_IS(s, code)                                                \
+#define CHUNKED_IS(s, code)                                                    \
   T_EQ_INT(feed((s), sizeof(s) - 1, 0, 0, 64, out, &olen, &used), code)
   CHUNKED_IS("5\nhello\r\n0\r\n\r\n", TERN__H1_E400);
   CHUNKED_IS("5\r\nhello\n0\r\n\r\n", TERN__H1_E400);
@@ -731,11 +723,9 @@ static void t_chunked_bad(void) {
   CHUNKED_IS("4000000000000001\r\n", TERN__H1_E400);
   CHUNKED_IS("ffffffffffffffff\r\n", TERN__H1_E400);
   CHUNKED_IS("4000000000000000\r\nabc", TERN__H1_CHUNKED_MORE);
-  CHUNKED_IS("0000000000000005\r\nhello\r\n0\r\n\r\n",
-             TERN__H1_CHUNKED_DONE);
+  CHUNKED_IS("0000000000000005\r\nhello\r\n0\r\n\r\n", TERN__H1_CHUNKED_DONE);
   /* Extensions are allowed, with BWS before the ';'. */
-  CHUNKED_IS("5 \t;x=\"y\"\r\nhello\r\n0;last\r\n\r\n",
-             TERN__H1_CHUNKED_DONE);
+  CHUNKED_IS("5 \t;x=\"y\"\r\nhello\r\n0;last\r\n\r\n", TERN__H1_CHUNKED_DONE);
   CHUNKED_IS("5 x\r\nhello\r\n", TERN__H1_E400);
   /* Trailer lines follow the field grammar. */
   CHUNKED_IS("0\r\n X: 1\r\n\r\n", TERN__H1_E400);
@@ -763,8 +753,7 @@ static void t_chunked_limits(void) {
   /* The trailer section is 16 bytes with its CRLFs. */
   T_EQ_INT(feed(tr, sizeof tr - 1, 0, 0, 16, out, &olen, &used),
            TERN__H1_CHUNKED_DONE);
-  T_EQ_INT(feed(tr, sizeof tr - 1, 0, 0, 15, out, &olen, &used),
-           TERN__H1_E400);
+  T_EQ_INT(feed(tr, sizeof tr - 1, 0, 0, 15, out, &olen, &used), TERN__H1_E400);
 }
 
 static void t_chunked_trailers(void) {
@@ -778,8 +767,8 @@ static void t_chunked_trailers(void) {
   T_EQ_INT(r, TERN__H1_CHUNKED_MORE);
   T_EQ_STR(body + off, dl, "abc");
   pos = got;
-  r = tern__h1_chunked_decode(&c, body + pos, sizeof body - 1 - pos, &got,
-                              &off, &dl);
+  r = tern__h1_chunked_decode(&c, body + pos, sizeof body - 1 - pos, &got, &off,
+                              &dl);
   T_EQ_INT(r, TERN__H1_CHUNKED_DONE);
   T_EQ_STR(body + pos + off, dl, "X-A: 1\r\nX-B: two\r\n");
   T_EQ_INT(c.trailer_len, dl);
@@ -827,8 +816,7 @@ static void t_chunked_every_split(void) {
     T_EQ_STR(out, olen, want);
     T_EQ_INT(used, n);
   }
-  T_EQ_INT(feed(body, n, 0, 1, 64, out, &olen, &used),
-           TERN__H1_CHUNKED_DONE);
+  T_EQ_INT(feed(body, n, 0, 1, 64, out, &olen, &used), TERN__H1_CHUNKED_DONE);
   T_EQ_STR(out, olen, want);
   T_EQ_INT(used, n);
   /* Every prefix is incomplete, never an error. */
@@ -838,16 +826,15 @@ static void t_chunked_every_split(void) {
 }
 
 static void t_chunked_post(void) {
-  static const char req[] = "POST /up HTTP/1.1\r\n" HOST
-                            "Transfer-Encoding: chunked\r\n\r\n"
-                            "4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n";
+  static const char req[] =
+      "POST /up HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+      "4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n";
   size_t end = head_end_whole(req, sizeof req - 1), olen, used;
   char out[32];
 
   T_EQ_INT(parse_n(req, end, &LIM, 64), (int)end);
   T_EQ_INT(H.body, TERN__H1_BODY_CHUNKED);
-  T_EQ_INT(feed(req + end, sizeof req - 1 - end, 3, 0, 64, out, &olen,
-                &used),
+  T_EQ_INT(feed(req + end, sizeof req - 1 - end, 3, 0, 64, out, &olen, &used),
            TERN__H1_CHUNKED_DONE);
   T_EQ_STR(out, olen, "Wikipedia");
   T_EQ_INT(end + used, sizeof req - 1);

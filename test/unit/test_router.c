@@ -68,23 +68,23 @@ static tern__router *mk(void) {
   return r;
 }
 
-static void match(const tern__router *r, const char *method,
-                  const char *path, tern__route_match *m) {
-  tern__router_match(r, method, method ? strlen(method) : 0, path,
-                     strlen(path), m);
+static void match(const tern__router *r, const char *method, const char *path,
+                  tern__route_match *m) {
+  tern__router_match(r, method, method ? strlen(method) : 0, path, strlen(path),
+                     m);
 }
 
 /* Assert that `method path` finds route `want` (NULL: expect 404). */
-#define T_ROUTE(r, method, path, want)                                     \
-  do {                                                                     \
-    tern__route_match t__m;                                                \
-    match((r), (method), (path), &t__m);                                   \
-    if ((want) == NULL) {                                                  \
-      T_EQ_INT(t__m.status, 404);                                          \
-    } else {                                                               \
-      T_EQ_INT(t__m.status, 0);                                            \
-    }                                                                      \
-    T_ASSERT(t__m.route == (void *)(want));                                \
+#define T_ROUTE(r, method, path, want)                                         \
+  do {                                                                         \
+    tern__route_match t__m;                                                    \
+    match((r), (method), (path), &t__m);                                       \
+    if ((want) == NULL) {                                                      \
+      T_EQ_INT(t__m.status, 404);                                              \
+    } else {                                                                   \
+      T_EQ_INT(t__m.status, 0);                                                \
+    }                                                                          \
+    T_ASSERT(t__m.route == (void *)(want));                                    \
   } while (0)
 
 static void test_new_free(void) {
@@ -466,16 +466,15 @@ static void test_allow_truncation(void) {
            0);
   match(r, "GET", "/long", &m);
   T_EQ_INT(m.status, 405);
-  T_EQ_STR(m.allow, m.allow_len,
-           "AXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX");
+  T_EQ_STR(m.allow, m.allow_len, "AXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX");
   tern__router_free(r);
 }
 
 static void test_invalid(void) {
   tern__router *r = mk();
   static const char *const bad_patterns[] = {
-      "",       "a",     "a/b",   "/*/a",  "/a/*/", "/:",   "/a/:/b",
-      "/a b",   "/a?b",  "/a#",   "/a\tb", "/\x7f", "/a/*/*",
+      "",     "a",    "a/b", "/*/a",  "/a/*/", "/:",     "/a/:/b",
+      "/a b", "/a?b", "/a#", "/a\tb", "/\x7f", "/a/*/*",
   };
   static const char *const bad_methods[] = {
       "", "G T", "GET\r\n", "(GET)", "G/T", "GE:T",
@@ -628,22 +627,16 @@ static int build_small(tern__router *r, int again) {
   static const struct {
     const char *method, *pattern;
   } routes[] = {
-      {"GET", "/"},
-      {"GET", "/users"},
-      {"POST", "/users"},
-      {"GET", "/users/:id"},
-      {NULL, "/users/:id"},
-      {"GET", "/users/:id/posts/:pid"},
-      {"GET", "/static/*"},
-      {"GET", "/a/b/c"},
-      {"PUT", "/a/:x/d"},
-      {"DELETE", "/a/b/"},
+      {"GET", "/"},         {"GET", "/users"},
+      {"POST", "/users"},   {"GET", "/users/:id"},
+      {NULL, "/users/:id"}, {"GET", "/users/:id/posts/:pid"},
+      {"GET", "/static/*"}, {"GET", "/a/b/c"},
+      {"PUT", "/a/:x/d"},   {"DELETE", "/a/b/"},
       {"GET", "/users/me"},
   };
   size_t i;
   for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-    int rc = tern__router_add(r, routes[i].method, routes[i].pattern,
-                              &R[i]);
+    int rc = tern__router_add(r, routes[i].method, routes[i].pattern, &R[i]);
     if (rc != 0 && !(again && rc == TERN_EEXIST))
       return rc;
   }
