@@ -11,6 +11,9 @@
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
  *   GET  /stats         the server's counters as JSON
+ *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
+ *                       resources R, 50 routes; answers "R ID [detail ]RID"
+ *                       with RID the X-Request-Id header
  *
  * Options: --port N (0: any; prints "listening on PORT"), --host H,
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
@@ -247,6 +250,45 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* The routed tier of the benchmarks (app-routed): 50 routes with a path
+ * parameter, the handler reading it and a header. */
+static const char *const resources[25] = {
+    "users",    "orders",   "items",   "carts",    "payments",
+    "invoices", "products", "reviews", "sessions", "tokens",
+    "teams",    "projects", "tasks",   "comments", "files",
+    "folders",  "tags",     "events",  "alerts",   "reports",
+    "metrics",  "logs",     "jobs",    "queues",   "webhooks"};
+
+static void app(tern_request *r, void *user) {
+  const char *name = user;
+  size_t id_len, rid_len, plen;
+  const char *id = tern_request_param(r, "id", 2, &id_len);
+  const char *rid = tern_request_header(r, "x-request-id", 12, &rid_len);
+  const char *path = tern_request_path(r, &plen);
+  int detail = plen > 7 && memcmp(path + plen - 7, "/detail", 7) == 0;
+  char body[256];
+  int n =
+      snprintf(body, sizeof(body), "%s %.*s %s%.*s", name, (int)id_len, id,
+               detail ? "detail " : "", rid ? (int)rid_len : 0, rid ? rid : "");
+  if (n < 0 || n >= (int)sizeof(body))
+    n = 0;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+static int add_app_routes(void) {
+  char pattern[64];
+  size_t i;
+  for (i = 0; i < 25; i++) {
+    snprintf(pattern, sizeof(pattern), "/api/v1/%s/:id", resources[i]);
+    if (tern_route(server, "GET", pattern, app, (void *)resources[i]) != 0)
+      return -1;
+    snprintf(pattern, sizeof(pattern), "/api/v1/%s/:id/detail", resources[i]);
+    if (tern_route(server, "GET", pattern, app, (void *)resources[i]) != 0)
+      return -1;
+  }
+  return 0;
+}
+
 static int option(int argc, char **argv, int *i, const char *name,
                   unsigned long long *out) {
   if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc)
@@ -311,6 +353,10 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
+  if (add_app_routes() != 0) {
+    fprintf(stderr, "hello: cannot add the app routes\n");
+    return 1;
+  }
   if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
     fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,
             tern_strerror(rc));

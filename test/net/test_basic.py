@@ -332,6 +332,21 @@ def curl_works():
 
 
 @case
+def app_routes():
+    # hello's benchmark tier: 50 routes with a parameter and a header.
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/api/v1/orders/42/detail",
+                      {"X-Request-Id": "abc123"})
+        eq((r.status, r.body), (200, b"orders 42 detail abc123"), "detail")
+        r = c.request("GET", "/api/v1/webhooks/7", {"X-Request-Id": "z"})
+        eq((r.status, r.body), (200, b"webhooks 7 z"), "plain")
+        r = c.request("GET", "/api/v1/nothing/7")
+        eq(r.status, 404, "unknown resource")
+        r = c.request("GET", "/api/v1/users/7/detail/more")
+        eq(r.status, 404, "too deep")
+
+
+@case
 def routes_example():
     with Server("routes") as rs:
         with Conn(rs.port) as c:
