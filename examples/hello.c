@@ -16,6 +16,10 @@
  *                       with RID the X-Request-Id header
  *
  * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * --tls-port N --cert FILE --key FILE (HTTP/1.1 over TLS, and HTTP/2 where
+ * it is built, on that port; prints "tls listening on PORT"; up to four
+ * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
+ * files, for new handshakes),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns. SIGINT/SIGTERM stop gracefully (5 s deadline).
@@ -31,7 +35,13 @@
 #include "tern.h"
 
 static tern_server *server;
+static tern_tls *tls;
+static const char *cert_files[4], *key_files[4];
+static int ncerts, nkeys;
+static volatile sig_atomic_t reload_wanted;
 static char big[1 << 20];
+
+static void sleep_ms(long ms);
 
 static const tern_header text_plain[] = {
     {"content-type", 12, "text/plain", 10}};
@@ -39,6 +49,36 @@ static const tern_header text_plain[] = {
 static void on_signal(int sig) {
   (void)sig;
   tern_stop(server, 5000);
+}
+
+static void on_hup(int sig) {
+  (void)sig;
+  reload_wanted = 1;
+}
+
+static int add_certs(void) {
+  int i, rc;
+  for (i = 0; i < ncerts; i++)
+    if ((rc = tern_tls_add_cert_file(tls, cert_files[i], key_files[i])) != 0)
+      return rc;
+  return 0;
+}
+
+/* Certificates are reloaded off the signal handler, by a thread of the
+ * example's own: parsing files is no work for a signal handler. */
+static void *reloader(void *arg) {
+  (void)arg;
+  for (;;) {
+    sleep_ms(50);
+    if (!reload_wanted)
+      continue;
+    reload_wanted = 0;
+    if (add_certs() == 0 && tern_tls_commit(tls) == 0)
+      fprintf(stderr, "hello: certificates reloaded\n");
+    else
+      fprintf(stderr, "hello: reload failed, the old ones stay\n");
+  }
+  return NULL;
 }
 
 static long query_num(tern_request *r, const char *key) {
@@ -301,7 +341,7 @@ int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts;
   const char *host = "127.0.0.1";
-  unsigned long long v, port = 8080;
+  unsigned long long v, port = 8080, tls_port = 0;
   int i, bound, rc;
 
   memset(big, 'x', sizeof(big));
@@ -311,6 +351,18 @@ int main(int argc, char **argv) {
       continue;
     if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
       host = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc && ncerts < 4) {
+      cert_files[ncerts++] = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--key") == 0 && i + 1 < argc && nkeys < 4) {
+      key_files[nkeys++] = argv[++i];
+      continue;
+    }
+    if (option(argc, argv, &i, "--tls-port", &tls_port)) {
+      tls_port = tls_port ? tls_port : 65536; /* 0 means any port */
       continue;
     }
     if (option(argc, argv, &i, "--workers", &v))
@@ -363,6 +415,25 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("listening on %d\n", bound);
+  if (tls_port != 0) {
+    pthread_t t;
+    if (ncerts == 0 || ncerts != nkeys) {
+      fprintf(stderr, "hello: --tls-port needs --cert and --key pairs\n");
+      return 2;
+    }
+    if ((rc = tern_tls_new(server, &tls)) != 0 || (rc = add_certs()) != 0 ||
+        (rc = tern_tls_commit(tls)) != 0 ||
+        (rc = tern_listen_tls(server, host,
+                              tls_port == 65536 ? 0 : (int)tls_port, tls,
+                              &bound)) != 0) {
+      fprintf(stderr, "hello: tls: %s\n", tern_strerror(rc));
+      return 1;
+    }
+    printf("tls listening on %d\n", bound);
+    signal(SIGHUP, on_hup);
+    if (pthread_create(&t, NULL, reloader, NULL) == 0)
+      pthread_detach(t);
+  }
   fflush(stdout);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);

@@ -63,6 +63,7 @@ enum {
   TERN_EIO = -8,        /* a system call failed (see the log) */
   TERN_ETOOBIG = -9,    /* a limit was exceeded */
   TERN_ENOTFOUND = -10, /* no such item (header, parameter) */
+  TERN_ETLS = -11,      /* a TLS certificate, key or handshake problem */
 };
 
 /* A static, human-readable message for an error code; never NULL. */
@@ -166,6 +167,51 @@ TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
  * signal handler (it only sets a flag and wakes the loops). Returns
  * TERN_ESTATE if the server is not running. */
 TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
+
+/* ---------------------------------------------------------------------
+ * TLS (HTTP/1.1 over TLS; ALPN offers h2 where HTTP/2 is built)
+ *
+ * A tern_tls is a set of certificates for one or more TLS listeners. Add
+ * certificate/key pairs, then commit them: the committed set serves new
+ * handshakes. Committing again later (after adding a fresh set of pairs)
+ * replaces the certificates at run time: new handshakes use the new set,
+ * live connections keep theirs and are never dropped. With several pairs,
+ * SNI picks the first certificate whose subjectAltName (or subject CN)
+ * names the requested host ("*.example.com" wildcards match one label);
+ * without SNI, or with no match, the first pair whose key suits the
+ * client's cipher suites serves. TLS 1.2 only, ECDHE with AES-GCM or
+ * ChaCha20-Poly1305, ECDSA or RSA keys, session tickets on.
+ *
+ * Every bad certificate, bad key, mismatched pair or unreadable file is
+ * found when it is added: TERN_ETLS, with a log line naming the file and
+ * the reason. The add and commit calls of one tern_tls must not run
+ * concurrently with each other; they may run while the server runs.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_tls tern_tls;
+
+/* Create an empty certificate set owned by the server (freed with it).
+ * Errors: TERN_EINVAL, TERN_ENOMEM, TERN_ETLS (no entropy source). */
+TERN_EXTERN int tern_tls_new(tern_server *srv, tern_tls **out);
+
+/* Add a PEM certificate chain and its private key from files (C strings:
+ * paths). The pair joins the set at the next tern_tls_commit(). */
+TERN_EXTERN int tern_tls_add_cert_file(tern_tls *tls, const char *cert_file,
+                                       const char *key_file);
+
+/* The same from memory: PEM text, `*_len` bytes, copied. */
+TERN_EXTERN int tern_tls_add_cert_mem(tern_tls *tls, const char *cert_pem,
+                                      size_t cert_len, const char *key_pem,
+                                      size_t key_len);
+
+/* Make the pairs added since the last commit the live set. Errors:
+ * TERN_ESTATE (nothing added), TERN_ETLS, TERN_ENOMEM. */
+TERN_EXTERN int tern_tls_commit(tern_tls *tls);
+
+/* Listen like tern_listen(), speaking TLS with `tls` (committed already).
+ * Errors as tern_listen(), and TERN_ESTATE if `tls` has no committed set. */
+TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
+                                tern_tls *tls, int *bound_port);
 
 /* ---------------------------------------------------------------------
  * Routing

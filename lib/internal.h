@@ -27,6 +27,7 @@
 typedef struct tern__worker tern__worker;
 typedef struct tern__conn tern__conn;
 typedef struct tern__proto tern__proto;
+typedef struct tern__tls_conn tern__tls_conn;
 
 /* ---- Intrusive doubly linked list -------------------------------- */
 
@@ -263,6 +264,11 @@ struct tern__proto {
 };
 
 extern const tern__proto tern__http1;
+#ifdef TERN_HAVE_HTTP2
+/* Switch a connection whose TLS handshake chose "h2" to HTTP/2. */
+void tern__http2_start(tern__conn *c);
+#endif
+int tern__tls_ready(const tern_tls *t);
 
 /* ---- Connections -------------------------------------------------- */
 
@@ -299,7 +305,8 @@ struct tern__conn {
   tern__rbuf *rbuf;
   size_t rpos, rlen; /* consumed / filled */
 
-  tern__outq out;
+  tern__tls_conn *tls; /* the TLS filter; NULL on plain TCP */
+  tern__outq out;      /* plaintext from the adapter */
   uv_write_t wreq;
   uv_shutdown_t sreq;
   size_t wlen; /* bytes in the uv_write in flight */
@@ -319,6 +326,9 @@ struct tern__conn {
 };
 
 void tern__conn_mark_dirty(tern__conn *c);
+/* Free space at the end of the read buffer (getting or compacting it);
+ * NULL when no buffer can be had. */
+char *tern__conn_rbuf_room(tern__conn *c, size_t *room);
 /* Run the adapter over buffered input (not re-entrantly). */
 void tern__conn_process(tern__conn *c);
 void tern__conn_update_timer(tern__conn *c);
@@ -368,13 +378,15 @@ struct tern__worker {
   time_t date_sec;
 
   tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool;
+  char *scratch; /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };
 
 typedef struct {
   int fd_family;
   struct sockaddr_storage addr;
-  int *fds; /* one per worker */
+  int *fds;      /* one per worker */
+  tern_tls *tls; /* NULL: plain TCP */
 } tern__listen_addr;
 
 struct tern_server {
@@ -396,6 +408,7 @@ struct tern_server {
   _Atomic uint32_t stop_deadline_ms;
 
   _Atomic uint64_t allocs, alloc_bytes, frees;
+  tern_tls *tls_list;
 };
 
 enum {

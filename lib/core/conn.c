@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tls/tls.h"
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
@@ -13,6 +14,7 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   tern__conn *c = h->data;
   tern__worker *w = c->w;
   tern__outq_free(w, &c->out);
+  tern__tls_conn_free(c);
   tern__rbuf_unref(w, c->rbuf);
   c->rbuf = NULL;
   TERN__STAT_ADD(w->stats.active, (uint64_t)-1);
@@ -49,6 +51,7 @@ static void reject_pending(uv_stream_t *l) {
 void tern__worker_accept(uv_stream_t *l, int status) {
   tern__worker *w = l->data;
   tern_server *srv = w->srv;
+  tern_tls *tls;
   tern__conn *c;
 
   if (status < 0) {
@@ -74,6 +77,11 @@ void tern__worker_accept(uv_stream_t *l, int status) {
     uv_tcp_nodelay(&c->tcp, 1);
   c->proto = &tern__http1;
   c->refs = 1;
+  tls = srv->addrs[(uv_tcp_t *)l - w->listeners].tls;
+  if (tls != NULL && tern__tls_conn_new(c, tls) != 0) {
+    uv_close((uv_handle_t *)&c->tcp, on_rejected_closed);
+    return;
+  }
   tern__list_init(&c->timer_link);
   tern__list_init(&c->dirty_link);
   tern__outq_init(&c->out);
@@ -87,19 +95,17 @@ void tern__worker_accept(uv_stream_t *l, int status) {
 
 /* ---- Reading ------------------------------------------------------- */
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  tern__conn *c = h->data;
+char *tern__conn_rbuf_room(tern__conn *c, size_t *room) {
   tern__worker *w = c->w;
   tern__rbuf *b = c->rbuf;
   size_t unparsed;
 
-  (void)suggested;
   if (b == NULL) {
     b = c->rbuf = tern__rbuf_get(w);
     c->rpos = c->rlen = 0;
     if (b == NULL) {
-      *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-      return;
+      *room = 0;
+      return NULL;
     }
   }
   if (c->rpos == c->rlen && b->refs == 1)
@@ -124,7 +130,22 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
       }
     }
   }
-  *buf = uv_buf_init(b->data + c->rlen, (unsigned)(b->cap - c->rlen));
+  *room = b->cap - c->rlen;
+  return b->data + c->rlen;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  tern__conn *c = h->data;
+  size_t room;
+  char *p;
+
+  (void)suggested;
+  if (c->tls != NULL) {
+    tern__tls_read_buf(c, buf);
+    return;
+  }
+  p = tern__conn_rbuf_room(c, &room);
+  *buf = uv_buf_init(p, (unsigned)room); /* 0: read_cb gets UV_ENOBUFS */
 }
 
 void tern__conn_read_start(tern__conn *c) {
@@ -149,6 +170,16 @@ void tern__conn_process(tern__conn *c) {
     tern__conn_mark_dirty(c);
     return;
   }
+  if (c->tls != NULL) {
+    /* Plaintext first: the adapter may have made room since. */
+    int rc = tern__tls_decrypt(c);
+    if (rc == TERN_ECLOSED) {
+      c->flags |= TERN__C_EOF;
+    } else if (rc != 0) {
+      tern__conn_close(c);
+      return;
+    }
+  }
   c->flags |= TERN__C_IN_READ;
   c->proto->on_read(c);
   c->flags &= ~(unsigned)TERN__C_IN_READ;
@@ -169,7 +200,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       c->rpos = c->rlen = 0; /* closing: the bytes are dropped */
       return;
     }
-    c->rlen += (size_t)nread;
+    if (c->tls != NULL)
+      tern__tls_received(c, (size_t)nread); /* decrypted below */
+    else
+      c->rlen += (size_t)nread;
     if (c->timer_kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     tern__conn_process(c);
@@ -226,6 +260,7 @@ static void linger(tern__conn *c) {
   }
   c->flags |= TERN__C_LINGER;
   c->rpos = c->rlen = 0;
+  tern__tls_received(c, 0); /* (TLS) drop buffered ciphertext too */
   tern__conn_read_start(c);
   tern__conn_timer(c, TERN__T_LINGER);
 }
@@ -234,24 +269,42 @@ static void linger(tern__conn *c) {
 
 static void on_write(uv_write_t *req, int status);
 
+/* The queue the socket writes from: ciphertext when TLS filters the
+ * connection (after encrypting what the adapter produced), else the
+ * adapter's own output. */
+static tern__outq *wire_queue(tern__conn *c, int *err) {
+  *err = 0;
+  if (c->tls != NULL)
+    return tern__tls_encrypt(c, err);
+  return &c->out;
+}
+
 void tern__conn_flush(tern__conn *c) {
   tern__worker *w = c->w;
   uv_buf_t iov[TERN__IOV_MAX];
   size_t n, i, total;
-  int r;
+  tern__outq *q;
+  int r, err;
 
   if (c->flags & (TERN__C_CLOSING | TERN__C_WRITING | TERN__C_LINGER))
     return;
-  while (c->out.count > 0) {
-    n = tern__outq_iov(&c->out, iov, TERN__IOV_MAX);
+  for (;;) {
+    q = wire_queue(c, &err);
+    if (err != 0) {
+      tern__conn_close(c);
+      return;
+    }
+    if (q->count == 0)
+      break;
+    n = tern__outq_iov(q, iov, TERN__IOV_MAX);
     if (n == 0) {
-      tern__outq_consume(w, &c->out, 0); /* markers only */
+      tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
     r = uv_try_write((uv_stream_t *)&c->tcp, iov, (unsigned)n);
     if (r > 0) {
       TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
-      tern__outq_consume(w, &c->out, (size_t)r);
+      tern__outq_consume(w, q, (size_t)r);
       if (c->flags & TERN__C_CLOSING)
         return;
       continue;
@@ -272,7 +325,7 @@ void tern__conn_flush(tern__conn *c) {
     tern__conn_timer(c, TERN__T_WRITE);
     return;
   }
-  if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0)
+  if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0 && c->out.count == 0)
     linger(c);
   else if (c->timer_kind == TERN__T_WRITE || c->timer_kind == TERN__T_NONE)
     tern__conn_update_timer(c);
@@ -288,7 +341,7 @@ static void on_write(uv_write_t *req, int status) {
     return;
   }
   TERN__STAT_ADD(w->stats.bytes_out, c->wlen);
-  tern__outq_consume(w, &c->out, c->wlen);
+  tern__outq_consume(w, c->tls != NULL ? tern__tls_wire(c) : &c->out, c->wlen);
   c->wlen = 0;
   if (c->flags & TERN__C_CLOSING)
     return;

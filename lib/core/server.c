@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "tls/tls.h"
 
 const char *tern_version(void) {
   return "0.1.0";
@@ -38,6 +39,8 @@ const char *tern_strerror(int err) {
     return "limit exceeded";
   case TERN_ENOTFOUND:
     return "not found";
+  case TERN_ETLS:
+    return "TLS certificate, key or handshake error";
   default:
     return "unknown error";
   }
@@ -161,6 +164,7 @@ void tern_server_free(tern_server *srv) {
     tern__free(srv, srv->route_ptrs[i]);
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
+  tern__tls_free_all(srv);
   tern__free(srv, srv->workers);
   a = srv->s.allocator;
   a.free(srv, a.user);
@@ -208,7 +212,8 @@ fail:
   return TERN_EIO;
 }
 
-int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
+static int listen_on(tern_server *srv, const char *host, int port,
+                     tern_tls *tls, int *bound_port) {
   struct sockaddr_storage ss;
   tern__listen_addr *addrs, *la;
   socklen_t slen = sizeof(ss);
@@ -248,6 +253,7 @@ int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
   }
   la->addr = ss;
   la->fd_family = ss.ss_family;
+  la->tls = tls;
   srv->naddrs++;
   if (bound_port != NULL)
     *bound_port = ntohs(ss.ss_family == AF_INET
@@ -260,6 +266,19 @@ fail:
       close(la->fds[i]);
   tern__free(srv, la->fds);
   return rc;
+}
+
+int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
+  return listen_on(srv, host, port, NULL, bound_port);
+}
+
+int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
+                    int *bound_port) {
+  if (tls == NULL)
+    return TERN_EINVAL;
+  if (!tern__tls_ready(tls))
+    return TERN_ESTATE;
+  return listen_on(srv, host, port, tls, bound_port);
 }
 
 /* ---- Routes ------------------------------------------------------ */

@@ -158,6 +158,8 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
   tern__pool_drain(w, &w->conn_pool);
+  tern__free(srv, w->scratch);
+  w->scratch = NULL;
   uv_mutex_destroy(&w->inbox_lock);
   w->loop = NULL;
 }

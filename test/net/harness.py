@@ -111,7 +111,7 @@ class Server:
     def _read_line(self, timeout):
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
-        buf = b""
+        buf = getattr(self, "_pending", b"")
         while b"\n" not in buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -126,7 +126,12 @@ class Server:
                                   "stderr: %s" % (self.name, self.proc.wait(),
                                                   self.stderr_text()))
             buf += chunk
-        return buf.split(b"\n", 1)[0]
+        line, self._pending = buf.split(b"\n", 1)
+        return line
+
+    def next_line(self, timeout=5.0):
+        """The next line the server printed after its first."""
+        return self._read_line(timeout).decode("utf-8", "replace")
 
     def alive(self):
         return self.proc.poll() is None

@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""HTTP/1.1 over TLS (mbedTLS) against hello: handshakes, ALPN, SNI among
+several certificates, session tickets, hot certificate reload during
+traffic, configuration errors, and bad clients."""
+import hashlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+
+from harness import Conn, Server, Suite, check, eq
+
+suite = Suite()
+case = suite.case
+tmp = tempfile.mkdtemp(prefix="tern-tls-")
+
+
+def make_cert(name, cn, sans, kind="ec"):
+    """A self-signed certificate and key made with openssl, in tmp."""
+    cert = os.path.join(tmp, name + ".crt")
+    key = os.path.join(tmp, name + ".key")
+    alg = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+           if kind == "ec" else ["-newkey", "rsa:2048"])
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-subj", "/CN=" + cn, "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=" +
+                    ",".join("DNS:" + s for s in sans)] + alg,
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def start(cert, key, *extra):
+    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
+                         "--key", key] + list(extra))
+    m = re.match(r"tls listening on (\d+)$", s.next_line())
+    check(m is not None, "no tls port line")
+    s.tls_port = int(m.group(1))
+    return s
+
+
+def client_ctx(alpn=None):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    return ctx
+
+
+def tls_connect(port, ctx=None, sni=None, session=None):
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return (ctx or client_ctx()).wrap_socket(raw, server_hostname=sni,
+                                             session=session)
+
+
+def peer_cn(sock):
+    der = sock.getpeercert(binary_form=True)
+    out = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout",
+                          "-subject"], input=der, capture_output=True,
+                         check=True).stdout.decode()
+    return out.strip().split("CN = ")[-1].split("CN=")[-1]
+
+
+def read_response(sock):
+    """One response with Content-Length from a blocking socket."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError("closed before the head: %r" % buf)
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    n = int(m.group(1)) if m else 0
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError("closed in the body")
+        rest += chunk
+    return head, rest[:n], rest[n:]
+
+
+GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+ec_cert = ec_key = None
+srv = None
+
+
+def setup():
+    global ec_cert, ec_key, srv
+    ec_cert, ec_key = make_cert("a", "a.test", ["a.test", "localhost"])
+    srv = start(ec_cert, ec_key)
+
+
+@case
+def https_get_and_alpn():
+    with tls_connect(srv.tls_port, client_ctx(["http/1.1"])) as s:
+        eq(s.selected_alpn_protocol(), "http/1.1", "ALPN")
+        eq(s.version(), "TLSv1.2", "version")
+        s.sendall(GET)
+        head, body, _ = read_response(s)
+        check(head.startswith(b"HTTP/1.1 200 "), "status %r" % head[:20])
+        eq(body, b"Hello, World!", "body")
+    # No ALPN at all: HTTP/1.1 still.
+    with tls_connect(srv.tls_port) as s:
+        eq(s.selected_alpn_protocol(), None, "no ALPN offered")
+        s.sendall(GET)
+        eq(read_response(s)[1], b"Hello, World!", "body without ALPN")
+
+
+@case
+def curl_https():
+    out = subprocess.run(["curl", "-sk", "--http1.1", "-w", " %{http_version}",
+                          "https://127.0.0.1:%d/" % srv.tls_port],
+                         capture_output=True, check=True).stdout
+    eq(out, b"Hello, World! 1.1", "curl")
+
+
+@case
+def keep_alive_and_pipelining():
+    # Sixteen requests in one write, then one more on the same connection.
+    with tls_connect(srv.tls_port) as s:
+        s.sendall(GET * 16)
+        buf = b""
+        while buf.count(b"\r\n\r\nHello, World!") < 16:
+            chunk = s.recv(65536)
+            check(chunk, "closed after %d responses"
+                  % buf.count(b"Hello, World!"))
+            buf += chunk
+        eq(buf.count(b"HTTP/1.1 200 OK\r\n"), 16, "sixteen responses")
+        s.sendall(GET)
+        eq(read_response(s)[1], b"Hello, World!", "the seventeenth")
+
+
+@case(timeout=60)
+def upload_64mib_by_hash():
+    data = os.urandom(1 << 20) * 64
+    want = hashlib.sha256(data).hexdigest()
+    path = os.path.join(tmp, "up.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    out = subprocess.run(["curl", "-sk", "--data-binary", "@" + path,
+                          "https://127.0.0.1:%d/echo" % srv.tls_port],
+                         capture_output=True, check=True, timeout=50).stdout
+    eq(len(out), len(data), "echoed length")
+    eq(hashlib.sha256(out).hexdigest(), want, "sha256")
+
+
+@case
+def session_ticket_resumes():
+    ctx = client_ctx()
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with tls_connect(srv.tls_port, ctx) as s:
+        s.sendall(GET)
+        read_response(s)
+        sess = s.session
+        check(sess is not None and sess.has_ticket, "a ticket was issued")
+    with tls_connect(srv.tls_port, ctx, session=sess) as s:
+        check(s.session_reused, "the second handshake resumed")
+        s.sendall(GET)
+        eq(read_response(s)[1], b"Hello, World!", "body after resumption")
+
+
+@case
+def sni_picks_certificate():
+    # Three certificates, an RSA one among them; the first is the default.
+    a = make_cert("sa", "one.test", ["one.test"])
+    b = make_cert("sb", "two.test", ["two.test", "*.wild.test"], "rsa")
+    s = start(a[0], a[1], "--cert", b[0], "--key", b[1])
+    try:
+        for name, want in (("one.test", "one.test"),
+                           ("two.test", "two.test"),
+                           ("x.wild.test", "two.test"),
+                           ("nobody.test", "one.test"), (None, "one.test")):
+            with tls_connect(s.tls_port, sni=name) as t:
+                eq(peer_cn(t), want, "certificate for SNI %r" % name)
+                t.sendall(GET)
+                eq(read_response(t)[1], b"Hello, World!", "body")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case(timeout=30)
+def hot_reload_during_traffic():
+    cert, key = make_cert("r1", "before.test", ["before.test"])
+    s = start(cert, key)
+    try:
+        stop = threading.Event()
+        errors = []
+        done = [0]
+
+        def traffic():
+            # New connections all through the reload: none may fail.
+            while not stop.is_set():
+                try:
+                    with tls_connect(s.tls_port) as t:
+                        t.sendall(GET)
+                        if read_response(t)[1] != b"Hello, World!":
+                            errors.append("bad body")
+                        done[0] += 1
+                except Exception as e:  # noqa: B902
+                    errors.append(repr(e))
+        live = tls_connect(s.tls_port)
+        live.sendall(GET)
+        read_response(live)
+        eq(peer_cn(live), "before.test", "first certificate")
+        th = threading.Thread(target=traffic)
+        th.start()
+        time.sleep(0.2)
+        c2, k2 = make_cert("r2", "after.test", ["after.test"], "rsa")
+        os.replace(c2, cert)
+        os.replace(k2, key)
+        s.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while True:
+            with tls_connect(s.tls_port) as t:
+                if peer_cn(t) == "after.test":
+                    break
+            check(time.monotonic() < deadline, "new certificate not served")
+            time.sleep(0.05)
+        time.sleep(0.2)
+        stop.set()
+        th.join(10)
+        eq(errors, [], "failures during the reload")
+        check(done[0] > 5, "only %d requests during the reload" % done[0])
+        # The connection made before the reload still works.
+        live.sendall(GET)
+        eq(read_response(live)[1], b"Hello, World!", "old connection")
+        live.close()
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def config_errors_are_reported_at_start():
+    a_cert, a_key = make_cert("e1", "e1.test", ["e1.test"])
+    b_cert, b_key = make_cert("e2", "e2.test", ["e2.test"])
+    junk = os.path.join(tmp, "junk.pem")
+    with open(junk, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nnot base64!\n"
+                "-----END CERTIFICATE-----\n")
+    cases = [
+        (a_cert, b_key, "do not match"),
+        (junk, a_key, "certificate"),
+        (a_cert, junk, "private key"),
+        (os.path.join(tmp, "missing.pem"), a_key, "missing.pem"),
+    ]
+    for cert, key, word in cases:
+        p = subprocess.run(
+            [os.path.join(os.environ.get("TERN_BUILD", "build"), "examples",
+                          "hello"), "--port", "0", "--tls-port", "0",
+             "--cert", cert, "--key", key],
+            capture_output=True, timeout=10)
+        eq(p.returncode, 1, "exit status for %s" % word)
+        err = p.stderr.decode()
+        check("tls:" in err and word in err, "log line for %s: %r"
+              % (word, err))
+
+
+@case
+def handshake_timeout_and_garbage():
+    cert, key = make_cert("t", "t.test", ["t.test"])
+    s = start(cert, key, "--head-timeout-ms", "500")
+    try:
+        raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=5)
+        t0 = time.monotonic()
+        check(raw.recv(100) == b"", "silent client closed")
+        took = time.monotonic() - t0
+        check(0.3 < took < 3, "closed after %.2f s" % took)
+        raw.close()
+        raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=5)
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # not TLS
+        data = b""
+        try:
+            while True:
+                chunk = raw.recv(100)
+                if not chunk:
+                    break
+                data += chunk
+        except ConnectionResetError:
+            pass
+        check(b"Hello" not in data, "plain HTTP was answered over TLS port")
+        raw.close()
+        with tls_connect(s.tls_port) as t:
+            t.sendall(GET)
+            eq(read_response(t)[1], b"Hello, World!", "served afterwards")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+def teardown():
+    if srv is not None:
+        eq(srv.stop(), 0, "hello exit status")
+
+
+if __name__ == "__main__":
+    suite.main(setup=setup, teardown=teardown)
