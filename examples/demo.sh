@@ -1,13 +1,34 @@
 #!/usr/bin/env bash
 # The demo: install what is missing, build, and run tern's reference
-# server on localhost. Stop it with Ctrl-C (a graceful stop).
-#   examples/demo.sh [--port N]      (default 8080; 0 picks a free port)
+# server on localhost with every protocol built so far: HTTP/1.1 on the
+# plain port, HTTP/1.1 over TLS on the TLS port (and HTTP/2 there and as
+# h2c on the plain port once that adapter is built). A self-signed
+# certificate for localhost is made on the first run. Ctrl-C stops it
+# gracefully.
+#   examples/demo.sh [--port N] [--tls-port N]   (defaults 8080 and 8443;
+#                                                  0 picks a free port)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 test/deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
-port=8080
-if [ "${1:-}" = --port ] && [ -n "${2:-}" ]; then port=$2; fi
-echo "tern demo: try  curl http://127.0.0.1:PORT/  (PORT as printed below)"
-exec build/examples/hello --port "$port"
+port=8080 tls_port=8443
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --port) port=$2; shift 2 ;;
+  --tls-port) tls_port=$2; shift 2 ;;
+  *) echo "usage: examples/demo.sh [--port N] [--tls-port N]" >&2; exit 2 ;;
+  esac
+done
+certs=build/demo-cert
+if [ ! -f "$certs/cert.pem" ]; then
+  mkdir -p "$certs"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+    -nodes -days 365 -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$certs/key.pem" -out "$certs/cert.pem" 2>/dev/null
+  echo "demo: made a self-signed certificate in $certs"
+fi
+echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
+exec build/examples/hello --port "$port" --tls-port "$tls_port" \
+  --cert "$certs/cert.pem" --key "$certs/key.pem"
