@@ -156,9 +156,13 @@ TERN_EXTERN int tern_run(tern_server *srv);
 
 /* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as
  * void * so that this header needs no libuv) instead of starting threads:
- * one worker, on that loop. Returns at once; the caller runs its loop.
- * After tern_stop() the server closes its handles and the loop may return
- * once the caller's own handles are closed too. */
+ * one worker, on that loop. Call it from the thread that runs the loop.
+ * Returns at once; the caller runs its loop. After tern_stop() the server
+ * closes its handles and the loop may return once the caller's own handles
+ * are closed too; then tern_server_free(). On failure (TERN_ENOMEM,
+ * TERN_EIO, TERN_ESTATE, TERN_EINVAL for a server of several workers)
+ * nothing stays on the loop: closing what was opened may run the loop's
+ * closing phase once before this returns. */
 TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
 
 /* Stop gracefully: stop accepting, let requests in flight finish, close

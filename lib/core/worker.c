@@ -151,6 +151,12 @@ void tern__worker_cleanup(tern__worker *w) {
     close_worker_handles(w);
     uv_run(w->loop, UV_RUN_DEFAULT);
     uv_loop_close(w->loop);
+  } else if (w->handles_open > 0) {
+    /* A failed attach: close what was opened on the caller's loop. Only
+     * the closing phase has work, so the loop does not block. */
+    close_worker_handles(w);
+    while (w->handles_open > 0 && uv_run(w->loop, UV_RUN_NOWAIT) != 0)
+      ;
   }
   tern__free(srv, w->listeners);
   w->listeners = NULL;

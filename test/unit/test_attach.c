@@ -7,30 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "count_alloc.h"
 #include "t.h"
 #include "tern.h"
-
-static _Atomic long live;
-static void *c_malloc(size_t n, void *u) {
-  (void)u;
-  live++;
-  return malloc(n);
-}
-static void *c_realloc(void *p, size_t n, void *u) {
-  (void)u;
-  if (p == NULL)
-    live++;
-  return realloc(p, n);
-}
-static void c_free(void *p, void *u) {
-  (void)u;
-  if (p != NULL)
-    live--;
-  free(p);
-}
 
 static tern_server *srv;
 static int port;
@@ -42,22 +25,35 @@ static void hello(tern_request *r, void *user) {
   tern_respond(r, 200, NULL, 0, "attached", 8);
 }
 
-static void *client(void *arg) {
-  static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n"
-                            "Connection: close\r\n\r\n";
+static int connect_loopback(void) {
   struct sockaddr_in sa;
+  struct timeval tv = {2, 0};
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ssize_t n;
-  (void)arg;
   memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-      write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))
+  /* A failure inside the server must never leave the client hanging. */
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void *client(void *arg) {
+  static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n";
+  int fd = connect_loopback();
+  ssize_t n;
+  (void)arg;
+  reply_len = 0;
+  if (fd >= 0 && write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))
     while ((n = read(fd, reply + reply_len, sizeof(reply) - 1 - reply_len)) > 0)
       reply_len += (size_t)n;
-  close(fd);
+  if (fd >= 0)
+    close(fd);
   tern_stop(srv, 1000); /* from a thread that is not the loop's */
   return NULL;
 }
@@ -69,9 +65,7 @@ static void test_attach_serves_and_frees(void) {
 
   tern_settings_init(&s);
   s.workers = 1;
-  s.allocator.malloc = c_malloc;
-  s.allocator.realloc = c_realloc;
-  s.allocator.free = c_free;
+  ca_use(&s);
   T_ASSERT(uv_loop_init(&loop) == 0);
   T_ASSERT(tern_server_new(&srv, &s) == 0);
   T_ASSERT(tern_route(srv, "GET", "/", hello, NULL) == 0);
@@ -86,8 +80,56 @@ static void test_attach_serves_and_frees(void) {
   T_ASSERT(reply_len > 12 && memcmp(reply, "HTTP/1.1 200 ", 13) == 0);
   T_ASSERT(strstr(reply, "\r\n\r\nattached") != NULL);
   tern_server_free(srv);
-  T_EQ_INT(live, 0);
+  T_EQ_INT(ca_live, 0);
   T_EQ_INT(uv_loop_close(&loop), 0);
+}
+
+/* Fail the Nth allocation for every N across a server's whole life (new,
+ * route, listen, attach, one request, stop, free): each call either
+ * succeeds or reports an error, the request is answered or its
+ * connection closed, the loop ends, and nothing leaks. */
+static void test_every_allocation_may_fail(void) {
+  long n, answered = 0, refused = 0;
+  for (n = 0; n < 200; n++) {
+    tern_settings s;
+    uv_loop_t loop;
+    pthread_t t;
+    int rc;
+
+    tern_settings_init(&s);
+    s.workers = 1;
+    ca_use(&s);
+    T_ASSERT(uv_loop_init(&loop) == 0);
+    ca_calls = 0;
+    ca_fail_at = n;
+    srv = NULL;
+    rc = tern_server_new(&srv, &s);
+    if (rc == 0)
+      rc = tern_route(srv, "GET", "/", hello, NULL);
+    if (rc == 0)
+      rc = tern_listen(srv, "127.0.0.1", 0, &port);
+    if (rc == 0)
+      rc = tern_attach(srv, &loop);
+    if (rc == 0) {
+      T_ASSERT(pthread_create(&t, NULL, client, NULL) == 0);
+      uv_run(&loop, UV_RUN_DEFAULT);
+      pthread_join(t, NULL);
+      if (reply_len > 13 && memcmp(reply, "HTTP/1.1 200 ", 13) == 0)
+        answered++;
+      else
+        refused++;
+    } else {
+      T_ASSERT(rc == TERN_ENOMEM || rc == TERN_EIO);
+    }
+    tern_server_free(srv);
+    ca_fail_at = -1;
+    T_EQ_INT(ca_live, 0);
+    T_EQ_INT(uv_loop_close(&loop), 0);
+    if (ca_calls <= n)
+      break; /* N is past the last allocation: all of them were tried */
+  }
+  T_ASSERT(n < 200);
+  T_ASSERT(answered > 0 && refused > 0);
 }
 
 static void test_attach_needs_one_worker(void) {
@@ -113,6 +155,7 @@ static void test_errors_have_messages(void) {
 
 int main(void) {
   T_RUN(test_attach_serves_and_frees);
+  T_RUN(test_every_allocation_may_fail);
   T_RUN(test_attach_needs_one_worker);
   T_RUN(test_errors_have_messages);
   return T_DONE();

@@ -4,31 +4,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "count_alloc.h"
 #include "t.h"
-
-static long live, fail_at = -1, calls;
-
-static void *c_malloc(size_t n, void *u) {
-  (void)u;
-  if (fail_at >= 0 && calls++ == fail_at)
-    return NULL;
-  live++;
-  return malloc(n);
-}
-static void *c_realloc(void *p, size_t n, void *u) {
-  (void)u;
-  if (fail_at >= 0 && calls++ == fail_at)
-    return NULL;
-  if (p == NULL)
-    live++;
-  return realloc(p, n);
-}
-static void c_free(void *p, void *u) {
-  (void)u;
-  if (p != NULL)
-    live--;
-  free(p);
-}
 
 static tern_server *srv;
 static tern__worker w;
@@ -37,10 +14,8 @@ static void setup(void) {
   tern_settings s;
   tern_settings_init(&s);
   s.workers = 1;
-  s.allocator.malloc = c_malloc;
-  s.allocator.realloc = c_realloc;
-  s.allocator.free = c_free;
-  fail_at = -1;
+  ca_use(&s);
+  ca_fail_at = -1;
   T_ASSERT(tern_server_new(&srv, &s) == 0);
   memset(&w, 0, sizeof(w));
   w.srv = srv;
@@ -52,7 +27,7 @@ static void teardown(void) {
   tern__pool_drain(&w, &w.rbuf_pool);
   tern__pool_drain(&w, &w.wblk_pool);
   tern_server_free(srv);
-  T_EQ_INT(live, 0);
+  T_EQ_INT(ca_live, 0);
 }
 
 static void test_pool_recycles(void) {
@@ -217,12 +192,12 @@ static void test_outq_alloc_failure(void) {
     memset(data, 'z', sizeof(data));
     setup();
     tern__outq_init(&q);
-    calls = 0;
-    fail_at = n;
+    ca_calls = 0;
+    ca_fail_at = n;
     rc = tern__outq_copy(&w, &q, data, sizeof(data));
     if (rc == 0)
       rc = tern__outq_ref(&w, &q, data, 10, NULL, NULL);
-    fail_at = -1;
+    ca_fail_at = -1;
     T_ASSERT(rc == 0 || rc == TERN_ENOMEM);
     T_ASSERT(q.bytes <= sizeof(data) + 10);
     tern__outq_free(&w, &q);
