@@ -261,6 +261,10 @@ struct tern__proto {
   int (*end)(tern_request *r, const tern_header *t, size_t n);
   /* Body flow control changed (read/pause/resume). */
   void (*body_flow)(tern_request *r);
+  /* The request is being freed: drop adapter state it holds (NULL: none).
+   * Called for every request of a connection using this adapter, also
+   * for requests an earlier adapter of the connection created. */
+  void (*release)(tern_request *r);
 };
 
 extern const tern__proto tern__http1;
@@ -269,6 +273,22 @@ extern const tern__proto tern__http1;
 void tern__http2_start(tern__conn *c);
 #endif
 int tern__tls_ready(const tern_tls *t);
+
+/* HTTP/2 (lib/http2/http2.c). */
+extern const tern__proto tern__http2;
+/* Does p[0..n) open with the HTTP/2 client preface? 1: yes, 0: no, -1: it
+ * is a proper prefix of the preface (wait for more bytes). */
+int tern__http2_preface(const char *p, size_t n);
+/* Switch the connection to HTTP/2 (prior knowledge or ALPN "h2"); the
+ * preface and what follows are read from c->rbuf by its on_read. Closes the
+ * connection when the session cannot be created. */
+void tern__http2_start(tern__conn *c);
+/* h2c upgrade (RFC 7540 3.2): `r`, an HTTP/1.1 request without a body that
+ * the HTTP/1.1 adapter no longer holds, becomes stream 1 and is routed;
+ * `settings` is the HTTP2-Settings value. Queues the 101 answer. On error
+ * nothing has changed and the request stays HTTP/1.1. */
+int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
+                        size_t len);
 
 /* ---- Connections -------------------------------------------------- */
 
@@ -323,6 +343,10 @@ struct tern__conn {
   size_t nq;
   tern_request *body_req; /* request whose body is arriving */
   size_t head_scanned;
+
+  /* HTTP/2 adapter state while proto is &tern__http2; before that the
+   * HTTP/1.1 adapter may leave a marker here (see h1_on_read). */
+  void *h2;
 };
 
 void tern__conn_mark_dirty(tern__conn *c);
@@ -377,7 +401,7 @@ struct tern__worker {
   size_t date_len;
   time_t date_sec;
 
-  tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool;
+  tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool, seg_pool;
   char *scratch; /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };

@@ -327,8 +327,8 @@ void tern__conn_flush(tern__conn *c) {
   }
   if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0 && c->out.count == 0)
     linger(c);
-  else if (c->timer_kind == TERN__T_WRITE || c->timer_kind == TERN__T_NONE)
-    tern__conn_update_timer(c);
+  else
+    tern__conn_update_timer(c); /* and give back an idle read buffer */
 }
 
 static void on_write(uv_write_t *req, int status) {

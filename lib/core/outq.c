@@ -20,6 +20,14 @@ static size_t blk_cap(tern__worker *w) {
   return w->wblk_pool.size - sizeof(tern__wblk);
 }
 
+/* Segment arrays come from the worker's pool at the standard size and go
+ * back whenever their queue empties, so an idle connection holds none and
+ * a busy one allocates nothing. Only a queue that outgrows the standard
+ * size reallocates, and that array is freed when it empties. */
+static size_t std_segs(tern__worker *w) {
+  return w->seg_pool.size / sizeof(tern__seg);
+}
+
 static int reserve_segs(tern__worker *w, tern__outq *q, size_t more) {
   size_t need = q->count + more;
   tern__seg *segs;
@@ -32,10 +40,28 @@ static int reserve_segs(tern__worker *w, tern__outq *q, size_t more) {
     q->head = 0;
     return 0;
   }
-  cap = q->cap ? q->cap * 2 : 16;
+  if (q->segs == NULL && need <= std_segs(w)) {
+    q->segs = tern__pool_get(w, &w->seg_pool);
+    if (q->segs == NULL)
+      return TERN_ENOMEM;
+    q->cap = std_segs(w);
+    q->head = 0;
+    return 0;
+  }
+  cap = q->cap ? q->cap * 2 : std_segs(w);
   while (cap < need)
     cap *= 2;
-  segs = tern__realloc(w->srv, q->segs, cap * sizeof(*segs));
+  if (q->cap == std_segs(w)) {
+    /* Leaving the pool's size: move to a heap array of our own. */
+    segs = tern__malloc(w->srv, cap * sizeof(*segs));
+    if (segs != NULL) {
+      memcpy(segs, q->segs + q->head, q->count * sizeof(*segs));
+      tern__pool_put(w, &w->seg_pool, q->segs);
+      q->head = 0;
+    }
+  } else {
+    segs = tern__realloc(w->srv, q->segs, cap * sizeof(*segs));
+  }
   if (segs == NULL)
     return TERN_ENOMEM;
   if (q->head > 0)
@@ -44,6 +70,24 @@ static int reserve_segs(tern__worker *w, tern__outq *q, size_t more) {
   q->cap = cap;
   q->head = 0;
   return 0;
+}
+
+/* An empty queue gives its segment array and block back. */
+static void release_storage(tern__worker *w, tern__outq *q) {
+  if (q->count > 0)
+    return;
+  if (q->segs != NULL) {
+    if (q->cap == std_segs(w))
+      tern__pool_put(w, &w->seg_pool, q->segs);
+    else
+      tern__free(w->srv, q->segs);
+    q->segs = NULL;
+    q->cap = q->head = 0;
+  }
+  if (q->tail != NULL && q->tail->refs == 0) {
+    tern__pool_put(w, &w->wblk_pool, q->tail);
+    q->tail = NULL;
+  }
 }
 
 static tern__seg *push(tern__outq *q) {
@@ -177,10 +221,9 @@ int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src) {
   }
   /* The source's blocks now belong to the segments that point into them;
    * the last one is freed by the destination once its refs drop to 0. */
-  if (src->tail != NULL && src->tail->refs == 0)
-    tern__pool_put(w, &w->wblk_pool, src->tail);
-  src->tail = NULL;
-  src->head = src->count = src->head_off = src->bytes = 0;
+  src->count = src->head_off = src->bytes = 0;
+  release_storage(w, src);
+  src->tail = NULL; /* a block with segments is the destination's now */
   return 0;
 }
 
@@ -243,6 +286,7 @@ void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n) {
     /* Callbacks may append to this queue: the copy in `s` stays valid. */
     finish(w, q, &s, 0);
   }
+  release_storage(w, q);
 }
 
 void tern__outq_fail(tern__worker *w, tern__outq *q, int status) {
@@ -253,12 +297,10 @@ void tern__outq_fail(tern__worker *w, tern__outq *q, int status) {
     finish(w, q, &s, status);
   }
   q->bytes = 0;
+  release_storage(w, q);
 }
 
 void tern__outq_free(tern__worker *w, tern__outq *q) {
   tern__outq_fail(w, q, TERN_ECLOSED);
-  if (q->tail != NULL)
-    tern__pool_put(w, &w->wblk_pool, q->tail);
-  tern__free(w->srv, q->segs);
   tern__outq_init(q);
 }

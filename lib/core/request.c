@@ -36,6 +36,8 @@ void tern__request_unref(tern_request *r) {
   tern__conn *c = r->conn;
   if (--r->refs > 0)
     return;
+  if (c->proto->release != NULL)
+    c->proto->release(r);
   tern__rbuf_unref(w, r->rbuf);
   tern__free(w->srv, r->body_buf);
   tern__free(w->srv, r->trailers);

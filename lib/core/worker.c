@@ -88,6 +88,8 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
     rbuf_size = srv->s.max_head_size + 1024u;
   tern__pool_init(&w->rbuf_pool, sizeof(tern__rbuf) + rbuf_size, 256);
   tern__pool_init(&w->wblk_pool, sizeof(tern__wblk) + 16384, 256);
+  /* Room for max_pipeline requests of a few segments each. */
+  tern__pool_init(&w->seg_pool, 128 * sizeof(tern__seg), 1024);
   tern__pool_init(&w->req_pool,
                   sizeof(tern_request) +
                       srv->s.max_header_count * sizeof(tern_header),
@@ -164,6 +166,7 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
   tern__pool_drain(w, &w->conn_pool);
+  tern__pool_drain(w, &w->seg_pool);
   tern__free(srv, w->scratch);
   w->scratch = NULL;
   uv_mutex_destroy(&w->inbox_lock);

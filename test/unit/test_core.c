@@ -21,11 +21,13 @@ static void setup(void) {
   w.srv = srv;
   tern__pool_init(&w.rbuf_pool, sizeof(tern__rbuf) + 4096, 4);
   tern__pool_init(&w.wblk_pool, sizeof(tern__wblk) + 256, 4);
+  tern__pool_init(&w.seg_pool, 128 * sizeof(tern__seg), 4);
 }
 
 static void teardown(void) {
   tern__pool_drain(&w, &w.rbuf_pool);
   tern__pool_drain(&w, &w.wblk_pool);
+  tern__pool_drain(&w, &w.seg_pool);
   tern_server_free(srv);
   T_EQ_INT(ca_live, 0);
 }
