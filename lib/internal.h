@@ -268,10 +268,6 @@ struct tern__proto {
 };
 
 extern const tern__proto tern__http1;
-#ifdef TERN_HAVE_HTTP2
-/* Switch a connection whose TLS handshake chose "h2" to HTTP/2. */
-void tern__http2_start(tern__conn *c);
-#endif
 int tern__tls_ready(const tern_tls *t);
 
 /* HTTP/2 (lib/http2/http2.c). */

@@ -564,6 +564,62 @@ static int method_is(const tern_request *r, const char *m) {
   return r->method_len == n && memcmp(r->method, m, n) == 0;
 }
 
+/* ---- HTTP/2 over cleartext (h2c) --------------------------------------
+ * The two ways a plain connection becomes HTTP/2: the client preface as
+ * its first bytes (prior knowledge, RFC 9113 3.3; see h1_on_read), or an
+ * Upgrade: h2c request (RFC 7540 3.2), handled here. lib/http2 does the
+ * rest. */
+
+/* The marker left in c->h2 once a connection's first bytes were seen not
+ * to be the preface: later requests are HTTP/1.1 whatever they hold. */
+static char h1_not_h2;
+
+static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
+  size_t i;
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *f = &r->headers[i];
+    if (ieq(f->name, f->name_len, "connection") &&
+        tern__h1_has_token(f->value, f->value_len, tok, n))
+      return 1;
+  }
+  return 0;
+}
+
+/* A request asking for h2c: answer 101 and let HTTP/2 serve it as stream
+ * 1. Only a GET, HEAD or OPTIONS without a body, alone in the pipeline,
+ * on cleartext TCP; anything else is served as HTTP/1.1 and the upgrade
+ * ignored. Returns 1 when the connection is HTTP/2 now. */
+static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
+  const char *settings = NULL;
+  size_t i, settings_len = 0;
+
+  if (c->tls != NULL || (h->flags & TERN__H1_F_CLOSE) ||
+      !(r->flags & TERN__RQ_BODY_DONE) || c->q_head != r || r->next != NULL ||
+      (c->flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
+      !(method_is(r, "GET") || method_is(r, "HEAD") ||
+        method_is(r, "OPTIONS")) ||
+      !tern__h1_has_token(h->upgrade, h->upgrade_len, "h2c", 3) ||
+      !conn_has_token(r, "http2-settings", 14))
+    return 0;
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *f = &r->headers[i];
+    if (ieq(f->name, f->name_len, "http2-settings")) {
+      if (settings != NULL)
+        return 0; /* exactly one (RFC 7540 3.2.1) */
+      settings = f->value;
+      settings_len = f->value_len;
+    }
+  }
+  if (settings == NULL)
+    return 0;
+  dequeue(c);
+  if (tern__http2_upgrade(c, r, settings, settings_len) != 0) {
+    enqueue(c, r);
+    return 0;
+  }
+  return 1;
+}
+
 /* A head arrived: build the request, route it, and decide how its body
  * is read. */
 static void start_request(tern__conn *c, size_t head_len) {
@@ -628,6 +684,10 @@ static void start_request(tern__conn *c, size_t head_len) {
     r->flags |= TERN__RQ_BODY_DONE;
     r->body_kind = TERN__H1_BODY_NONE;
   }
+
+  /* h2c upgrade: HTTP/2 takes the request (and the connection). */
+  if ((h.flags & TERN__H1_F_UPGRADE) && h2c_upgrade(c, r, &h))
+    return;
 
   /* Route. */
   if (h.flags & TERN__H1_F_ASTERISK) {
@@ -711,6 +771,24 @@ static void h1_on_read(tern__conn *c) {
   lim.max_head = srv->s.max_head_size;
   lim.max_headers = srv->s.max_header_count;
   lim.max_uri = srv->s.max_uri_length;
+  /* HTTP/2 with prior knowledge (h2c): a cleartext connection whose first
+   * bytes are the client preface (or a prefix of it: wait for more). */
+  if (c->h2 == NULL && c->rpos < c->rlen) {
+    int m = c->tls == NULL ? tern__http2_preface(c->rbuf->data + c->rpos,
+                                                 c->rlen - c->rpos)
+                           : 0;
+    if (m < 0 && !(c->flags & TERN__C_EOF)) {
+      tern__conn_read_start(c);
+      return;
+    }
+    if (m > 0) {
+      tern__http2_start(c);
+      if (c->proto != &tern__http1)
+        c->proto->on_read(c);
+      return;
+    }
+    c->h2 = &h1_not_h2;
+  }
   for (;;) {
     size_t end;
     if (c->flags & TERN__C_CLOSING)
@@ -738,6 +816,10 @@ static void h1_on_read(tern__conn *c) {
     }
     c->head_scanned = 0;
     start_request(c, end);
+    if (c->proto != &tern__http1) {
+      c->proto->on_read(c); /* upgraded to h2c: the rest is HTTP/2 */
+      return;
+    }
   }
   if (c->flags & TERN__C_CLOSING)
     return;
@@ -783,6 +865,6 @@ static void h1_on_close(tern__conn *c) {
 }
 
 const tern__proto tern__http1 = {
-    "http/1.1", h1_on_read, h1_on_stop, h1_on_close,
-    h1_start,   h1_write,   h1_end,     h1_body_flow,
+    "http/1.1", h1_on_read, h1_on_stop,   h1_on_close, h1_start,
+    h1_write,   h1_end,     h1_body_flow, NULL,
 };

@@ -170,6 +170,18 @@ def pipeline_16():
 
 
 @case
+def pipeline_at_the_bound():
+    # Exactly max_pipeline (32) requests: parsing stops at the bound with
+    # the buffer empty, and reading must resume once they are answered.
+    with Conn(srv.port) as c:
+        for _ in range(3):
+            c.send(build_request("GET", "/") * 32)
+            for i in range(32):
+                check_hello(c.response(timeout=5), "response %d" % i)
+        check_hello(c.request("GET", "/"), "after three rounds")
+
+
+@case
 def pipeline_out_of_order():
     with Conn(srv.port) as c:
         t0 = time.monotonic()

@@ -114,6 +114,21 @@ def https_get_and_alpn():
 
 
 @case
+def alpn_h2():
+    # With HTTP/2 built, ALPN prefers h2; the same handlers answer.
+    with tls_connect(srv.tls_port, client_ctx(["h2", "http/1.1"])) as s:
+        eq(s.selected_alpn_protocol(), "h2", "ALPN")
+    out = subprocess.run(["curl", "-sk", "--http2", "-w", " %{http_version}",
+                          "https://127.0.0.1:%d/" % srv.tls_port],
+                         capture_output=True, check=True).stdout
+    eq(out, b"Hello, World! 2", "curl over h2")
+    out = subprocess.run(["nghttp", "-n", "-s",
+                          "https://127.0.0.1:%d/" % srv.tls_port],
+                         capture_output=True, timeout=20)
+    eq(out.returncode, 0, "nghttp over TLS")
+
+
+@case
 def curl_https():
     out = subprocess.run(["curl", "-sk", "--http1.1", "-w", " %{http_version}",
                           "https://127.0.0.1:%d/" % srv.tls_port],

@@ -1,0 +1,1714 @@
+/* The HTTP/2 adapter: one nghttp2 server session per connection, driven
+ * through memory only. Bytes the core has read are fed to
+ * nghttp2_session_mem_recv; frames are pulled with nghttp2_session_mem_send
+ * into the connection's output queue, which the core writes once per loop
+ * turn. nghttp2 never sees a socket, and its memory comes from tern's
+ * allocator hook (an nghttp2_mem over tern__malloc and friends).
+ *
+ * Streams and requests. A request HEADERS frame creates a tern_request and
+ * its stream state (h2_stream, in r->proto_data, and nghttp2's stream user
+ * data). Header names and values are views into nghttp2's refcounted
+ * header buffers (rcbufs), which the stream keeps alive until the request
+ * is freed (the adapter's `release` hook); only joined cookie crumbs are
+ * copied. HTTP/2 requests never enter the HTTP/1.1 pipeline queue.
+ *
+ * References. Like HTTP/1.1, a request has the user's reference (dropped
+ * by the finishing response call) and one the adapter holds while its
+ * stream is open; a marker of a streamed write holds one until its `done`
+ * has run. When the stream closes (nghttp2's on_stream_close) the
+ * response is counted if our END_STREAM went out; otherwise the request is
+ * marked gone, a reading handler gets TERN_BODY_ERROR and pending `done`
+ * callbacks run with TERN_ECLOSED. A request that never reached a handler
+ * loses the user's reference then too.
+ *
+ * Output. A response's body waits in the request's own queue (r->out); the
+ * data provider frames it without a copy into nghttp2 (NO_COPY: the send
+ * callback copies the bytes once, straight into the connection's queue).
+ * A write's `done` runs once its bytes are in frames, outside nghttp2's
+ * callbacks. Frames are pulled only while less than H2_OUT_HIGH bytes wait
+ * in the connection's queue: a client that does not read leaves nghttp2's
+ * own queue to fill, which is where its limits (max_outbound_ack) bite.
+ * Response calls never pull frames themselves; they ask for a pass of
+ * on_read (the check phase runs it), so nghttp2 is never re-entered.
+ *
+ * Flow control (automatic WINDOW_UPDATE is off). Received DATA is
+ * "consumed" (nghttp2_session_consume, which sends WINDOW_UPDATE once half
+ * a window is used) only when it has left tern's hands: at once for a
+ * collected body (up to the route's limit), after the body callback
+ * returns for a streamed one, and not while the handler has paused; bytes
+ * a handler cannot take yet wait in the stream (at most its window). A
+ * stream's receive window starts at 64 KiB and doubles, up to 8 MiB, each
+ * time a full window has been consumed with nothing held back, so a fast
+ * upload is not throttled and a slow one never holds much. The connection
+ * window starts at 1 MiB and grows the same way up to 16 MiB; it bounds
+ * what all of a connection's paused streams can hold together.
+ *
+ * The core's view. c->nq counts the streams the server is working on:
+ * routed to a handler (or answered by tern) and not yet ended by the
+ * response calls. So the core's rules hold unchanged: no timer runs while
+ * a handler has work; the idle timeout covers a connection whose streams
+ * all wait for the client (a stalled upload, or a finished response that
+ * the client's flow-control window holds back), re-armed by anything the
+ * client sends; the write timeout covers output the socket does not take;
+ * and CLOSE_AFTER closes once nq is 0 and the output is written. nghttp2
+ * buffers partial frames itself, so the read buffer is always consumed
+ * whole and the head timeout (with its HTTP/1.1 408) never fires on an
+ * HTTP/2 connection.
+ *
+ * Defences. nghttp2 enforces SETTINGS_MAX_CONCURRENT_STREAMS (excess
+ * streams are refused with REFUSED_STREAM), the stream reset rate
+ * (CVE-2023-44487), CONTINUATION floods, SETTINGS entry counts and the
+ * queue of outbound acknowledgements (PING / SETTINGS floods). The adapter
+ * adds the header list limit (max_head_size and max_header_count: 431),
+ * an empty DATA frame limit, and closes the connection after any GOAWAY
+ * that reports an error.
+ */
+#include <nghttp2/nghttp2.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define H2_MAX_STREAMS 100
+#define H2_STREAM_WIN_INIT 65535
+#define H2_STREAM_WIN_MAX (8 << 20)
+#define H2_CONN_WIN_INIT (1 << 20)
+#define H2_CONN_WIN_MAX (16 << 20)
+#define H2_OUT_HIGH (64 * 1024)
+#define H2_HPACK_TABLE 4096
+#define H2_MAX_EMPTY_DATA 100
+/* RST_STREAM from the client: a bucket of H2_RESET_BURST tokens refilled
+ * at H2_RESET_RATE a second; when empty, GOAWAY (CVE-2023-44487). */
+#define H2_RESET_BURST 400
+#define H2_RESET_RATE 33
+#define H2_MAX_OUTBOUND_ACK 1000
+#define H2_MAX_SETTINGS 32
+#define H2_MAX_CONTINUATIONS 8
+#define H2_MAX_SEND_HEADERS (64 * 1024)
+#define H2_DELIVER_MAX (64 * 1024) /* one body callback's largest piece */
+/* Input is fed to nghttp2 in slices of this size with frames pulled in
+ * between, so the acknowledgements a burst of PING or SETTINGS asks for
+ * leave as they are made: they only pile up (to max_outbound_ack) when the
+ * client does not read. */
+#define H2_RECV_SLICE 4096
+
+typedef struct h2_conn h2_conn;
+typedef struct h2_stream h2_stream;
+
+enum {
+  S_OPEN = 1u << 0,        /* nghttp2's stream is open; we hold a ref */
+  S_COUNTED = 1u << 1,     /* counted in c->nq */
+  S_HEAD_DONE = 1u << 2,   /* the request header block is complete */
+  S_REMOTE_DONE = 1u << 3, /* the client's END_STREAM arrived */
+  S_PROVIDER = 1u << 4,    /* the response has a body to frame */
+  S_DEFERRED = 1u << 5,    /* its data provider waits for bytes */
+  S_RESP_END = 1u << 6,    /* the response's last byte is queued */
+  S_END_SENT = 1u << 7,    /* our END_STREAM has been framed */
+  S_SETTLE = 1u << 8,      /* on the settle list */
+  S_FLOW = 1u << 9,        /* body delivery to retry */
+};
+
+struct h2_stream {
+  tern__list link; /* h->streams, while S_OPEN */
+  h2_stream *settle_next;
+  h2_conn *h; /* NULL once the stream has closed */
+  tern_request *r;
+  int32_t id;
+  unsigned flags;
+  int status;         /* a status tern answers instead of routing */
+  size_t head_size;   /* RFC 9113 6.5.2 size of the header list */
+  nghttp2_rcbuf **rc; /* header buffers the request points into */
+  size_t nrc, rc_cap;
+  size_t ncookie;
+  char *cookie; /* cookie crumbs joined with "; " */
+  uint64_t content_length;
+  int has_length;
+  char *pend; /* body bytes the handler cannot take yet */
+  size_t pend_off, pend_len, pend_cap;
+  size_t owed;          /* delivered while paused: consumed on resume */
+  int32_t win;          /* our receive window for the stream */
+  size_t consumed;      /* consumed since the window last grew */
+  size_t taken;         /* r->out bytes framed, not yet consumed */
+  nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
+  size_t ntrailers;
+};
+
+struct h2_conn {
+  tern__conn *c;
+  tern__worker *w;
+  nghttp2_session *ng;
+  tern__list streams; /* open streams (each holds a request) */
+  h2_stream *settle;  /* streams with framed bytes or markers to finish */
+  int busy;           /* adapter frames on the stack: free when 0 */
+  int in_ng;          /* inside nghttp2: no mem_send now */
+  int pumping;
+  unsigned dead : 1;      /* the connection closed: free when not busy */
+  unsigned want_send : 1; /* frames may be waiting */
+  unsigned wake : 1;      /* a drain marker sits in c->out */
+  unsigned flow : 1;      /* some stream has S_FLOW */
+  unsigned stopping : 1;  /* graceful stop: shutdown notice sent */
+  unsigned final : 1;     /* the last GOAWAY is queued */
+  unsigned urgent : 1;    /* terminating: pull past H2_OUT_HIGH */
+  unsigned finished : 1;  /* the session is over */
+  unsigned eof : 1;       /* the client sent FIN */
+  uint32_t empty_data;
+  int32_t win;
+  size_t consumed;
+  size_t held; /* bytes in all streams' pend buffers */
+};
+
+/* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
+
+static void *ng_malloc(size_t size, void *u) {
+  return tern__malloc(u, size);
+}
+
+static void ng_free(void *p, void *u) {
+  tern__free(u, p);
+}
+
+static void *ng_calloc(size_t n, size_t size, void *u) {
+  void *p;
+  if (size != 0 && n > SIZE_MAX / size)
+    return NULL;
+  p = tern__malloc(u, n * size);
+  if (p != NULL)
+    memset(p, 0, n * size);
+  return p;
+}
+
+static void *ng_realloc(void *p, size_t size, void *u) {
+  return tern__realloc(u, p, size);
+}
+
+/* ---- Small helpers --------------------------------------------------- */
+
+static int is_gone(const tern_request *r) {
+  return atomic_load_explicit(&r->gone, memory_order_acquire);
+}
+
+static h2_stream *stream_of(nghttp2_session *ng, int32_t id) {
+  return nghttp2_session_get_stream_user_data(ng, id);
+}
+
+static int lit_eq(const uint8_t *p, size_t n, const char *lit) {
+  return strlen(lit) == n && memcmp(p, lit, n) == 0;
+}
+
+static int ieq(const char *a, size_t n, const char *lower) {
+  size_t i;
+  if (strlen(lower) != n)
+    return 0;
+  for (i = 0; i < n; i++) {
+    unsigned char x = (unsigned char)a[i];
+    if ((unsigned)(x - 'A') < 26u)
+      x |= 0x20;
+    if (x != (unsigned char)lower[i])
+      return 0;
+  }
+  return 1;
+}
+
+static size_t fmt_u64(char *buf, uint64_t v) {
+  char tmp[20];
+  size_t n = 0, i;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (i = 0; i < n; i++)
+    buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+/* Ask for frames to be pulled: at the end of the current on_read, or in a
+ * pass of on_read that the check phase runs. */
+static void schedule(h2_conn *h) {
+  tern__conn *c = h->c;
+  h->want_send = 1;
+  if (!h->pumping && !(c->flags & TERN__C_IN_READ))
+    tern__conn_reprocess(c);
+}
+
+static void settle_add(h2_conn *h, h2_stream *s) {
+  if (s->flags & S_SETTLE)
+    return;
+  s->flags |= S_SETTLE;
+  s->settle_next = h->settle;
+  h->settle = s;
+}
+
+static void settle_remove(h2_conn *h, h2_stream *s) {
+  h2_stream **p;
+  if (!(s->flags & S_SETTLE))
+    return;
+  for (p = &h->settle; *p != NULL; p = &(*p)->settle_next) {
+    if (*p == s) {
+      *p = s->settle_next;
+      break;
+    }
+  }
+  s->flags &= ~(unsigned)S_SETTLE;
+}
+
+/* The framed bytes of a response leave its queue: their release and done
+ * callbacks run (status 0), with markers right behind them. */
+static void settle_one(h2_conn *h, h2_stream *s) {
+  tern_request *r = s->r;
+  size_t n = s->taken;
+  settle_remove(h, s);
+  s->taken = 0;
+  r->refs++; /* a callback may drop the last other reference */
+  tern__outq_consume(h->w, &r->out, n);
+  tern__request_unref(r);
+}
+
+static void settle_all(h2_conn *h) {
+  while (h->settle != NULL && !h->dead)
+    settle_one(h, h->settle);
+}
+
+/* ---- Flow control ---------------------------------------------------- */
+
+/* `n` bytes of the stream's body left tern's hands: let the client send
+ * more, growing the windows while the handler keeps up. */
+static void consume(h2_conn *h, h2_stream *s, size_t n) {
+  if (n == 0 || h->dead || h->finished)
+    return;
+  nghttp2_session_consume(h->ng, s->id, n);
+  s->consumed += n;
+  if (s->consumed >= (size_t)s->win && s->win < H2_STREAM_WIN_MAX &&
+      s->pend_len == 0 && (s->flags & S_OPEN) && !(s->flags & S_REMOTE_DONE)) {
+    s->win = s->win * 2 > H2_STREAM_WIN_MAX ? H2_STREAM_WIN_MAX : s->win * 2;
+    s->consumed = 0;
+    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, s->id,
+                                          s->win);
+  }
+  h->consumed += n;
+  if (h->consumed >= (size_t)h->win && h->win < H2_CONN_WIN_MAX &&
+      h->held == 0) {
+    h->win = h->win * 2 > H2_CONN_WIN_MAX ? H2_CONN_WIN_MAX : h->win * 2;
+    h->consumed = 0;
+    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0, h->win);
+  }
+}
+
+/* Body bytes the stream holds or owes go back to the connection window
+ * (the stream's own window no longer matters). */
+static void drop_held(h2_conn *h, h2_stream *s) {
+  size_t n = s->pend_len + s->owed;
+  h->held -= s->pend_len;
+  s->pend_len = s->pend_off = 0;
+  s->owed = 0;
+  if (n > 0 && !h->dead && !h->finished) {
+    if (s->flags & S_OPEN)
+      nghttp2_session_consume(h->ng, s->id, n);
+    else
+      nghttp2_session_consume_connection(h->ng, n);
+  }
+}
+
+static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
+  tern_server *srv = h->w->srv;
+  if (s->pend_off > 0 && s->pend_off + s->pend_len + n > s->pend_cap) {
+    memmove(s->pend, s->pend + s->pend_off, s->pend_len);
+    s->pend_off = 0;
+  }
+  if (s->pend_len + n > s->pend_cap) {
+    size_t cap = s->pend_cap ? s->pend_cap * 2 : 16384;
+    char *nb;
+    while (cap < s->pend_len + n)
+      cap *= 2;
+    nb = tern__realloc(srv, s->pend, cap);
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    s->pend = nb;
+    s->pend_cap = cap;
+  }
+  memcpy(s->pend + s->pend_off + s->pend_len, p, n);
+  s->pend_len += n;
+  h->held += n;
+  return 0;
+}
+
+/* ---- Closing streams --------------------------------------------------- */
+
+static void count(h2_conn *h, h2_stream *s) {
+  if (!(s->flags & S_COUNTED)) {
+    s->flags |= S_COUNTED;
+    h->c->nq++;
+  }
+}
+
+static void uncount(h2_conn *h, h2_stream *s) {
+  if (s->flags & S_COUNTED) {
+    s->flags &= ~(unsigned)S_COUNTED;
+    h->c->nq--;
+  }
+}
+
+/* The stream is over (closed by nghttp2, abandoned, or its connection is
+ * closing): settle what was framed, fail the rest, drop our reference. */
+static void stream_closed(h2_conn *h, h2_stream *s) {
+  tern_request *r = s->r;
+  tern__worker *w = h->w;
+
+  if (!(s->flags & S_OPEN))
+    return;
+  s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
+  tern__list_remove(&s->link);
+  uncount(h, s);
+  if (h->stopping)
+    h->want_send = 1; /* perhaps the last one: time for the last GOAWAY */
+  drop_held(h, s);
+  r->refs++; /* held across the callbacks below */
+  settle_one(h, s);
+  if (s->flags & S_END_SENT) {
+    TERN__STAT_ADD(w->stats.requests, 1);
+    r->flags |= TERN__RQ_WRITTEN;
+  } else {
+    atomic_store_explicit(&r->gone, 1, memory_order_release);
+    if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_BODY_DONE) &&
+        !(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL) {
+      r->flags |= TERN__RQ_BODY_DONE;
+      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+    }
+  }
+  tern__outq_fail(w, &r->out, TERN_ECLOSED);
+  s->h = NULL;
+  if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
+    /* Never handed to a handler: the user's reference goes too. */
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+  }
+  tern__request_unref(r); /* the adapter's */
+  tern__request_unref(r); /* the one taken above */
+}
+
+/* Forget a stream nghttp2 still has open (the connection is ending). */
+static void abandon(h2_conn *h, h2_stream *s) {
+  if (!h->dead && !h->finished) {
+    nghttp2_session_set_stream_user_data(h->ng, s->id, NULL);
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+  }
+  stream_closed(h, s);
+}
+
+static void drop_streams(h2_conn *h) {
+  while (!tern__list_empty(&h->streams)) {
+    h2_stream *s = TERN__CONTAINER_OF(h->streams.next, h2_stream, link);
+    abandon(h, s);
+  }
+}
+
+static void destroy(h2_conn *h) {
+  nghttp2_session_del(h->ng);
+  tern__free(h->w->srv, h);
+}
+
+static void enter(h2_conn *h) {
+  h->busy++;
+}
+
+static void leave(h2_conn *h) {
+  if (--h->busy == 0 && h->dead)
+    destroy(h);
+}
+
+/* ---- Request bodies ---------------------------------------------------- */
+
+/* Hand held bytes (then the end) to a streaming handler while it reads. */
+static void deliver(h2_conn *h, h2_stream *s) {
+  tern_request *r = s->r;
+
+  r->refs++;
+  for (;;) {
+    unsigned f = r->flags;
+    if (h->dead || !(s->flags & S_OPEN) || (f & TERN__RQ_BODY_DONE))
+      break;
+    if (f & TERN__RQ_ENDED) {
+      drop_held(h, s); /* answered without reading the rest */
+      break;
+    }
+    if (!(f & TERN__RQ_READING) || (f & TERN__RQ_PAUSED))
+      break;
+    if (s->owed > 0) {
+      size_t n = s->owed;
+      s->owed = 0;
+      consume(h, s, n);
+    }
+    if (s->pend_len > 0) {
+      size_t n = s->pend_len < H2_DELIVER_MAX ? s->pend_len : H2_DELIVER_MAX;
+      const char *p = s->pend + s->pend_off;
+      s->pend_off += n;
+      s->pend_len -= n;
+      h->held -= n;
+      r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
+      if (s->pend_len == 0)
+        s->pend_off = 0;
+      if (h->dead || !(s->flags & S_OPEN))
+        break;
+      if (r->flags & TERN__RQ_PAUSED)
+        s->owed += n;
+      else
+        consume(h, s, n);
+      continue;
+    }
+    if (s->flags & S_REMOTE_DONE) {
+      r->flags |= TERN__RQ_BODY_DONE;
+      r->body_fn(r, TERN_BODY_END, NULL, 0, r->body_user);
+    } else if (h->eof) {
+      r->flags |= TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
+      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+    }
+    break;
+  }
+  tern__request_unref(r);
+}
+
+static void run_flows(h2_conn *h) {
+  tern__list *l;
+  h->flow = 0;
+again:
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
+    if (s->flags & S_FLOW) {
+      s->flags &= ~(unsigned)S_FLOW;
+      deliver(h, s); /* may change the list: start over */
+      goto again;
+    }
+  }
+}
+
+/* Append to a collected body. Returns 0 or the status to answer. */
+static int collect(tern_request *r, const uint8_t *p, size_t n) {
+  tern_server *srv = r->w->srv;
+  if (r->body_len + n > r->route->max_body)
+    return 413;
+  if (r->body_len + n > r->body_cap) {
+    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
+    char *nb;
+    while (cap < r->body_len + n)
+      cap *= 2;
+    if (cap > r->route->max_body)
+      cap = r->route->max_body;
+    nb = tern__realloc(srv, r->body_buf, cap);
+    if (nb == NULL)
+      return 503;
+    r->body_buf = nb;
+    r->body_cap = cap;
+  }
+  memcpy(r->body_buf + r->body_len, p, n);
+  r->body_len += n;
+  return 0;
+}
+
+/* tern answers the request itself (404, 413, 431, ...). */
+static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
+                   size_t allow_len) {
+  tern_request *r = s->r;
+  if (r->flags & (TERN__RQ_ENDED | TERN__RQ_STARTED))
+    return;
+  count(h, s);
+  tern__respond_status(r, status, allow, allow_len);
+}
+
+/* ---- Requests ---------------------------------------------------------- */
+
+static void route(h2_conn *h, h2_stream *s) {
+  tern_server *srv = h->w->srv;
+  tern_request *r = s->r;
+  const tern__route *rt;
+
+  if (s->status != 0) {
+    answer(h, s, s->status, NULL, 0);
+    return;
+  }
+  if (r->target_len > srv->s.max_uri_length) {
+    answer(h, s, 414, NULL, 0);
+    return;
+  }
+  if (r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
+      memcmp(r->method, "OPTIONS", 7) == 0) {
+    answer(h, s, 204, srv->allow_all, srv->allow_all_len);
+    return;
+  }
+  tern__router_match(srv->router, r->method, r->method_len, r->path,
+                     r->path_len, &r->match);
+  if (r->match.status == 0) {
+    rt = r->match.route;
+  } else if (srv->has_default) {
+    rt = &srv->default_route;
+  } else {
+    if (r->match.status == 405)
+      answer(h, s, 405, r->match.allow, r->match.allow_len);
+    else
+      answer(h, s, 404, NULL, 0);
+    return;
+  }
+  r->route = rt;
+  if (rt->flags & TERN_ROUTE_STREAM_BODY) {
+    /* Even an empty body is delivered, as TERN_BODY_END, once the handler
+     * reads. */
+    r->flags |= TERN__RQ_STREAM;
+    count(h, s);
+    tern__request_dispatch(r);
+    return;
+  }
+  if (s->flags & S_REMOTE_DONE) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    count(h, s);
+    tern__request_dispatch(r);
+    return;
+  }
+  if (s->has_length && s->content_length > rt->max_body)
+    answer(h, s, 413, NULL, 0);
+  /* Otherwise the body is collected as DATA arrives. */
+}
+
+static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
+  if (nghttp2_rcbuf_is_static(b))
+    return 0;
+  if (s->nrc == s->rc_cap) {
+    size_t cap = s->rc_cap ? s->rc_cap * 2 : 16;
+    nghttp2_rcbuf **nb = tern__realloc(h->w->srv, s->rc, cap * sizeof(*s->rc));
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    s->rc = nb;
+    s->rc_cap = cap;
+  }
+  nghttp2_rcbuf_incref(b);
+  s->rc[s->nrc++] = b;
+  return 0;
+}
+
+/* The request's header block is complete: fill in what HTTP/1.1 gets from
+ * its request line, join cookie crumbs, route. */
+static void head_done(h2_conn *h, h2_stream *s) {
+  tern_request *r = s->r;
+  const char *q;
+  size_t i;
+
+  s->flags |= S_HEAD_DONE;
+  if (r->target != NULL) {
+    r->path = r->target;
+    q = memchr(r->target, '?', r->target_len);
+    if (q != NULL) {
+      r->path_len = (size_t)(q - r->target);
+      r->query = q + 1;
+      r->query_len = r->target_len - r->path_len - 1;
+    } else {
+      r->path_len = r->target_len;
+    }
+  } else {
+    r->path = r->target = ""; /* CONNECT */
+  }
+  if (r->authority == NULL) {
+    for (i = 0; i < r->nheaders; i++) {
+      if (r->headers[i].name_len == 4 &&
+          memcmp(r->headers[i].name, "host", 4) == 0) {
+        r->authority = r->headers[i].value;
+        r->authority_len = r->headers[i].value_len;
+        break;
+      }
+    }
+  }
+  if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
+    r->flags |= TERN__RQ_HEAD;
+  if (s->ncookie > 1 && s->status == 0) {
+    /* RFC 9113 8.2.3: crumbs are joined with "; " for the application. */
+    size_t size = 0, k = 0, first = SIZE_MAX;
+    char *p;
+    for (i = 0; i < r->nheaders; i++)
+      if (r->headers[i].name_len == 6 &&
+          memcmp(r->headers[i].name, "cookie", 6) == 0)
+        size += r->headers[i].value_len + 2;
+    s->cookie = p = tern__malloc(h->w->srv, size);
+    if (p == NULL) {
+      s->status = 503;
+    } else {
+      for (i = 0; i < r->nheaders; i++) {
+        tern_header *f = &r->headers[i];
+        if (f->name_len == 6 && memcmp(f->name, "cookie", 6) == 0) {
+          if (first != SIZE_MAX) {
+            *p++ = ';';
+            *p++ = ' ';
+          } else {
+            first = k;
+            r->headers[k++] = *f;
+          }
+          memcpy(p, f->value, f->value_len);
+          p += f->value_len;
+          continue;
+        }
+        r->headers[k++] = *f;
+      }
+      r->nheaders = k;
+      r->headers[first].value = s->cookie;
+      r->headers[first].value_len = (size_t)(p - s->cookie);
+    }
+  }
+  route(h, s);
+}
+
+static int add_trailer(h2_conn *h, h2_stream *s, nghttp2_rcbuf *name,
+                       nghttp2_rcbuf *value) {
+  tern_request *r = s->r;
+  nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
+  tern_header *t;
+
+  if (r->ntrailers >= h->w->srv->s.max_header_count)
+    return 0; /* the body is fine; excess trailers are not exposed */
+  t = tern__realloc(h->w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
+  if (t == NULL)
+    return TERN_ENOMEM;
+  r->trailers = t;
+  if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
+    return TERN_ENOMEM;
+  t[r->ntrailers].name = (const char *)n.base;
+  t[r->ntrailers].name_len = n.len;
+  t[r->ntrailers].value = (const char *)v.base;
+  t[r->ntrailers].value_len = v.len;
+  r->ntrailers++;
+  return 0;
+}
+
+/* ---- nghttp2 callbacks ------------------------------------------------- */
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
+                            void *user) {
+  h2_conn *h = user;
+  tern_request *r;
+  h2_stream *s;
+
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (frame->hd.type != NGHTTP2_HEADERS ||
+      frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+    return 0;
+  s = tern__malloc(h->w->srv, sizeof(*s));
+  if (s == NULL)
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  r = tern__request_new(h->c);
+  if (r == NULL) {
+    tern__free(h->w->srv, s);
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  memset(s, 0, sizeof(*s));
+  s->h = h;
+  s->r = r;
+  s->id = frame->hd.stream_id;
+  s->flags = S_OPEN;
+  s->win = H2_STREAM_WIN_INIT;
+  r->proto_data = s;
+  r->protocol = TERN_PROTO_HTTP2;
+  tern__list_append(&h->streams, &s->link);
+  nghttp2_session_set_stream_user_data(ng, s->id, s);
+  return 0;
+}
+
+static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
+                     nghttp2_rcbuf *name, nghttp2_rcbuf *value, uint8_t flags,
+                     void *user) {
+  h2_conn *h = user;
+  tern_server *srv = h->w->srv;
+  h2_stream *s;
+  tern_request *r;
+  nghttp2_vec n, v;
+
+  (void)flags;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  s = stream_of(ng, frame->hd.stream_id);
+  if (s == NULL || !(s->flags & S_OPEN))
+    return 0;
+  r = s->r;
+  n = nghttp2_rcbuf_get_buf(name);
+  v = nghttp2_rcbuf_get_buf(value);
+  s->head_size += n.len + v.len + 32;
+  if (s->head_size > srv->s.max_head_size) {
+    /* The client was told SETTINGS_MAX_HEADER_LIST_SIZE: 431. The rest of
+     * the block is still decoded (HPACK state) but not kept. */
+    if (s->status == 0 && !(s->flags & S_HEAD_DONE))
+      s->status = 431;
+    return 0;
+  }
+  if (s->status != 0)
+    return 0;
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+    return add_trailer(h, s, name, value) == 0
+               ? 0
+               : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  if (n.len > 0 && n.base[0] == ':') {
+    const char *p = (const char *)v.base;
+    if (lit_eq(n.base, n.len, ":method")) {
+      r->method = p;
+      r->method_len = v.len;
+    } else if (lit_eq(n.base, n.len, ":path")) {
+      r->target = p;
+      r->target_len = v.len;
+    } else if (lit_eq(n.base, n.len, ":authority")) {
+      r->authority = p;
+      r->authority_len = v.len;
+    } else {
+      return 0; /* :scheme (nghttp2 checked it) */
+    }
+    if (keep_rcbuf(h, s, value) != 0)
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    return 0;
+  }
+  if (r->nheaders >= r->headers_cap) {
+    s->status = 431;
+    return 0;
+  }
+  if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  r->headers[r->nheaders].name = (const char *)n.base;
+  r->headers[r->nheaders].name_len = n.len;
+  r->headers[r->nheaders].value = (const char *)v.base;
+  r->headers[r->nheaders].value_len = v.len;
+  r->nheaders++;
+  if (lit_eq(n.base, n.len, "cookie")) {
+    s->ncookie++;
+  } else if (lit_eq(n.base, n.len, "content-length")) {
+    /* nghttp2 has checked the syntax and will check the DATA against it;
+     * here it lets an oversized body be refused before it arrives. */
+    uint64_t cl = 0;
+    size_t i;
+    for (i = 0; i < v.len && cl < (1ull << 60); i++)
+      cl = cl * 10 + (uint64_t)(v.base[i] - '0');
+    s->content_length = cl;
+    s->has_length = 1;
+  }
+  return 0;
+}
+
+static void remote_done(h2_conn *h, h2_stream *s) {
+  tern_request *r = s->r;
+  s->flags |= S_REMOTE_DONE;
+  if ((r->flags & TERN__RQ_ENDED) || !(s->flags & S_HEAD_DONE))
+    return;
+  if (r->flags & TERN__RQ_STREAM) {
+    deliver(h, s);
+    return;
+  }
+  if (!(r->flags & TERN__RQ_HANDLED) && r->route != NULL && s->status == 0) {
+    r->body = r->body_buf;
+    r->flags |= TERN__RQ_BODY_DONE;
+    count(h, s);
+    tern__request_dispatch(r);
+  }
+}
+
+static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
+                         void *user) {
+  h2_conn *h = user;
+  h2_stream *s;
+
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  switch (frame->hd.type) {
+  case NGHTTP2_DATA:
+    if (frame->hd.length <= frame->data.padlen &&
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        ++h->empty_data > H2_MAX_EMPTY_DATA) {
+      /* Empty DATA frames cost work and move no bytes: a flood. */
+      h->urgent = 1;
+      return nghttp2_session_terminate_session(ng, NGHTTP2_ENHANCE_YOUR_CALM) ==
+                     0
+                 ? 0
+                 : NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    break;
+  case NGHTTP2_HEADERS:
+    break;
+  default:
+    return 0;
+  }
+  s = stream_of(ng, frame->hd.stream_id);
+  if (s == NULL || !(s->flags & S_OPEN))
+    return 0;
+  if (frame->hd.type == NGHTTP2_HEADERS &&
+      frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+      s->flags |= S_REMOTE_DONE;
+    head_done(h, s);
+  }
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && (s->flags & S_OPEN))
+    remote_done(h, s);
+  return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
+                         const uint8_t *data, size_t len, void *user) {
+  h2_conn *h = user;
+  h2_stream *s;
+  tern_request *r;
+  int status;
+
+  (void)flags;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  h->empty_data = 0;
+  s = stream_of(ng, id);
+  if (s == NULL || !(s->flags & S_OPEN)) {
+    nghttp2_session_consume(ng, id, len);
+    return 0;
+  }
+  r = s->r;
+  if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
+      is_gone(r)) {
+    consume(h, s, len); /* answered already: the bytes are dropped */
+    return 0;
+  }
+  if (!(r->flags & TERN__RQ_STREAM)) {
+    status = collect(r, data, len);
+    consume(h, s, len);
+    if (status != 0)
+      answer(h, s, status, NULL, 0);
+    return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  }
+  if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+      !(r->flags & TERN__RQ_PAUSED)) {
+    r->refs++;
+    r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
+    if (!h->dead && (s->flags & S_OPEN)) {
+      if (r->flags & TERN__RQ_PAUSED)
+        s->owed += len; /* credited when the handler resumes */
+      else
+        consume(h, s, len);
+    }
+    tern__request_unref(r);
+    return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  }
+  /* Not reading (yet) or paused: hold the bytes; the stream's window
+   * bounds them. */
+  if (hold(h, s, data, len) != 0) {
+    nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id,
+                              NGHTTP2_INTERNAL_ERROR);
+    consume(h, s, len);
+  }
+  return 0;
+}
+
+static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code,
+                           void *user) {
+  h2_conn *h = user;
+  h2_stream *s;
+
+  (void)code;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  s = stream_of(ng, id);
+  if (s != NULL)
+    stream_closed(h, s);
+  return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
+static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
+                         void *user) {
+  h2_conn *h = user;
+  h2_stream *s;
+
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  switch (frame->hd.type) {
+  case NGHTTP2_GOAWAY:
+    if (frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+      /* An error GOAWAY ends the connection, whether nghttp2 or we sent
+       * it (the rapid reset limit sends one and keeps going). */
+      h->urgent = 1;
+      h->finished = 1;
+    }
+    return 0;
+  case NGHTTP2_DATA:
+  case NGHTTP2_HEADERS:
+    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+      return 0;
+    s = stream_of(ng, frame->hd.stream_id);
+    if (s == NULL)
+      return 0;
+    s->flags |= S_END_SENT;
+    if (!(s->flags & S_REMOTE_DONE)) {
+      /* The response is complete before the request (RFC 9113 8.1): ask
+       * the client to stop sending, without error. */
+      nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                NGHTTP2_NO_ERROR);
+    }
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+/* Copy `n` bytes of q, starting `skip` bytes past its head, into dst. */
+static int copy_from(tern__worker *w, tern__outq *dst, const tern__outq *q,
+                     size_t skip, size_t n) {
+  size_t i, off = q->head_off + skip;
+  for (i = 0; i < q->count && n > 0; i++) {
+    const tern__seg *g = &q->segs[q->head + i];
+    size_t m;
+    if (off >= g->len) {
+      off -= g->len;
+      continue;
+    }
+    m = g->len - off < n ? g->len - off : n;
+    if (tern__outq_copy(w, dst, g->base + off, m) != 0)
+      return TERN_ENOMEM;
+    n -= m;
+    off = 0;
+  }
+  return 0;
+}
+
+static int submit_trailers(h2_conn *h, h2_stream *s) {
+  int rc = nghttp2_submit_trailer(h->ng, s->id, s->trailers, s->ntrailers);
+  tern__free(h->w->srv, s->trailers);
+  s->trailers = NULL;
+  s->ntrailers = 0;
+  return rc;
+}
+
+static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *data_flags,
+                         nghttp2_data_source *source, void *user) {
+  h2_conn *h = user;
+  h2_stream *s = source->ptr;
+  size_t avail, n;
+
+  (void)ng;
+  (void)id;
+  (void)buf;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  avail = s->r->out.bytes - s->taken;
+  if (avail == 0 && !(s->flags & S_RESP_END)) {
+    s->flags |= S_DEFERRED;
+    settle_add(h, s); /* markers waiting at the front fire now */
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  n = avail < length ? avail : length;
+  if (n > 0)
+    *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == avail && (s->flags & S_RESP_END)) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s->trailers != NULL) {
+      *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      if (submit_trailers(h, s) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    settle_add(h, s);
+  }
+  return (ssize_t)n;
+}
+
+/* A DATA frame of `length` bytes from the stream's queue: its header and
+ * the bytes go straight into the connection's output (one copy). */
+static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
+                     const uint8_t *framehd, size_t length,
+                     nghttp2_data_source *source, void *user) {
+  static const uint8_t zeros[256];
+  h2_conn *h = user;
+  h2_stream *s = source->ptr;
+  tern__worker *w = h->w;
+  tern__outq *out = &h->c->out;
+  size_t pad = frame->data.padlen;
+
+  (void)ng;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (tern__outq_copy(w, out, framehd, 9) != 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (pad > 0) {
+    uint8_t b = (uint8_t)(pad - 1);
+    if (tern__outq_copy(w, out, &b, 1) != 0)
+      return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  if (copy_from(w, out, &s->r->out, s->taken, length) != 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (pad > 1 && tern__outq_copy(w, out, zeros, pad - 1) != 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  s->taken += length;
+  settle_add(h, s);
+  return 0;
+}
+
+static int on_error(nghttp2_session *ng, int code, const char *msg, size_t len,
+                    void *user) {
+  h2_conn *h = user;
+  (void)ng;
+  (void)code;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: %.*s", (int)len, msg);
+  return 0;
+}
+
+/* ---- The session ----------------------------------------------------- */
+
+static uv_once_t ng_once = UV_ONCE_INIT;
+static nghttp2_session_callbacks *ng_cbs;
+static nghttp2_option *ng_opts;
+
+/* Callbacks and options are the same for every session; nghttp2 copies
+ * them into each. They are made once per process (nghttp2 allocates them
+ * with malloc, outside tern's hook). */
+static void ng_init(void) {
+  nghttp2_session_callbacks *cb;
+  nghttp2_option *o;
+
+  if (nghttp2_session_callbacks_new(&cb) != 0)
+    return;
+  if (nghttp2_option_new(&o) != 0) {
+    nghttp2_session_callbacks_del(cb);
+    return;
+  }
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback2(cb, on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+  nghttp2_session_callbacks_set_send_data_callback(cb, send_data);
+  nghttp2_session_callbacks_set_error_callback2(cb, on_error);
+
+  nghttp2_option_set_no_auto_window_update(o, 1);
+  nghttp2_option_set_max_deflate_dynamic_table_size(o, H2_HPACK_TABLE);
+  nghttp2_option_set_max_send_header_block_length(o, H2_MAX_SEND_HEADERS);
+  nghttp2_option_set_max_outbound_ack(o, H2_MAX_OUTBOUND_ACK);
+  nghttp2_option_set_max_settings(o, H2_MAX_SETTINGS);
+  nghttp2_option_set_stream_reset_rate_limit(o, H2_RESET_BURST, H2_RESET_RATE);
+  nghttp2_option_set_max_continuations(o, H2_MAX_CONTINUATIONS);
+  nghttp2_option_set_no_closed_streams(o, 1);
+  ng_cbs = cb;
+  ng_opts = o;
+}
+
+static h2_conn *h2_new(tern__conn *c) {
+  tern_server *srv = c->w->srv;
+  nghttp2_settings_entry iv[5];
+  nghttp2_mem mem;
+  h2_conn *h;
+
+  uv_once(&ng_once, ng_init);
+  if (ng_cbs == NULL)
+    return NULL;
+  h = tern__malloc(srv, sizeof(*h));
+  if (h == NULL)
+    return NULL;
+  memset(h, 0, sizeof(*h));
+  h->c = c;
+  h->w = c->w;
+  tern__list_init(&h->streams);
+  mem.mem_user_data = srv;
+  mem.malloc = ng_malloc;
+  mem.free = ng_free;
+  mem.calloc = ng_calloc;
+  mem.realloc = ng_realloc;
+  if (nghttp2_session_server_new3(&h->ng, ng_cbs, h, ng_opts, &mem) != 0) {
+    tern__free(srv, h);
+    return NULL;
+  }
+  iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
+  iv[0].value = H2_MAX_STREAMS;
+  iv[1].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE;
+  iv[1].value = H2_STREAM_WIN_INIT;
+  iv[2].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+  iv[2].value = srv->s.max_head_size;
+  iv[3].settings_id = NGHTTP2_SETTINGS_HEADER_TABLE_SIZE;
+  iv[3].value = H2_HPACK_TABLE;
+  iv[4].settings_id = NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES;
+  iv[4].value = 1;
+  h->win = H2_CONN_WIN_INIT;
+  if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 5) != 0 ||
+      nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
+                                            h->win) != 0) {
+    destroy(h);
+    return NULL;
+  }
+  return h;
+}
+
+/* Pull frames into the connection's output while it has room, settle
+ * what was framed, and repeat while callbacks add more. */
+static void on_drained(tern_request *unused, int status, void *user);
+
+static void pump(h2_conn *h) {
+  tern__conn *c = h->c;
+  tern__worker *w = h->w;
+  int blocked;
+
+  if (h->pumping || h->dead) {
+    h->want_send = 1;
+    return;
+  }
+  enter(h);
+  h->pumping = 1;
+  blocked = 0;
+  do {
+    h->want_send = 0;
+    if (h->stopping && !h->final && tern__list_empty(&h->streams)) {
+      /* Graceful stop and nothing in flight: the last GOAWAY. */
+      h->final = 1;
+      nghttp2_session_terminate_session(h->ng, NGHTTP2_NO_ERROR);
+    }
+    while (!h->finished || h->urgent) {
+      const uint8_t *p;
+      ssize_t n;
+      if (c->out.bytes >= H2_OUT_HIGH && !h->urgent) {
+        blocked = 1;
+        break;
+      }
+      h->in_ng++;
+      n = nghttp2_session_mem_send(h->ng, &p);
+      h->in_ng--;
+      if (h->dead)
+        goto out;
+      if (n < 0) {
+        tern__log(w->srv, TERN_LOG_DEBUG, "http2: %s",
+                  nghttp2_strerror((int)n));
+        tern__conn_close(c);
+        goto out;
+      }
+      if (n == 0)
+        break;
+      if (tern__outq_copy(w, &c->out, p, (size_t)n) != 0) {
+        tern__conn_close(c);
+        goto out;
+      }
+    }
+    settle_all(h);
+    if (h->dead)
+      goto out;
+    if (h->flow)
+      run_flows(h);
+    if (h->dead)
+      goto out;
+  } while (h->want_send);
+  if (!h->finished && !nghttp2_session_want_read(h->ng) &&
+      !nghttp2_session_want_write(h->ng))
+    h->finished = 1; /* GOAWAY both ways, or a terminated session */
+  if (h->finished) {
+    /* Nothing more will be read or framed: what is in flight is gone. */
+    h->urgent = 0;
+    drop_streams(h);
+    if (h->dead)
+      goto out;
+    c->flags |= TERN__C_CLOSE_AFTER;
+    tern__conn_read_stop(c);
+  } else if (blocked && !h->wake) {
+    /* Resume when what is queued has been written (on_drained). */
+    if (tern__outq_mark(w, &c->out, TERN__SEG_MARK, NULL, on_drained, h) == 0)
+      h->wake = 1;
+  }
+  tern__conn_mark_dirty(c);
+out:
+  h->pumping = 0;
+  if (h->want_send && !h->dead && !h->finished)
+    tern__conn_reprocess(c); /* asked for while we were finishing */
+  leave(h);
+}
+
+static void on_drained(tern_request *unused, int status, void *user) {
+  h2_conn *h = user;
+  (void)unused;
+  if (status != 0)
+    return; /* the connection is closing; h may be gone */
+  h->wake = 0;
+  pump(h);
+}
+
+static void fatal(h2_conn *h, int rv) {
+  uint32_t code = NGHTTP2_INTERNAL_ERROR;
+  if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)
+    code = NGHTTP2_ENHANCE_YOUR_CALM;
+  else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
+    code = NGHTTP2_PROTOCOL_ERROR;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: %s", nghttp2_strerror(rv));
+  if (nghttp2_session_terminate_session(h->ng, code) != 0) {
+    tern__conn_close(h->c);
+    return;
+  }
+  h->urgent = 1;
+  tern__conn_read_stop(h->c);
+}
+
+/* The client finished sending: requests still waiting for body bytes get
+ * TERN_BODY_ERROR; the connection closes when the rest is answered. */
+static void on_eof(h2_conn *h) {
+  tern__list *l;
+  h->eof = 1;
+  h->c->flags |= TERN__C_CLOSE_AFTER;
+again:
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
+    tern_request *r = s->r;
+    if (s->flags & S_REMOTE_DONE)
+      continue;
+    if (!(r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED))) {
+      abandon(h, s); /* its body will never come */
+      goto again;
+    }
+    if ((r->flags & TERN__RQ_STREAM) && !(s->flags & S_FLOW)) {
+      s->flags |= S_FLOW;
+      h->flow = 1;
+    }
+  }
+}
+
+static void h2_on_read(tern__conn *c) {
+  h2_conn *h = c->h2;
+  ssize_t n;
+
+  if ((c->flags & TERN__C_CLOSING) || c->proto != &tern__http2 || h == NULL)
+    return;
+  enter(h);
+  if (h->flow)
+    run_flows(h);
+  while (!h->dead && c->rpos < c->rlen) {
+    size_t len = c->rlen - c->rpos;
+    if (h->finished || h->urgent) {
+      c->rpos = c->rlen; /* ending: input is dropped */
+      break;
+    }
+    if (len > H2_RECV_SLICE)
+      len = H2_RECV_SLICE;
+    h->in_ng++;
+    n = nghttp2_session_mem_recv(h->ng,
+                                 (const uint8_t *)c->rbuf->data + c->rpos, len);
+    h->in_ng--;
+    if (h->dead)
+      goto out;
+    c->rpos += len;
+    if (n < 0) {
+      c->rpos = c->rlen;
+      fatal(h, (int)n);
+      break;
+    }
+    if (c->rpos < c->rlen)
+      pump(h);
+  }
+  if (!h->dead && (c->flags & TERN__C_EOF) && !h->eof)
+    on_eof(h);
+  if (!h->dead)
+    pump(h);
+  if (!h->dead && !(c->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
+      !h->urgent)
+    tern__conn_read_start(c);
+out:
+  leave(h);
+}
+
+static void h2_on_stop(tern__conn *c) {
+  h2_conn *h = c->h2;
+  if (h == NULL || h->dead)
+    return;
+  h->stopping = 1;
+  if (!tern__list_empty(&h->streams))
+    nghttp2_submit_shutdown_notice(h->ng);
+  /* With nothing in flight pump() sends the last GOAWAY at once. */
+  schedule(h);
+}
+
+static void h2_on_close(tern__conn *c) {
+  h2_conn *h = c->h2;
+  if (h == NULL)
+    return;
+  c->h2 = NULL;
+  h->dead = 1;
+  enter(h);
+  drop_streams(h);
+  leave(h); /* frees the session unless an nghttp2 call is on the stack */
+}
+
+/* ---- Responses --------------------------------------------------------- */
+
+/* Fields tern writes itself, and those HTTP/2 forbids (RFC 9113 8.2.2). */
+static int dropped_field(const tern_header *f) {
+  switch (f->name_len) {
+  case 2:
+    return ieq(f->name, 2, "te");
+  case 4:
+    return ieq(f->name, 4, "date");
+  case 7:
+    return ieq(f->name, 7, "upgrade");
+  case 10:
+    return ieq(f->name, 10, "connection") || ieq(f->name, 10, "keep-alive");
+  case 14:
+    return ieq(f->name, 14, "content-length");
+  case 16:
+    return ieq(f->name, 16, "proxy-connection");
+  case 17:
+    return ieq(f->name, 17, "transfer-encoding");
+  default:
+    return 0;
+  }
+}
+
+/* Fill nv from fields: names lower-cased into buf, values trimmed of
+ * whitespace (and copied into buf too when copy_values). Returns the
+ * number of entries. */
+static size_t put_fields(nghttp2_nv *nv, char *buf, const tern_header *f,
+                         size_t n, int copy_values) {
+  size_t i, j, k = 0;
+  for (i = 0; i < n; i++) {
+    const char *v = f[i].value;
+    size_t vl = f[i].value_len;
+    if (dropped_field(&f[i]))
+      continue;
+    while (vl > 0 && (v[0] == ' ' || v[0] == '\t')) {
+      v++;
+      vl--;
+    }
+    while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+      vl--;
+    nv[k].name = (uint8_t *)buf;
+    nv[k].namelen = f[i].name_len;
+    for (j = 0; j < f[i].name_len; j++) {
+      unsigned char ch = (unsigned char)f[i].name[j];
+      *buf++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
+    }
+    if (copy_values && vl > 0) {
+      memcpy(buf, v, vl);
+      v = buf;
+      buf += vl;
+    }
+    nv[k].value = (uint8_t *)(uintptr_t)v;
+    nv[k].valuelen = vl;
+    nv[k].flags = NGHTTP2_NV_FLAG_NONE;
+    k++;
+  }
+  return k;
+}
+
+static size_t fields_bytes(const tern_header *f, size_t n, int values) {
+  size_t i, size = 0;
+  for (i = 0; i < n; i++)
+    size += f[i].name_len + (values ? f[i].value_len : 0);
+  return size;
+}
+
+static h2_conn *live(tern_request *r, h2_stream **sp) {
+  h2_stream *s = r->proto_data;
+  *sp = s;
+  if (s == NULL || !(s->flags & S_OPEN) || s->h == NULL || s->h->dead ||
+      s->h->finished)
+    return NULL;
+  return s->h;
+}
+
+static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
+                    int64_t cl) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 || status == 204 ||
+                 status == 304;
+  int no_length = status < 200 || status == 204;
+  nghttp2_nv nv_stack[24], *nv = nv_stack;
+  char buf_stack[1024], *buf = buf_stack;
+  char st[3], len[20];
+  size_t k, names = fields_bytes(f, n, 0);
+  nghttp2_data_provider prd;
+  int rc;
+
+  if (h == NULL)
+    return TERN_ECLOSED;
+  if (n + 3 > sizeof(nv_stack) / sizeof(nv_stack[0]))
+    nv = tern__malloc(w->srv, (n + 3) * sizeof(*nv));
+  if (names > sizeof(buf_stack))
+    buf = tern__malloc(w->srv, names);
+  if (nv == NULL || buf == NULL) {
+    rc = TERN_ENOMEM;
+    goto done;
+  }
+  st[0] = (char)('0' + status / 100);
+  st[1] = (char)('0' + status / 10 % 10);
+  st[2] = (char)('0' + status % 10);
+  nv[0].name = (uint8_t *)":status";
+  nv[0].namelen = 7;
+  nv[0].value = (uint8_t *)st;
+  nv[0].valuelen = 3;
+  nv[0].flags = NGHTTP2_NV_FLAG_NONE;
+  k = 1 + put_fields(nv + 1, buf, f, n, 0);
+  if (w->date_len > 8) { /* "Date: " value "\r\n" */
+    nv[k].name = (uint8_t *)"date";
+    nv[k].namelen = 4;
+    nv[k].value = (uint8_t *)w->date + 6;
+    nv[k].valuelen = w->date_len - 8;
+    nv[k++].flags = NGHTTP2_NV_FLAG_NONE;
+  }
+  if (cl >= 0 && !no_length) {
+    nv[k].name = (uint8_t *)"content-length";
+    nv[k].namelen = 14;
+    nv[k].value = (uint8_t *)len;
+    nv[k].valuelen = fmt_u64(len, (uint64_t)cl);
+    nv[k++].flags = NGHTTP2_NV_FLAG_NONE;
+  }
+  prd.source.ptr = s;
+  prd.read_callback = read_body;
+  rc = nghttp2_submit_response(h->ng, s->id, nv, k,
+                               bodyless || cl == 0 ? NULL : &prd);
+  if (rc != 0) {
+    rc = rc == NGHTTP2_ERR_NOMEM ? TERN_ENOMEM : TERN_ECLOSED;
+    goto done;
+  }
+  r->flags |= TERN__RQ_STARTED;
+  r->resp_left = bodyless ? 0 : cl;
+  if (bodyless)
+    r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
+  if (!bodyless && cl != 0)
+    s->flags |= S_PROVIDER;
+  count(h, s);
+  schedule(h);
+done:
+  if (nv != nv_stack)
+    tern__free(w->srv, nv);
+  if (buf != buf_stack)
+    tern__free(w->srv, buf);
+  return rc;
+}
+
+static void resume(h2_conn *h, h2_stream *s) {
+  if (s->flags & S_DEFERRED) {
+    s->flags &= ~(unsigned)S_DEFERRED;
+    nghttp2_session_resume_data(h->ng, s->id);
+  }
+}
+
+static int h2_write(tern_request *r, const void *p, size_t len, int copy,
+                    tern_write_fn done, void *duser, tern_release_fn release,
+                    void *ruser) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  int rc = 0;
+
+  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
+      (uint64_t)len > (uint64_t)r->resp_left)
+    return TERN_EINVAL;
+  if (r->flags & TERN__RQ_HEAD)
+    len = 0; /* HEAD: the length was announced, the bytes are not sent */
+  if (h == NULL) {
+    if (s == NULL || (s->flags & S_OPEN) || !(s->flags & S_END_SENT))
+      return TERN_ECLOSED;
+    /* A bodyless answer, complete and its stream closed already: there
+     * is nothing to send, so the write is done at once. */
+    if (release != NULL)
+      release((void *)(uintptr_t)p, ruser);
+    if (done != NULL) {
+      if (tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser) != 0)
+        return TERN_ENOMEM;
+      tern__outq_consume(w, &r->out, 0);
+    }
+    return 0;
+  }
+  if (len > 0 || release != NULL) {
+    if (copy)
+      rc = tern__outq_copy(w, &r->out, p, len);
+    else
+      rc = tern__outq_ref(w, &r->out, p, len, release, ruser);
+  }
+  if (rc == 0 && done != NULL)
+    rc = tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser);
+  if (rc != 0)
+    return rc;
+  if (r->resp_left > 0)
+    r->resp_left -= (int64_t)len;
+  /* Markers and zero-length pieces at the front finish at the next settle;
+   * bytes wait for the data provider. */
+  settle_add(h, s);
+  resume(h, s);
+  schedule(h);
+  return 0;
+}
+
+static int h2_end(tern_request *r, const tern_header *t, size_t n) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+
+  if (h == NULL) {
+    r->flags |= TERN__RQ_ENDED;
+    return 0; /* a bodyless answer whose stream has closed already */
+  }
+  if (r->resp_left > 0) {
+    tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
+    r->flags |= TERN__RQ_ABORT;
+  }
+  r->flags |= TERN__RQ_ENDED;
+  uncount(h, s); /* what is left waits for the client (its window) */
+  if (r->flags & TERN__RQ_ABORT) {
+    /* Cut short: the stream must not look complete. */
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id,
+                              NGHTTP2_INTERNAL_ERROR);
+    schedule(h);
+    return 0;
+  }
+  if (n > 0 && (s->flags & S_PROVIDER)) {
+    size_t k;
+    nghttp2_nv *nv =
+        tern__malloc(w->srv, n * sizeof(*nv) + fields_bytes(t, n, 1) + 1);
+    if (nv == NULL)
+      return TERN_ENOMEM;
+    k = put_fields(nv, (char *)(nv + n), t, n, 1);
+    if (k > 0) {
+      s->trailers = nv;
+      s->ntrailers = k;
+    } else {
+      tern__free(w->srv, nv);
+    }
+  }
+  s->flags |= S_RESP_END;
+  if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
+    drop_held(h, s); /* the rest of the body is not wanted */
+  settle_add(h, s);
+  resume(h, s);
+  schedule(h);
+  return 0;
+}
+
+static void h2_body_flow(tern_request *r) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  if (h == NULL || is_gone(r))
+    return;
+  if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
+    s->flags |= S_FLOW;
+    h->flow = 1;
+    schedule(h);
+  }
+}
+
+static void h2_release(tern_request *r) {
+  h2_stream *s = r->proto_data;
+  tern_server *srv = r->w->srv;
+  size_t i;
+
+  if (s == NULL)
+    return; /* an HTTP/1.1 request from before an upgrade */
+  for (i = 0; i < s->nrc; i++)
+    nghttp2_rcbuf_decref(s->rc[i]);
+  tern__free(srv, s->rc);
+  tern__free(srv, s->cookie);
+  tern__free(srv, s->pend);
+  tern__free(srv, s->trailers);
+  tern__free(srv, s);
+  r->proto_data = NULL;
+}
+
+const tern__proto tern__http2 = {
+    "h2",     h2_on_read, h2_on_stop,   h2_on_close, h2_start,
+    h2_write, h2_end,     h2_body_flow, h2_release,
+};
+
+/* ---- Starting HTTP/2 on a connection ------------------------------------ */
+
+static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+int tern__http2_preface(const char *p, size_t n) {
+  size_t m = n < sizeof(preface) - 1 ? n : sizeof(preface) - 1;
+  if (memcmp(p, preface, m) != 0)
+    return 0;
+  return n >= sizeof(preface) - 1 ? 1 : -1;
+}
+
+void tern__http2_start(tern__conn *c) {
+  h2_conn *h = h2_new(c);
+  if (h == NULL) {
+    tern__conn_close(c);
+    return;
+  }
+  c->proto = &tern__http2;
+  c->h2 = h;
+  schedule(h); /* our SETTINGS go out even before the client's arrive */
+}
+
+/* base64url (RFC 4648 5), padding optional; the standard alphabet's two
+ * characters are accepted too. */
+static int b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap,
+                         size_t *outlen) {
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t i, o = 0;
+  for (i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)in[i];
+    uint32_t v;
+    if (ch >= 'A' && ch <= 'Z')
+      v = ch - 'A';
+    else if (ch >= 'a' && ch <= 'z')
+      v = ch - 'a' + 26;
+    else if (ch >= '0' && ch <= '9')
+      v = ch - '0' + 52;
+    else if (ch == '-' || ch == '+')
+      v = 62;
+    else if (ch == '_' || ch == '/')
+      v = 63;
+    else if (ch == '=')
+      break;
+    else
+      return -1;
+    acc = (acc << 6) | v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      if (o == cap)
+        return -1;
+      out[o++] = (uint8_t)(acc >> bits);
+    }
+  }
+  for (; i < n; i++)
+    if (in[i] != '=')
+      return -1;
+  *outlen = o;
+  return 0;
+}
+
+int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
+                        size_t len) {
+  static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                                  "Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+  uint8_t payload[6 * 32];
+  size_t plen;
+  h2_stream *s;
+  h2_conn *h;
+
+  if (b64url_decode(settings, len, payload, sizeof(payload), &plen) != 0 ||
+      plen % 6 != 0)
+    return TERN_EINVAL;
+  h = h2_new(c);
+  if (h == NULL)
+    return TERN_ENOMEM;
+  if (nghttp2_session_upgrade2(h->ng, payload, plen,
+                               (r->flags & TERN__RQ_HEAD) != 0, NULL) != 0) {
+    destroy(h);
+    return TERN_EINVAL;
+  }
+  s = tern__malloc(c->w->srv, sizeof(*s));
+  if (s == NULL) {
+    destroy(h);
+    return TERN_ENOMEM;
+  }
+  if (tern__outq_copy(c->w, &c->out, switching, sizeof(switching) - 1) != 0) {
+    tern__free(c->w->srv, s);
+    destroy(h);
+    return TERN_ENOMEM;
+  }
+  memset(s, 0, sizeof(*s));
+  s->h = h;
+  s->r = r;
+  s->id = 1;
+  s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
+  s->win = H2_STREAM_WIN_INIT;
+  c->proto = &tern__http2;
+  c->h2 = h;
+  /* The HTTP/1.1 adapter's queue reference becomes the stream's. */
+  r->proto_data = s;
+  r->protocol = TERN_PROTO_HTTP2;
+  tern__list_append(&h->streams, &s->link);
+  nghttp2_session_set_stream_user_data(h->ng, 1, s);
+  enter(h);
+  route(h, s);
+  schedule(h);
+  leave(h);
+  return 0;
+}

@@ -1,0 +1,847 @@
+#!/usr/bin/env python3
+"""HTTP/2 (h2c) over real sockets: curl, nghttp and h2load against hello,
+then the defences, each driven by a raw socket that speaks frames by hand.
+
+Clients: curl (HTTP/2 built in), nghttp and h2load (Debian's
+nghttp2-client, installed by test/deps.sh). Raw frames use a minimal HPACK
+encoder (literal fields without indexing, no Huffman); responses are never
+HPACK-decoded here: a raw test looks at frame types, stream ids, error
+codes and DATA payloads, which are not compressed.
+"""
+
+import hashlib
+import os
+import re
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (HELLO_BODY, HOST, Conn, Server, Suite, build_request,
+                     check, eq, sanitized, shared_hello_teardown)
+
+suite = Suite()
+case = suite.case
+srv = None
+
+
+def setup():
+    global srv
+    srv = Server("hello")
+
+
+def teardown():
+    shared_hello_teardown(srv)
+
+
+def url(port, path="/"):
+    return "http://%s:%d%s" % (HOST, port, path)
+
+
+def run(cmd, timeout=60, input=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout, input=input)
+    return p.returncode, p.stdout, p.stderr
+
+
+def curl(args, timeout=60):
+    """curl with prior knowledge; returns (body, status, http_version)."""
+    rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge",
+                        "-w", "\n%{http_code} %{http_version}"] + args,
+                       timeout)
+    if rc != 0:
+        raise AssertionError("curl %r failed (%d): %s" % (args, rc, err))
+    body, _, tail = out.rpartition(b"\n")
+    status, version = tail.decode().split()
+    return body, int(status), version
+
+
+def vmrss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+def check_serves(port):
+    """A fresh HTTP/2 connection still gets GET / right."""
+    body, status, version = curl([url(port)], timeout=10)
+    eq((status, version, body), (200, "2", HELLO_BODY), "GET / afterwards")
+
+
+# ---------------------------------------------------------------------------
+# Raw HTTP/2 frames
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
+    WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
+REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM = 7, 8, 0xb
+S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, \
+    S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE, S_MAX_HEADER_LIST_SIZE = \
+    range(1, 7)
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return (struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) +
+            struct.pack(">I", sid & 0x7fffffff) + payload)
+
+
+def settings(pairs=()):
+    return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v)
+                                          for k, v in pairs))
+
+
+def window_update(sid, inc):
+    return frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", inc))
+
+
+def rst_stream(sid, code=CANCEL):
+    return frame(RST_STREAM, 0, sid, struct.pack(">I", code))
+
+
+def hpack_int(value, prefix, first=0):
+    top = (1 << prefix) - 1
+    if value < top:
+        return bytes([first | value])
+    out = bytearray([first | top])
+    value -= top
+    while value >= 128:
+        out.append((value & 127) | 128)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def hpack_literal(name, value, index=False):
+    """A literal field with a new name: without indexing, or with
+    incremental indexing (it enters the decoder's dynamic table)."""
+    if isinstance(name, str):
+        name = name.encode()
+    if isinstance(value, str):
+        value = value.encode()
+    return (b"\x40" if index else b"\x00") + hpack_int(len(name), 7) + \
+        name + hpack_int(len(value), 7) + value
+
+
+def request_block(method="GET", path="/", extra=()):
+    fields = [(":method", method), (":scheme", "http"), (":path", path),
+              (":authority", "x")] + list(extra)
+    return b"".join(hpack_literal(n, v) for n, v in fields)
+
+
+def headers(sid, block, end_stream=True, end_headers=True):
+    flags = (END_STREAM if end_stream else 0) | \
+        (END_HEADERS if end_headers else 0)
+    return frame(HEADERS, flags, sid, block)
+
+
+class H2:
+    """A raw client connection: preface and SETTINGS sent at once."""
+
+    def __init__(self, port, pairs=(), rcvbuf=None, timeout=5.0,
+                 preface=True):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(timeout)
+        s.connect((HOST, port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = s
+        self.buf = bytearray()
+        self.eof = False
+        if preface:
+            self.send(PREFACE + settings(pairs))
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def send_some(self, data, timeout=2.0):
+        """Send what the peer takes within `timeout` (it may stop reading);
+        returns the byte count sent."""
+        sent = 0
+        while sent < len(data):
+            _, w, _ = select.select([], [self.sock], [], timeout)
+            if not w:
+                break
+            try:
+                n = self.sock.send(data[sent:sent + 65536])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += n
+        return sent
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out (have %d bytes)" % len(self.buf))
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf += chunk
+        return True
+
+    def read_frame(self, timeout=5.0):
+        """The next frame (type, flags, sid, payload), or None at EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if len(self.buf) >= 9:
+                n = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) >= 9 + n:
+                    t, fl = self.buf[3], self.buf[4]
+                    sid = int.from_bytes(self.buf[5:9], "big") & 0x7fffffff
+                    payload = bytes(self.buf[9:9 + n])
+                    del self.buf[:9 + n]
+                    return t, fl, sid, payload
+            if self.eof or not self._fill(deadline):
+                return None
+
+    def frames_until_close(self, timeout=10.0):
+        """Every frame until the server closes. Raises on a timeout."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while True:
+            f = self.read_frame(max(0.01, deadline - time.monotonic()))
+            if f is None:
+                return out
+            out.append(f)
+
+
+def goaway_code(frames):
+    codes = [struct.unpack(">II", p[:8])[1] for t, _, _, p in frames
+             if t == GOAWAY]
+    return codes[-1] if codes else None
+
+
+def collect_streams(conn, want, timeout=10.0):
+    """Read until every stream id in `want` has ended (END_STREAM or
+    RST_STREAM), acknowledging SETTINGS and giving DATA's window credit
+    back as a real client does. Returns {sid: (body, rst_code or None)}."""
+    bodies = {sid: bytearray() for sid in want}
+    done = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(want):
+        f = conn.read_frame(max(0.01, deadline - time.monotonic()))
+        if f is None:
+            raise AssertionError("closed with streams open: %r"
+                                 % sorted(set(want) - set(done)))
+        t, fl, sid, p = f
+        if t == SETTINGS and not fl & ACK:
+            conn.send(frame(SETTINGS, ACK, 0))
+        if t == DATA and p:
+            conn.send(window_update(0, len(p)) +
+                      (window_update(sid, len(p)) if sid not in done and
+                       not fl & END_STREAM else b""))
+        if sid not in bodies:
+            continue
+        if t == DATA:
+            bodies[sid] += p
+        if t == RST_STREAM:
+            done[sid] = (bytes(bodies[sid]), struct.unpack(">I", p)[0])
+        elif t in (DATA, HEADERS) and fl & END_STREAM:
+            done[sid] = (bytes(bodies[sid]), None)
+    return done
+
+
+# ---------------------------------------------------------------------------
+# Clients: curl, nghttp, h2load
+
+
+@case
+def prior_knowledge_get():
+    body, status, version = curl([url(srv.port)])
+    eq((status, version, body), (200, "2", HELLO_BODY), "GET /")
+    rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-D", "-",
+                        "-o", "/dev/null", url(srv.port)])
+    eq(rc, 0, "curl rc")
+    head = out.decode().lower()
+    check(head.startswith("http/2 200"), "status line %r" % head[:40])
+    check("content-length: 13\r\n" in head, "content-length in %r" % head)
+    check("content-type: text/plain\r\n" in head, "content-type")
+    check(re.search(r"\r\ndate: \w{3}, \d\d \w{3} \d{4} ", head),
+          "date in %r" % head)
+    for bad in ("connection:", "transfer-encoding:", "keep-alive:"):
+        check(bad not in head, "%s sent over HTTP/2" % bad)
+
+
+@case
+def h2c_upgrade_curl():
+    rc, out, err = run(["curl", "-sS", "--http2", "-w",
+                        "\n%{http_code} %{http_version}", url(srv.port)])
+    eq(rc, 0, "curl rc (%s)" % err)
+    eq(out, HELLO_BODY + b"\n200 2", "curl --http2 (upgrade)")
+    # A request with a body is served as HTTP/1.1 (the upgrade is ignored).
+    rc, out, err = run(["curl", "-sS", "--http2", "--data-binary", "abc",
+                        "-w", "\n%{http_code} %{http_version}",
+                        url(srv.port, "/collect")])
+    eq(out, b"abc\n200 1.1", "upgrade with a body")
+
+
+@case
+def h2c_upgrade_raw():
+    with Conn(srv.port) as c:
+        c.send(build_request("GET", "/big?bytes=100", [
+            ("Connection", "Upgrade, HTTP2-Settings"), ("Upgrade", "h2c"),
+            ("HTTP2-Settings", "AAMAAABkAAQAoAAA")]))
+        r = c.head()
+        eq(r.status, 101, "status")
+        eq(r.headers.get("upgrade"), "h2c", "Upgrade")
+        h2 = H2(srv.port, preface=False)
+        h2.sock.close()
+        h2.sock = c.sock
+        h2.buf = bytearray(c.buf)
+        h2.send(PREFACE + settings())
+        got = collect_streams(h2, [1])
+        eq(got[1], (b"x" * 100, None), "stream 1 (the upgraded request)")
+        # The connection goes on as HTTP/2.
+        h2.send(headers(3, request_block()))
+        eq(collect_streams(h2, [3])[3], (HELLO_BODY, None), "stream 3")
+    # Other upgrades, or h2c without HTTP2-Settings, stay HTTP/1.1.
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/", [("Connection", "Upgrade"),
+                                   ("Upgrade", "h2c")])
+        eq((r.status, r.version, r.body), (200, (1, 1), HELLO_BODY),
+           "h2c upgrade without HTTP2-Settings")
+        r = c.request("GET", "/", [("Connection", "Upgrade, HTTP2-Settings"),
+                                   ("Upgrade", "websocket"),
+                                   ("HTTP2-Settings", "")])
+        eq((r.status, r.body), (200, HELLO_BODY), "other upgrade")
+
+
+@case
+def preface_trickled_and_late():
+    # The preface one byte at a time: the server waits for all of it.
+    with H2(srv.port, preface=False) as h:
+        for b in PREFACE:
+            h.send(bytes([b]))
+            time.sleep(0.002)
+        h.send(settings() + headers(1, request_block()))
+        eq(collect_streams(h, [1])[1], (HELLO_BODY, None), "after trickle")
+    # After an HTTP/1.1 request the preface is not HTTP/2 any more.
+    with Conn(srv.port) as c:
+        eq(c.request("GET", "/").body, HELLO_BODY, "HTTP/1.1 first")
+        c.send(PREFACE)
+        r = c.response()
+        check(r.status in (400, 505), "late preface got %d" % r.status)
+
+
+@case
+def nghttp_frames():
+    rc, out, err = run(["nghttp", "-nv", url(srv.port)])
+    eq(rc, 0, "nghttp rc (%s)" % err)
+    text = out.decode()
+    for want in ("recv SETTINGS frame", "SETTINGS_MAX_CONCURRENT_STREAMS(0x03)"
+                 ":100", "recv HEADERS frame", "recv DATA frame",
+                 ":status: 200", "content-length: 13"):
+        check(want in text, "nghttp -nv lacks %r:\n%s" % (want, text[-2000:]))
+
+
+def h2load(args, timeout=120):
+    rc, out, err = run(["h2load"] + args, timeout)
+    text = out.decode()
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, "
+                  r"(\d+) succeeded, (\d+) failed, (\d+) errored", text)
+    s = re.search(r"status codes: (\d+) 2xx", text)
+    if rc != 0 or not m or not s:
+        raise AssertionError("h2load %r: rc %d\n%s%s" % (args, rc, text,
+                                                        err.decode()))
+    return [int(x) for x in m.groups()], int(s.group(1)), text
+
+
+@case(timeout=120)
+def h2load_100k():
+    nums, ok2xx, text = h2load(["-n", "100000", "-c", "4", "-m", "100",
+                                url(srv.port)])
+    eq(nums, [100000, 100000, 100000, 100000, 0, 0], "h2load requests")
+    eq(ok2xx, 100000, "2xx")
+    m = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", text)
+    suite.note("h2load -c 4 -m 100: %s req/s" % (m.group(1) if m else "?"))
+
+
+@case(timeout=120)
+def h2load_echo_uploads():
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(os.urandom(300000))
+        f.flush()
+        nums, ok2xx, _ = h2load(["-n", "600", "-c", "3", "-m", "50", "-d",
+                                 f.name, url(srv.port, "/echo")])
+    eq(nums, [600, 600, 600, 600, 0, 0], "h2load POST /echo")
+    eq(ok2xx, 600, "2xx")
+
+
+@case(timeout=60)
+def interleaved_echo_streams():
+    """40 uploads on one connection, their DATA frames interleaved in 1 KiB
+    pieces; every echo must come back byte-identical on its own stream."""
+    n = 40
+    bodies = {1 + 2 * i: os.urandom(20000 + 997 * i) for i in range(n)}
+    with H2(srv.port, [(S_INITIAL_WINDOW_SIZE, 1 << 20)]) as h:
+        h.send(window_update(0, (1 << 30)))
+        out = bytearray()
+        for sid in bodies:
+            out += headers(sid, request_block("POST", "/echo"),
+                           end_stream=False)
+        offsets = dict.fromkeys(bodies, 0)
+        while offsets:
+            for sid in list(offsets):
+                off = offsets[sid]
+                piece = bodies[sid][off:off + 1024]
+                last = off + len(piece) >= len(bodies[sid])
+                out += frame(DATA, END_STREAM if last else 0, sid, piece)
+                if last:
+                    del offsets[sid]
+                else:
+                    offsets[sid] = off + len(piece)
+        # The uploads fit the initial 64 KiB stream windows; the total
+        # passes the connection's, so send while reading.
+        t = threading.Thread(target=h.send, args=(bytes(out),), daemon=True)
+        t.start()
+        got = collect_streams(h, list(bodies), timeout=30)
+        t.join(5)
+    for sid, body in bodies.items():
+        eq(got[sid][1], None, "stream %d reset" % sid)
+        check(got[sid][0] == body, "stream %d: echo differs (%d vs %d bytes)"
+              % (sid, len(got[sid][0]), len(body)))
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@case(timeout=120)
+def upload_64mib():
+    with tempfile.NamedTemporaryFile() as f:
+        for _ in range(64):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        want = sha256_file(f.name)
+        for path in ("/echo", "/collect"):
+            with Server("hello", ["--max-body", str(80 << 20)]) as s:
+                rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge",
+                                    "--data-binary", "@" + f.name,
+                                    "-w", "%{http_code} %{http_version}",
+                                    "-o", "-", url(s.port, path)], 100)
+                eq(rc, 0, "curl rc (%s)" % err)
+                body, tail = out[:-len(b"200 2")], out[-len(b"200 2"):]
+                eq(tail, b"200 2", path + " status")
+                eq(len(body), 64 << 20, path + " length")
+                eq(hashlib.sha256(body).hexdigest(), want, path + " sha256")
+
+
+@case
+def collect_too_large_413():
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(b"x" * (9 << 20))  # over hello's default 8 MiB
+        f.flush()
+        rc, out, err = run(["nghttp", "-v", "-d", f.name,
+                            url(srv.port, "/collect")])
+    text = out.decode()
+    check(":status: 413" in text, "no 413:\n%s" % text[-1500:])
+    check("RST_STREAM" in text and "NO_ERROR" in text,
+          "no RST_STREAM(NO_ERROR) after the early answer")
+    check_serves(srv.port)
+
+
+@case(timeout=60)
+def slow_reader_small_windows():
+    # 1 MiB through 1023-byte stream and 65535-byte connection windows.
+    rc, out, err = run(["nghttp", "-w", "10", "-W", "16",
+                        url(srv.port, "/big?bytes=1048576")], 50)
+    eq(rc, 0, "nghttp rc (%s)" % err)
+    eq(out, b"x" * 1048576, "body")
+
+
+@case
+def deferred_and_blocking_concurrently():
+    t0 = time.monotonic()
+    rc, out, err = run(["nghttp", "-n", "-s",
+                        url(srv.port, "/defer?ms=300"),
+                        url(srv.port, "/block?ms=300"),
+                        url(srv.port, "/tick?n=3&ms=50"),
+                        url(srv.port, "/")])
+    took = time.monotonic() - t0
+    eq(rc, 0, "nghttp rc (%s)" % err)
+    check(took < 1.5, "the streams did not run concurrently (%.2f s)" % took)
+    for path, want in (("/defer?ms=100", b"deferred"),
+                       ("/block?ms=100", b"blocked"),
+                       ("/tick?n=3&ms=10", b"tick 0\ntick 1\ntick 2\n"),
+                       ("/stream", b"".join(b"chunk %d\n" % i
+                                            for i in range(5)))):
+        eq(curl([url(srv.port, path)])[:2], (want, 200), path)
+
+
+@case
+def errors_head_and_params():
+    body, status, _ = curl([url(srv.port, "/nope")])
+    eq((status, body), (404, b"404 Not Found\n"), "404")
+    rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X", "PUT",
+                        "-D", "-", "-o", "/dev/null", url(srv.port)])
+    head = out.decode().lower()
+    check(head.startswith("http/2 405"), "405: %r" % head[:40])
+    check("allow: get, head" in head, "Allow in %r" % head)
+    rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-I",
+                        url(srv.port, "/big?bytes=5000")])
+    head = out.decode().lower()
+    check(head.startswith("http/2 200"), "HEAD: %r" % head[:40])
+    check("content-length: 5000" in head, "HEAD content-length %r" % head)
+    body, status, _ = curl(["-H", "X-Request-Id: r-77",
+                            url(srv.port, "/api/v1/users/42/detail")])
+    eq((status, body), (200, b"users 42 detail r-77"), "routed app")
+    body, status, _ = curl(["-H", "Cookie: a=1", "-H", "Cookie: b=2",
+                            url(srv.port, "/")])
+    eq((status, body), (200, HELLO_BODY), "with cookie crumbs")
+
+
+@case
+def head_raw_no_body():
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("HEAD", "/")))
+        got = collect_streams(h, [1])
+        eq(got[1], (b"", None), "HEAD / over raw h2")
+
+
+@case(timeout=30)
+def graceful_stop():
+    s = Server("hello")
+    try:
+        p = subprocess.Popen(["nghttp", "-v", url(s.port, "/defer?ms=800")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        s.signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+        text = out.decode()
+        eq(p.returncode, 0, "nghttp rc (%s)" % err)
+        check("deferred" in text, "response did not complete:\n%s"
+              % text[-1500:])
+        check(re.search(r"recv GOAWAY frame.*\n.*error_code=NO_ERROR", text),
+              "no GOAWAY(NO_ERROR) seen:\n%s" % text[-1500:])
+        eq(s.wait(10), 0, "server exit status")
+        took = time.monotonic() - t0
+        check(took < 3, "stop took %.1f s (the 5 s deadline?)" % took)
+    finally:
+        s.kill()
+    # An idle HTTP/2 connection gets the last GOAWAY and is closed at once.
+    s = Server("hello")
+    try:
+        with H2(s.port) as h:
+            h.send(headers(1, request_block()))
+            eq(collect_streams(h, [1])[1], (HELLO_BODY, None), "request")
+            t0 = time.monotonic()
+            s.signal(signal.SIGTERM)
+            frames = h.frames_until_close(5)
+            gw = [struct.unpack(">II", p[:8]) for t, _, _, p in frames
+                  if t == GOAWAY]
+            eq(gw, [(1, NO_ERROR)], "GOAWAY (last stream, code)")
+            eq(s.wait(5), 0, "server exit status")
+            check(time.monotonic() - t0 < 2, "idle stop was slow")
+    finally:
+        s.kill()
+
+
+# ---------------------------------------------------------------------------
+# Defences: each closes the connection with the right GOAWAY code (or
+# refuses the stream), the next connection is served, memory stays bounded.
+
+
+def attack(fn, max_growth_kib=64 << 10):
+    before = vmrss_kib(srv.proc.pid)
+    fn()
+    check_serves(srv.port)
+    after = vmrss_kib(srv.proc.pid)
+    suite.note("VmRSS %d -> %d KiB" % (before, after))
+    # Under AddressSanitizer freed memory sits in its quarantine and tern's
+    # free lists are off: RSS says nothing there.
+    check(sanitized() or after - before < max_growth_kib,
+          "RSS grew by %d KiB" % (after - before))
+
+
+@case(timeout=60)
+def rapid_reset():
+    def go():
+        with H2(srv.port) as h:
+            out = bytearray()
+            for i in range(1000):
+                sid = 1 + 2 * i
+                out += headers(sid, request_block()) + rst_stream(sid)
+            h.send_some(bytes(out))
+            code = goaway_code(h.frames_until_close(15))
+            check(code in (INTERNAL_ERROR, ENHANCE_YOUR_CALM),
+                  "GOAWAY code %r after 1000 HEADERS+RST_STREAM" % code)
+    attack(go)
+
+
+@case(timeout=60)
+def continuation_flood():
+    def go():
+        with H2(srv.port) as h:
+            block = request_block()
+            out = headers(1, block[:5], end_headers=False)
+            filler = hpack_literal("x-a", "b" * 20)
+            for _ in range(10000):
+                out += frame(CONTINUATION, 0, 1, filler)
+            h.send_some(out)
+            code = goaway_code(h.frames_until_close(15))
+            eq(code, ENHANCE_YOUR_CALM, "GOAWAY code after CONTINUATIONs")
+    attack(go)
+
+
+@case(timeout=60)
+def oversized_header_list():
+    # A plain header list over SETTINGS_MAX_HEADER_LIST_SIZE (16 KiB).
+    rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge",
+                        "-H", "x-big: " + "a" * 20000, "-w",
+                        "\n%{http_code}", url(srv.port)])
+    check(out.endswith(b"\n431"), "big header: %r %r" % (out[-80:], err))
+
+    # An HPACK bomb: one 4000-byte field enters the decoder's table, then
+    # 2000 one-byte references to it expand to 8 MB of header list.
+    def go():
+        with H2(srv.port) as h:
+            block = request_block() + hpack_literal("x-bomb", "b" * 4000,
+                                                    index=True)
+            block += b"\xbe" * 2000  # indexed field 62: the newest entry
+            out = bytearray()
+            pieces = [block[i:i + 16000] for i in range(0, len(block), 16000)]
+            for i, p in enumerate(pieces):
+                last = i == len(pieces) - 1
+                if i == 0:
+                    out += headers(1, p, end_headers=last)
+                else:
+                    out += frame(CONTINUATION, END_HEADERS if last else 0, 1,
+                                 p)
+            h.send(bytes(out))
+            got = collect_streams(h, [1])
+            body, code = got[1]
+            check(code is not None or
+                  body == b"431 Request Header Fields Too Large\n",
+                  "HPACK bomb answered %r / %r" % (body, code))
+            h.send(headers(3, request_block()))
+            eq(collect_streams(h, [3])[3], (HELLO_BODY, None),
+               "the connection goes on")
+    attack(go)
+
+
+def ack_flood(frame_bytes):
+    def go():
+        with H2(srv.port, rcvbuf=4096) as h:
+            # The client never reads: once the kernel's buffers (up to a
+            # few MiB) are full, the acknowledgements pile up in tern.
+            sent = h.send_some(frame_bytes * ((12 << 20) // len(frame_bytes)),
+                               timeout=3)
+            frames = h.frames_until_close(30)
+            acks = sum(1 for f in frames if f[0] == frame_bytes[3] and
+                       f[1] & ACK)
+            suite.note("%d bytes sent, %d acks read" % (sent, acks))
+            eq(goaway_code(frames), ENHANCE_YOUR_CALM, "GOAWAY code")
+    return go
+
+
+@case(timeout=90)
+def settings_flood():
+    attack(ack_flood(settings()))
+
+
+@case(timeout=90)
+def ping_flood():
+    attack(ack_flood(frame(PING, 0, 0, b"12345678")))
+
+
+@case(timeout=60)
+def ping_burst_while_reading():
+    """A burst of PINGs from a client that reads is answered, not taken
+    for a flood (the input is processed in slices, acks sent between)."""
+    with H2(srv.port) as h:
+        n = 20000
+        t = threading.Thread(target=h.send, args=(
+            frame(PING, 0, 0, b"abcdefgh") * n,), daemon=True)
+        t.start()
+        acks = 0
+        while acks < n:
+            f = h.read_frame(10)
+            check(f is not None, "closed after %d acks" % acks)
+            check(f[0] != GOAWAY, "GOAWAY after %d acks" % acks)
+            if f[0] == PING and f[1] & ACK:
+                acks += 1
+        t.join(5)
+        h.send(headers(1, request_block()))
+        eq(collect_streams(h, [1])[1], (HELLO_BODY, None), "then a request")
+
+
+@case(timeout=30)
+def too_many_settings_entries():
+    def go():
+        with H2(srv.port, pairs=[(S_ENABLE_PUSH, 0)] * 40) as h:
+            code = goaway_code(h.frames_until_close(10))
+            eq(code, ENHANCE_YOUR_CALM, "GOAWAY code")
+    attack(go)
+
+
+@case(timeout=30)
+def empty_data_flood():
+    def go():
+        with H2(srv.port) as h:
+            out = headers(1, request_block("POST", "/echo"), end_stream=False)
+            out += frame(DATA, 0, 1) * 1000
+            h.send_some(out)
+            code = goaway_code(h.frames_until_close(10))
+            eq(code, ENHANCE_YOUR_CALM, "GOAWAY code")
+    attack(go)
+
+
+@case(timeout=60)
+def too_many_streams():
+    def go():
+        # Before the client acknowledges our SETTINGS: stream 101 and on
+        # are refused, the first 100 are served.
+        with H2(srv.port) as h:
+            sids = [1 + 2 * i for i in range(101)]
+            h.send(b"".join(headers(sid, request_block("GET",
+                                                       "/defer?ms=1000"))
+                            for sid in sids))
+            got = collect_streams(h, sids, timeout=20)
+            refused = [sid for sid in sids if got[sid][1] == REFUSED_STREAM]
+            eq(refused, [201], "refused streams")
+            for sid in sids[:100]:
+                eq(got[sid], (b"deferred", None), "stream %d" % sid)
+        # After acknowledging them, exceeding the limit is a connection
+        # error (nghttp2: the client knew the limit).
+        with H2(srv.port) as h:
+            while True:
+                f = h.read_frame()
+                if f[0] == SETTINGS and not f[1] & ACK:
+                    break
+            h.send(frame(SETTINGS, ACK, 0))
+            time.sleep(0.1)
+            h.send(b"".join(headers(1 + 2 * i, request_block(
+                "GET", "/defer?ms=200")) for i in range(101)))
+            code = goaway_code(h.frames_until_close(10))
+            eq(code, PROTOCOL_ERROR, "GOAWAY code")
+    attack(go)
+
+
+@case(timeout=30)
+def window_overflow():
+    def go():
+        with H2(srv.port) as h:
+            h.send(window_update(0, 0x7fffffff))
+            code = goaway_code(h.frames_until_close(10))
+            eq(code, FLOW_CONTROL_ERROR, "connection window overflow")
+        with H2(srv.port) as h:
+            h.send(headers(1, request_block("GET", "/defer?ms=500")) +
+                   window_update(1, 0x7fffffff))
+            got = collect_streams(h, [1])
+            eq(got[1][1], FLOW_CONTROL_ERROR, "stream window overflow")
+    attack(go)
+
+
+@case(timeout=60)
+def streams_never_read():
+    def go():
+        # A zero window: no DATA may be sent; 50 streams of 1 MiB wait.
+        with H2(srv.port, [(S_INITIAL_WINDOW_SIZE, 0)]) as h:
+            sids = [1 + 2 * i for i in range(50)]
+            h.send(b"".join(headers(sid, request_block(
+                "GET", "/big?bytes=1048576")) for sid in sids))
+            seen = set()
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                try:
+                    f = h.read_frame(max(0.01, deadline - time.monotonic()))
+                except socket.timeout:
+                    break
+                if f is None:
+                    raise AssertionError("closed")
+                check(f[0] != DATA, "DATA sent into a zero window")
+                if f[0] == HEADERS:
+                    seen.add(f[2])
+        eq(len(seen), 50, "response heads")
+        # The same, with the window open but the socket never read.
+        with H2(srv.port, rcvbuf=4096) as h:
+            h.send(b"".join(headers(1 + 2 * i, request_block(
+                "GET", "/big?bytes=1048576")) for i in range(50)))
+            time.sleep(1)
+    attack(go, max_growth_kib=32 << 10)
+
+
+@case(timeout=30)
+def flow_blocked_streams_time_out():
+    """Responses that a client's zero window holds back wait on the client:
+    the idle timeout closes the connection; a client that keeps talking
+    (here: PINGs) keeps it."""
+    with Server("hello", ["--idle-timeout-ms", "600"]) as s:
+        with H2(s.port, [(S_INITIAL_WINDOW_SIZE, 0)]) as h:
+            h.send(b"".join(headers(1 + 2 * i, request_block(
+                "GET", "/big?bytes=100000")) for i in range(5)))
+            t0 = time.monotonic()
+            frames = h.frames_until_close(10)
+            took = time.monotonic() - t0
+            check(0.4 < took < 3, "closed after %.2f s" % took)
+            check(not any(f[0] == DATA and f[3] for f in frames),
+                  "DATA sent into a zero window")
+        with H2(s.port, [(S_INITIAL_WINDOW_SIZE, 0)]) as h:
+            h.send(headers(1, request_block("GET", "/big?bytes=100000")))
+            for _ in range(8):
+                time.sleep(0.2)
+                h.send(frame(PING, 0, 0, b"stillhere"[:8]))
+            h.send(window_update(1, 1 << 20) + window_update(0, 1 << 20))
+            got = collect_streams(h, [1])
+            eq(got[1], (b"x" * 100000, None), "the response, once allowed")
+
+
+@case(timeout=60)
+def client_resets_mid_response():
+    """Streams reset while their responses are in flight (a deferred answer
+    arriving later, a streamed one, a large one): the server stays sound."""
+    def go():
+        with H2(srv.port) as h:
+            h.send(headers(1, request_block("GET", "/defer?ms=200")) +
+                   headers(3, request_block("GET", "/tick?n=20&ms=10")) +
+                   headers(5, request_block("GET", "/big?bytes=1048576")) +
+                   headers(7, request_block("POST", "/echo"),
+                           end_stream=False) +
+                   frame(DATA, 0, 7, b"y" * 5000))
+            time.sleep(0.05)
+            h.send(rst_stream(1) + rst_stream(3) + rst_stream(5) +
+                   rst_stream(7))
+            time.sleep(0.4)
+            h.send(headers(9, request_block()))
+            eq(collect_streams(h, [9])[9], (HELLO_BODY, None), "stream 9")
+    attack(go)
+
+
+if __name__ == "__main__":
+    suite.main(setup, teardown)
