@@ -6,7 +6,7 @@ pkgs=(build-essential meson ninja-build pkg-config clang
   libclang-rt-14-dev python3 curl openssl wrk nginx-light
   libuv1-dev libmbedtls-dev libnghttp2-dev libngtcp2-dev
   libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev zlib1g-dev
-  nghttp2-client clang-format)
+  nghttp2-client clang-format valgrind chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -21,6 +21,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The browser tests drive Debian's Chromium with playwright-core from npm
+# (package.json pins it; node_modules stays out of git).
+if command -v npm >/dev/null &&
+  [ ! -d test/browser/node_modules/playwright-core ]; then
+  (cd test/browser && npm install --no-audit --no-fund --silent) ||
+    echo "deps: npm install failed; the browser tests will be skipped" >&2
 fi
 # Debian starts the nginx package's own service on port 80; the benchmarks
 # run their own nginx and the test machine needs no web server.

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""What a browser does: Debian's headless Chromium, driven by
+playwright-core (test/browser), loads pages from hello over HTTP/1.1 and
+over HTTP/2 (TLS, ALPN) and reports the protocol it used."""
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+from harness import Server, Suite, check, eq
+
+suite = Suite()
+case = suite.case
+HERE = os.path.dirname(os.path.abspath(__file__))
+BROWSER = os.path.join(HERE, "..", "browser")
+srv = None
+
+
+def browse(url):
+    if not os.path.isdir(os.path.join(BROWSER, "node_modules",
+                                      "playwright-core")):
+        raise AssertionError("playwright-core is missing: test/deps.sh "
+                             "installs it with npm")
+    p = subprocess.run(["node", os.path.join(BROWSER, "fetch.mjs"), url],
+                       capture_output=True, timeout=60)
+    check(p.returncode == 0, "chromium failed: %s" % p.stderr.decode()[-800:])
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def setup():
+    global srv
+    tmp = tempfile.mkdtemp(prefix="tern-browser-")
+    cert, key = os.path.join(tmp, "c.pem"), os.path.join(tmp, "k.pem")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-subj", "/CN=localhost",
+                    "-keyout", key, "-out", cert], check=True,
+                   capture_output=True)
+    srv = Server("hello", ["--tls-port", "0", "--cert", cert, "--key", key])
+    m = re.match(r"tls listening on (\d+)$", srv.next_line())
+    check(m is not None, "no tls port")
+    srv.tls_port = int(m.group(1))
+
+
+@case(timeout=90)
+def chromium_over_h2():
+    r = browse("https://127.0.0.1:%d/" % srv.tls_port)
+    eq(r["status"], 200, "status")
+    eq(r["protocol"], "h2", "protocol Chromium used")
+    eq(r["text"].strip(), "Hello, World!", "page text")
+
+
+@case(timeout=90)
+def chromium_over_http11():
+    r = browse("http://127.0.0.1:%d/" % srv.port)
+    eq(r["status"], 200, "status")
+    eq(r["protocol"], "http/1.1", "protocol Chromium used")
+    eq(r["text"].strip(), "Hello, World!", "page text")
+
+
+def teardown():
+    if srv is not None:
+        eq(srv.stop(), 0, "hello exit status")
+
+
+if __name__ == "__main__":
+    suite.main(setup=setup, teardown=teardown)
