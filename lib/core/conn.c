@@ -163,7 +163,10 @@ void tern__conn_read_stop(tern__conn *c) {
 }
 
 void tern__conn_process(tern__conn *c) {
-  if (c->flags & TERN__C_CLOSING)
+  /* A lingering connection only drains the client's bytes until its FIN;
+   * the adapter has nothing more to do with it (and must not stop the
+   * reading that sees the FIN). */
+  if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER))
     return;
   if (c->flags & TERN__C_IN_READ) {
     c->flags |= TERN__C_REPROCESS;

@@ -327,6 +327,27 @@ def client_reset_mid_response():
 
 
 @case(timeout=30)
+def closed_connections_end_at_the_client_fin():
+    # After "Connection: close" the server shuts down its side and drains
+    # the client until its FIN; that must end the connection at once, not
+    # at the 2 s lingering limit (else churn piles up connections).
+    with Conn(srv.port) as st:
+        before = stats_from(st)["active_connections"]
+        for _ in range(50):
+            s = connect(srv.port)
+            s.sendall(build_request("GET", "/", {"Connection": "close"}))
+            data, how = recv_until_close(s, 5)
+            check(b"Hello, World!" in data and how == "eof", "response, %s" % how)
+            s.close()
+        deadline = time.monotonic() + 0.5
+        while stats_from(st)["active_connections"] > before:
+            check(time.monotonic() < deadline, "%d connections still open "
+                  "0.5 s after their clients closed"
+                  % (stats_from(st)["active_connections"] - before))
+            time.sleep(0.02)
+
+
+@case(timeout=30)
 def cross_thread_bad_header_refused():
     # The bad header is refused by the call itself (TERN_EINVAL), on the
     # handler's own thread, so the thread can still answer properly.
