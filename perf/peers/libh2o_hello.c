@@ -28,6 +28,7 @@
 #endif
 #define H2O_USE_EPOLL 1 /* the evloop backend, not libuv */
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -219,7 +220,12 @@ int main(int argc, char **argv) {
   accept_ctx.hosts = config.hosts;
   if (listen_on(ctx.loop, (unsigned)port) != 0)
     return 1;
-  while (h2o_evloop_run(ctx.loop, INT32_MAX) == 0)
-    ;
-  return 1;
+  /* A signal (the allocation shim's, for one) interrupts the loop's wait:
+   * that is no reason to stop serving. */
+  for (;;) {
+    if (h2o_evloop_run(ctx.loop, INT32_MAX) != 0 && errno != EINTR) {
+      perror("libh2o_hello: h2o_evloop_run");
+      return 1;
+    }
+  }
 }

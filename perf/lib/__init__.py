@@ -1,0 +1,1 @@
+"""Modules of perf/perf, tern's benchmark driver (standard library only)."""

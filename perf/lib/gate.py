@@ -1,0 +1,316 @@
+"""perf gate: the CI gate on figures that are stable on a noisy machine.
+
+  allocations and bytes per request: tern's own counters (hello's /stats)
+    over a fixed COUNT of requests after a warm-up, on one keep-alive
+    connection (the /stats requests ride on the same connection, so the
+    window holds exactly the measured requests plus one /stats request),
+    and the LD_PRELOAD shim's counts over the same requests (the shim sees
+    every malloc of the process: libuv's, libc's, the handler's):
+      h1-get        N requests one at a time
+      h1-pipelined  N requests in batches of 16 back-to-back requests
+      app-routed    N routed requests (path parameter + header)
+      conn-churn    C connections, one request each (per connection)
+  instructions per request: valgrind --tool=callgrind on hello, three runs
+    that differ only in the number of requests of one kind; the difference
+    of the totals divided by the difference of the counts cancels start-up,
+    warm-up and shutdown:
+      I(base) = run(W warm-up, N1 GET /, N1 app-routed)
+      h1-get     = (run(N2, N1) - I(base)) / (N2 - N1)
+      app-routed = (run(N1, N2) - I(base)) / (N2 - N1)
+
+Tolerances live in the baseline (limit = baseline x (1 + rel) + abs):
+allocations and bytes per request may not exceed the baseline plus an
+absolute 0.01; per connection (not exactly repeatable: a pool may grow once
+in a window) baseline x 1.02 + 0.01; instructions per request may not exceed
+the baseline x 1.05.  Throughput is never gated.
+"""
+
+import json
+import os
+import re
+import signal
+import tempfile
+import time
+
+from . import common, h1client, servers
+from .common import BenchError, SetupError, log
+from .scenarios import APP_PATH, APP_HEADERS
+
+ALLOC_TOL = {"abs": 0.01}
+# per connection: not exactly repeatable (a pool may grow once in a window)
+CONN_TOL = {"rel": 0.02, "abs": 0.01}
+INSTR_TOL = {"rel": 0.05}
+
+
+def _start_hello(hello, workdir, cpu, prefix=()):
+    out_path = os.path.join(workdir, "hello-%d.out" % len(os.listdir(workdir)))
+    argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + \
+        list(prefix) + [hello, "--port", "0", "--workers", "1"]
+    with open(out_path, "wb") as out:
+        p = common.spawn(argv, stdout=out, cwd=workdir)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(out_path, "rb") as f:
+            m = re.search(rb"listening on (\d+)", f.read())
+        if m:
+            return p, int(m.group(1)), out_path
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    text = open(out_path, "rb").read()[-800:].decode("utf-8", "replace")
+    common.stop_proc(p)
+    raise BenchError("hello did not start: %s" % text)
+
+
+def _window(srv, conn, fn, count, out, name, per="req"):
+    """Counters around fn(count): tern's /stats (on conn, or a fresh
+    connection when conn is None) outside, the shim's inside."""
+    port = srv.port
+    s0 = h1client.tern_stats(port, conn=conn)
+    m0 = srv.shim_snapshot() if srv.shim else None
+    bad = fn(count)
+    m1 = srv.shim_snapshot() if srv.shim else None
+    s1 = h1client.tern_stats(port, conn=conn)
+    if bad:
+        raise BenchError("%s: %d responses were not 200" % (name, bad))
+    if conn is not None:
+        reqs = s1["requests"] - s0["requests"]
+        if reqs != count + 1:
+            log("warning: the server counted %d requests in a window of %d + 1"
+                % (reqs, count))
+    # a fresh connection for the second /stats: one more in the window
+    n_stats = count + (1 if conn is None else 0)
+    out["%s.allocs_per_%s" % (name, per)] = (s1["allocations"] - s0["allocations"]) / n_stats
+    out["%s.bytes_per_%s" % (name, per)] = (s1["bytes_allocated"] - s0["bytes_allocated"]) / n_stats
+    if m0 is not None:
+        out["%s.shim_allocs_per_%s" % (name, per)] = (m1["allocs"] - m0["allocs"]) / count
+        out["%s.shim_bytes_per_%s" % (name, per)] = (m1["bytes"] - m0["bytes"]) / count
+
+
+def alloc_metrics(args, workdir):
+    srv = servers.Server("tern", [args.hello, "--port", "0", "--workers", "1"],
+                         workdir, shim=args.shim_path)
+    out = {}
+    try:
+        srv.start(args.server_cpu)
+        n, w = args.requests, args.warmup_requests
+        with h1client.Conn(srv.port) as c:
+            h1client.keepalive(c, w)
+            h1client.pipelined(c, w)
+            h1client.keepalive(c, w, APP_PATH, APP_HEADERS)
+            _window(srv, c, lambda k: h1client.keepalive(c, k), n, out, "h1-get")
+            _window(srv, c, lambda k: h1client.pipelined(c, k, 16), n, out,
+                    "h1-pipelined")
+            _window(srv, c, lambda k: h1client.keepalive(c, k, APP_PATH, APP_HEADERS),
+                    n, out, "app-routed")
+        # connections: one request each, a fresh connection every time
+        h1client.churn(srv.port, min(w, 200))
+        _window(srv, None, lambda k: h1client.churn(srv.port, k),
+                args.connections, out, "conn-churn", per="conn")
+    finally:
+        srv.stop()
+    return out
+
+
+def _callgrind_total(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise BenchError("no totals in %s" % path)
+
+
+def callgrind_run(args, workdir, n_get, n_app, tag):
+    cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
+    prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
+              "--dump-instr=no", "--dump-line=no"]
+    p, port, out_path = _start_hello(args.hello, workdir, args.server_cpu, prefix)
+    try:
+        w = args.callgrind_warmup
+        with h1client.Conn(port, timeout=60) as c:
+            h1client.keepalive(c, w)
+            h1client.keepalive(c, w, APP_PATH, APP_HEADERS)
+            bad = h1client.keepalive(c, n_get)
+            bad += h1client.keepalive(c, n_app, APP_PATH, APP_HEADERS)
+        if bad:
+            raise BenchError("%d responses were not 200 under callgrind" % bad)
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(60)
+        except Exception:
+            raise BenchError("hello under callgrind did not stop")
+    finally:
+        common.stop_proc(p)
+    return _callgrind_total(cg_out)
+
+
+def instr_metrics(args, workdir):
+    n1, n2 = args.callgrind_n1, args.callgrind_n2
+    base = callgrind_run(args, workdir, n1, n1, "base")
+    get = callgrind_run(args, workdir, n2, n1, "get")
+    app = callgrind_run(args, workdir, n1, n2, "app")
+    return {"h1-get.instructions_per_req": (get - base) / (n2 - n1),
+            "app-routed.instructions_per_req": (app - base) / (n2 - n1)}, \
+        {"base": base, "get": get, "app": app}
+
+
+def tolerance_for(key):
+    if key.endswith("instructions_per_req"):
+        return INSTR_TOL
+    if key.endswith("_per_conn"):
+        return CONN_TOL
+    return ALLOC_TOL
+
+
+def limit(entry):
+    """baseline x (1 + rel) + abs"""
+    v, tol = entry["value"], entry.get("tolerance", {})
+    return v * (1 + tol.get("rel", 0.0)) + tol.get("abs", 0.0)
+
+
+def run_gate(args):
+    if not common.which_exec(args.hello):
+        raise SetupError("%s not built (ninja -C build)" % args.hello)
+    if not args.update and _load(args.baseline) is None:
+        raise SetupError("no baseline at %s (run with --update)" % args.baseline)
+    workdir = tempfile.mkdtemp(prefix="perf-gate.")
+    t0 = time.monotonic()
+    try:
+        log("allocation counts: %d warm-up + %d requests per window on %s%s" % (
+            args.warmup_requests, args.requests, args.hello,
+            " (and the shim)" if args.shim_path else ""))
+        if not args.shim_path and not args.no_shim:
+            raise SetupError("the allocation shim is not built (ninja -C build); "
+                             "--no-shim checks tern's own counters only")
+        cur = alloc_metrics(args, workdir)
+        raw = None
+        if args.no_callgrind:
+            log("instructions: skipped (--no-callgrind)")
+        else:
+            if not common.which_exec(args.valgrind) and not _which(args.valgrind):
+                raise SetupError("valgrind not installed (perf/perf setup)")
+            log("instructions: 3 callgrind runs (%d / %d requests)" % (
+                args.callgrind_n1, args.callgrind_n2))
+            m, raw = instr_metrics(args, workdir)
+            cur.update(m)
+    finally:
+        common.stop_all()
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.monotonic() - t0
+    env = common.machine()
+    env["valgrind"] = common.first_line([args.valgrind, "--version"])
+    # the revision of the tree the measured hello was built from
+    rc, top = common.cmd_output(["git", "-C", os.path.dirname(args.hello),
+                                 "rev-parse", "--show-toplevel"])
+    if rc == 0 and top:
+        env["git_revision"] = common.git_revision(top)
+        env["hello"] = os.path.relpath(args.hello, top)
+    else:
+        env["hello"] = args.hello
+
+    if args.update:
+        metrics = {}
+        for k, v in sorted(cur.items()):
+            tol = tolerance_for(k)
+            metrics[k] = {"value": round(v, 4), "tolerance": tol}
+        doc = {
+            "comment": "perf/perf gate baseline: allocations and bytes per request "
+                       "from tern's /stats and from the LD_PRELOAD shim over a "
+                       "fixed count of requests, instructions per request from "
+                       "callgrind; limit = value x (1 + rel) + abs. Rewrite with "
+                       "`perf/perf gate --update` after an intended change.",
+            "environment": env,
+            "config": _config(args),
+            "metrics": metrics,
+        }
+        if raw:
+            doc["callgrind_totals"] = raw
+        with open(args.baseline, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=False)
+            f.write("\n")
+        _print_table(cur, {"metrics": metrics})
+        print("baseline written to %s (%.0f s)" % (args.baseline, elapsed))
+        return 0
+
+    base = _load(args.baseline)
+    if base is None:
+        raise SetupError("no baseline at %s (run with --update)" % args.baseline)
+    if base.get("config") and base["config"] != _config(args):
+        print("note: the baseline was measured with %s, now %s" % (
+            base["config"], _config(args)))
+    bad = _print_table(cur, base)
+    if base.get("environment", {}).get("compiler") != env["compiler"]:
+        print("note: baseline compiler %r, now %r: instruction counts may move"
+              % (base.get("environment", {}).get("compiler"), env["compiler"]))
+    if bad:
+        print("perf gate: FAIL (%d regression(s): %s) in %.0f s" % (
+            len(bad), ", ".join(bad), elapsed))
+        return 1
+    print("perf gate: PASS in %.0f s" % elapsed)
+    return 0
+
+
+def _which(x):
+    import shutil
+    return shutil.which(x)
+
+
+def _config(args):
+    return {"warmup_requests": args.warmup_requests, "requests": args.requests,
+            "connections": args.connections,
+            "callgrind_warmup": args.callgrind_warmup,
+            "callgrind_n1": args.callgrind_n1, "callgrind_n2": args.callgrind_n2,
+            "hello": "build/examples/hello --workers 1"}
+
+
+def _load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _print_table(cur, base):
+    bm = base.get("metrics", {})
+    rows = []
+    bad = []
+    for k in sorted(set(cur) | set(bm)):
+        c = cur.get(k)
+        b = bm.get(k)
+        if b is None:
+            rows.append((k, "-", _f(c), "-", "new (not in the baseline)"))
+            continue
+        if c is None:
+            rows.append((k, _f(b["value"]), "-", _f(limit(b)),
+                         "not measured (skipped by option)"))
+            continue
+        lim = limit(b)
+        if c > lim + 1e-9:
+            verdict = "REGRESSION"
+            bad.append(k)
+        elif c < b["value"] - max(abs(b["value"]) * 0.02, 0.005):
+            verdict = "improved (consider --update)"
+        else:
+            verdict = "ok"
+        moved = c - b["value"]
+        rows.append((k, _f(b["value"]), _f(c), _f(lim),
+                     "%s (%+.4g%s)" % (verdict, moved, (
+                         ", %+.2f%%" % (moved * 100 / b["value"]) if b["value"] else ""))))
+    w = [max(len(r[i]) for r in rows + [("metric", "baseline", "now", "limit", "")])
+         for i in range(4)]
+    print("%-*s  %*s  %*s  %*s  %s" % (w[0], "metric", w[1], "baseline", w[2],
+                                       "now", w[3], "limit", "verdict"))
+    for r in rows:
+        print("%-*s  %*s  %*s  %*s  %s" % (w[0], r[0], w[1], r[1], w[2], r[2],
+                                           w[3], r[3], r[4]))
+    return bad
+
+
+def _f(v):
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return "%.1f" % v
+    return "%.4f" % v

@@ -1,0 +1,354 @@
+"""One measurement: a fresh server process, one scenario.
+
+  start the server (pinned, under the shim when there is one)
+  check one response (status and exact body) -- else the row is invalid
+  warm up with the scenario's own load
+  snapshot: tern's /stats, the shim's counters, the server's CPU ticks
+  the measured load
+  snapshot again; peak RSS (VmHWM summed over the server's processes)
+  stop the server
+
+idle-conns instead samples the server's RSS and descriptors while the idle
+client holds its connections.
+"""
+
+import os
+import re
+import threading
+import time
+
+from . import common, h1client, loads, servers
+from .common import BenchError
+
+
+def _per(x, n):
+    return x / n if n else None
+
+
+def _snapshot(srv, is_tern):
+    snap = {"ticks": common.cpu_ticks(srv.pids()), "t": time.monotonic(),
+            "times": os.times()}
+    return snap
+
+
+def _counters(srv, is_tern):
+    """(tern /stats or None, shim totals or None)."""
+    st = h1client.tern_stats(srv.port) if is_tern else None
+    sh = srv.shim_snapshot() if srv.shim else None
+    return st, sh
+
+
+def _alloc_fields(row, st0, st1, sh0, sh1, n):
+    if st0 is not None and st1 is not None:
+        row["allocs_per_req"] = _per(st1["allocations"] - st0["allocations"], n)
+        row["bytes_per_req"] = _per(st1["bytes_allocated"] - st0["bytes_allocated"], n)
+        row["server_requests"] = st1["requests"] - st0["requests"]
+        row["server_connections"] = st1["connections"] - st0["connections"]
+    if sh0 is not None and sh1 is not None:
+        row["shim_allocs_per_req"] = _per(sh1["allocs"] - sh0["allocs"], n)
+        row["shim_bytes_per_req"] = _per(sh1["bytes"] - sh0["bytes"], n)
+        row["shim_processes"] = sh1["processes"]
+
+
+def agreement(row):
+    """tern's own counters and the shim's must agree within 1% (with an
+    absolute floor of 0.01 allocations and 1 byte per request)."""
+    out = []
+    for own, shim, floor in (("allocs_per_req", "shim_allocs_per_req", 0.01),
+                             ("bytes_per_req", "shim_bytes_per_req", 1.0)):
+        a, b = row.get(own), row.get(shim)
+        if a is None or b is None:
+            continue
+        if abs(a - b) > max(0.01 * max(abs(a), abs(b)), floor):
+            out.append("tern /stats %s %.4g vs shim %.4g: disagree by more "
+                       "than 1%%" % (own, a, b))
+    return out
+
+
+def measure(args, workdir, name, sc, shim):
+    """Returns a row dict; never raises BenchError (it becomes invalid)."""
+    row = {"server": name, "scenario": sc.name, "status": "ok",
+           "problems": [], "notes": []}
+    spec = servers.SERVERS[name]
+    if sc.name in spec.unsupported or (
+            sc.name.startswith("h1-get-c") and "h1-get" in spec.unsupported):
+        row["status"] = "n/a"
+        row["problems"].append("%s cannot answer %s correctly (%s)" % (
+            name, sc.name, spec.note))
+        return row
+    why = servers.available(args, name)
+    if why:
+        row["status"] = "invalid"
+        row["problems"].append("not available: " + why)
+        return row
+    srv = None
+    try:
+        srv = servers.start(name, args, workdir, args.server_cpu,
+                            max_conns=sc.max_conns and args.idle_max_conns,
+                            shim=shim)
+        row["port"] = srv.port
+        row["server_argv"] = srv.argv
+        try:
+            h1client.check(srv.port, sc.path, sc.headers, sc.body)
+        except BenchError as e:
+            raise BenchError("check failed: %s" % e)
+        if sc.load == "idle":
+            _measure_idle(args, workdir, srv, sc, row)
+        else:
+            _measure_load(args, workdir, srv, sc, row)
+        if not srv.alive():
+            raise BenchError("server exited during the run: %s" % srv.output_tail())
+    except BenchError as e:
+        row["status"] = "invalid"
+        msg = str(e)
+        if srv is not None and srv.proc is not None and srv.proc.poll() is not None \
+                and "exited" not in msg:
+            msg += " (the server had exited, status %s)" % srv.proc.returncode
+        row["problems"].append(msg)
+    finally:
+        if srv is not None:
+            srv.stop()
+    return row
+
+
+# ---------------------------------------------------------------------------
+# starved connections: a server that serves fewer connections at once than
+# the load opens (CivetWeb with one thread) leaves the others' requests
+# unread, and wrk reports no error for them.  Two looks at the server's
+# sockets (ss -ti) during the measured run: a connection whose
+# bytes_received did not move between them was not served meanwhile.
+
+def _ss_sample(port):
+    rc, out = common.cmd_output(["ss", "-tnHi", "state", "established",
+                                 "( sport = :%d )" % port], timeout=5)
+    if rc != 0:
+        return None
+    socks, peer = {}, None
+    for line in out.splitlines():
+        if line and not line[0].isspace():
+            f = line.split()
+            peer = f[3] if len(f) >= 4 else None
+            if peer:
+                socks[peer] = {"recvq": int(f[0]), "bytes": 0}
+        elif peer:
+            m = re.search(r"bytes_received:(\d+)", line)
+            if m:
+                socks[peer]["bytes"] = int(m.group(1))
+    return socks
+
+
+class StallProbe:
+    def __init__(self, port, duration):
+        self.port = port
+        self.first = min(1.0, duration * 0.25)
+        self.second = max(self.first + 0.5, duration * 0.9)
+        self.samples = []
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.stop = threading.Event()
+
+    def start(self):
+        self.t0 = time.monotonic()
+        self.t.start()
+        return self
+
+    def _run(self):
+        for at in (self.first, self.second):
+            if self.stop.wait(max(0.0, self.t0 + at - time.monotonic())):
+                return
+            self.samples.append((time.monotonic() - self.t0, _ss_sample(self.port)))
+
+    def result(self):
+        """(stalled, total, seconds) or None when it could not look."""
+        self.stop.set()
+        self.t.join(5)
+        if len(self.samples) < 2 or None in (self.samples[0][1], self.samples[1][1]):
+            return None
+        (t1, a), (t2, b) = self.samples
+        both = [p for p in a if p in b]
+        stalled = [p for p in both if a[p]["bytes"] == b[p]["bytes"]]
+        return len(stalled), len(both), t2 - t1
+
+
+def _run_load(args, workdir, srv, sc, duration, warmup_phase):
+    if sc.load == "wrk":
+        script = os.path.join(common.PERF_DIR, sc.script) if sc.script else None
+        return loads.run_wrk(args, workdir, srv.port, duration,
+                             sc.connections, sc.path, sc.headers, script)
+    if sc.load == "h1rate":
+        return loads.run_h1rate(args, workdir, srv.port, duration, 0,
+                                args.rate, sc.connections, sc.path, sc.headers)
+    if sc.load == "churn":
+        return loads.run_churn(args, workdir, srv.port, duration, 0,
+                               sc.connections, sc.path)
+    raise ValueError(sc.load)
+
+
+def _measure_load(args, workdir, srv, sc, row):
+    is_tern = srv.name == "tern"
+    if args.warmup > 0:
+        _run_load(args, workdir, srv, sc, args.warmup, True)
+    st0, sh0 = _counters(srv, is_tern)
+    pids = srv.pids()
+    c0, t0, r0 = common.cpu_ticks(pids), time.monotonic(), os.times()
+    # (at a fixed rate, only when each connection is due often enough to
+    # make progress between the two looks)
+    probe = StallProbe(srv.port, args.duration).start() \
+        if args.duration >= 2 and (sc.load == "wrk" or (
+            sc.load == "h1rate" and args.rate / sc.connections
+            * args.duration * 0.5 >= 10)) else None
+    try:
+        res = _run_load(args, workdir, srv, sc, args.duration, False)
+    finally:
+        stall = probe.result() if probe else None
+    pids2 = srv.pids()
+    c1, t1, r1 = common.cpu_ticks(set(pids) | set(pids2)), time.monotonic(), os.times()
+    sh1 = srv.shim_snapshot() if srv.shim else None
+    st1 = h1client.tern_stats(srv.port) if is_tern else None
+    wall = t1 - t0
+    n = res["requests"]
+    row["load"] = {k: v for k, v in res.items() if k not in ("raw",)}
+    row["load_raw"] = res["raw"]
+    row["requests"] = n
+    row["errors"] = res["errors"]
+    row["non2xx"] = res["non2xx"]
+    row["rate"] = res["rate"]
+    row["duration_s"] = res["duration_s"]
+    if res.get("rate_target"):
+        row["rate_target"] = res["rate_target"]
+        if res["rate"] and res["rate"] < 0.95 * res["rate_target"]:
+            row["notes"].append("rate not sustained: %.0f of %.0f req/s" % (
+                res["rate"], res["rate_target"]))
+    # wrk records one latency per pipelined batch, and its percentiles of
+    # those come out wrong: no latency for such scenarios
+    lat = (res.get("latency_us") or {}) if sc.latency else {}
+    for k in ("p50", "p90", "p99", "p999", "max"):
+        row["lat_" + k] = lat.get(k)
+    row["server_cpu_s"] = (c1 - c0) / common.CLK_TCK
+    row["server_cpu_util"] = row["server_cpu_s"] / wall if wall else None
+    ccpu = ((r1.children_user - r0.children_user)
+            + (r1.children_system - r0.children_system))
+    row["client_cpu_s"] = round(ccpu, 3)
+    row["client_cpu_util"] = ccpu / wall if wall else None
+    row["cpu_us_per_req"] = _per(row["server_cpu_s"] * 1e6, n)
+    row["peak_rss"] = common.hwm_bytes(srv.pids())
+    row["server_processes"] = len(pids2)
+    _alloc_fields(row, st0, st1, sh0, sh1, n)
+    if is_tern:
+        row["notes"] += agreement(row)
+    if not n:
+        row["problems"].append("no request completed")
+    if row["errors"]:
+        row["problems"].append("%d socket errors %s" % (
+            row["errors"], res.get("socket_errors") or ""))
+    if row["non2xx"]:
+        row["problems"].append("%d non-2xx responses" % row["non2xx"])
+    if stall is not None:
+        row["stalled_connections"] = stall[0]
+        if stall[0]:
+            row["problems"].append(
+                "%d of %d connections were not served for %.1f s (starved: "
+                "the server serves fewer connections at once than the load "
+                "opens)" % stall)
+    if res.get("dropped"):
+        row["problems"].append("%d requests dropped (no connection)" % res["dropped"])
+    if res.get("unfinished"):
+        row["notes"].append("%d requests unanswered at the end (saturated)"
+                            % res["unfinished"])
+    if res.get("exit_status"):
+        row["problems"].append("%s exited %s" % (res["tool"], res["exit_status"]))
+    if row["problems"]:
+        row["status"] = "invalid"
+
+
+def _measure_idle(args, workdir, srv, sc, row):
+    is_tern = srv.name == "tern"
+    n = args.idle_conns
+    hold = args.idle_hold
+    time.sleep(0.3)
+    pids = srv.pids()
+    base_rss = common.rss_bytes(pids)
+    base_fds = common.nfds(pids)
+    st0, sh0 = _counters(srv, is_tern)
+    c0 = common.cpu_ticks(pids)
+    p, argv, out_json, out_log = loads.start_idle(args, workdir, srv.port, n, hold)
+    snap = None
+    best = 0
+    last_change = t0 = time.monotonic()
+    deadline = t0 + hold + 60
+    samples = []
+    try:
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if not srv.alive():
+                raise BenchError("server exited while connections were held")
+            pids = srv.pids()
+            held = common.nfds(pids) - base_fds
+            now = time.monotonic()
+            if held > best:
+                best, last_change = held, now
+            samples.append((round(now - t0, 2), held, common.rss_bytes(pids)))
+            if snap is None and (held >= n or (
+                    held > 0 and now - last_change > 2.0)):
+                time.sleep(0.3)
+                pids = srv.pids()
+                held = common.nfds(pids) - base_fds
+                rss = common.rss_bytes(pids)
+                st1, sh1 = _counters(srv, is_tern)
+                snap = {"t": round(time.monotonic() - t0, 2), "held": held,
+                        "rss": rss, "stats": st1, "shim": sh1}
+        if p.poll() is None:
+            raise BenchError("the idle client did not finish in %ds" % (hold + 60))
+    finally:
+        common.stop_proc(p, grace=1.0)
+    c1 = common.cpu_ticks(srv.pids())
+    try:
+        import json
+        with open(out_json) as f:
+            j = json.load(f)
+    except (OSError, ValueError):
+        j = {}
+        row["problems"].append("the idle client left no JSON (exit %s): %s" % (
+            p.returncode, open(out_log, "rb").read()[-300:].decode("utf-8", "replace")))
+    row["load"] = {"tool": "idle", "argv": argv, "exit_status": p.returncode}
+    row["load_raw"] = j
+    row["idle_target"] = n
+    row["errors"] = int(j.get("errors") or 0)
+    row["non2xx"] = int(j.get("non2xx") or 0)
+    row["rss_before"] = base_rss
+    row["samples"] = samples[-50:]
+    row["peak_rss"] = common.hwm_bytes(srv.pids())
+    row["server_cpu_s"] = (c1 - c0) / common.CLK_TCK
+    if snap is None:
+        row["problems"].append("the server never held any connection")
+    else:
+        held = snap["held"]
+        row["held"] = held
+        row["requests"] = held
+        row["rss_with_idle"] = snap["rss"]
+        row["rss_per_conn"] = _per(snap["rss"] - base_rss, held)
+        _alloc_fields(row, st0, snap["stats"], sh0, snap["shim"], held)
+        if snap["stats"] is not None:  # blocks still allocated, per connection
+            row["live_blocks_per_conn"] = _per(
+                (snap["stats"]["allocations"] - st0["allocations"])
+                - (snap["stats"]["frees"] - st0["frees"]), held)
+        for a, b in (("allocs_per_req", "allocs_per_conn"),
+                     ("bytes_per_req", "heap_per_conn"),
+                     ("shim_allocs_per_req", "shim_allocs_per_conn"),
+                     ("shim_bytes_per_req", "shim_heap_per_conn")):
+            if a in row:
+                row[b] = row[a]
+        if is_tern:
+            row["notes"] += agreement(row)
+        if held < n * 0.99:
+            row["problems"].append("held only %d of %d connections" % (held, n))
+    for k in ("failed", "closed_during_hold", "unexpected_bytes"):
+        if j.get(k):
+            row["problems"].append("idle client: %s %s" % (k.replace("_", " "), j[k]))
+    if row["errors"]:
+        row["problems"].append("%d errors in the idle client" % row["errors"])
+    if row["non2xx"]:
+        row["problems"].append("%d non-2xx responses" % row["non2xx"])
+    if p.returncode:
+        row["problems"].append("the idle client exited %s" % p.returncode)
+    if row["problems"]:
+        row["status"] = "invalid"

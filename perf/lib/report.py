@@ -1,0 +1,404 @@
+"""Markdown reports of `perf run` and `perf compare`, the compare charts,
+and the generated section of docs/performance.md."""
+
+import os
+import re
+import shutil
+
+from . import svg
+from .scenarios import REGISTRY, SWEEP, PROTOCOLS
+from .servers import SERVERS
+from .summary import fmt_cell, fmt_value, table, targets, val, NOT_YET
+
+CAVEATS = [
+    "Two shared cores: the server is pinned to one CPU and the load generator "
+    "to the other, so a server that needs less CPU per request leaves no more "
+    "room for the client: closed-loop req/s on `h1-get` is bound by wrk, and "
+    "the figure that tells servers apart there is server CPU per request.",
+    "wrk (h1-get, h1-pipelined, app-routed, the sweep) and churn are closed "
+    "loop: each connection waits for its answer before sending again, so "
+    "their latency hides queueing (coordinated omission). h1-get-rate is the "
+    "open-model measurement: h1rate sends at a fixed rate and measures from "
+    "the intended send time.",
+    "Every server runs under the LD_PRELOAD allocation shim (it counts "
+    "malloc/calloc/realloc/free with atomic counters), so every server pays "
+    "the same small per-allocation overhead; servers that allocate more per "
+    "request pay more of it.",
+    "Each server runs one worker on one CPU (nginx: a master and one worker; "
+    "the master's CPU and RSS are counted too). Throughput is reported, never "
+    "gated: rely on CPU per request and allocations, which move less on a "
+    "noisy machine.",
+    "Peak RSS is VmHWM summed over the server's processes for one scenario "
+    "(a fresh process per scenario); it includes the warm-up.",
+]
+
+
+def title_of(sc, config):
+    return REGISTRY[sc].title.format(rate="{:,}".format(int(config["rate"])),
+                                     idle="{:,}".format(config["idle_conns"]))
+
+
+def caveats(env):
+    out = list(CAVEATS)
+    if not env["config"].get("shim"):
+        out[2] = ("No allocation shim was found (build/perf/alloc): peers have "
+                  "no allocation figures; tern's come from its own counters.")
+    return out
+
+
+def _env_lines(env):
+    L = []
+    L.append("- date: %s, revision %s" % (env["date"], env["git_revision"]))
+    L.append("- CPU: %s x %s, kernel %s; compiler: %s" % (
+        env["cpu_model"], env["nproc"], env["kernel"], env["compiler"]))
+    L.append("- pinning: server on CPU %s, load generator on CPU %s (taskset)"
+             % (env["pinning"]["server_cpu"], env["pinning"]["client_cpu"]))
+    c = env["config"]
+    L.append("- %d round(s) x %ss measured after a %ss warm-up; h1-get-rate "
+             "at %s req/s; idle-conns with %d connections held %ss" % (
+                 c["rounds"], c["duration_s"], c["warmup_s"],
+                 "{:,}".format(c["rate"]), c["idle_conns"], c["idle_hold_s"]))
+    q = env.get("rounds_load", [])
+    if q:
+        L.append("- 1-minute load average before each round: %s" % ", ".join(
+            "%.2f%s" % (x["loadavg1"], "" if x["quiet"] else " (not quiet)")
+            for x in q))
+    L.append("- shim: %s" % (c.get("shim") or "none (allocations from tern's "
+                                               "/stats only)"))
+    tools = env.get("tools", {})
+    if tools:
+        L.append("- " + "; ".join("%s" % v for v in tools.values()))
+    return L
+
+
+def _problems(summary, servers):
+    L = []
+    for sc in summary:
+        for name in servers:
+            c = summary[sc].get(name)
+            if not c:
+                continue
+            if c["status"] in ("invalid", "n/a") or (
+                    c["status"] == "ok" and c["valid_runs"] < c["runs"]):
+                L.append("- %s, %s: %s%s" % (
+                    sc, name, c["status"] if c["status"] != "ok" else
+                    "%d of %d rounds invalid" % (c["runs"] - c["valid_runs"], c["runs"]),
+                    (": " + "; ".join(c["problems"])) if c["problems"] else ""))
+            for n in c.get("notes", []):
+                L.append("- %s, %s: note: %s" % (sc, name, n))
+    return L
+
+
+# ---------------------------------------------------------------------------
+# perf run (tern alone)
+
+def run_markdown(env, summary, server="tern"):
+    L = ["# perf run: tern", ""]
+    L += _env_lines(env)
+    L.append("")
+    cols = ["scenario", "requests", "errors", "non-2xx", "req/s",
+            "server CPU s", "CPU µs/req", "allocs/req (/stats)",
+            "bytes/req (/stats)", "allocs/req (shim)", "bytes/req (shim)",
+            "peak RSS", "p50 µs", "p99 µs", "p99.9 µs"]
+    rows = []
+    for sc in summary:
+        c = summary[sc].get(server)
+        if sc == "idle-conns":
+            continue
+        unit = " conn" if REGISTRY[sc].per == "connection" and \
+            (c or {}).get("status") == "ok" else ""
+        rows.append([sc] + [fmt_cell(c, k, s, rng=False) for k, s in (
+            ("requests", ",.0f"), ("errors", ",.0f"), ("non2xx", ",.0f"))] + [
+            fmt_cell(c, "rate", ",.0f") + unit,
+            fmt_cell(c, "server_cpu_s", ".2f", rng=False),
+            fmt_cell(c, "cpu_us_per_req", ".2f"),
+            fmt_cell(c, "allocs_per_req", ".4f", rng=False),
+            fmt_cell(c, "bytes_per_req", ".2f", rng=False),
+            fmt_cell(c, "shim_allocs_per_req", ".4f", rng=False),
+            fmt_cell(c, "shim_bytes_per_req", ".2f", rng=False),
+            fmt_cell(c, "peak_rss", "bytes", rng=False),
+            fmt_cell(c, "lat_p50", ",.0f", rng=False),
+            fmt_cell(c, "lat_p99", ",.0f", rng=False),
+            fmt_cell(c, "lat_p999", ",.0f", rng=False)])
+    L += table(cols, rows)
+    L.append("")
+    L.append("Medians over the rounds (min–max where they differ); per "
+             "request means per connection for conn-churn. Latency: wrk's "
+             "from the send of each request (closed loop) except h1-get-rate "
+             "(from the intended send time).")
+    if "idle-conns" in summary:
+        c = summary["idle-conns"].get(server)
+        L.append("")
+        L += table(["idle-conns", "connections held", "RSS before",
+                    "RSS with them", "RSS per conn",
+                    "heap allocated per conn (/stats)",
+                    "heap allocated per conn (shim)", "allocs per conn (/stats)",
+                    "blocks live per conn (/stats)"],
+                   [["tern", fmt_cell(c, "held", ",.0f", False),
+                     fmt_cell(c, "rss_before", "bytes", False),
+                     fmt_cell(c, "rss_with_idle", "bytes", False),
+                     fmt_cell(c, "rss_per_conn", "bytes0"),
+                     fmt_cell(c, "heap_per_conn", "bytes0"),
+                     fmt_cell(c, "shim_heap_per_conn", "bytes0"),
+                     fmt_cell(c, "allocs_per_conn", ".2f"),
+                     fmt_cell(c, "live_blocks_per_conn", ".2f")]])
+        L.append("")
+        L.append("Heap allocated per connection counts every byte allocated "
+                 "while the connections were opened and answered once (freed "
+                 "or not); RSS per connection is what the kernel charged.")
+    T = targets(summary, [server])
+    if T:
+        L.append("")
+        L += table(["target", "measured", "verdict"], [list(t) for t in T],
+                   ["---", "---", "---"])
+    P = _problems(summary, [server])
+    if P:
+        L += ["", "Problems and notes:", ""] + P
+    return "\n".join(L) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# perf compare
+
+def _pair(cell, *keys):
+    """'a / b [/ c]' of one cell, or its one status word."""
+    if not cell or cell.get("status") != "ok":
+        return fmt_cell(cell, "-", "")
+    vals = [fmt_cell(cell, k, f, False) for k, f in keys]
+    if all(v == "n/a" for v in vals):
+        return "n/a"
+    return " / ".join(vals)
+
+
+def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
+    """The tables of a compare run (shared by summary.md and the docs)."""
+    L = []
+    scs = list(summary)
+    by_proto = {}
+    for sc in scs:
+        by_proto.setdefault(REGISTRY[sc].protocol, []).append(sc)
+    for proto, mine in by_proto.items():
+        L.append("%s %s" % (heading, PROTOCOLS[proto]))
+        L.append("")
+        main = [s for s in mine if REGISTRY[s].group == "main"
+                and REGISTRY[s].load in ("wrk", "churn")]
+        if main:
+            L.append("Throughput, median (min–max) over the rounds; conn-churn "
+                     "in connections/s:")
+            L.append("")
+            L += table(["server"] + main, [[n] + [
+                fmt_cell(summary[s].get(n), "rate", ",.0f") for s in main]
+                for n in servers])
+            L.append("")
+            L.append("Server CPU per request (µs; per connection for conn-churn):")
+            L.append("")
+            L += table(["server"] + main, [[n] + [
+                fmt_cell(summary[s].get(n), "cpu_us_per_req", ".2f") for s in main]
+                for n in servers])
+            L.append("")
+            L.append("Heap allocations per request, counted by the shim "
+                     "(allocations / bytes):")
+            L.append("")
+            L += table(["server"] + main, [[n] + [
+                _pair(summary[s].get(n), ("shim_allocs_per_req", ".2f"),
+                      ("shim_bytes_per_req", ",.0f")) for s in main]
+                for n in servers])
+            if "tern" in servers:
+                L.append("")
+                L.append("tern's own counters (/stats) for the same windows: " + "; ".join(
+                    "%s %s allocs, %s bytes per request" % (
+                        s, fmt_value(val(summary[s].get("tern"), "allocs_per_req"), ".4f"),
+                        fmt_value(val(summary[s].get("tern"), "bytes_per_req"), ".2f"))
+                    for s in main) + ".")
+            L.append("")
+            L.append("Peak server RSS (VmHWM, all processes of the server):")
+            L.append("")
+            L += table(["server"] + main, [[n] + [
+                fmt_cell(summary[s].get(n), "peak_rss", "bytes", False) for s in main]
+                for n in servers])
+            L.append("")
+            L.append("Closed-loop latency from wrk (p50 / p99 / p99.9, µs; "
+                     "queueing hidden by the closed loop):")
+            L.append("")
+            wl = [s for s in main if REGISTRY[s].load == "wrk" and REGISTRY[s].latency]
+            L += table(["server"] + wl, [[n] + [
+                _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
+                      ("lat_p999", ",.0f")) for s in wl]
+                for n in servers])
+            L.append("")
+        if "h1-get-rate" in mine:
+            L.append("Tail latency at a fixed rate (h1-get-rate: open model, "
+                     "{:,} req/s over 64 connections, from the intended send "
+                     "time), µs:".format(int(rate)))
+            L.append("")
+            L += table(["server", "achieved req/s", "p50", "p90", "p99", "p99.9",
+                        "max", "CPU µs/req", "allocs/req (shim)"],
+                       [[n] + [fmt_cell(summary["h1-get-rate"].get(n), k, s)
+                               for k, s in (("rate", ",.0f"), ("lat_p50", ",.0f"),
+                                            ("lat_p90", ",.0f"), ("lat_p99", ",.0f"),
+                                            ("lat_p999", ",.0f"), ("lat_max", ",.0f"),
+                                            ("cpu_us_per_req", ".2f"),
+                                            ("shim_allocs_per_req", ".2f"))]
+                        for n in servers])
+            L.append("")
+        if "idle-conns" in mine:
+            L.append("Idle keep-alive connections (%s held, one request each):"
+                     % "{:,}".format(idle_conns))
+            L.append("")
+            L += table(["server", "held", "RSS per conn", "heap allocated per "
+                        "conn (shim)", "allocs per conn (shim)", "RSS before",
+                        "RSS with them"],
+                       [[n] + [fmt_cell(summary["idle-conns"].get(n), k, s, r)
+                               for k, s, r in (("held", ",.0f", False),
+                                               ("rss_per_conn", "bytes0", True),
+                                               ("shim_heap_per_conn", "bytes0", True),
+                                               ("shim_allocs_per_conn", ".2f", True),
+                                               ("rss_before", "bytes", False),
+                                               ("rss_with_idle", "bytes", False))]
+                        for n in servers])
+            if "tern" in servers:
+                L.append("")
+                L.append("tern's own counters: %s bytes and %s allocations per "
+                         "idle connection." % (
+                             fmt_value(val(summary["idle-conns"].get("tern"),
+                                           "heap_per_conn"), ",.0f"),
+                             fmt_value(val(summary["idle-conns"].get("tern"),
+                                           "allocs_per_conn"), ".2f")))
+            L.append("")
+        sweep = [(c, s) for c, s in SWEEP if s in mine]
+        if len(sweep) > 1:
+            L.append("h1-get concurrency sweep (wrk -t1 -cN): req/s, and server "
+                     "CPU µs per request:")
+            L.append("")
+            L += table(["server"] + ["%d conn req/s" % c for c, _ in sweep]
+                       + ["%d conn µs/req" % c for c, _ in sweep],
+                       [[n] + [fmt_cell(summary[s].get(n), "rate", ",.0f", False)
+                               for _, s in sweep]
+                        + [fmt_cell(summary[s].get(n), "cpu_us_per_req", ".2f", False)
+                           for _, s in sweep] for n in servers])
+            L.append("")
+    T = targets(summary, servers, rate)
+    if T:
+        L.append("%s Targets" % heading)
+        L.append("")
+        L += table(["target", "measured", "verdict"], [list(t) for t in T],
+                   ["---", "---", "---"])
+        L.append("")
+        L += ["- " + x for x in NOT_YET]
+        L.append("")
+    P = _problems(summary, servers)
+    if P:
+        L.append("Invalid, n/a and notes:")
+        L.append("")
+        L += P
+        L.append("")
+    return L
+
+
+def compare_markdown(env, summary, servers):
+    c = env["config"]
+    L = ["# perf compare", ""]
+    L += _env_lines(env)
+    L.append("- servers: " + ", ".join("%s = %s" % (n, SERVERS[n].label)
+                                       for n in servers))
+    L.append("")
+    L += compare_tables(env, summary, servers, c["rate"], c["idle_conns"])
+    L.append("## Caveats")
+    L.append("")
+    L += ["- " + x for x in caveats(env)]
+    L.append("")
+    return "\n".join(L)
+
+
+def short_reason(cell):
+    if not cell or cell.get("status") != "invalid" or not cell.get("problems"):
+        return ""
+    p = cell["problems"][0]
+    m = re.search(r"held only \d+ of \d+ connections", p)
+    if m:
+        return m.group(0)
+    for key, text in (("starved", "starved connections (serves fewer at once "
+                                  "than the load opens)"),
+                      ("shim's signal", "exits on a signal (the shim's)"),
+                      ("not available", p.replace("not available: ", "")),
+                      ("check failed", p)):
+        if key in p:
+            return text[:64]
+    return p[:64]
+
+
+def chart_for(env, sc, summary, servers):
+    s = REGISTRY[sc]
+    panels = []
+    for m in s.chart:
+        entries = []
+        for n in servers:
+            c = summary[sc].get(n)
+            v = (c or {}).get("values", {}).get(m.key) if c and c["status"] == "ok" else None
+            label = n
+            if n == "floor":
+                label = "floor (loopback limit)"
+            entries.append({"name": n, "label": label,
+                            "status": "ok" if v else (c or {}).get("status", "not run"),
+                            "median": v["median"] if v else None,
+                            "min": v["min"] if v else None,
+                            "max": v["max"] if v else None,
+                            "why": short_reason(c) if not v else ""})
+        unit = m.unit if m.unit != "bytes" else ""
+        panels.append({"label": m.label, "unit": unit, "better": m.better,
+                       "fmt": m.fmt, "entries": entries})
+    c = env["config"]
+    sub = title_of(sc, c)
+    footer = ["median of %d rotated round(s), whiskers min–max; server pinned to "
+              "CPU %s, load generator to CPU %s%s"
+              % (c["rounds"], env["pinning"]["server_cpu"], env["pinning"]["client_cpu"],
+                 "; every server under the allocation shim" if c.get("shim") else ""),
+              "%s, revision %s, %s x %s" % (env["date"][:10], env["git_revision"],
+                                            env["cpu_model"], env["nproc"])]
+    return svg.chart(sc, sub, panels, footer)
+
+
+# ---------------------------------------------------------------------------
+# docs/performance.md
+
+BEGIN = "<!-- perf:begin -->"
+END = "<!-- perf:end -->"
+
+
+def write_docs(doc_path, env, summary, servers, svgs):
+    """Replace the marked section of doc_path with the latest tables and
+    the charts (copied into docs/perf/)."""
+    doc_dir = os.path.dirname(doc_path)
+    fig_dir = os.path.join(doc_dir, "perf")
+    os.makedirs(fig_dir, exist_ok=True)
+    c = env["config"]
+    L = [BEGIN,
+         "<!-- generated by `perf/perf compare --write-docs`; edits inside "
+         "this section are overwritten -->", ""]
+    L.append("Measured %s at revision `%s` on %s x %s (kernel %s), %d "
+             "round(s) x %ss, servers: %s." % (
+                 env["date"][:10], env["git_revision"], env["cpu_model"],
+                 env["nproc"], env["kernel"], c["rounds"], c["duration_s"],
+                 ", ".join(servers)))
+    L.append("")
+    L += compare_tables(env, summary, servers, c["rate"], c["idle_conns"],
+                        heading="####")
+    for path in svgs:
+        base = os.path.basename(path)
+        shutil.copyfile(path, os.path.join(fig_dir, base))
+        L.append("![%s](perf/%s)" % (os.path.splitext(base)[0], base))
+        L.append("")
+    L.append(END)
+    block = "\n".join(L)
+    text = ""
+    if os.path.exists(doc_path):
+        with open(doc_path) as f:
+            text = f.read()
+    if BEGIN in text and END in text:
+        pre = text[:text.index(BEGIN)]
+        post = text[text.index(END) + len(END):]
+        text = pre + block + post
+    else:
+        text = text.rstrip("\n") + "\n\n## Current results\n\n" + block + "\n"
+    with open(doc_path, "w") as f:
+        f.write(text)

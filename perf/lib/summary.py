@@ -1,0 +1,194 @@
+"""Medians over rounds, Markdown tables, targets."""
+
+import re
+import statistics
+
+from . import common
+
+
+# every per-row number that gets a median (min-max)
+KEYS = ("rate", "requests", "errors", "non2xx", "server_cpu_s",
+        "cpu_us_per_req", "server_cpu_util", "client_cpu_util",
+        "allocs_per_req", "bytes_per_req", "shim_allocs_per_req",
+        "shim_bytes_per_req", "peak_rss", "lat_p50", "lat_p90", "lat_p99",
+        "lat_p999", "lat_max", "rate_target", "rss_per_conn", "heap_per_conn",
+        "shim_heap_per_conn", "shim_allocs_per_conn", "allocs_per_conn",
+        "held", "rss_before", "rss_with_idle", "live_blocks_per_conn")
+
+
+def summarize(rows, servers, scenarios):
+    """{scenario: {server: cell}}; a cell has status ok|invalid|n/a, runs,
+    valid_runs, problems, notes and {key: {median, min, max}}."""
+    out = {}
+    for sc in scenarios:
+        out[sc] = {}
+        for name in servers:
+            mine = [r for r in rows if r["scenario"] == sc and r["server"] == name]
+            ok = [r for r in mine if r["status"] == "ok"]
+            cell = {"runs": len(mine), "valid_runs": len(ok), "values": {}}
+            if not mine:
+                cell["status"] = "not run"
+            elif ok:
+                cell["status"] = "ok"
+            elif all(r["status"] == "n/a" for r in mine):
+                cell["status"] = "n/a"
+            else:
+                cell["status"] = "invalid"
+            probs, notes = [], []
+            for r in mine:
+                for p in r.get("problems", []):
+                    p = _tidy(p)
+                    if p not in probs:
+                        probs.append(p)
+                for p in r.get("notes", []):
+                    p = _tidy(p)
+                    if p not in notes:
+                        notes.append(p)
+            cell["problems"], cell["notes"] = probs, notes
+            for k in KEYS:
+                xs = [r[k] for r in ok if r.get(k) is not None]
+                if xs:
+                    cell["values"][k] = {"median": statistics.median(xs),
+                                         "min": min(xs), "max": max(xs)}
+            out[sc][name] = cell
+    return out
+
+
+def _tidy(msg):
+    """One line, ports hidden (so that rounds' messages merge)."""
+    msg = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", msg)
+    return " ".join(msg.split())
+
+
+def val(cell, key, which="median"):
+    if cell is None or cell.get("status") != "ok":
+        return None
+    v = cell["values"].get(key)
+    return v[which] if v else None
+
+
+# ---------------------------------------------------------------------------
+# formatting
+
+def fmt_value(v, spec):
+    if v is None:
+        return "n/a"
+    if spec == "bytes":
+        return common.human_bytes(v)
+    if spec == "bytes0":
+        return "{:,.0f} B".format(v)
+    return format(v, spec)
+
+
+def fmt_cell(cell, key, spec, rng=True):
+    st = cell.get("status") if cell else "not run"
+    if st == "n/a":
+        return "n/a"
+    if st == "invalid":
+        return "**invalid**"
+    if st == "not run":
+        return "-"
+    v = cell["values"].get(key)
+    if v is None:
+        return "n/a"
+    s = fmt_value(v["median"], spec)
+    lo, hi = fmt_value(v["min"], spec), fmt_value(v["max"], spec)
+    if rng and cell["valid_runs"] > 1 and lo != hi:
+        s += " (%s–%s)" % (lo, hi)
+    return s
+
+
+def table(header, rows, align=None):
+    align = align or (["---"] + ["---:"] * (len(header) - 1))
+    L = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for r in rows:
+        L.append("| " + " | ".join(r) + " |")
+    return L
+
+
+# ---------------------------------------------------------------------------
+# targets (shared/design/performance.md, "Targets")
+
+PEERS = ("nginx", "h2o", "libh2o", "mhd", "civetweb")
+
+
+def targets(summary, servers, rate=None):
+    """[(target text, measured text, verdict)]"""
+    T = []
+
+    def cell(sc, name):
+        return summary.get(sc, {}).get(name)
+
+    def verdict(ok):
+        return "n/a" if ok is None else ("PASS" if ok else "FAIL")
+
+    peers = [p for p in PEERS if p in servers]
+    if "h1-get" in summary and "tern" in servers:
+        t = val(cell("h1-get", "tern"), "cpu_us_per_req")
+        f = val(cell("h1-get", "floor"), "cpu_us_per_req")
+        if "floor" in servers:
+            r = t / f if t and f else None
+            T.append(("h1-get: tern server CPU/request <= 1.15 x floor",
+                      "%.2f x" % r if r else "n/a",
+                      verdict(None if r is None else r <= 1.15)))
+        if peers:
+            pv = {p: val(cell("h1-get", p), "cpu_us_per_req") for p in peers}
+            known = {p: v for p, v in pv.items() if v}
+            if t and known:
+                best = min(known, key=known.get)
+                ok = all(t < v for v in known.values())
+                T.append(("h1-get: tern server CPU/request below every peer",
+                          "tern %.2f µs, best peer %s %.2f µs%s" % (
+                              t, best, known[best],
+                              "" if len(known) == len(pv) else
+                              " (no figure for %s)" % ", ".join(
+                                  p for p in pv if p not in known)),
+                          verdict(ok)))
+    if "h1-pipelined" in summary and "tern" in servers:
+        t = val(cell("h1-pipelined", "tern"), "rate")
+        if peers:
+            known = {p: val(cell("h1-pipelined", p), "rate") for p in peers}
+            known = {p: v for p, v in known.items() if v}
+            if t and known:
+                best = max(known, key=known.get)
+                r = t / known[best]
+                T.append(("h1-pipelined: tern req/s >= 5 x the best peer",
+                          "%.2f x %s" % (r, best), verdict(r >= 5)))
+        if "floor" in servers:
+            f = val(cell("h1-pipelined", "floor"), "rate")
+            r = t / f if t and f else None
+            T.append(("h1-pipelined: tern req/s >= 0.6 x floor",
+                      "%.2f x" % r if r else "n/a",
+                      verdict(None if r is None else r >= 0.6)))
+    if "tern" in servers:
+        for sc in ("h1-get", "h1-pipelined", "app-routed"):
+            if sc not in summary:
+                continue
+            c = cell(sc, "tern")
+            own = val(c, "allocs_per_req")
+            shim = val(c, "shim_allocs_per_req")
+            v = own if own is not None else shim
+            T.append(("%s: 0 heap allocations per keep-alive request (tern)" % sc,
+                      "n/a" if v is None else "%.4f /req (/stats %s, shim %s)" % (
+                          v, fmt_value(own, ".4f"), fmt_value(shim, ".4f")),
+                      verdict(None if v is None else v < 0.01)))
+        if "idle-conns" in summary:
+            c = cell("idle-conns", "tern")
+            h = val(c, "heap_per_conn")
+            if h is None:
+                h = val(c, "shim_heap_per_conn")
+            T.append(("idle-conns: under 1 KiB of heap per idle connection (tern)",
+                      "n/a" if h is None else "%.0f B heap allocated per conn "
+                      "(%s blocks still live), RSS %s B per conn" % (
+                          h, fmt_value(val(c, "live_blocks_per_conn"), ".2f"),
+                          fmt_value(val(c, "rss_per_conn"), ",.0f")),
+                      verdict(None if h is None else h < 1024)))
+    return T
+
+
+NOT_YET = [
+    "h2-get >= 1.2 x h2o; h3-get >= 1.5 x gtlsserver; ws-echo >= 2 x "
+    "libwebsockets; under 256 B/request on HTTP/2 and 512 on HTTP/3; "
+    "h2-upload over 1 GiB/s; req/s linear in workers: not measured yet "
+    "(HTTP/1.1 only so far)",
+]
