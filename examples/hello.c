@@ -3,6 +3,8 @@
  *   GET  /              200 "Hello, World!" (text/plain)
  *   POST /echo          the request body, streamed back (any size)
  *   POST /collect       the request body, collected first (--max-body)
+ *   POST /upload        reads the body to its end (streamed, any size) and
+ *                       answers its length in bytes, as text
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
@@ -172,6 +174,42 @@ static void collect(tern_request *r, void *user) {
   const char *body = tern_request_body(r, &len);
   (void)user;
   tern_respond(r, 200, text_plain, 1, body, len);
+}
+
+/* Upload sink: the body is read as fast as it comes and dropped; the
+ * benchmarks' upload scenarios measure exactly this. */
+static void upload_body(tern_request *r, int event, const char *data,
+                        size_t len, void *user) {
+  uint64_t *total = tern_request_data(r);
+  char line[32];
+  int n;
+  (void)data;
+  (void)user;
+  if (event == TERN_BODY_DATA) {
+    *total += len;
+    return;
+  }
+  if (event == TERN_BODY_END) {
+    n = snprintf(line, sizeof(line), "%llu", (unsigned long long)*total);
+    tern_respond(r, 200, text_plain, 1, line, (size_t)n);
+  } else {
+    tern_respond(r, 400, NULL, 0, NULL, 0);
+  }
+  free(total);
+}
+
+static void upload(tern_request *r, void *user) {
+  uint64_t *total = calloc(1, sizeof(*total));
+  (void)user;
+  if (total == NULL) {
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  tern_request_set_data(r, total);
+  if (tern_request_read(r, upload_body, NULL) != 0) {
+    free(total);
+    tern_respond(r, 500, NULL, 0, NULL, 0);
+  }
 }
 
 static void stream(tern_request *r, void *user) {
@@ -398,6 +436,7 @@ int main(int argc, char **argv) {
   blocking_opts.flags = TERN_ROUTE_BLOCKING;
   tern_route(server, "GET", "/", hello, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
+  tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);
   tern_route(server, "POST", "/collect", collect, NULL);
   tern_route(server, "GET", "/stream", stream, NULL);
   tern_route(server, "GET", "/big", big_body, NULL);

@@ -80,6 +80,17 @@ void tern__log(tern_server *srv, int level, const char *fmt, ...)
 #endif
     ;
 
+/* ---- Text (lib/core/text.c) --------------------------------------- */
+
+/* ASCII case-insensitive equality of n bytes. */
+int tern__ieq(const char *a, const char *b, size_t n);
+/* a[0..n) equals the lower-case C string `lower`, ignoring case. */
+int tern__ieq_lit(const char *a, size_t n, const char *lower);
+/* Decimal / lower-case hex digits of v into buf (20 bytes suffice); returns
+ * how many. */
+size_t tern__fmt_u64(char *buf, uint64_t v);
+size_t tern__fmt_hex(char *buf, uint64_t v);
+
 /* ---- Fixed-size object pools (per worker, no locks) -------------- */
 
 typedef struct {

@@ -103,20 +103,6 @@ int tern_request_protocol(const tern_request *r) {
   return r->protocol;
 }
 
-static int ieq(const char *a, const char *b, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) {
-    unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
-    if ((unsigned)(x - 'A') < 26u)
-      x |= 0x20;
-    if ((unsigned)(y - 'A') < 26u)
-      y |= 0x20;
-    if (x != y)
-      return 0;
-  }
-  return 1;
-}
-
 const char *tern_request_param(const tern_request *r, const char *name,
                                size_t name_len, size_t *len) {
   size_t i;
@@ -136,7 +122,7 @@ const char *tern_request_header(const tern_request *r, const char *name,
   size_t i;
   for (i = 0; i < r->nheaders; i++) {
     const tern_header *h = &r->headers[i];
-    if (h->name_len == name_len && ieq(h->name, name, name_len)) {
+    if (h->name_len == name_len && tern__ieq(h->name, name, name_len)) {
       if (len != NULL)
         *len = h->value_len;
       return h->value;

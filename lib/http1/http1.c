@@ -115,47 +115,6 @@ static void advance(tern__conn *c) {
 
 /* ---- Responses ------------------------------------------------------ */
 
-static int ieq(const char *a, size_t n, const char *lower) {
-  size_t i;
-  if (strlen(lower) != n)
-    return 0;
-  for (i = 0; i < n; i++) {
-    unsigned char x = (unsigned char)a[i];
-    if ((unsigned)(x - 'A') < 26u)
-      x |= 0x20;
-    if (x != (unsigned char)lower[i])
-      return 0;
-  }
-  return 1;
-}
-
-/* Decimal digits of v into buf (at least 20 bytes); returns the length.
- * snprintf was a tenth of the time of a pipelined request. */
-static size_t fmt_u64(char *buf, uint64_t v) {
-  char tmp[20];
-  size_t n = 0, i;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (i = 0; i < n; i++)
-    buf[i] = tmp[n - 1 - i];
-  return n;
-}
-
-static size_t fmt_hex(char *buf, uint64_t v) {
-  static const char digits[] = "0123456789abcdef";
-  char tmp[16];
-  size_t n = 0, i;
-  do {
-    tmp[n++] = digits[v & 15];
-    v >>= 4;
-  } while (v != 0);
-  for (i = 0; i < n; i++)
-    buf[i] = tmp[n - 1 - i];
-  return n;
-}
-
 /* The bytes fields take on the wire. They were validated by the caller
  * (response.c) before anything was queued. */
 static size_t fields_size(const tern_header *h, size_t n) {
@@ -169,13 +128,13 @@ static size_t fields_size(const tern_header *h, size_t n) {
 static int managed_field(const tern_header *h) {
   switch (h->name_len) {
   case 4:
-    return ieq(h->name, 4, "date");
+    return tern__ieq_lit(h->name, 4, "date");
   case 10:
-    return ieq(h->name, 10, "connection");
+    return tern__ieq_lit(h->name, 10, "connection");
   case 14:
-    return ieq(h->name, 14, "content-length");
+    return tern__ieq_lit(h->name, 14, "content-length");
   case 17:
-    return ieq(h->name, 17, "transfer-encoding");
+    return tern__ieq_lit(h->name, 17, "transfer-encoding");
   default:
     return 0;
   }
@@ -266,7 +225,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
     o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
   } else if (cl >= 0 && !no_length) {
     o = PUT_LIT(o, "Content-Length: ");
-    o += fmt_u64(o, (uint64_t)cl);
+    o += tern__fmt_u64(o, (uint64_t)cl);
     o = PUT_LIT(o, "\r\n");
   }
   if (r->flags & TERN__RQ_CLOSE)
@@ -298,7 +257,7 @@ static int h1_write(tern_request *r, const void *p, size_t len, int copy,
     len = 0; /* HEAD: the length was announced, the bytes are not sent */
   if (len > 0 && (r->flags & TERN__RQ_CHUNKED)) {
     char line[24];
-    size_t n = fmt_hex(line, len);
+    size_t n = tern__fmt_hex(line, len);
     line[n++] = '\r';
     line[n++] = '\n';
     rc = tern__outq_copy(w, q, line, n);
@@ -578,7 +537,7 @@ static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
   size_t i;
   for (i = 0; i < r->nheaders; i++) {
     const tern_header *f = &r->headers[i];
-    if (ieq(f->name, f->name_len, "connection") &&
+    if (tern__ieq_lit(f->name, f->name_len, "connection") &&
         tern__h1_has_token(f->value, f->value_len, tok, n))
       return 1;
   }
@@ -603,7 +562,7 @@ static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
     return 0;
   for (i = 0; i < r->nheaders; i++) {
     const tern_header *f = &r->headers[i];
-    if (ieq(f->name, f->name_len, "http2-settings")) {
+    if (tern__ieq_lit(f->name, f->name_len, "http2-settings")) {
       if (settings != NULL)
         return 0; /* exactly one (RFC 7540 3.2.1) */
       settings = f->value;

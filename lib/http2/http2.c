@@ -194,32 +194,6 @@ static int lit_eq(const uint8_t *p, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(p, lit, n) == 0;
 }
 
-static int ieq(const char *a, size_t n, const char *lower) {
-  size_t i;
-  if (strlen(lower) != n)
-    return 0;
-  for (i = 0; i < n; i++) {
-    unsigned char x = (unsigned char)a[i];
-    if ((unsigned)(x - 'A') < 26u)
-      x |= 0x20;
-    if (x != (unsigned char)lower[i])
-      return 0;
-  }
-  return 1;
-}
-
-static size_t fmt_u64(char *buf, uint64_t v) {
-  char tmp[20];
-  size_t n = 0, i;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (i = 0; i < n; i++)
-    buf[i] = tmp[n - 1 - i];
-  return n;
-}
-
 /* Ask for frames to be pulled: at the end of the current on_read, or in a
  * pass of on_read that the check phase runs. */
 static void schedule(h2_conn *h) {
@@ -1326,19 +1300,20 @@ static void h2_on_close(tern__conn *c) {
 static int dropped_field(const tern_header *f) {
   switch (f->name_len) {
   case 2:
-    return ieq(f->name, 2, "te");
+    return tern__ieq_lit(f->name, 2, "te");
   case 4:
-    return ieq(f->name, 4, "date");
+    return tern__ieq_lit(f->name, 4, "date");
   case 7:
-    return ieq(f->name, 7, "upgrade");
+    return tern__ieq_lit(f->name, 7, "upgrade");
   case 10:
-    return ieq(f->name, 10, "connection") || ieq(f->name, 10, "keep-alive");
+    return tern__ieq_lit(f->name, 10, "connection") ||
+           tern__ieq_lit(f->name, 10, "keep-alive");
   case 14:
-    return ieq(f->name, 14, "content-length");
+    return tern__ieq_lit(f->name, 14, "content-length");
   case 16:
-    return ieq(f->name, 16, "proxy-connection");
+    return tern__ieq_lit(f->name, 16, "proxy-connection");
   case 17:
-    return ieq(f->name, 17, "transfer-encoding");
+    return tern__ieq_lit(f->name, 17, "transfer-encoding");
   default:
     return 0;
   }
@@ -1441,7 +1416,7 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
     nv[k].name = (uint8_t *)"content-length";
     nv[k].namelen = 14;
     nv[k].value = (uint8_t *)len;
-    nv[k].valuelen = fmt_u64(len, (uint64_t)cl);
+    nv[k].valuelen = tern__fmt_u64(len, (uint64_t)cl);
     nv[k++].flags = NGHTTP2_NV_FLAG_NONE;
   }
   prd.source.ptr = s;

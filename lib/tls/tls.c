@@ -210,7 +210,6 @@ int tern_tls_add_cert_mem(tern_tls *t, const char *cert_pem, size_t cert_len,
  * "*." wildcards matching exactly one label? */
 static int name_matches(const unsigned char *pat, size_t plen,
                         const unsigned char *host, size_t hlen) {
-  size_t i;
   if (plen > 2 && pat[0] == '*' && pat[1] == '.') {
     const unsigned char *dot = memchr(host, '.', hlen);
     if (dot == NULL || dot == host)
@@ -220,18 +219,7 @@ static int name_matches(const unsigned char *pat, size_t plen,
     pat++;
     plen--;
   }
-  if (plen != hlen)
-    return 0;
-  for (i = 0; i < plen; i++) {
-    unsigned char a = pat[i], b = host[i];
-    if ((unsigned)(a - 'A') < 26u)
-      a |= 0x20;
-    if ((unsigned)(b - 'A') < 26u)
-      b |= 0x20;
-    if (a != b)
-      return 0;
-  }
-  return 1;
+  return plen == hlen && tern__ieq((const char *)pat, (const char *)host, plen);
 }
 
 static int cert_names(const mbedtls_x509_crt *crt, const unsigned char *host,

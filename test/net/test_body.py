@@ -34,6 +34,22 @@ def wait_readable(sock, timeout):
 # ---- 100-continue -----------------------------------------------------------
 
 @case
+def upload_sink_counts_bytes():
+    # hello's /upload reads a streamed body to its end and answers its
+    # length: the benchmarks' upload scenarios rely on it.
+    with Conn(srv.port) as c:
+        body = b"u" * (1 << 20) + b"tail"
+        r = c.request("POST", "/upload", {"Content-Length": str(len(body))},
+                      body)
+        eq((r.status, r.body), (200, str(len(body)).encode()), "length")
+        r = c.request("POST", "/upload", {"Transfer-Encoding": "chunked"},
+                      chunked([b"ab", b"cde", b""]))
+        eq((r.status, r.body), (200, b"5"), "chunked length")
+        r = c.request("POST", "/upload", {"Content-Length": "0"})
+        eq((r.status, r.body), (200, b"0"), "empty body")
+
+
+@case
 def expect100_echo():
     # tern.h: tern_request_read() sends "100 Continue" to a client waiting
     # for it. /echo calls it at once, so the interim response must arrive

@@ -1,0 +1,44 @@
+/* Small text helpers the adapters share: ASCII case folding for header
+ * names and integer formatting without the cost of snprintf (which was a
+ * tenth of the time of a pipelined request). */
+#include <string.h>
+
+#include "internal.h"
+
+static unsigned char fold(unsigned char c) {
+  return (unsigned)(c - 'A') < 26u ? (unsigned char)(c | 0x20) : c;
+}
+
+int tern__ieq(const char *a, const char *b, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (fold((unsigned char)a[i]) != fold((unsigned char)b[i]))
+      return 0;
+  return 1;
+}
+
+int tern__ieq_lit(const char *a, size_t n, const char *lower) {
+  return strlen(lower) == n && tern__ieq(a, lower, n);
+}
+
+/* Digits are produced backwards into a scratch buffer, then copied. */
+static size_t fmt_base(char *buf, uint64_t v, unsigned base) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[20];
+  size_t n = 0, i;
+  do {
+    tmp[n++] = digits[v % base];
+    v /= base;
+  } while (v != 0);
+  for (i = 0; i < n; i++)
+    buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t tern__fmt_u64(char *buf, uint64_t v) {
+  return fmt_base(buf, v, 10);
+}
+
+size_t tern__fmt_hex(char *buf, uint64_t v) {
+  return fmt_base(buf, v, 16);
+}
