@@ -108,7 +108,9 @@ typedef struct {
   uint32_t head_timeout_ms;  /* a whole head must arrive (10000) */
   uint32_t idle_timeout_ms;  /* keep-alive idle (60000) */
   uint32_t body_timeout_ms;  /* between body reads (30000) */
-  uint32_t max_connections;  /* per worker; beyond: closed (10000) */
+  uint32_t max_connections;  /* per worker; beyond: closed (10000);
+                              lowered to fit RLIMIT_NOFILE, whose soft
+                              limit tern_run raises to the hard one */
   uint32_t max_pipeline;     /* requests in flight per conn (32) */
   int tcp_nodelay;           /* 1 = set TCP_NODELAY (default 1) */
   uint32_t read_buffer_size; /* per connection while busy (16384) */

@@ -407,6 +407,8 @@ struct tern__worker {
   char date[40];
   size_t date_len;
   time_t date_sec;
+  uint32_t max_conns;     /* max_connections, fitted to the fd limit */
+  uint64_t accept_warned; /* loop time of the last accept warning */
 
   tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool, seg_pool;
   char *scratch; /* one TLS record's worth, for gathering */

@@ -55,7 +55,12 @@ void tern__worker_accept(uv_stream_t *l, int status) {
   tern__conn *c;
 
   if (status < 0) {
-    tern__log(srv, TERN_LOG_WARN, "accept: %s", uv_strerror(status));
+    /* Out of descriptors the listener stays readable and this runs again
+     * at once: say so at most once a second, not once per attempt. */
+    if (uv_now(w->loop) - w->accept_warned >= 1000 || w->accept_warned == 0) {
+      w->accept_warned = uv_now(w->loop);
+      tern__log(srv, TERN_LOG_WARN, "accept: %s", uv_strerror(status));
+    }
     return;
   }
   c = tern__pool_get(w, &w->conn_pool);
@@ -69,7 +74,7 @@ void tern__worker_accept(uv_stream_t *l, int status) {
   c->tcp.data = c;
   if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || w->stopping ||
       atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
-          srv->s.max_connections) {
+          w->max_conns) {
     uv_close((uv_handle_t *)&c->tcp, on_rejected_closed);
     return;
   }

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -376,8 +377,37 @@ int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
 
 /* ---- Run, attach, stop ------------------------------------------- */
 
+/* Connections beyond the descriptors the process may open would make
+ * accept fail over and over (EMFILE) instead of being refused cleanly:
+ * raise the soft limit to the hard one, then fit max_connections into it,
+ * keeping some descriptors for the embedding program. */
+static uint32_t fit_connections(tern_server *srv) {
+  struct rlimit rl;
+  uint64_t fit;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return srv->s.max_connections;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur == RLIM_INFINITY)
+    return srv->s.max_connections;
+  fit = rl.rlim_cur > 128 ? (rl.rlim_cur - 64) / srv->nworkers : 16;
+  if (fit < srv->s.max_connections) {
+    tern__log(srv, TERN_LOG_INFO,
+              "max_connections %u per worker lowered to %llu to fit the "
+              "descriptor limit %llu",
+              srv->s.max_connections, (unsigned long long)fit,
+              (unsigned long long)rl.rlim_cur);
+    return (uint32_t)fit;
+  }
+  return srv->s.max_connections;
+}
+
 static int start_workers(tern_server *srv, uv_loop_t *loop) {
   struct sigaction sa;
+  uint32_t max_conns = fit_connections(srv);
   unsigned i;
   int rc;
 
@@ -391,6 +421,7 @@ static int start_workers(tern_server *srv, uv_loop_t *loop) {
   if (srv->naddrs == 0)
     return TERN_ESTATE;
   for (i = 0; i < srv->nworkers; i++) {
+    srv->workers[i].max_conns = max_conns;
     rc = tern__worker_init(&srv->workers[i], srv, i, loop);
     if (rc != 0) {
       tern__log(srv, TERN_LOG_ERROR, "worker %u: %s", i, tern_strerror(rc));

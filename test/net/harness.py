@@ -80,7 +80,9 @@ class ServerError(Exception):
 class Server:
     """A server binary in its own process (new session), on port 0."""
 
-    def __init__(self, name="hello", args=(), env=None, start_timeout=10.0):
+    def __init__(self, name="hello", args=(), env=None, start_timeout=10.0,
+                 prefix=()):
+        """`prefix`: a command to run the server under (e.g. prlimit)."""
         self.name = name
         self.args = list(args)
         self.port = None
@@ -89,7 +91,7 @@ class Server:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
-        cmd = [binary(name), "--port", "0"] + self.args
+        cmd = list(prefix) + [binary(name), "--port", "0"] + self.args
         self.cmd = cmd
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

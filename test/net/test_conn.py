@@ -7,6 +7,8 @@ import errno
 import os
 import selectors
 import signal
+import re
+import subprocess
 import socket
 import sys
 import threading
@@ -345,6 +347,36 @@ def closed_connections_end_at_the_client_fin():
                   "0.5 s after their clients closed"
                   % (stats_from(st)["active_connections"] - before))
             time.sleep(0.02)
+
+
+@case(timeout=40)
+def descriptor_limit_refuses_cleanly():
+    # More clients than file descriptors: tern fits max_connections to the
+    # limit and refuses the rest, instead of failing accept() in a loop
+    # (which burned a core and flooded the log).
+    s = Server("hello", ["--workers", "1"],
+               prefix=["prlimit", "--nofile=256:256"])
+    try:
+        idle = os.path.join(os.environ.get("TERN_BUILD", "build"), "perf",
+                            "load", "idle")
+        p = subprocess.run([idle, "--host", "127.0.0.1", "--port",
+                            str(s.port), "--connections", "400", "--hold",
+                            "2"], capture_output=True, timeout=30)
+        out = p.stdout.decode() + p.stderr.decode()
+        with open("/proc/%d/stat" % s.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        check(cpu < 1.0, "server used %.2f s of CPU while refusing" % cpu)
+        m = re.search(r"held (\d+) connections", out)
+        check(m is not None and 0 < int(m.group(1)) <= 192,
+              "connections held: %r" % out[-300:])
+        eq(s.stderr_text().count("too many open files"), 0,
+           "accept failures logged")
+        with Conn(s.port) as c:
+            check_hello = c.request("GET", "/")
+            eq(check_hello.body, HELLO_BODY, "served afterwards")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
 
 
 @case(timeout=30)
