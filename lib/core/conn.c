@@ -178,19 +178,28 @@ void tern__conn_process(tern__conn *c) {
     tern__conn_mark_dirty(c);
     return;
   }
-  if (c->tls != NULL) {
-    /* Plaintext first: the adapter may have made room since. */
-    int rc = tern__tls_decrypt(c);
-    if (rc == TERN_ECLOSED) {
-      c->flags |= TERN__C_EOF;
-    } else if (rc != 0) {
-      tern__conn_close(c);
-      return;
+  for (;;) {
+    size_t before = c->rpos, had = c->rlen;
+    if (c->tls != NULL) {
+      /* Plaintext first: the adapter may have made room since. */
+      int rc = tern__tls_decrypt(c);
+      if (rc == TERN_ECLOSED) {
+        c->flags |= TERN__C_EOF;
+      } else if (rc != 0) {
+        tern__conn_close(c);
+        return;
+      }
     }
+    c->flags |= TERN__C_IN_READ;
+    c->proto->on_read(c);
+    c->flags &= ~(unsigned)TERN__C_IN_READ;
+    /* TLS may hold more than the read buffer had room for: once the
+     * adapter has made room, decrypt again, or those bytes wait for socket
+     * input that a client blocked on flow control never sends. */
+    if (c->tls == NULL || (c->flags & (TERN__C_CLOSING | TERN__C_LINGER)) ||
+        !tern__tls_pending(c) || (c->rpos == before && c->rlen == had))
+      break;
   }
-  c->flags |= TERN__C_IN_READ;
-  c->proto->on_read(c);
-  c->flags &= ~(unsigned)TERN__C_IN_READ;
   if (!(c->flags & TERN__C_CLOSING)) {
     tern__conn_update_timer(c);
     tern__conn_mark_dirty(c);

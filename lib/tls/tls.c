@@ -535,6 +535,12 @@ tern__outq *tern__tls_wire(tern__conn *c) {
   return &c->tls->out;
 }
 
+int tern__tls_pending(tern__conn *c) {
+  tern__tls_conn *t = c->tls;
+  return t->hs_done && ((t->in != NULL && t->in_pos < t->in_len) ||
+                        mbedtls_ssl_get_bytes_avail(&t->ssl) > 0);
+}
+
 void tern__tls_received(tern__conn *c, size_t n) {
   tern__tls_conn *t = c->tls;
   if (t == NULL)

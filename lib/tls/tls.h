@@ -25,6 +25,8 @@ int tern__tls_decrypt(tern__conn *c);
  * of ciphertext to write; it stops at a bound so that a client that does
  * not read holds little memory. */
 tern__outq *tern__tls_encrypt(tern__conn *c, int *err);
+/* Does TLS hold input not yet decrypted (ciphertext or a record's rest)? */
+int tern__tls_pending(tern__conn *c);
 /* The ciphertext queue the socket writes from. */
 tern__outq *tern__tls_wire(tern__conn *c);
 /* `n` ciphertext bytes were read into the buffer tern__tls_read_buf gave;

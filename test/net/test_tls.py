@@ -128,6 +128,20 @@ def alpn_h2():
     eq(out.returncode, 0, "nghttp over TLS")
 
 
+@case(timeout=60)
+def h2_uploads_over_tls():
+    # Several 1 MiB uploads on one HTTP/2 connection over TLS: TLS can hold
+    # more plaintext than the read buffer takes, and it must be decrypted
+    # once the adapter has made room, or the upload stalls for good.
+    path = os.path.join(tmp, "1m.bin")
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    out = subprocess.run(["h2load", "-n", "6", "-c", "1", "-m", "2", "-d",
+                          path, "https://127.0.0.1:%d/upload" % srv.tls_port],
+                         capture_output=True, timeout=40).stdout.decode()
+    check("6 succeeded" in out and "6 2xx" in out, "h2load: %s" % out[-600:])
+
+
 @case
 def curl_https():
     out = subprocess.run(["curl", "-sk", "--http1.1", "-w", " %{http_version}",
