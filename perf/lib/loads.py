@@ -1,4 +1,5 @@
-"""Load generators: wrk (closed loop) and tern's own clients in
+"""Load generators: wrk (closed loop; over TLS with https://), h2load
+(HTTP/2 over TLS, closed loop) and tern's own clients in
 build/perf/load (h1rate: open model at a fixed rate, latency from the
 intended send time; churn: a new connection per request; idle: N idle
 keep-alive connections).  Each runner returns a normalized dict:
@@ -10,6 +11,9 @@ keep-alive connections).  Each runner returns a normalized dict:
 import json
 import os
 import re
+import signal
+import subprocess
+import threading
 
 from . import common
 from .common import BenchError
@@ -87,8 +91,8 @@ def parse_wrk(text):
 
 
 def run_wrk(args, workdir, port, duration, connections, path="/",
-            headers=(), script=None):
-    url = "http://127.0.0.1:%d%s" % (port, path)
+            headers=(), script=None, tls=False):
+    url = "%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)
     argv = ["taskset", "-c", str(args.client_cpu), args.wrk, "-t1",
             "-c%d" % connections, "-d%ds" % duration,
             "-s", wrk_script(workdir, script)]
@@ -205,3 +209,104 @@ def start_idle(args, workdir, port, connections, hold):
     with open(log_path, "wb") as lf:
         p = common.spawn(argv, stdout=lf)
     return p, argv, out, log_path
+
+
+# ---------------------------------------------------------------------------
+# h2load (nghttp2-client): HTTP/2 over TLS, ALPN h2
+
+def parse_h2load(text):
+    """h2load 1.52's summary: req/s, the request counts, the status codes,
+    the negotiated protocol and cipher."""
+    r = {"requests": None, "duration_s": None, "rate": None}
+    m = re.search(r"finished in ([\d.]+)(us|ms|s|m|h), ([\d.]+) req/s", text)
+    if m:
+        r["duration_s"] = float(m.group(1)) * UNIT[m.group(2)]
+        r["rate"] = float(m.group(3))
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, "
+                  r"(\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout",
+                  text)
+    if m:
+        for k, v in zip(("total", "started", "done", "succeeded", "failed",
+                         "errored", "timeout"), map(int, m.groups())):
+            r[k] = v
+        r["requests"] = r["succeeded"]
+    m = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx",
+                  text)
+    if m:
+        r["status"] = dict(zip(("2xx", "3xx", "4xx", "5xx"), map(int, m.groups())))
+    m = re.search(r"Application protocol: (\S+)", text)
+    r["alpn"] = m.group(1) if m else None
+    m = re.search(r"TLS Protocol: (\S+)", text)
+    r["tls_protocol"] = m.group(1) if m else None
+    m = re.search(r"Cipher: (\S+)", text)
+    r["cipher"] = m.group(1) if m else None
+    m = re.search(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)", text)
+    if m:
+        r["time_for_request"] = {"min": m.group(1), "max": m.group(2),
+                                 "mean": m.group(3)}
+    return r
+
+
+def run_h2load(args, workdir, port, duration, warmup, clients, streams,
+               path="/", headers=(), data=None, on_measure_start=None):
+    """h2load -c clients -m streams -D duration --warm-up-time=warmup.
+
+    The warm-up runs on the same connections; when h2load says the main
+    duration has started, on_measure_start() is called (the caller takes
+    its snapshots there), so the counters cover the measured window only.
+    Returns the normalized dict (errors = failed + errored + timeout,
+    non2xx = 3xx + 4xx + 5xx, and succeeded must equal 2xx)."""
+    url = "https://127.0.0.1:%d%s" % (port, path)
+    argv = ["taskset", "-c", str(args.client_cpu), args.h2load,
+            "-c", str(clients), "-m", str(streams), "-t", "1",
+            "-D", str(duration)]
+    if warmup > 0:
+        argv.append("--warm-up-time=%s" % warmup)
+    for h in headers:
+        argv += ["-H", h]
+    if data:
+        argv += ["-d", data]
+    argv.append(url)
+    if on_measure_start is not None and warmup <= 0:
+        on_measure_start()
+        on_measure_start = None
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    common.LIVE.append(p)
+    lines = []
+    timer = threading.Timer(duration + warmup + 60, lambda: common.stop_proc(
+        p, grace=1.0, sig=signal.SIGKILL))
+    timer.start()
+    started = False
+    try:
+        for raw in p.stdout:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            if not started and on_measure_start is not None and (
+                    "Main benchmark duration is started" in line or
+                    "Warm-up phase is over" in line):
+                started = True
+                on_measure_start(p.pid)
+        p.wait()
+    finally:
+        timer.cancel()
+        if p.poll() is None:
+            common.stop_proc(p, grace=1.0, sig=signal.SIGKILL)
+        if p in common.LIVE:
+            common.LIVE.remove(p)
+    text = "".join(lines)
+    if on_measure_start is not None and not started:
+        raise BenchError("h2load never said its warm-up was over (exit %s): %s"
+                         % (p.returncode, text[-300:]))
+    r = parse_h2load(text)
+    if r["rate"] is None or r.get("succeeded") is None:
+        raise BenchError("could not parse h2load's output (exit %s): %s" % (
+            p.returncode, text[-400:]))
+    st = r.get("status") or {}
+    r["errors"] = r["failed"] + r["errored"] + r["timeout"]
+    r["non2xx"] = st.get("3xx", 0) + st.get("4xx", 0) + st.get("5xx", 0)
+    r["socket_errors"] = {k: r[k] for k in ("failed", "errored", "timeout")}
+    r["latency_us"] = None
+    r.update({"tool": "h2load", "argv": argv, "raw": text,
+              "exit_status": p.returncode})
+    return r

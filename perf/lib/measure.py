@@ -17,8 +17,10 @@ import re
 import threading
 import time
 
-from . import common, h1client, loads, servers
+from . import common, h1client, loads, servers, tlsclient
 from .common import BenchError
+
+MIB = float(1 << 20)
 
 
 def _per(x, n):
@@ -76,6 +78,11 @@ def measure(args, workdir, name, sc, shim):
         row["problems"].append("%s cannot answer %s correctly (%s)" % (
             name, sc.name, spec.note))
         return row
+    why = servers.not_applicable(name, sc)
+    if why:
+        row["status"] = "n/a"
+        row["problems"].append(why)
+        return row
     why = servers.available(args, name)
     if why:
         row["status"] = "invalid"
@@ -85,11 +92,16 @@ def measure(args, workdir, name, sc, shim):
     try:
         srv = servers.start(name, args, workdir, args.server_cpu,
                             max_conns=sc.max_conns and args.idle_max_conns,
-                            shim=shim)
+                            shim=shim, tls=sc.tls)
         row["port"] = srv.port
+        if sc.tls:
+            row["tls_port"] = srv.tls_port
         row["server_argv"] = srv.argv
         try:
-            h1client.check(srv.port, sc.path, sc.headers, sc.body)
+            if sc.tls:
+                _check_tls(workdir, srv, sc, row)
+            else:
+                h1client.check(srv.port, sc.path, sc.headers, sc.body)
         except BenchError as e:
             raise BenchError("check failed: %s" % e)
         if sc.load == "idle":
@@ -169,11 +181,45 @@ class StallProbe:
         return len(stalled), len(both), t2 - t1
 
 
+def expected_body(name, sc):
+    """The exact body the check wants from server name."""
+    if sc.upload:
+        if servers.SERVERS[name].kind == "nghttpd":
+            return servers.NGHTTPD_FILES["upload"]
+        return str(sc.upload).encode()
+    return sc.body
+
+
+def _check_tls(workdir, srv, sc, row):
+    upload = tlsclient.upload_file(workdir, sc.upload) if sc.upload else None
+    kind = servers.SERVERS[srv.name].kind
+    res = tlsclient.curl_check(srv.tls_port, sc, expected_body(srv.name, sc),
+                               workdir, upload_path=upload)
+    row["check"] = res
+    row["tls"] = res["tls"]
+    if not res["content_type_ok"]:
+        if kind == "nghttpd":
+            row["notes"].append("content-type %r (nghttpd types files by "
+                                "extension; the body is exact)" % res["content_type"])
+        else:
+            raise BenchError("%s %s returned content-type %r" % (
+                sc.method, sc.path, res["content_type"]))
+    if sc.upload and kind == "nghttpd":
+        row["notes"].append("nghttpd answers the upload with a static file "
+                            "once the body has arrived (checked: curl sent "
+                            "all %d bytes first); it cannot count them" % sc.upload)
+
+
+def _port(srv, sc):
+    return srv.tls_port if sc.tls else srv.port
+
+
 def _run_load(args, workdir, srv, sc, duration, warmup_phase):
     if sc.load == "wrk":
         script = os.path.join(common.PERF_DIR, sc.script) if sc.script else None
-        return loads.run_wrk(args, workdir, srv.port, duration,
-                             sc.connections, sc.path, sc.headers, script)
+        return loads.run_wrk(args, workdir, _port(srv, sc), duration,
+                             sc.connections, sc.path, sc.headers, script,
+                             tls=sc.tls)
     if sc.load == "h1rate":
         return loads.run_h1rate(args, workdir, srv.port, duration, 0,
                                 args.rate, sc.connections, sc.path, sc.headers)
@@ -185,21 +231,42 @@ def _run_load(args, workdir, srv, sc, duration, warmup_phase):
 
 def _measure_load(args, workdir, srv, sc, row):
     is_tern = srv.name == "tern"
-    if args.warmup > 0:
+    h2 = sc.load == "h2load"
+    if args.warmup > 0 and not h2:
         _run_load(args, workdir, srv, sc, args.warmup, True)
-    st0, sh0 = _counters(srv, is_tern)
-    pids = srv.pids()
-    c0, t0, r0 = common.cpu_ticks(pids), time.monotonic(), os.times()
-    # (at a fixed rate, only when each connection is due often enough to
-    # make progress between the two looks)
-    probe = StallProbe(srv.port, args.duration).start() \
-        if args.duration >= 2 and (sc.load == "wrk" or (
-            sc.load == "h1rate" and args.rate / sc.connections
-            * args.duration * 0.5 >= 10)) else None
-    try:
-        res = _run_load(args, workdir, srv, sc, args.duration, False)
-    finally:
-        stall = probe.result() if probe else None
+    snap = {}
+
+    def take(client_pid=None):
+        # h2load warms up on its own connections and calls this when its
+        # main duration starts: the counters cover the measured window
+        snap["st0"], snap["sh0"] = _counters(srv, is_tern)
+        snap["pids"] = srv.pids()
+        snap["c0"] = common.cpu_ticks(snap["pids"])
+        snap["t0"] = time.monotonic()
+        snap["client0"] = (common.cpu_ticks([client_pid]) / common.CLK_TCK
+                           if client_pid else 0.0)
+
+    r0 = os.times()
+    if h2:
+        upload = tlsclient.upload_file(workdir, sc.upload) if sc.upload else None
+        res = loads.run_h2load(args, workdir, srv.tls_port, args.duration,
+                               args.warmup, sc.clients, sc.streams, sc.path,
+                               sc.headers, upload, on_measure_start=take)
+        stall = None
+    else:
+        take()
+        # (at a fixed rate, only when each connection is due often enough to
+        # make progress between the two looks)
+        probe = StallProbe(_port(srv, sc), args.duration).start() \
+            if args.duration >= 2 and (sc.load == "wrk" or (
+                sc.load == "h1rate" and args.rate / sc.connections
+                * args.duration * 0.5 >= 10)) else None
+        try:
+            res = _run_load(args, workdir, srv, sc, args.duration, False)
+        finally:
+            stall = probe.result() if probe else None
+    st0, sh0, pids, c0, t0 = (snap["st0"], snap["sh0"], snap["pids"],
+                              snap["c0"], snap["t0"])
     pids2 = srv.pids()
     c1, t1, r1 = common.cpu_ticks(set(pids) | set(pids2)), time.monotonic(), os.times()
     sh1 = srv.shim_snapshot() if srv.shim else None
@@ -226,17 +293,33 @@ def _measure_load(args, workdir, srv, sc, row):
     row["server_cpu_s"] = (c1 - c0) / common.CLK_TCK
     row["server_cpu_util"] = row["server_cpu_s"] / wall if wall else None
     ccpu = ((r1.children_user - r0.children_user)
-            + (r1.children_system - r0.children_system))
+            + (r1.children_system - r0.children_system)) - snap["client0"]
     row["client_cpu_s"] = round(ccpu, 3)
     row["client_cpu_util"] = ccpu / wall if wall else None
     row["cpu_us_per_req"] = _per(row["server_cpu_s"] * 1e6, n)
     row["peak_rss"] = common.hwm_bytes(srv.pids())
     row["server_processes"] = len(pids2)
     _alloc_fields(row, st0, st1, sh0, sh1, n)
-    if is_tern:
+    if is_tern and not sc.tls:
         row["notes"] += agreement(row)
+    elif is_tern and agreement(row):
+        # mbedTLS allocates with the C library (handshakes, record
+        # buffers): the shim sees it, tern's hook does not
+        row["notes"].append(
+            "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
+            "%.4g: the difference is mbedTLS's own allocations (the "
+            "handshakes in the window), outside tern's allocator hook" % (
+                row.get("shim_allocs_per_req") or 0,
+                row.get("shim_bytes_per_req") or 0,
+                row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
+    if h2:
+        _h2load_fields(row, res, sc)
     if not n:
-        row["problems"].append("no request completed")
+        row["problems"].append("no request completed" + (
+            " (h2load: %s started, %s done in the measured window; the "
+            "server answered nothing in %ss)" % (res.get("started"),
+                                                 res.get("done"), args.duration)
+            if h2 else ""))
     if row["errors"]:
         row["problems"].append("%d socket errors %s" % (
             row["errors"], res.get("socket_errors") or ""))
@@ -258,6 +341,38 @@ def _measure_load(args, workdir, srv, sc, row):
         row["problems"].append("%s exited %s" % (res["tool"], res["exit_status"]))
     if row["problems"]:
         row["status"] = "invalid"
+
+
+def _h2load_fields(row, res, sc):
+    for k in ("total", "started", "done", "succeeded", "failed", "errored",
+              "timeout", "status", "alpn", "tls_protocol", "cipher",
+              "time_for_request"):
+        row["h2load_" + k] = res.get(k)
+    if res.get("alpn") != "h2":
+        row["problems"].append("h2load negotiated %r, not h2" % res.get("alpn"))
+    st = res.get("status") or {}
+    if st.get("2xx") != res.get("succeeded"):
+        row["problems"].append("h2load: %s succeeded but %s 2xx" % (
+            res.get("succeeded"), st.get("2xx")))
+    if res.get("tls_protocol"):
+        row["tls"] = "%s %s" % (res["tls_protocol"], res.get("cipher"))
+    if sc.upload:
+        per = sc.upload / MIB  # MiB per request
+        if row.get("rate"):
+            row["mib_per_s"] = row["rate"] * per
+        n = row.get("requests") or 0
+        if n and row.get("server_cpu_s") is not None:
+            row["cpu_us_per_mib"] = row["server_cpu_s"] * 1e6 / (n * per)
+        for a, b in (("allocs_per_req", "allocs_per_mib"),
+                     ("bytes_per_req", "bytes_per_mib"),
+                     ("shim_allocs_per_req", "shim_allocs_per_mib"),
+                     ("shim_bytes_per_req", "shim_bytes_per_mib")):
+            if row.get(a) is not None:
+                row[b] = row[a] / per
+        if 0 < n < 20:
+            row["notes"].append("only %d uploads in the window: the one in "
+                                "flight at its end weighs on CPU and "
+                                "allocations per MiB" % n)
 
 
 def _measure_idle(args, workdir, srv, sc, row):

@@ -38,11 +38,69 @@ def title_of(sc, config):
                                      idle="{:,}".format(config["idle_conns"]))
 
 
+TLS_CAVEATS = [
+    "TLS scenarios: every server uses the same self-signed ECDSA P-256 "
+    "certificate, made by openssl at the start of the run. tern (mbedTLS "
+    "2.28) speaks TLS 1.2 only, and so does nginx 1.22 with its default "
+    "ssl_protocols; h2o and nghttpd (OpenSSL) negotiate TLS 1.3 with the "
+    "same clients, and the cipher the client and server settle on differs "
+    "too (AES-128-GCM or AES-256-GCM): the negotiated protocol and cipher "
+    "of each server are listed under the TLS tables. "
+    "Connections are made once per run (closed loop on kept-alive "
+    "connections), so the handshake weighs little; record encryption is on "
+    "every response.",
+    "h1-tls-get: wrk has no warm-up on its own connections (the warm-up is "
+    "a separate wrk run), so the measured window includes the 64 TLS "
+    "handshakes of the measured run's connections: their CPU and their "
+    "allocations (mbedTLS's bignum arithmetic allocates thousands of small "
+    "blocks per handshake, outside tern's allocator hook) are spread over "
+    "the window's requests; the longer --duration, the less they weigh. "
+    "h2load (h2-*) warms up on the connections it measures: no handshake "
+    "falls in its windows.",
+    "tern's own counters (/stats) do not see mbedTLS's record buffers (about "
+    "2 x 16.7 KiB per connection, allocated with the C library directly); "
+    "the shim does, so tern's /stats and shim figures may differ on TLS "
+    "rows by the connections' setup spread over the requests.",
+    "h2load (h2-*) is closed loop, 8 connections x 32 streams for the GETs; "
+    "its warm-up runs on the same connections and the server's counters "
+    "(CPU, allocations) are read when h2load starts its main duration and "
+    "after it ends. h2load reports no latency percentiles, so the HTTP/2 "
+    "tables have none.",
+    "Uploads (h2-upload, h2-upload-4): 16 MiB bodies; MiB/s = req/s x 16. "
+    "tern's and h2o's sinks answer the byte count they read (checked: "
+    "16777216); nginx reads the body into one 16 MiB memory buffer first "
+    "(echo module's echo_read_request_body: nginx's plain `return` would "
+    "discard the body and, on HTTP/2, answer before it had arrived), so "
+    "its allocations include that buffer; h2o 2.2.5 buffers the whole body "
+    "before its mruby handler runs; nghttpd reads and drops the body and "
+    "answers with a static file once it has all arrived (curl checks that "
+    "the whole body was sent before the answer). nghttpd runs with 8 MiB "
+    "stream / 16 MiB connection windows (-w 23 -W 24, tern's maxima) "
+    "instead of its 64 KiB defaults.",
+    "nghttpd serves files: GET / answers index.html (`Hello, World!`, "
+    "content-type text/html, not text/plain); its body is checked exactly.",
+]
+
+
 def caveats(env):
     out = list(CAVEATS)
     if not env["config"].get("shim"):
         out[2] = ("No allocation shim was found (build/perf/alloc): peers have "
                   "no allocation figures; tern's come from its own counters.")
+    scs = [REGISTRY[s] for s in env["config"].get("scenarios", []) if s in REGISTRY]
+    if any(s.tls for s in scs):
+        out.append(TLS_CAVEATS[0])
+    if any(s.tls and s.load == "wrk" for s in scs):
+        out.append(TLS_CAVEATS[1])
+    if any(s.tls for s in scs):
+        out.append(TLS_CAVEATS[2])
+    if any(s.load == "h2load" for s in scs):
+        out.append(TLS_CAVEATS[3])
+    if any(s.upload for s in scs):
+        out.append(TLS_CAVEATS[4])
+    if any(s.protocol == "h2" for s in scs) and \
+            "nghttpd" in env["config"].get("servers", []):
+        out.append(TLS_CAVEATS[5])
     return out
 
 
@@ -78,6 +136,9 @@ def _problems(summary, servers):
             c = summary[sc].get(name)
             if not c:
                 continue
+            if c["status"] == "n/a" and name in SERVERS and sc in REGISTRY and \
+                    REGISTRY[sc].protocol not in SERVERS[name].protocols:
+                continue  # said once per protocol table ("Not measured here")
             if c["status"] in ("invalid", "n/a") or (
                     c["status"] == "ok" and c["valid_runs"] < c["runs"]):
                 L.append("- %s, %s: %s%s" % (
@@ -177,11 +238,21 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
     by_proto = {}
     for sc in scs:
         by_proto.setdefault(REGISTRY[sc].protocol, []).append(sc)
+    all_servers = servers
     for proto, mine in by_proto.items():
+        # only the servers measured on this protocol (n/a everywhere: left out)
+        servers = [n for n in all_servers if any(
+            (summary[s].get(n) or {}).get("status") not in ("n/a", None)
+            for s in mine)] or all_servers
+        left_out = [n for n in all_servers if n not in servers]
         L.append("%s %s" % (heading, PROTOCOLS[proto]))
         L.append("")
+        if left_out:
+            L.append("Not measured here: %s." % "; ".join(
+                "%s (%s)" % (n, _why_na(summary, mine, n)) for n in left_out))
+            L.append("")
         main = [s for s in mine if REGISTRY[s].group == "main"
-                and REGISTRY[s].load in ("wrk", "churn")]
+                and REGISTRY[s].load in ("wrk", "churn", "h2load")]
         if main:
             L.append("Throughput, median (min–max) over the rounds; conn-churn "
                      "in connections/s:")
@@ -217,15 +288,27 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                 fmt_cell(summary[s].get(n), "peak_rss", "bytes", False) for s in main]
                 for n in servers])
             L.append("")
-            L.append("Closed-loop latency from wrk (p50 / p99 / p99.9, µs; "
-                     "queueing hidden by the closed loop):")
-            L.append("")
             wl = [s for s in main if REGISTRY[s].load == "wrk" and REGISTRY[s].latency]
-            L += table(["server"] + wl, [[n] + [
-                _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
-                      ("lat_p999", ",.0f")) for s in wl]
-                for n in servers])
-            L.append("")
+            if wl:
+                L.append("Closed-loop latency from wrk (p50 / p99 / p99.9, µs; "
+                         "queueing hidden by the closed loop):")
+                L.append("")
+                L += table(["server"] + wl, [[n] + [
+                    _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
+                          ("lat_p999", ",.0f")) for s in wl]
+                    for n in servers])
+                L.append("")
+            hl = [s for s in main if REGISTRY[s].load == "h2load"]
+            if hl and "tern" in servers:
+                L.append("Ratios of the medians, req/s (tern / h2o, tern / the "
+                         "best peer): " + "; ".join(
+                             "%s %s" % (s, _ratios(summary[s], servers, "rate"))
+                             for s in hl) + ".")
+                L.append("")
+        up = [s for s in mine if REGISTRY[s].group == "upload"]
+        if up:
+            L += _upload_tables(summary, servers, up)
+        L += _tls_lines(summary, servers, mine)
         if "h1-get-rate" in mine:
             L.append("Tail latency at a fixed rate (h1-get-rate: open model, "
                      "{:,} req/s over 64 connections, from the intended send "
@@ -295,6 +378,85 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
     return L
 
 
+def _why_na(summary, scs, name):
+    for s in scs:
+        c = summary[s].get(name) or {}
+        if c.get("problems"):
+            return c["problems"][0]
+    return "n/a"
+
+
+def _ratios(cells, servers, key, higher=True):
+    t = val(cells.get("tern"), key)
+    known = {n: val(cells.get(n), key) for n in servers if n != "tern"
+             and n != "floor"}
+    known = {n: v for n, v in known.items() if v}
+    out = []
+    h = known.get("h2o")
+    out.append("tern/h2o %s" % ("%.2f" % (t / h) if t and h else "n/a"))
+    if t and known:
+        best = (max if higher else min)(known, key=known.get)
+        out.append("tern/best peer (%s) %.2f" % (best, t / known[best]))
+    else:
+        out.append("tern/best peer n/a")
+    return ", ".join(out)
+
+
+def _upload_tables(summary, servers, up):
+    L = ["Uploads (16 MiB POST bodies read to the end, HTTP/2 over TLS): "
+         "MiB/s, median (min–max) over the rounds:", ""]
+    L += table(["server"] + up, [[n] + [
+        fmt_cell(summary[s].get(n), "mib_per_s", ",.0f") for s in up]
+        for n in servers])
+    L.append("")
+    if "tern" in servers:
+        L.append("Ratios of the medians, MiB/s: " + "; ".join(
+            "%s %s" % (s, _ratios(summary[s], servers, "mib_per_s")) for s in up) + ".")
+        L.append("")
+    L.append("Server CPU per MiB uploaded (µs):")
+    L.append("")
+    L += table(["server"] + up, [[n] + [
+        fmt_cell(summary[s].get(n), "cpu_us_per_mib", ",.0f") for s in up]
+        for n in servers])
+    L.append("")
+    L.append("Heap allocated per MiB uploaded, counted by the shim "
+             "(allocations / bytes):")
+    L.append("")
+    L += table(["server"] + up, [[n] + [
+        _pair(summary[s].get(n), ("shim_allocs_per_mib", ",.2f"),
+              ("shim_bytes_per_mib", ",.0f")) for s in up]
+        for n in servers])
+    if "tern" in servers:
+        L.append("")
+        L.append("tern's own counters (/stats) for the same windows: " + "; ".join(
+            "%s %s allocs, %s bytes per MiB" % (
+                s, fmt_value(val(summary[s].get("tern"), "allocs_per_mib"), ".2f"),
+                fmt_value(val(summary[s].get("tern"), "bytes_per_mib"), ",.0f"))
+            for s in up) + ".")
+    L.append("")
+    L.append("Peak server RSS (VmHWM):")
+    L.append("")
+    L += table(["server"] + up, [[n] + [
+        fmt_cell(summary[s].get(n), "peak_rss", "bytes", False) for s in up]
+        for n in servers])
+    L.append("")
+    return L
+
+
+def _tls_lines(summary, servers, scs):
+    seen = {}
+    for n in servers:
+        for s in scs:
+            for t in (summary[s].get(n) or {}).get("tls", []):
+                seen.setdefault(n, [])
+                if t not in seen[n]:
+                    seen[n].append(t)
+    if not seen:
+        return []
+    return ["TLS negotiated: " + "; ".join(
+        "%s %s" % (n, " / ".join(v)) for n, v in seen.items()) + ".", ""]
+
+
 def compare_markdown(env, summary, servers):
     c = env["config"]
     L = ["# perf compare", ""]
@@ -330,6 +492,9 @@ def short_reason(cell):
 def chart_for(env, sc, summary, servers):
     s = REGISTRY[sc]
     panels = []
+    # servers that do not speak the scenario's protocol get no line
+    servers = [n for n in servers if n not in SERVERS
+               or s.protocol in SERVERS[n].protocols] or servers
     for m in s.chart:
         entries = []
         for n in servers:

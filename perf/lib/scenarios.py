@@ -2,8 +2,9 @@
 
 A scenario names its protocol, its load, the request it sends and the exact
 answer expected, its headline metric, and the table group it belongs to.
-Only HTTP/1.1 scenarios exist now; h2-*, ws-echo and h3-* slot in by adding
-entries with a new protocol and a load kind that perf/lib/measure.py knows.
+HTTP/1.1 (cleartext and over TLS) and HTTP/2 over TLS exist now; ws-echo
+and h3-* slot in by adding entries with a new protocol and a load kind that
+perf/lib/measure.py knows.
 """
 
 HELLO = b"Hello, World!"
@@ -13,9 +14,41 @@ APP_BODY = b"orders 42 detail abc123"
 
 PROTOCOLS = {
     "h1": "HTTP/1.1 (cleartext)",
-    # "h1-tls": "HTTP/1.1 over TLS", "h2": "HTTP/2 over TLS",
+    "h1-tls": "HTTP/1.1 over TLS",
+    "h2": "HTTP/2 over TLS",
     # "ws": "WebSocket", "h3": "HTTP/3 over QUIC"   -- not measured yet
 }
+
+# The upload scenarios' body: 16 MiB, written once into the work directory.
+UPLOAD_BYTES = 16 << 20
+UPLOAD_PATH = "/upload"
+
+# A Chrome-like request head (h2-get-browser): 16 fields beside the
+# pseudo-headers, sec-ch-ua counted as four (sec-ch-ua, -mobile, -platform,
+# -full-version).
+BROWSER_HEAD = (
+    "user-agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, "
+    "like Gecko) Chrome/120.0.0.0 Safari/537.36",
+    "accept: text/html,application/xhtml+xml,application/xml;q=0.9,"
+    "image/avif,image/webp,image/apng,*/*;q=0.8,application/signed-exchange;"
+    "v=b3;q=0.7",
+    "accept-language: en-US,en;q=0.9,de;q=0.8",
+    "accept-encoding: gzip, deflate, br",
+    "cookie: session=7f3c9a1e5b2d4c6f8a0b1c2d3e4f5a6b; theme=dark; "
+    "_ga=GA1.1.1234567890.1700000000; consent=analytics%3Dno%26ads%3Dno",
+    "referer: https://127.0.0.1/index.html",
+    'sec-ch-ua: "Not_A Brand";v="8", "Chromium";v="120", "Google Chrome";v="120"',
+    "sec-ch-ua-mobile: ?0",
+    'sec-ch-ua-platform: "Linux"',
+    'sec-ch-ua-full-version: "120.0.6099.109"',
+    "sec-fetch-site: same-origin",
+    "sec-fetch-mode: navigate",
+    "sec-fetch-dest: document",
+    "upgrade-insecure-requests: 1",
+    "dnt: 1",
+    "cache-control: max-age=0",
+    "pragma: no-cache",
+)
 
 
 class Metric:
@@ -45,6 +78,16 @@ M = {
                                  "bytes", "lower", "bytes"),
     "rss_per_conn": Metric("rss_per_conn", "server RSS per idle connection",
                            "bytes", "lower", "bytes"),
+    "shim_bytes_per_req": Metric("shim_bytes_per_req",
+                                 "heap bytes allocated per request (shim)",
+                                 "bytes", "lower", ",.0f"),
+    "mib_per_s": Metric("mib_per_s", "upload throughput", "MiB/s", "higher",
+                        ",.0f"),
+    "cpu_us_per_mib": Metric("cpu_us_per_mib", "server CPU per MiB uploaded",
+                             "µs", "lower", ",.0f"),
+    "shim_bytes_per_mib": Metric("shim_bytes_per_mib",
+                                 "heap bytes allocated per MiB (shim)",
+                                 "bytes", "lower", ",.0f"),
 }
 
 
@@ -52,22 +95,28 @@ class Scenario:
     def __init__(self, name, protocol, load, title, path="/", headers=(),
                  body=HELLO, connections=64, script=None, group="main",
                  per="request", chart=(), max_conns=None, summary="",
-                 latency=True):
+                 latency=True, tls=False, clients=None, streams=None,
+                 upload=None, method="GET"):
         self.name = name
         self.protocol = protocol
-        self.load = load            # 'wrk' | 'h1rate' | 'churn' | 'idle'
+        self.load = load            # 'wrk' | 'h1rate' | 'churn' | 'idle' | 'h2load'
         self.title = title
         self.path = path
         self.headers = tuple(headers)
         self.body = body
         self.connections = connections
         self.script = script        # wrk Lua script, relative to perf/
-        self.group = group          # 'main' | 'sweep'
+        self.group = group          # 'main' | 'sweep' | 'upload'
         self.per = per              # 'request' | 'connection'
         self.chart = chart          # metrics drawn in its SVG, headline first
         self.max_conns = max_conns  # servers configured for this many
         self.summary = summary
         self.latency = latency      # False: the load's latency means nothing
+        self.tls = tls              # served on the server's TLS port
+        self.clients = clients      # h2load -c (connections)
+        self.streams = streams      # h2load -m (streams in flight per connection)
+        self.upload = upload        # request body size (POST), bytes
+        self.method = method
 
 
 REGISTRY = {}
@@ -115,6 +164,40 @@ for c in (1, 8, 32):
                      c, "" if c == 1 else "s", c),
                  connections=c, group="sweep",
                  chart=(M["rate"], M["cpu_us_per_req"])))
+
+# HTTP/1.1 over TLS and HTTP/2 over TLS (ALPN h2); the servers' TLS ports,
+# one self-signed ECDSA P-256 certificate made at the start of the run
+add(Scenario("h1-tls-get", "h1-tls", "wrk",
+             "GET / over TLS (HTTP/1.1), 64 connections, closed loop "
+             "(wrk -t1 -c64 https://)", tls=True,
+             chart=(M["cpu_us_per_req"], M["rate"], M["shim_allocs_per_req"]),
+             summary="h1-get over TLS: record encryption on every response."))
+add(Scenario("h2-get", "h2", "h2load",
+             "GET / over HTTP/2 + TLS, 8 connections x 32 streams, closed "
+             "loop (h2load -c8 -m32)", tls=True, clients=8, streams=32,
+             latency=False,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"],
+                    M["shim_bytes_per_req"]),
+             summary="Target: tern >= 1.2 x h2o; under 256 bytes allocated "
+                     "per request."))
+add(Scenario("h2-get-browser", "h2", "h2load",
+             "as h2-get with a 16-field Chrome-like request head "
+             "(h2load -c8 -m32 -H ...)", tls=True, clients=8, streams=32,
+             headers=BROWSER_HEAD, latency=False,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"],
+                    M["shim_bytes_per_req"]),
+             summary="HPACK and header handling with a realistic head."))
+for n in (1, 4):
+    add(Scenario("h2-upload" + ("" if n == 1 else "-%d" % n), "h2", "h2load",
+                 "POST %s, 16 MiB bodies read to the end, 1 connection x %d "
+                 "stream%s in flight (h2load -c1 -m%d -d FILE)" % (
+                     UPLOAD_PATH, n, "" if n == 1 else "s", n),
+                 tls=True, clients=1, streams=n, upload=UPLOAD_BYTES,
+                 method="POST", path=UPLOAD_PATH, group="upload",
+                 latency=False, body=None,
+                 chart=(M["mib_per_s"], M["cpu_us_per_mib"],
+                        M["shim_bytes_per_mib"]),
+                 summary="Target (h2-upload): over 1 GiB/s on loopback."))
 
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]

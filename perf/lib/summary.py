@@ -13,7 +13,9 @@ KEYS = ("rate", "requests", "errors", "non2xx", "server_cpu_s",
         "shim_bytes_per_req", "peak_rss", "lat_p50", "lat_p90", "lat_p99",
         "lat_p999", "lat_max", "rate_target", "rss_per_conn", "heap_per_conn",
         "shim_heap_per_conn", "shim_allocs_per_conn", "allocs_per_conn",
-        "held", "rss_before", "rss_with_idle", "live_blocks_per_conn")
+        "held", "rss_before", "rss_with_idle", "live_blocks_per_conn",
+        "mib_per_s", "cpu_us_per_mib", "allocs_per_mib", "bytes_per_mib",
+        "shim_allocs_per_mib", "shim_bytes_per_mib")
 
 
 def summarize(rows, servers, scenarios):
@@ -45,6 +47,9 @@ def summarize(rows, servers, scenarios):
                     if p not in notes:
                         notes.append(p)
             cell["problems"], cell["notes"] = probs, notes
+            tls = sorted({r["tls"] for r in ok if r.get("tls")})
+            if tls:
+                cell["tls"] = tls
             for k in KEYS:
                 xs = [r[k] for r in ok if r.get(k) is not None]
                 if xs:
@@ -109,7 +114,7 @@ def table(header, rows, align=None):
 # ---------------------------------------------------------------------------
 # targets (shared/design/performance.md, "Targets")
 
-PEERS = ("nginx", "h2o", "libh2o", "mhd", "civetweb")
+PEERS = ("nginx", "h2o", "libh2o", "mhd", "civetweb", "nghttpd")
 
 
 def targets(summary, servers, rate=None):
@@ -132,7 +137,8 @@ def targets(summary, servers, rate=None):
                       "%.2f x" % r if r else "n/a",
                       verdict(None if r is None else r <= 1.15)))
         if peers:
-            pv = {p: val(cell("h1-get", p), "cpu_us_per_req") for p in peers}
+            pv = {p: val(cell("h1-get", p), "cpu_us_per_req") for p in peers
+                  if (cell("h1-get", p) or {}).get("status") != "n/a"}
             known = {p: v for p, v in pv.items() if v}
             if t and known:
                 best = min(known, key=known.get)
@@ -183,12 +189,49 @@ def targets(summary, servers, rate=None):
                           h, fmt_value(val(c, "live_blocks_per_conn"), ".2f"),
                           fmt_value(val(c, "rss_per_conn"), ",.0f")),
                       verdict(None if h is None else h < 1024)))
+    if "tern" in servers:
+        T += h2_targets(summary, servers)
+    return T
+
+
+def h2_targets(summary, servers):
+    T = []
+
+    def verdict(ok):
+        return "n/a" if ok is None else ("PASS" if ok else "FAIL")
+
+    def cell(sc, name):
+        return summary.get(sc, {}).get(name)
+
+    if "h2-get" in summary and "h2o" in servers:
+        t = val(cell("h2-get", "tern"), "rate")
+        h = val(cell("h2-get", "h2o"), "rate")
+        r = t / h if t and h else None
+        T.append(("h2-get: tern req/s >= 1.2 x h2o",
+                  "%.2f x (tern %s, h2o %s req/s)" % (r, fmt_value(t, ",.0f"),
+                                                     fmt_value(h, ",.0f"))
+                  if r else "n/a", verdict(None if r is None else r >= 1.2)))
+    for sc in ("h2-get", "h2-get-browser"):
+        if sc not in summary:
+            continue
+        c = cell(sc, "tern")
+        own = val(c, "bytes_per_req")
+        shim = val(c, "shim_bytes_per_req")
+        v = own if own is not None else shim
+        T.append(("%s: under 256 bytes allocated per request (tern)" % sc,
+                  "n/a" if v is None else "%.0f B/req (/stats %s, shim %s)" % (
+                      v, fmt_value(own, ",.0f"), fmt_value(shim, ",.0f")),
+                  verdict(None if v is None else v < 256)))
+    if "h2-upload" in summary:
+        v = val(cell("h2-upload", "tern"), "mib_per_s")
+        T.append(("h2-upload: over 1 GiB/s on loopback (tern)",
+                  "n/a" if v is None else "%s MiB/s" % fmt_value(v, ",.0f"),
+                  verdict(None if v is None else v > 1024)))
     return T
 
 
 NOT_YET = [
-    "h2-get >= 1.2 x h2o; h3-get >= 1.5 x gtlsserver; ws-echo >= 2 x "
-    "libwebsockets; under 256 B/request on HTTP/2 and 512 on HTTP/3; "
-    "h2-upload over 1 GiB/s; req/s linear in workers: not measured yet "
-    "(HTTP/1.1 only so far)",
+    "h3-get >= 1.5 x gtlsserver; ws-echo >= 2 x libwebsockets; under 512 "
+    "B/request on HTTP/3; req/s linear in workers: not measured yet "
+    "(HTTP/1.1, HTTP/1.1 over TLS and HTTP/2 over TLS so far)",
 ]
