@@ -484,6 +484,58 @@ def slow_reader_small_windows():
     eq(out, b"x" * 1048576, "body")
 
 
+@case(timeout=60)
+def slow_handler_bounds_upload_memory():
+    # The growing-window test from the other side. A client that obeys
+    # flow control uploads 64 MiB to /echo but never opens its own window
+    # for the echo: the echo stalls, hello's handler pauses reading (it
+    # pauses past 1 MiB of unsent echo), and tern must stop crediting the
+    # upload. The client gets stuck long before 64 MiB and the server's
+    # memory stays bounded.
+    def go():
+        with H2(srv.port) as h:
+            h.send(headers(1, request_block(
+                "POST", "/echo", (("content-length", str(64 << 20)),)),
+                end_stream=False))
+            stream_win = conn_win = 65535
+            sent, total, stalled_since = 0, 64 << 20, None
+            while sent < total:
+                n = min(16384, stream_win, conn_win, total - sent)
+                if n > 0:
+                    h.send(frame(DATA, 0, 1, b"x" * n))
+                    sent += n
+                    stream_win -= n
+                    conn_win -= n
+                    stalled_since = None
+                    continue
+                if stalled_since is None:
+                    stalled_since = time.monotonic()
+                elif time.monotonic() - stalled_since > 2.0:
+                    break  # no window for 2 s: tern holds the upload back
+                try:
+                    f = h.read_frame(0.2)
+                except socket.timeout:
+                    continue
+                check(f is not None, "closed after %d bytes" % sent)
+                if f[0] == SETTINGS and not f[1] & ACK:
+                    for i in range(0, len(f[3]), 6):
+                        k, v = struct.unpack(">HI", f[3][i:i + 6])
+                        if k == S_INITIAL_WINDOW_SIZE:
+                            stream_win += v - 65535
+                    h.send(frame(SETTINGS, ACK, 0))
+                elif f[0] == WINDOW_UPDATE:
+                    inc = struct.unpack(">I", f[3])[0] & 0x7fffffff
+                    if f[2] == 0:
+                        conn_win += inc
+                    else:
+                        stream_win += inc
+                check(f[0] != RST_STREAM and f[0] != GOAWAY,
+                      "stream or connection ended: %r" % (f,))
+            suite.note("the upload stalled after %d KiB" % (sent >> 10))
+            check(sent < (16 << 20), "%d MiB were let in" % (sent >> 20))
+    attack(go, max_growth_kib=32 << 10)
+
+
 @case
 def deferred_and_blocking_concurrently():
     t0 = time.monotonic()
