@@ -245,6 +245,8 @@ struct tern_request {
 
 tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
+/* Append to a collected body within the route's limit: 0, 413 or 503. */
+int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */
 void tern__request_dispatch(tern_request *r);
 /* Is the calling thread the request's worker? */

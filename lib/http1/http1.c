@@ -361,7 +361,6 @@ static void body_complete(tern__conn *c, tern_request *r) {
 /* Deliver body bytes to a streaming handler or append them to the
  * collected body. Returns 0, or the status to reject the request with. */
 static int deliver(tern_request *r, const char *p, size_t n) {
-  tern_server *srv = r->w->srv;
   if (n == 0)
     return 0;
   if (r->flags & TERN__RQ_STREAM) {
@@ -369,24 +368,7 @@ static int deliver(tern_request *r, const char *p, size_t n) {
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
     return 0;
   }
-  if (r->body_len + n > r->route->max_body)
-    return 413;
-  if (r->body_len + n > r->body_cap) {
-    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
-    char *nb;
-    while (cap < r->body_len + n)
-      cap *= 2;
-    if (cap > r->route->max_body)
-      cap = r->route->max_body;
-    nb = tern__realloc(srv, r->body_buf, cap);
-    if (nb == NULL)
-      return 503;
-    r->body_buf = nb;
-    r->body_cap = cap;
-  }
-  memcpy(r->body_buf + r->body_len, p, n);
-  r->body_len += n;
-  return 0;
+  return tern__request_collect(r, p, n);
 }
 
 static int body_error(tern__conn *c, tern_request *r, int status) {

@@ -455,25 +455,7 @@ again:
 
 /* Append to a collected body. Returns 0 or the status to answer. */
 static int collect(tern_request *r, const uint8_t *p, size_t n) {
-  tern_server *srv = r->w->srv;
-  if (r->body_len + n > r->route->max_body)
-    return 413;
-  if (r->body_len + n > r->body_cap) {
-    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
-    char *nb;
-    while (cap < r->body_len + n)
-      cap *= 2;
-    if (cap > r->route->max_body)
-      cap = r->route->max_body;
-    nb = tern__realloc(srv, r->body_buf, cap);
-    if (nb == NULL)
-      return 503;
-    r->body_buf = nb;
-    r->body_cap = cap;
-  }
-  memcpy(r->body_buf + r->body_len, p, n);
-  r->body_len += n;
-  return 0;
+  return tern__request_collect(r, p, n);
 }
 
 /* tern answers the request itself (404, 413, 431, ...). */
