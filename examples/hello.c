@@ -13,6 +13,17 @@
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
  *   GET  /stats         the server's counters as JSON
+ *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
+ *                       extended CONNECT; permessage-deflate when
+ *                       offered; subprotocol "echo" when offered). Query
+ *                       knobs for the tests: stream=1 receives pieces and
+ *                       echoes them as fragments; max=N caps messages at N
+ *                       bytes; hw=N sets the send high-water mark (fail=1:
+ *                       refuse sends past it); deflate=0 declines
+ *                       compression; cmds=1 makes the text messages
+ *                       "close" (close 4000 "bye"), "ping" (a ping "hi")
+ *                       and "thread:TEXT" (TEXT echoed from another
+ *                       thread) commands
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -91,6 +102,20 @@ static long query_num(tern_request *r, const char *key) {
     size_t n = amp ? (size_t)(amp - q) : (size_t)(end - q);
     if (n > klen && memcmp(q, key, klen) == 0 && q[klen] == '=')
       return strtol(q + klen + 1, NULL, 10);
+    q = amp ? amp + 1 : end;
+  }
+  return 0;
+}
+
+/* Does the query hold the element `kv` ("key=value")? */
+static int query_has(tern_request *r, const char *kv) {
+  size_t qlen, n = strlen(kv);
+  const char *q = tern_request_query(r, &qlen), *end = q + qlen;
+  while (q != NULL && q < end) {
+    const char *amp = memchr(q, '&', (size_t)(end - q));
+    size_t len = amp ? (size_t)(amp - q) : (size_t)(end - q);
+    if (len == n && memcmp(q, kv, n) == 0)
+      return 1;
     q = amp ? amp + 1 : end;
   }
   return 0;
@@ -328,6 +353,93 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* ---- WebSocket echo ---------------------------------------------------- */
+
+enum { WS_STREAM = 1, WS_CMDS = 2 };
+
+typedef struct {
+  tern_ws *ws;
+  size_t len;
+  char text[];
+} ws_job;
+
+static void *ws_thread(void *arg) {
+  ws_job *j = arg;
+  tern_ws_send(j->ws, TERN_WS_TEXT, j->text, j->len);
+  tern_ws_unref(j->ws);
+  free(j);
+  return NULL;
+}
+
+static int ws_command(tern_ws *ws, const char *data, size_t len) {
+  pthread_t t;
+  ws_job *j;
+  if (len == 5 && memcmp(data, "close", 5) == 0) {
+    tern_ws_close(ws, 4000, "bye", 3);
+    return 1;
+  }
+  if (len == 4 && memcmp(data, "ping", 4) == 0) {
+    tern_ws_ping(ws, "hi", 2);
+    return 1;
+  }
+  if (len < 7 || memcmp(data, "thread:", 7) != 0)
+    return 0;
+  if ((j = malloc(sizeof(*j) + len - 7)) == NULL)
+    return 1;
+  j->ws = ws;
+  j->len = len - 7;
+  memcpy(j->text, data + 7, len - 7);
+  tern_ws_ref(ws); /* the thread may outlive the socket */
+  if (pthread_create(&t, NULL, ws_thread, j) != 0) {
+    tern_ws_unref(ws);
+    free(j);
+    return 1;
+  }
+  pthread_detach(t);
+  return 1;
+}
+
+static void ws_message(tern_ws *ws, int type, const char *data, size_t len,
+                       int fin, void *user) {
+  uintptr_t f = (uintptr_t)tern_ws_data(ws);
+  (void)user;
+  if ((f & WS_CMDS) && type == TERN_WS_TEXT && ws_command(ws, data, len))
+    return;
+  if (f & WS_STREAM)
+    tern_ws_send_fragment(ws, type, data, len, fin);
+  else
+    tern_ws_send(ws, type, data, len);
+}
+
+static void ws_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  tern_ws *ws;
+  uintptr_t f = 0;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_message = ws_message;
+  if (query_num(r, "stream") == 1) {
+    o.stream_messages = 1;
+    f |= WS_STREAM;
+  }
+  if (query_num(r, "cmds") == 1)
+    f |= WS_CMDS;
+  if (query_num(r, "max") > 0)
+    o.max_message_size = (uint64_t)query_num(r, "max");
+  if (query_num(r, "hw") > 0)
+    o.high_water = (size_t)query_num(r, "hw");
+  if (query_num(r, "fail") == 1)
+    o.on_full = TERN_WS_FAIL_SEND;
+  if (query_has(r, "deflate=0"))
+    o.deflate = 0;
+  if (tern_ws_protocol_offered(r, "echo", 4)) {
+    o.subprotocol = "echo";
+    o.subprotocol_len = 4;
+  }
+  if (tern_ws_accept(r, &o, NULL, &ws) == 0)
+    tern_ws_set_data(ws, (void *)f);
+}
+
 /* The routed tier of the benchmarks (app-routed): 50 routes with a path
  * parameter, the handler reading it and a header. */
 static const char *const resources[25] = {
@@ -444,6 +556,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
+  tern_route(server, "GET", "/ws", ws_route, NULL);
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;

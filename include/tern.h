@@ -53,17 +53,18 @@ TERN_EXTERN const char *tern_version(void);
 
 enum {
   TERN_OK = 0,
-  TERN_EINVAL = -1,     /* an argument is invalid */
-  TERN_ENOMEM = -2,     /* an allocation failed */
-  TERN_ESTATE = -3,     /* not allowed in the object's current state */
-  TERN_EEXIST = -4,     /* already exists (duplicate route) */
-  TERN_EADDRINUSE = -5, /* address already in use */
-  TERN_EADDR = -6,      /* address cannot be parsed or bound */
-  TERN_ECLOSED = -7,    /* the peer went away; the request is finished */
-  TERN_EIO = -8,        /* a system call failed (see the log) */
-  TERN_ETOOBIG = -9,    /* a limit was exceeded */
-  TERN_ENOTFOUND = -10, /* no such item (header, parameter) */
-  TERN_ETLS = -11,      /* a TLS certificate, key or handshake problem */
+  TERN_EINVAL = -1,      /* an argument is invalid */
+  TERN_ENOMEM = -2,      /* an allocation failed */
+  TERN_ESTATE = -3,      /* not allowed in the object's current state */
+  TERN_EEXIST = -4,      /* already exists (duplicate route) */
+  TERN_EADDRINUSE = -5,  /* address already in use */
+  TERN_EADDR = -6,       /* address cannot be parsed or bound */
+  TERN_ECLOSED = -7,     /* the peer went away; the request is finished */
+  TERN_EIO = -8,         /* a system call failed (see the log) */
+  TERN_ETOOBIG = -9,     /* a limit was exceeded */
+  TERN_ENOTFOUND = -10,  /* no such item (header, parameter) */
+  TERN_ETLS = -11,       /* a TLS certificate, key or handshake problem */
+  TERN_EHANDSHAKE = -12, /* not a valid WebSocket handshake (answered) */
 };
 
 /* A static, human-readable message for an error code; never NULL. */
@@ -439,6 +440,194 @@ TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
  * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */
 TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
+
+/* ---------------------------------------------------------------------
+ * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2)
+ *
+ * A route accepts WebSocket by calling tern_ws_accept() from its handler
+ * (on the owning worker; not from a TERN_ROUTE_BLOCKING route). Register
+ * the route for GET: an HTTP/2 extended CONNECT with :protocol websocket
+ * is routed as GET, so one route serves both carriers. tern validates the
+ * handshake, answers it (101 on HTTP/1.1, 200 on HTTP/2), negotiates
+ * permessage-deflate (RFC 7692) and from then on speaks frames: the
+ * callbacks below receive whole messages (or pieces, see
+ * stream_messages), and tern_ws_send() and friends send them.
+ *
+ * tern enforces the protocol: masked client frames, control frame rules,
+ * fragmentation order, UTF-8 in text messages and close reasons, close
+ * codes, the per-message size limit (close code 1009) and the inflated
+ * size of compressed messages. A violation is answered with a close frame
+ * carrying 1002, 1007 or 1009, after which the connection (HTTP/1.1) or
+ * stream (HTTP/2) ends; on_close reports that code. Pings are answered
+ * with pongs automatically; pongs are ignored.
+ *
+ * Threads: the callbacks run on the owning worker. tern_ws_send*,
+ * tern_ws_ping, tern_ws_close and tern_ws_broadcast may be called from any
+ * thread; from another thread the call is posted to the worker in order
+ * (its data copied first) and returns 0 unless the socket is known to be
+ * closed already.
+ *
+ * Lifetime: a tern_ws handle is valid from tern_ws_accept() until its
+ * on_close callback returns. tern_ws_ref() keeps the handle itself valid
+ * beyond that (calls then return TERN_ECLOSED) until the matching
+ * tern_ws_unref(): take a reference before handing the socket to another
+ * thread.
+ *
+ * Backpressure: tern_ws_buffered() tells how many bytes are queued for the
+ * client and not yet written. Past `high_water` bytes either reading
+ * pauses (TERN_WS_PAUSE_READING, the default: no more messages are read
+ * from this client until the queue drains below half the mark, so an echo
+ * or request/response protocol cannot grow memory without bound) or sends
+ * fail with TERN_ETOOBIG and queue nothing (TERN_WS_FAIL_SEND). on_drain
+ * runs once the queue drops below half the mark after either happened.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_ws tern_ws;
+
+/* Message types. */
+enum {
+  TERN_WS_TEXT = 1,   /* UTF-8 text */
+  TERN_WS_BINARY = 2, /* bytes */
+};
+
+/* What to do when more than high_water bytes are queued for sending. */
+enum {
+  TERN_WS_PAUSE_READING = 0, /* stop reading from the client */
+  TERN_WS_FAIL_SEND = 1,     /* refuse sends with TERN_ETOOBIG */
+};
+
+/* The socket is open: the handshake answer is queued and sending works.
+ * Runs inside tern_ws_accept(), before it returns. */
+typedef void (*tern_ws_open_fn)(tern_ws *ws, void *user);
+
+/* A message (type TERN_WS_TEXT or TERN_WS_BINARY). `data` is valid only
+ * during the call. Whole messages (the default) arrive in one call with
+ * fin = 1. With stream_messages set, a message arrives in pieces as its
+ * bytes come in; the last piece has fin = 1 (and may be empty). Text is
+ * validated as UTF-8 before it is delivered; a piece may end inside a
+ * multi-byte character when streaming. */
+typedef void (*tern_ws_message_fn)(tern_ws *ws, int type, const char *data,
+                                   size_t len, int fin, void *user);
+
+/* The socket closed: `code` is the client's close code (1005 when its
+ * close frame had none), the code tern sent for a protocol error (1002,
+ * 1007, 1009), 1001 for a server shutting down, or 1006 when the
+ * connection went away without a close handshake. `reason` is the close
+ * frame's reason (UTF-8, `len` bytes, valid during the call). Called
+ * exactly once; afterwards the handle is invalid (see tern_ws_ref). */
+typedef void (*tern_ws_close_fn)(tern_ws *ws, int code, const char *reason,
+                                 size_t len, void *user);
+
+/* The send queue dropped below half of high_water after it had been over
+ * it: reading has resumed (TERN_WS_PAUSE_READING) or sends succeed again
+ * (TERN_WS_FAIL_SEND). */
+typedef void (*tern_ws_drain_fn)(tern_ws *ws, void *user);
+
+#define TERN_WS_OPTIONS_VERSION 1
+
+/* Options for tern_ws_accept(). Initialise with tern_ws_options_init(). */
+typedef struct {
+  int version;                   /* TERN_WS_OPTIONS_VERSION */
+  tern_ws_open_fn on_open;       /* may be NULL */
+  tern_ws_message_fn on_message; /* may be NULL: messages are dropped */
+  tern_ws_close_fn on_close;     /* may be NULL */
+  tern_ws_drain_fn on_drain;     /* may be NULL */
+  uint64_t max_message_size;     /* per message, after inflation (16 MiB):
+                                    larger ones are closed with 1009 */
+  size_t high_water;             /* send queue mark in bytes (1 MiB) */
+  int on_full;                   /* TERN_WS_PAUSE_READING */
+  int stream_messages;           /* 1: deliver pieces as they arrive (0) */
+  int deflate;                   /* accept permessage-deflate (1) */
+  int deflate_window_bits;       /* 9-15 (15); memory: see docs/websocket.md */
+  int deflate_mem_level;         /* zlib memLevel 1-9 (8) */
+  uint32_t close_timeout_ms;     /* wait for the client's close (5000) */
+  /* Subprotocol to answer with (Sec-WebSocket-Protocol), or NULL. Pick it
+   * from the client's offers with tern_ws_protocol_offered(). */
+  const char *subprotocol;
+  size_t subprotocol_len;
+} tern_ws_options;
+
+/* Fill `o` with the defaults above. */
+TERN_EXTERN void tern_ws_options_init(tern_ws_options *o);
+
+/* Is `r` a WebSocket handshake (HTTP/1.1 Upgrade: websocket or an HTTP/2
+ * extended CONNECT)? Only looks; tern_ws_accept() validates. 1 or 0. */
+TERN_EXTERN int tern_ws_is_upgrade(const tern_request *r);
+
+/* Did the client offer subprotocol `name` (`len` bytes) in
+ * Sec-WebSocket-Protocol? 1 or 0. */
+TERN_EXTERN int tern_ws_protocol_offered(const tern_request *r,
+                                         const char *name, size_t len);
+
+/* Accept the request as a WebSocket. `opts` may be NULL for the defaults;
+ * `user` goes to every callback. On success the handshake answer is
+ * queued, on_open has run, *out (if not NULL) holds the handle, and the
+ * request is finished: it must not be used again. Errors:
+ * - TERN_EHANDSHAKE: not a valid handshake; tern answered 400 (or 426
+ *   with Sec-WebSocket-Version: 13 for a version other than 13) and the
+ *   request is finished.
+ * - TERN_EINVAL (bad options), TERN_ESTATE (not on the owning worker, or a
+ *   response was started): nothing happened, respond as usual.
+ * - TERN_ECLOSED, TERN_ENOMEM: the request is finished (the connection is
+ *   closed). */
+TERN_EXTERN int tern_ws_accept(tern_request *r, const tern_ws_options *opts,
+                               void *user, tern_ws **out);
+
+/* Send a whole message: `type` TERN_WS_TEXT (must be UTF-8) or
+ * TERN_WS_BINARY; `data` is copied (or compressed) before the call
+ * returns. Errors: TERN_EINVAL (bad type, text not UTF-8, a fragmented
+ * send in progress), TERN_ECLOSED (closed or closing), TERN_ETOOBIG
+ * (TERN_WS_FAIL_SEND and the queue is over high_water), TERN_ENOMEM (the
+ * socket is closed). */
+TERN_EXTERN int tern_ws_send(tern_ws *ws, int type, const void *data,
+                             size_t len);
+
+/* Send a message in pieces: `type` on every piece of one message, fin = 1
+ * on the last. No other message may be sent until it is finished (control
+ * frames may). Text pieces may split UTF-8 characters; the whole must be
+ * valid. Errors as tern_ws_send(). */
+TERN_EXTERN int tern_ws_send_fragment(tern_ws *ws, int type, const void *data,
+                                      size_t len, int fin);
+
+/* Send a ping with up to 125 bytes of payload (TERN_EINVAL beyond). */
+TERN_EXTERN int tern_ws_ping(tern_ws *ws, const void *data, size_t len);
+
+/* Start the close handshake: send a close frame with `code` (1000-1003,
+ * 1007-1011 or 3000-4999; 0 for none) and `reason` (UTF-8, cut to 123
+ * bytes). Messages that arrive later are dropped; on_close runs when the
+ * client's close frame arrives, or after close_timeout_ms with 1006.
+ * Errors: TERN_EINVAL (bad code or reason), TERN_ECLOSED. */
+TERN_EXTERN int tern_ws_close(tern_ws *ws, int code, const char *reason,
+                              size_t len);
+
+/* Send one message to many sockets: the frame is built once and shared
+ * (uncompressed, which permessage-deflate allows) rather than copied per
+ * socket. Sockets that are closed, or refuse (TERN_WS_FAIL_SEND over the
+ * mark), are skipped. Any thread. Returns how many sockets took it (>= 0)
+ * or TERN_EINVAL / TERN_ENOMEM. */
+TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
+                                  const void *data, size_t len);
+
+/* Bytes queued for this client and not yet written (approximate from a
+ * thread other than the owner's). */
+TERN_EXTERN size_t tern_ws_buffered(const tern_ws *ws);
+
+/* Stop and restart reading messages from the client (owning worker
+ * only): while paused no on_message runs and flow control pushes back on
+ * the client. Errors: TERN_ESTATE, TERN_ECLOSED. */
+TERN_EXTERN int tern_ws_pause(tern_ws *ws);
+TERN_EXTERN int tern_ws_resume(tern_ws *ws);
+
+/* The carrier: TERN_PROTO_HTTP11 or TERN_PROTO_HTTP2. */
+TERN_EXTERN int tern_ws_protocol(const tern_ws *ws);
+
+/* Per-socket user pointer (initially NULL). */
+TERN_EXTERN void tern_ws_set_data(tern_ws *ws, void *data);
+TERN_EXTERN void *tern_ws_data(const tern_ws *ws);
+
+/* Keep the handle valid past on_close (see Lifetime above). Any thread. */
+TERN_EXTERN void tern_ws_ref(tern_ws *ws);
+TERN_EXTERN void tern_ws_unref(tern_ws *ws);
 
 /* ---------------------------------------------------------------------
  * Statistics

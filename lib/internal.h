@@ -186,19 +186,23 @@ typedef struct {
 } tern__route;
 
 enum {
-  TERN__RQ_HANDLED = 1u << 0,   /* handler called */
-  TERN__RQ_STARTED = 1u << 1,   /* response head produced */
-  TERN__RQ_ENDED = 1u << 2,     /* user finished the response */
-  TERN__RQ_HEAD = 1u << 3,      /* HEAD request: no response body */
-  TERN__RQ_CHUNKED = 1u << 4,   /* response uses chunked encoding */
-  TERN__RQ_CLOSE = 1u << 5,     /* close the connection after it */
-  TERN__RQ_BODY_DONE = 1u << 6, /* request body fully received */
-  TERN__RQ_READING = 1u << 7,   /* tern_request_read called */
-  TERN__RQ_PAUSED = 1u << 8,    /* body delivery paused */
-  TERN__RQ_CONTINUE = 1u << 9,  /* client waits for 100 Continue */
-  TERN__RQ_STREAM = 1u << 10,   /* streaming body route */
-  TERN__RQ_WRITTEN = 1u << 11,  /* END marker reached the socket */
-  TERN__RQ_ABORT = 1u << 12,    /* cut short: never send a clean end */
+  TERN__RQ_HANDLED = 1u << 0,     /* handler called */
+  TERN__RQ_STARTED = 1u << 1,     /* response head produced */
+  TERN__RQ_ENDED = 1u << 2,       /* user finished the response */
+  TERN__RQ_HEAD = 1u << 3,        /* HEAD request: no response body */
+  TERN__RQ_CHUNKED = 1u << 4,     /* response uses chunked encoding */
+  TERN__RQ_CLOSE = 1u << 5,       /* close the connection after it */
+  TERN__RQ_BODY_DONE = 1u << 6,   /* request body fully received */
+  TERN__RQ_READING = 1u << 7,     /* tern_request_read called */
+  TERN__RQ_PAUSED = 1u << 8,      /* body delivery paused */
+  TERN__RQ_CONTINUE = 1u << 9,    /* client waits for 100 Continue */
+  TERN__RQ_STREAM = 1u << 10,     /* streaming body route */
+  TERN__RQ_WRITTEN = 1u << 11,    /* END marker reached the socket */
+  TERN__RQ_ABORT = 1u << 12,      /* cut short: never send a clean end */
+  TERN__RQ_TUNNEL = 1u << 13,     /* raw bytes both ways after the answer */
+  TERN__RQ_UPGRADE = 1u << 14,    /* HTTP/1.1 Upgrade: parse nothing after it
+                                     until it is answered */
+  TERN__RQ_WS_CONNECT = 1u << 15, /* HTTP/2 extended CONNECT, websocket */
 };
 
 struct tern_request {
@@ -278,10 +282,20 @@ struct tern__proto {
    * Called for every request of a connection using this adapter, also
    * for requests an earlier adapter of the connection created. */
   void (*release)(tern_request *r);
+  /* Answer the request with `h` as a tunnel (HTTP/1.1: 101 Switching
+   * Protocols with Upgrade; HTTP/2: 200 to an extended CONNECT) and from
+   * then on carry raw bytes both ways: the client's through the streaming
+   * body callback (never ending on its own), ours through write. End
+   * closes the tunnel. */
+  int (*tunnel)(tern_request *r, const tern_header *h, size_t n);
+  /* Bytes queued for the request's client and not yet written. */
+  size_t (*pending)(const tern_request *r);
 };
 
 extern const tern__proto tern__http1;
 int tern__tls_ready(const tern_tls *t);
+/* Ciphertext queued for the socket (0 on plain TCP). */
+size_t tern__tls_buffered(const tern__conn *c);
 
 /* HTTP/2 (lib/http2/http2.c). */
 extern const tern__proto tern__http2;
@@ -413,7 +427,9 @@ struct tern__worker {
   uint64_t accept_warned; /* loop time of the last accept warning */
 
   tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool, seg_pool;
-  char *scratch; /* one TLS record's worth, for gathering */
+  tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
+  tern__list ws_closing; /* WebSockets waiting for the client's close */
+  char *scratch;         /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };
 
@@ -471,6 +487,7 @@ enum {
   TERN__M_START,
   TERN__M_WRITE,
   TERN__M_END,
+  TERN__M_WS, /* a WebSocket call from another thread (lib/ws/ws.c) */
 };
 
 struct tern__msg {
@@ -489,10 +506,18 @@ struct tern__msg {
   tern_write_fn done;
   void *duser;
   int reported; /* what the posting call returned */
+  void *ws;     /* TERN__M_WS: the socket */
   /* headers and copied bytes follow */
 };
 
 void tern__msg_apply(tern__msg *m);
+
+/* WebSocket (lib/ws/ws.c), on the worker: apply a posted call; send 1001
+ * to every open socket (graceful stop); end close handshakes that timed
+ * out. */
+void tern__ws_msg_apply(tern__msg *m);
+void tern__ws_stop_all(tern__worker *w);
+void tern__ws_sweep(tern__worker *w, uint64_t now);
 /* The reason phrase for a status code ("Not Found"). */
 const char *tern__reason(int status);
 

@@ -6,7 +6,7 @@ pkgs=(build-essential meson ninja-build pkg-config clang
   libclang-rt-14-dev python3 curl openssl wrk nginx-light
   libuv1-dev libmbedtls-dev libnghttp2-dev libngtcp2-dev
   libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev zlib1g-dev
-  nghttp2-client clang-format valgrind chromium)
+  nghttp2-client clang-format valgrind chromium python3-websockets)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

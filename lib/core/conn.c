@@ -406,7 +406,18 @@ void tern__conn_update_timer(tern__conn *c) {
 
   if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
     return;
-  if (c->body_req != NULL) {
+  if (c->body_req != NULL && (c->body_req->flags & TERN__RQ_TUNNEL)) {
+    /* A tunnel (WebSocket) has no timeout of its own; with nothing
+     * buffered it holds no read buffer either. */
+    kind = TERN__T_NONE;
+    tern__conn_timer(c, kind);
+    if (c->rbuf != NULL && c->rbuf->refs == 1 && c->rpos == c->rlen) {
+      tern__rbuf_unref(w, c->rbuf);
+      c->rbuf = NULL;
+      c->rpos = c->rlen = 0;
+    }
+    return;
+  } else if (c->body_req != NULL) {
     unsigned f = c->body_req->flags;
     kind = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED) ? TERN__T_BODY
                                                             : TERN__T_NONE;

@@ -42,6 +42,8 @@ const char *tern_strerror(int err) {
     return "not found";
   case TERN_ETLS:
     return "TLS certificate, key or handshake error";
+  case TERN_EHANDSHAKE:
+    return "not a valid WebSocket handshake";
   default:
     return "unknown error";
   }

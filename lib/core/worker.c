@@ -77,6 +77,8 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
     tern__list_init(&w->timers[i]);
   tern__list_init(&w->dirty);
   tern__list_init(&w->conns);
+  tern__list_init(&w->ws_open);
+  tern__list_init(&w->ws_closing);
   w->timeout_ms[TERN__T_HEAD] = srv->s.head_timeout_ms;
   w->timeout_ms[TERN__T_IDLE] = srv->s.idle_timeout_ms;
   w->timeout_ms[TERN__T_BODY] = srv->s.body_timeout_ms;
@@ -210,6 +212,7 @@ static void begin_stop(tern__worker *w) {
   size_t i;
 
   w->stopping = 1;
+  tern__ws_stop_all(w);
   for (i = 0; i < w->nlisteners; i++)
     close_handle(w, (uv_handle_t *)&w->listeners[i]);
   for (l = w->conns.next; l != &w->conns; l = next) {
@@ -247,7 +250,10 @@ static void on_async(uv_async_t *a) {
   uv_mutex_unlock(&w->inbox_lock);
   for (; m != NULL; m = next) {
     next = m->next;
-    tern__msg_apply(m);
+    if (m->type == TERN__M_WS)
+      tern__ws_msg_apply(m);
+    else
+      tern__msg_apply(m);
   }
   if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
     begin_stop(w);
@@ -281,6 +287,7 @@ static void on_tick(uv_timer_t *t) {
   int k;
 
   tern__date_update(w);
+  tern__ws_sweep(w, now);
   for (k = 1; k < TERN__T_COUNT; k++) {
     tern__list *list = &w->timers[k];
     /* Each list holds one kind of timeout, appended as armed, so it is

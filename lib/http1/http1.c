@@ -18,6 +18,10 @@ _Static_assert(sizeof(tern__h1_field) == sizeof(tern_header) &&
                        offsetof(tern_header, value_len),
                "the parser fills the request's header array directly");
 
+/* A request turned into a tunnel (WebSocket): every later byte of the
+ * connection is its body. */
+enum { H1_BODY_TUNNEL = 3 };
+
 typedef struct {
   tern__h1_chunked dec;
   int version_minor;
@@ -191,9 +195,10 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   tern__worker *w = c->w;
   tern__outq *q;
   int minor = state(r)->version_minor;
-  int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 || status == 204 ||
-                 status == 304;
-  int no_length = status < 200 || status == 204;
+  int tunnel = (r->flags & TERN__RQ_TUNNEL) != 0;
+  int bodyless = !tunnel && ((r->flags & TERN__RQ_HEAD) || status < 200 ||
+                             status == 204 || status == 304);
+  int no_length = tunnel || status < 200 || status == 204;
   const char *reason = tern__reason(status);
   size_t reason_len = strlen(reason), need = fields_size(h, n);
   char *o;
@@ -201,7 +206,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
 
   if (c->flags & TERN__C_STOPPING)
     r->flags |= TERN__RQ_CLOSE;
-  if (cl < 0 && !bodyless) {
+  if (cl < 0 && !bodyless && !tunnel) {
     if (minor == 0)
       r->flags |= TERN__RQ_CLOSE; /* the body ends with the connection */
     else
@@ -228,7 +233,9 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
     o += tern__fmt_u64(o, (uint64_t)cl);
     o = PUT_LIT(o, "\r\n");
   }
-  if (r->flags & TERN__RQ_CLOSE)
+  if (tunnel)
+    o = PUT_LIT(o, "Connection: Upgrade\r\n");
+  else if (r->flags & TERN__RQ_CLOSE)
     o = PUT_LIT(o, "Connection: close\r\n");
   else if (minor == 0)
     o = PUT_LIT(o, "Connection: keep-alive\r\n");
@@ -236,7 +243,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   if (wbuf_close(w, q, &b, o) != 0)
     return TERN_ENOMEM;
   r->flags |= TERN__RQ_STARTED;
-  r->resp_left = bodyless ? 0 : cl;
+  r->resp_left = bodyless ? 0 : tunnel ? -1 : cl;
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
   return 0;
@@ -459,6 +466,13 @@ static int feed_body(tern__conn *c) {
     if (!(r->flags & TERN__RQ_READING) || (r->flags & TERN__RQ_PAUSED))
       return 0;
   }
+  if (r->body_kind == H1_BODY_TUNNEL) {
+    size_t n = c->rlen - c->rpos;
+    c->rpos = c->rlen;
+    if (n > 0)
+      r->body_fn(r, TERN_BODY_DATA, buf + c->rpos - n, n, r->body_user);
+    return 0; /* a tunnel's body ends only with the connection */
+  }
   if (r->body_kind == TERN__H1_BODY_LENGTH) {
     size_t avail = c->rlen - c->rpos;
     size_t n = avail < r->body_left ? avail : (size_t)r->body_left;
@@ -629,6 +643,10 @@ static void start_request(tern__conn *c, size_t head_len) {
   /* h2c upgrade: HTTP/2 takes the request (and the connection). */
   if ((h.flags & TERN__H1_F_UPGRADE) && h2c_upgrade(c, r, &h))
     return;
+  /* Any other upgrade (WebSocket) may switch protocols when answered:
+   * the bytes after it are not read as requests until then. */
+  if (h.flags & TERN__H1_F_UPGRADE)
+    r->flags |= TERN__RQ_UPGRADE;
 
   /* Route. */
   if (h.flags & TERN__H1_F_ASTERISK) {
@@ -746,6 +764,10 @@ static void h1_on_read(tern__conn *c) {
     if (c->rpos == c->rlen || live_requests(c) >= srv->s.max_pipeline ||
         (c->flags & TERN__C_STOPPING))
       break;
+    if (c->q_tail != NULL &&
+        (c->q_tail->flags & (TERN__RQ_UPGRADE | TERN__RQ_ENDED)) ==
+            TERN__RQ_UPGRADE)
+      break; /* an upgrade is pending: what follows may not be HTTP */
     end = tern__h1_head_end(c->rbuf->data + c->rpos, c->rlen - c->rpos,
                             &c->head_scanned);
     if (end == 0) {
@@ -793,6 +815,40 @@ static void h1_body_flow(tern_request *r) {
     tern__conn_reprocess(r->conn);
 }
 
+/* The WebSocket handshake answer: 101, then the connection is the
+ * tunnel's. The request's head is no longer needed (the caller has copied
+ * what it keeps), so its read buffer can go back once drained. */
+static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
+  tern__conn *c = r->conn;
+  int rc;
+
+  if (c->body_req != NULL || (c->flags & TERN__C_CLOSE_AFTER))
+    return TERN_ESTATE;
+  r->flags |= TERN__RQ_TUNNEL;
+  rc = h1_start(r, 101, h, n, -1);
+  if (rc != 0) {
+    r->flags &= ~(unsigned)TERN__RQ_TUNNEL;
+    return rc;
+  }
+  r->flags |= TERN__RQ_STREAM;
+  r->flags &= ~(unsigned)(TERN__RQ_BODY_DONE | TERN__RQ_UPGRADE);
+  r->body_kind = H1_BODY_TUNNEL;
+  c->body_req = r;
+  tern__rbuf_unref(c->w, r->rbuf);
+  r->rbuf = NULL;
+  r->nheaders = 0;
+  r->method = r->target = r->path = r->query = r->authority = NULL;
+  r->method_len = r->target_len = r->path_len = r->query_len =
+      r->authority_len = 0;
+  return 0;
+}
+
+static size_t h1_pending(const tern_request *r) {
+  const tern__conn *c = r->conn;
+  size_t n = c->q_head == r ? c->out.bytes : r->out.bytes;
+  return n + tern__tls_buffered(c);
+}
+
 static void h1_on_stop(tern__conn *c) {
   c->flags |= TERN__C_CLOSE_AFTER;
   if (c->nq == 0 && !(c->flags & TERN__C_WRITING) && c->out.count == 0)
@@ -806,6 +862,6 @@ static void h1_on_close(tern__conn *c) {
 }
 
 const tern__proto tern__http1 = {
-    "http/1.1", h1_on_read, h1_on_stop,   h1_on_close, h1_start,
-    h1_write,   h1_end,     h1_body_flow, NULL,
+    "http/1.1", h1_on_read,   h1_on_stop, h1_on_close, h1_start,   h1_write,
+    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending,
 };

@@ -105,6 +105,7 @@ enum {
   S_END_SENT = 1u << 7,    /* our END_STREAM has been framed */
   S_SETTLE = 1u << 8,      /* on the settle list */
   S_FLOW = 1u << 9,        /* body delivery to retry */
+  S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 8441) */
 };
 
 struct h2_stream {
@@ -502,7 +503,8 @@ static void route(h2_conn *h, h2_stream *s) {
     return;
   }
   r->route = rt;
-  if (rt->flags & TERN_ROUTE_STREAM_BODY) {
+  if ((rt->flags & TERN_ROUTE_STREAM_BODY) ||
+      (r->flags & TERN__RQ_WS_CONNECT)) {
     /* Even an empty body is delivered, as TERN_BODY_END, once the handler
      * reads. */
     r->flags |= TERN__RQ_STREAM;
@@ -570,6 +572,14 @@ static void head_done(h2_conn *h, h2_stream *s) {
   }
   if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
     r->flags |= TERN__RQ_HEAD;
+  if (s->flags & S_WEBSOCKET) {
+    /* RFC 8441 extended CONNECT: routed as the GET of an HTTP/1.1
+     * WebSocket handshake, so one route serves both carriers; its DATA is
+     * the WebSocket stream, so the handler runs at once. */
+    r->method = "GET";
+    r->method_len = 3;
+    r->flags |= TERN__RQ_WS_CONNECT;
+  }
   if (s->ncookie > 1 && s->status == 0) {
     /* RFC 9113 8.2.3: crumbs are joined with "; " for the application. */
     size_t size = 0, k = 0, first = SIZE_MAX;
@@ -705,6 +715,14 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
     } else if (lit_eq(n.base, n.len, ":authority")) {
       r->authority = p;
       r->authority_len = v.len;
+    } else if (lit_eq(n.base, n.len, ":protocol")) {
+      /* nghttp2 lets :protocol through only on a CONNECT, since our
+       * SETTINGS enable it. WebSocket is the one protocol served. */
+      if (lit_eq(v.base, v.len, "websocket"))
+        s->flags |= S_WEBSOCKET;
+      else
+        s->status = 501;
+      return 0;
     } else {
       return 0; /* :scheme (nghttp2 checked it) */
     }
@@ -1041,7 +1059,7 @@ static void ng_init(void) {
 
 static h2_conn *h2_new(tern__conn *c) {
   tern_server *srv = c->w->srv;
-  nghttp2_settings_entry iv[5];
+  nghttp2_settings_entry iv[6];
   nghttp2_mem mem;
   h2_conn *h;
 
@@ -1074,8 +1092,11 @@ static h2_conn *h2_new(tern__conn *c) {
   iv[3].value = H2_HPACK_TABLE;
   iv[4].settings_id = NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES;
   iv[4].value = 1;
+  /* RFC 8441: WebSocket over HTTP/2 (extended CONNECT). */
+  iv[5].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
+  iv[5].value = 1;
   h->win = H2_CONN_WIN_INIT;
-  if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 5) != 0 ||
+  if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                             h->win) != 0) {
     destroy(h);
@@ -1536,6 +1557,24 @@ static void h2_body_flow(tern_request *r) {
   }
 }
 
+/* RFC 8441: the answer to an extended CONNECT is a 200 without a length;
+ * the stream's DATA frames then carry the tunnel both ways. */
+static int h2_tunnel(tern_request *r, const tern_header *h, size_t n) {
+  int rc;
+  if (!(r->flags & TERN__RQ_WS_CONNECT))
+    return TERN_ESTATE;
+  r->flags |= TERN__RQ_TUNNEL;
+  rc = h2_start(r, 200, h, n, -1);
+  if (rc != 0)
+    r->flags &= ~(unsigned)TERN__RQ_TUNNEL;
+  return rc;
+}
+
+static size_t h2_pending(const tern_request *r) {
+  const tern__conn *c = r->conn;
+  return r->out.bytes + c->out.bytes + tern__tls_buffered(c);
+}
+
 static void h2_release(tern_request *r) {
   h2_stream *s = r->proto_data;
   tern_server *srv = r->w->srv;
@@ -1554,8 +1593,8 @@ static void h2_release(tern_request *r) {
 }
 
 const tern__proto tern__http2 = {
-    "h2",     h2_on_read, h2_on_stop,   h2_on_close, h2_start,
-    h2_write, h2_end,     h2_body_flow, h2_release,
+    "h2",   h2_on_read,   h2_on_stop, h2_on_close, h2_start,   h2_write,
+    h2_end, h2_body_flow, h2_release, h2_tunnel,   h2_pending,
 };
 
 /* ---- Starting HTTP/2 on a connection ------------------------------------ */

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What a browser does: Debian's headless Chromium, driven by
 playwright-core (test/browser), loads pages from hello over HTTP/1.1 and
-over HTTP/2 (TLS, ALPN) and reports the protocol it used."""
+over HTTP/2 (TLS, ALPN) and reports the protocol it used; and two pages
+talk in examples/chat's room over WebSocket, on HTTP/1.1 (Upgrade) and on
+HTTP/2 (RFC 8441 extended CONNECT)."""
 import json
 import os
 import re
@@ -15,17 +17,22 @@ case = suite.case
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER = os.path.join(HERE, "..", "browser")
 srv = None
+chat = None
 
 
-def browse(url):
+def node(script, url):
     if not os.path.isdir(os.path.join(BROWSER, "node_modules",
                                       "playwright-core")):
         raise AssertionError("playwright-core is missing: test/deps.sh "
                              "installs it with npm")
-    p = subprocess.run(["node", os.path.join(BROWSER, "fetch.mjs"), url],
-                       capture_output=True, timeout=60)
+    p = subprocess.run(["node", os.path.join(BROWSER, script), url],
+                       capture_output=True, timeout=80)
     check(p.returncode == 0, "chromium failed: %s" % p.stderr.decode()[-800:])
     return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def browse(url):
+    return node("fetch.mjs", url)
 
 
 def setup():
@@ -41,6 +48,11 @@ def setup():
     m = re.match(r"tls listening on (\d+)$", srv.next_line())
     check(m is not None, "no tls port")
     srv.tls_port = int(m.group(1))
+    global chat
+    chat = Server("chat", ["--tls-port", "0", "--cert", cert, "--key", key])
+    m = re.match(r"tls listening on (\d+)$", chat.next_line())
+    check(m is not None, "no chat tls port")
+    chat.tls_port = int(m.group(1))
 
 
 @case(timeout=90)
@@ -59,7 +71,33 @@ def chromium_over_http11():
     eq(r["text"].strip(), "Hello, World!", "page text")
 
 
+def talk(url, protocol, carrier):
+    r = node("chat.mjs", url)
+    for who in ("a", "b"):
+        eq(r[who]["protocol"], protocol, "page %s loaded over" % who)
+        check(r[who]["welcome"].endswith("(via %s)" % carrier),
+              "page %s's WebSocket carrier: %r" % (who, r[who]["welcome"]))
+    check(r["line"] in r["b"]["log"], "page b shows what page a sent")
+    check(r["line"] in r["a"]["log"], "page a sees its own line too")
+
+
+@case(timeout=90)
+def chromium_chat_over_http11():
+    """Upgrade: websocket on an HTTP/1.1 connection."""
+    talk("http://127.0.0.1:%d/" % chat.port, "http/1.1", "http/1.1")
+
+
+@case(timeout=90)
+def chromium_chat_over_h2():
+    """The page came over h2, so Chromium opens the WebSocket as an
+    extended CONNECT stream (RFC 8441) on that connection: the server
+    saw the HTTP/2 carrier."""
+    talk("https://127.0.0.1:%d/" % chat.tls_port, "h2", "h2")
+
+
 def teardown():
+    if chat is not None:
+        eq(chat.stop(), 0, "chat exit status")
     if srv is not None:
         eq(srv.stop(), 0, "hello exit status")
 

@@ -1,0 +1,238 @@
+/* chat: a chat room in the browser over WebSocket.
+ *
+ *   GET /       the page (HTML and JavaScript, served from this file)
+ *   GET /chat   the room's WebSocket: every text message a member sends
+ *               goes to every member, prefixed with its sender's name
+ *
+ * Over HTTP/1.1 the page's WebSocket is an Upgrade; when the page came
+ * over HTTP/2 (TLS), Chromium opens it as an RFC 8441 extended CONNECT on
+ * the same connection. The welcome line says which ("via h2").
+ *
+ * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * --tls-port N --cert FILE --key FILE (prints "tls listening on PORT"),
+ * --workers N. SIGINT/SIGTERM stop gracefully: members get close 1001.
+ *
+ * The room is a list under a mutex, since members may live on different
+ * workers. A message is sent with tern_ws_broadcast: one frame, shared by
+ * every member. Members are referenced while a broadcast uses them, so
+ * one that closes meanwhile stays a valid handle.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tern.h"
+
+#define MAX_MEMBERS 1024
+#define MAX_TEXT 4096
+
+static tern_server *server;
+static pthread_mutex_t room_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern_ws *members[MAX_MEMBERS];
+static size_t nmembers;
+static unsigned long next_id = 1;
+
+static const char page[] =
+    "<!doctype html>\n"
+    "<html><head><meta charset=\"utf-8\"><title>tern chat</title>\n"
+    "<style>body{font:15px sans-serif;max-width:40em;margin:2em auto}"
+    "#log{border:1px solid #ccc;height:20em;overflow:auto;padding:.5em}"
+    "#log div{margin:.2em 0}</style></head>\n"
+    "<body><h1>tern chat</h1>\n"
+    "<p id=\"status\">connecting...</p>\n"
+    "<div id=\"log\"></div>\n"
+    "<form id=\"f\"><input id=\"text\" size=\"50\" autocomplete=\"off\">"
+    "<button id=\"send\">Send</button></form>\n"
+    "<script>\n"
+    "const log = document.getElementById('log');\n"
+    "const status = document.getElementById('status');\n"
+    "const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') +\n"
+    "  location.host + '/chat';\n"
+    "const ws = new WebSocket(url);\n"
+    "function add(text) {\n"
+    "  const d = document.createElement('div');\n"
+    "  d.textContent = text;\n"
+    "  log.appendChild(d);\n"
+    "  log.scrollTop = log.scrollHeight;\n"
+    "}\n"
+    "ws.onopen = () => { status.textContent = 'connected'; };\n"
+    "ws.onmessage = (e) => {\n"
+    "  if (e.data.startsWith('welcome ')) status.textContent = e.data;\n"
+    "  else add(e.data);\n"
+    "};\n"
+    "ws.onclose = (e) => { status.textContent = 'closed ' + e.code; };\n"
+    "document.getElementById('f').onsubmit = (e) => {\n"
+    "  e.preventDefault();\n"
+    "  const t = document.getElementById('text');\n"
+    "  if (t.value) ws.send(t.value);\n"
+    "  t.value = '';\n"
+    "};\n"
+    "</script></body></html>\n";
+
+static void on_signal(int sig) {
+  (void)sig;
+  tern_stop(server, 5000);
+}
+
+static void serve_page(tern_request *r, void *user) {
+  static const tern_header html[] = {
+      {"content-type", 12, "text/html; charset=utf-8", 24}};
+  (void)user;
+  tern_respond_ref(r, 200, html, 1, page, sizeof(page) - 1, NULL, NULL);
+}
+
+/* Send `text` to every member. */
+static void broadcast(const char *text, size_t len) {
+  tern_ws *list[MAX_MEMBERS];
+  size_t i, n;
+
+  pthread_mutex_lock(&room_lock);
+  n = nmembers;
+  for (i = 0; i < n; i++) {
+    list[i] = members[i];
+    tern_ws_ref(list[i]);
+  }
+  pthread_mutex_unlock(&room_lock);
+  tern_ws_broadcast(list, n, TERN_WS_TEXT, text, len);
+  for (i = 0; i < n; i++)
+    tern_ws_unref(list[i]);
+}
+
+static void on_open(tern_ws *ws, void *user) {
+  char line[64];
+  unsigned long id;
+  int n, full;
+  (void)user;
+
+  pthread_mutex_lock(&room_lock);
+  full = nmembers == MAX_MEMBERS;
+  id = next_id++;
+  if (!full)
+    members[nmembers++] = ws;
+  pthread_mutex_unlock(&room_lock);
+  if (full) {
+    tern_ws_close(ws, 1008, "room full", 9);
+    return;
+  }
+  tern_ws_set_data(ws, (void *)(uintptr_t)id);
+  n = snprintf(line, sizeof(line), "welcome user%lu (via %s)", id,
+               tern_ws_protocol(ws) == TERN_PROTO_HTTP2 ? "h2" : "http/1.1");
+  tern_ws_send(ws, TERN_WS_TEXT, line, (size_t)n);
+  n = snprintf(line, sizeof(line), "user%lu joined", id);
+  broadcast(line, (size_t)n);
+}
+
+static void on_message(tern_ws *ws, int type, const char *data, size_t len,
+                       int fin, void *user) {
+  char line[MAX_TEXT + 32];
+  int n;
+  (void)fin;
+  (void)user;
+  if (type != TERN_WS_TEXT)
+    return;
+  n = snprintf(line, sizeof(line), "user%lu: %.*s",
+               (unsigned long)(uintptr_t)tern_ws_data(ws), (int)len, data);
+  broadcast(line, (size_t)n);
+}
+
+static void on_close(tern_ws *ws, int code, const char *reason, size_t len,
+                     void *user) {
+  char line[64];
+  size_t i;
+  int n, was_member = 0;
+  (void)code;
+  (void)reason;
+  (void)len;
+  (void)user;
+
+  pthread_mutex_lock(&room_lock);
+  for (i = 0; i < nmembers; i++) {
+    if (members[i] == ws) {
+      members[i] = members[--nmembers];
+      was_member = 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&room_lock);
+  if (was_member && code != 1001) {
+    n = snprintf(line, sizeof(line), "user%lu left",
+                 (unsigned long)(uintptr_t)tern_ws_data(ws));
+    broadcast(line, (size_t)n);
+  }
+}
+
+static void chat_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_open = on_open;
+  o.on_message = on_message;
+  o.on_close = on_close;
+  o.max_message_size = MAX_TEXT;
+  /* A member that does not read gets no more than this queued; past it
+   * broadcasts skip the member rather than grow its queue. */
+  o.high_water = 256 * 1024;
+  o.on_full = TERN_WS_FAIL_SEND;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
+static int arg(int argc, char **argv, int *i, const char *name,
+               const char **out) {
+  if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc)
+    return 0;
+  *out = argv[++*i];
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  tern_settings s;
+  const char *host = "127.0.0.1", *port = "8081", *tls_port = NULL;
+  const char *cert = NULL, *key = NULL, *workers = "1";
+  int i, bound, rc;
+
+  for (i = 1; i < argc; i++) {
+    if (!arg(argc, argv, &i, "--port", &port) &&
+        !arg(argc, argv, &i, "--host", &host) &&
+        !arg(argc, argv, &i, "--tls-port", &tls_port) &&
+        !arg(argc, argv, &i, "--cert", &cert) &&
+        !arg(argc, argv, &i, "--key", &key) &&
+        !arg(argc, argv, &i, "--workers", &workers)) {
+      fprintf(stderr,
+              "usage: chat [--port N] [--host H] [--tls-port N --cert F "
+              "--key F] [--workers N]\n");
+      return 2;
+    }
+  }
+  tern_settings_init(&s);
+  s.workers = (unsigned)atoi(workers);
+  if ((rc = tern_server_new(&server, &s)) != 0 ||
+      (rc = tern_route(server, "GET", "/", serve_page, NULL)) != 0 ||
+      (rc = tern_route(server, "GET", "/chat", chat_route, NULL)) != 0 ||
+      (rc = tern_listen(server, host, atoi(port), &bound)) != 0) {
+    fprintf(stderr, "chat: %s\n", tern_strerror(rc));
+    return 1;
+  }
+  printf("listening on %d\n", bound);
+  if (tls_port != NULL) {
+    tern_tls *tls;
+    if (cert == NULL || key == NULL || (rc = tern_tls_new(server, &tls)) != 0 ||
+        (rc = tern_tls_add_cert_file(tls, cert, key)) != 0 ||
+        (rc = tern_tls_commit(tls)) != 0 ||
+        (rc = tern_listen_tls(server, host, atoi(tls_port), tls, &bound)) !=
+            0) {
+      fprintf(stderr, "chat: TLS: %s\n",
+              tern_strerror(cert == NULL ? TERN_EINVAL : rc));
+      return 1;
+    }
+    printf("tls listening on %d\n", bound);
+  }
+  fflush(stdout);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  rc = tern_run(server);
+  tern_server_free(server);
+  return rc == 0 ? 0 : 1;
+}

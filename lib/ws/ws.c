@@ -1,0 +1,1057 @@
+/* WebSocket sockets: the handshake, the public tern_ws_* calls, and the
+ * glue between the frame codec (ws/frame.h), permessage-deflate
+ * (ws/deflate.h) and a carrier.
+ *
+ * A WebSocket rides on the request that opened it. The carrier (the
+ * HTTP/1.1 or HTTP/2 adapter) answers the handshake through its `tunnel`
+ * operation and then moves raw bytes: the client's arrive through the
+ * request's streaming body callback, ours leave through the adapter's
+ * write, which appends to the connection's output. The output is written
+ * once per loop turn, so every frame a batch of input produced leaves in
+ * one write. Closing the socket ends the response.
+ *
+ * Lifetime. The socket holds the user's reference on its request until
+ * on_close. The tern_ws object itself is reference counted with atomics:
+ * the worker holds one reference while the socket is open, every posted
+ * call and queued drain marker one, and the user may take more
+ * (tern_ws_ref). Fields other than `refs`, `closed` and `hint` belong to
+ * the owning worker.
+ */
+#include <mbedtls/base64.h>
+#include <mbedtls/sha1.h>
+#include <string.h>
+
+#include "http1/parse.h"
+#include "internal.h"
+#include "ws/deflate.h"
+#include "ws/frame.h"
+
+enum {
+  WS_OPEN = 0,    /* messages flow both ways */
+  WS_CLOSING = 1, /* our close frame is sent; waiting for the client's */
+  WS_DONE = 2,    /* on_close has run; the request is let go */
+};
+
+enum {
+  PAUSE_USER = 1u << 0, /* tern_ws_pause */
+  PAUSE_FULL = 1u << 1, /* the send queue is over high_water */
+};
+
+/* Kinds of posted calls (tern__msg.status). */
+enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED };
+
+/* Whole messages larger than this do not keep their buffer afterwards:
+ * an idle socket holds no large buffer. */
+#define WS_KEEP_BUF 16384
+
+struct tern_ws {
+  _Atomic int refs;
+  _Atomic int closed;  /* on_close ran or is running: calls fail */
+  _Atomic size_t hint; /* tern_ws_buffered for other threads */
+  tern__worker *w;
+  tern_request *r; /* NULL once closed */
+  int protocol;
+  int state;
+  unsigned pause;
+  int over;      /* went over high_water: on_drain is due */
+  int marked;    /* a drain marker is queued */
+  int send_type; /* type of a fragmented send in progress, or 0 */
+  unsigned send_utf8;
+  int in_type; /* the message being received */
+  int in_compressed;
+  int in_skip;       /* drop it (we are closing) */
+  uint64_t deadline; /* WS_CLOSING: when to give up on the client */
+  tern__list link;   /* w->ws_open or w->ws_closing */
+  tern_ws_options o;
+  void *user, *data;
+  tern__ws_decoder dec;
+  /* A whole message being assembled. `span` is payload still in the
+   * carrier's buffer, appended to `msg` only if the message does not end
+   * within the same delivery. */
+  char *msg;
+  size_t msg_len, msg_cap;
+  const unsigned char *span;
+  size_t span_len;
+  /* permessage-deflate, when negotiated. */
+  tern__ws_deflater *def;
+  tern__ws_inflater *inf;
+  unsigned char *zbuf; /* a compressed message being framed */
+  size_t zlen, zcap;
+  char subprotocol[64];
+};
+
+/* The shared frame of tern_ws_broadcast. */
+typedef struct {
+  _Atomic size_t refs;
+  tern_server *srv;
+  size_t len;
+  unsigned char data[];
+} shared_frame;
+
+/* ---- Small helpers ---------------------------------------------------- */
+
+static tern_server *srv_of(const tern_ws *ws) {
+  return ws->w->srv;
+}
+
+static void ws_free(tern_ws *ws) {
+  tern_server *srv = srv_of(ws);
+  if (ws->def != NULL) {
+    tern__ws_deflater_free(ws->def);
+    tern__free(srv, ws->def);
+  }
+  if (ws->inf != NULL) {
+    tern__ws_inflater_free(ws->inf);
+    tern__free(srv, ws->inf);
+  }
+  tern__free(srv, ws->msg);
+  tern__free(srv, ws->zbuf);
+  tern__free(srv, ws);
+}
+
+void tern_ws_ref(tern_ws *ws) {
+  if (ws != NULL)
+    atomic_fetch_add(&ws->refs, 1);
+}
+
+void tern_ws_unref(tern_ws *ws) {
+  if (ws != NULL && atomic_fetch_sub(&ws->refs, 1) == 1)
+    ws_free(ws);
+}
+
+static int is_open(const tern_ws *ws) {
+  return ws->state == WS_OPEN && ws->r != NULL &&
+         !atomic_load_explicit(&ws->r->gone, memory_order_acquire);
+}
+
+static size_t pending(const tern_ws *ws) {
+  return ws->r != NULL ? ws->r->conn->proto->pending(ws->r) : 0;
+}
+
+static void set_hint(tern_ws *ws) {
+  atomic_store_explicit(&ws->hint, pending(ws), memory_order_relaxed);
+}
+
+static void apply_pause(tern_ws *ws) {
+  tern_request *r = ws->r;
+  int want = ws->pause != 0;
+  if (r == NULL || !(r->flags & TERN__RQ_READING))
+    return;
+  if (want && !(r->flags & TERN__RQ_PAUSED))
+    tern_request_pause(r);
+  else if (!want && (r->flags & TERN__RQ_PAUSED))
+    tern_request_resume(r);
+}
+
+/* ---- Output ------------------------------------------------------------- */
+
+static int put(tern_ws *ws, const void *p, size_t n) {
+  tern_request *r = ws->r;
+  return r->conn->proto->write(r, p, n, 1, NULL, NULL, NULL, NULL);
+}
+
+static int put_frame(tern_ws *ws, int opcode, int fin, int rsv1, const void *p,
+                     size_t n) {
+  unsigned char hdr[TERN__WS_MAX_HEADER];
+  size_t hl = tern__ws_frame_header(hdr, opcode, fin, rsv1, n);
+  int rc = put(ws, hdr, hl);
+  if (rc == 0 && n > 0)
+    rc = put(ws, p, n);
+  return rc;
+}
+
+static void on_mark(tern_request *r, int status, void *user);
+
+/* Queue a marker behind what is queued now: when it is written, look at
+ * the queue again (drain). */
+static void arm_drain(tern_ws *ws) {
+  tern_request *r = ws->r;
+  if (ws->marked || r == NULL)
+    return;
+  tern_ws_ref(ws);
+  if (r->conn->proto->write(r, NULL, 0, 0, on_mark, ws, NULL, NULL) != 0) {
+    tern_ws_unref(ws);
+    return;
+  }
+  ws->marked = 1;
+}
+
+static void on_mark(tern_request *r, int status, void *user) {
+  tern_ws *ws = user;
+  (void)r;
+  ws->marked = 0;
+  if (status == 0 && ws->state != WS_DONE) {
+    set_hint(ws);
+    if (pending(ws) <= ws->o.high_water / 2) {
+      ws->over = 0;
+      if (ws->pause & PAUSE_FULL) {
+        ws->pause &= ~(unsigned)PAUSE_FULL;
+        apply_pause(ws);
+      }
+      if (ws->o.on_drain != NULL)
+        ws->o.on_drain(ws, ws->user);
+    } else {
+      arm_drain(ws);
+    }
+  }
+  tern_ws_unref(ws);
+}
+
+/* After queuing: past the mark, pause reading (if so configured) and
+ * watch for the drain. */
+static void after_send(tern_ws *ws) {
+  size_t n = pending(ws);
+  atomic_store_explicit(&ws->hint, n, memory_order_relaxed);
+  if (n <= ws->o.high_water)
+    return;
+  ws->over = 1;
+  if (ws->o.on_full == TERN_WS_PAUSE_READING && !(ws->pause & PAUSE_FULL)) {
+    ws->pause |= PAUSE_FULL;
+    apply_pause(ws);
+  }
+  arm_drain(ws);
+}
+
+static int refuse_full(tern_ws *ws) {
+  if (ws->o.on_full != TERN_WS_FAIL_SEND || pending(ws) <= ws->o.high_water)
+    return 0;
+  ws->over = 1;
+  arm_drain(ws);
+  return 1;
+}
+
+static int z_collect(void *user, const unsigned char *p, size_t n) {
+  tern_ws *ws = user;
+  if (ws->zlen + n > ws->zcap) {
+    size_t cap = ws->zcap ? ws->zcap : 256;
+    unsigned char *nb;
+    while (cap < ws->zlen + n)
+      cap *= 2;
+    nb = tern__realloc(srv_of(ws), ws->zbuf, cap);
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    ws->zbuf = nb;
+    ws->zcap = cap;
+  }
+  memcpy(ws->zbuf + ws->zlen, p, n);
+  ws->zlen += n;
+  return 0;
+}
+
+static void fail(tern_ws *ws, int code);
+
+/* Frame (and compress) a data message or one piece of it. `first` says
+ * whether this piece opens the message. */
+static int send_data(tern_ws *ws, int type, const void *p, size_t n, int first,
+                     int fin) {
+  int opcode = first ? type : TERN__WS_OP_CONT;
+  int rc;
+
+  if (ws->def == NULL)
+    return put_frame(ws, opcode, fin, 0, p, n);
+  ws->zlen = 0;
+  rc = tern__ws_deflate(ws->def, p, n, fin, z_collect, ws);
+  if (rc == 0)
+    rc = put_frame(ws, opcode, fin, first, ws->zbuf, ws->zlen);
+  if (ws->zcap > WS_KEEP_BUF) {
+    tern__free(srv_of(ws), ws->zbuf);
+    ws->zbuf = NULL;
+    ws->zcap = 0;
+  }
+  return rc < 0 ? rc : rc != 0 ? TERN_ENOMEM : 0;
+}
+
+static int text_valid(unsigned *state, const void *p, size_t n, int fin) {
+  if (tern__ws_utf8_scan(state, p, n) != n)
+    return 0;
+  return !fin || *state == TERN__WS_UTF8_OK;
+}
+
+/* The calls, on the owning worker. A failure to queue (out of memory)
+ * ends the socket. */
+static int do_send(tern_ws *ws, int type, const void *p, size_t n, int frag,
+                   int fin) {
+  int first, rc;
+  unsigned utf8;
+
+  if (!is_open(ws))
+    return TERN_ECLOSED;
+  if (frag ? (ws->send_type != 0 && ws->send_type != type) : ws->send_type != 0)
+    return TERN_EINVAL;
+  first = ws->send_type == 0;
+  utf8 = first ? TERN__WS_UTF8_OK : ws->send_utf8;
+  if (type == TERN_WS_TEXT && !text_valid(&utf8, p, n, fin))
+    return TERN_EINVAL;
+  if (refuse_full(ws))
+    return TERN_ETOOBIG;
+  rc = send_data(ws, type, p, n, first, fin);
+  if (rc != 0) {
+    fail(ws, TERN__WS_CLOSE_INTERNAL);
+    return TERN_ENOMEM;
+  }
+  ws->send_type = fin ? 0 : type;
+  ws->send_utf8 = utf8;
+  after_send(ws);
+  return 0;
+}
+
+static int do_control(tern_ws *ws, int opcode, const void *p, size_t n) {
+  unsigned char f[TERN__WS_MAX_CONTROL_FRAME];
+  size_t len = tern__ws_control_frame(f, opcode, p, n);
+  if (len == 0)
+    return TERN_EINVAL;
+  if (put(ws, f, len) != 0) {
+    fail(ws, TERN__WS_CLOSE_INTERNAL);
+    return TERN_ENOMEM;
+  }
+  after_send(ws);
+  return 0;
+}
+
+static void release_shared(void *data, void *user) {
+  shared_frame *f = user;
+  (void)data;
+  if (atomic_fetch_sub(&f->refs, 1) == 1)
+    tern__free(f->srv, f);
+}
+
+static int do_shared(tern_ws *ws, shared_frame *f) {
+  tern_request *r = ws->r;
+  if (!is_open(ws) || ws->send_type != 0 || refuse_full(ws))
+    return TERN_ECLOSED;
+  atomic_fetch_add(&f->refs, 1);
+  if (r->conn->proto->write(r, f->data, f->len, 0, NULL, NULL, release_shared,
+                            f) != 0) {
+    release_shared(f->data, f);
+    fail(ws, TERN__WS_CLOSE_INTERNAL);
+    return TERN_ENOMEM;
+  }
+  after_send(ws);
+  return 0;
+}
+
+/* ---- Closing ------------------------------------------------------------ */
+
+/* The end: tell the user, let the request go (which ends the HTTP/1.1
+ * connection or the HTTP/2 stream) and drop the worker's reference. */
+static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
+  tern_request *r = ws->r;
+
+  if (ws->state == WS_DONE)
+    return;
+  ws->state = WS_DONE;
+  atomic_store(&ws->closed, 1);
+  tern__list_remove(&ws->link);
+  if (ws->o.on_close != NULL)
+    ws->o.on_close(ws, code, reason, len, ws->user);
+  ws->r = NULL;
+  if (r != NULL) {
+    r->flags |= TERN__RQ_CLOSE;
+    tern_response_end(r, NULL, 0);
+  }
+  tern_ws_unref(ws);
+}
+
+/* Send our close frame (code 0: none). */
+static int send_close(tern_ws *ws, int code, const char *reason, size_t len) {
+  unsigned char f[TERN__WS_MAX_CONTROL_FRAME];
+  size_t n = tern__ws_close_frame(f, code, reason, len);
+  if (n == 0)
+    return TERN_EINVAL;
+  return put(ws, f, n);
+}
+
+/* A protocol error or an internal failure: say why and end. */
+static void fail(tern_ws *ws, int code) {
+  if (ws->state == WS_DONE)
+    return;
+  if (ws->state == WS_OPEN && ws->r != NULL)
+    send_close(ws, code, NULL, 0);
+  finish(ws, code, NULL, 0);
+}
+
+/* The client's close frame: answer it (unless we started) and end. */
+static void peer_close(tern_ws *ws, int code, const char *reason, size_t len) {
+  if (ws->state == WS_OPEN)
+    send_close(ws, code == TERN__WS_CLOSE_NO_STATUS ? 0 : code, NULL, 0);
+  finish(ws, code, reason, len);
+}
+
+static int do_close(tern_ws *ws, int code, const char *reason, size_t len) {
+  if (!is_open(ws))
+    return TERN_ECLOSED;
+  if (send_close(ws, code, reason, len) != 0) {
+    fail(ws, TERN__WS_CLOSE_INTERNAL);
+    return TERN_ENOMEM;
+  }
+  ws->state = WS_CLOSING;
+  ws->deadline = uv_now(ws->w->loop) + ws->o.close_timeout_ms;
+  tern__list_remove(&ws->link);
+  tern__list_append(&ws->w->ws_closing, &ws->link);
+  /* The client's close frame must still be read. */
+  ws->pause = 0;
+  apply_pause(ws);
+  return 0;
+}
+
+void tern__ws_stop_all(tern__worker *w) {
+  while (!tern__list_empty(&w->ws_open)) {
+    tern_ws *ws = TERN__CONTAINER_OF(w->ws_open.next, tern_ws, link);
+    if (do_close(ws, TERN__WS_CLOSE_GOING_AWAY, "server stopping", 15) != 0 &&
+        ws->state == WS_OPEN)
+      finish(ws, TERN__WS_CLOSE_GOING_AWAY, NULL, 0);
+  }
+}
+
+void tern__ws_sweep(tern__worker *w, uint64_t now) {
+  /* One timeout per server setting would keep this list sorted; with
+   * per-socket timeouts it is scanned, and it only holds sockets in
+   * their close handshake. */
+  tern__list *l, *next;
+  for (l = w->ws_closing.next; l != &w->ws_closing; l = next) {
+    tern_ws *ws = TERN__CONTAINER_OF(l, tern_ws, link);
+    next = l->next;
+    if (ws->deadline <= now)
+      finish(ws, 1006, NULL, 0);
+  }
+}
+
+/* ---- Input -------------------------------------------------------------- */
+
+static int msg_append(tern_ws *ws, const void *p, size_t n) {
+  if (ws->msg_len + n > ws->msg_cap) {
+    size_t cap = ws->msg_cap ? ws->msg_cap : 1024;
+    char *nb;
+    while (cap < ws->msg_len + n)
+      cap *= 2;
+    nb = tern__realloc(srv_of(ws), ws->msg, cap);
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    ws->msg = nb;
+    ws->msg_cap = cap;
+  }
+  memcpy(ws->msg + ws->msg_len, p, n);
+  ws->msg_len += n;
+  return 0;
+}
+
+/* Message bytes (plain, or inflated): to the user now when streaming,
+ * else gathered until the end. */
+static int take(tern_ws *ws, const unsigned char *p, size_t n) {
+  if (ws->in_skip || n == 0)
+    return 0;
+  if (ws->o.stream_messages) {
+    if (ws->o.on_message != NULL)
+      ws->o.on_message(ws, ws->in_type, (const char *)p, n, 0, ws->user);
+    return 0;
+  }
+  if (ws->span != NULL) {
+    int rc = msg_append(ws, ws->span, ws->span_len);
+    ws->span = NULL;
+    if (rc != 0)
+      return rc;
+  }
+  return msg_append(ws, p, n);
+}
+
+static int z_take(void *user, const unsigned char *p, size_t n) {
+  return take(user, p, n);
+}
+
+/* Plain DATA in the carrier's buffer: keep a view while it may be the
+ * whole message. */
+static int take_span(tern_ws *ws, const unsigned char *p, size_t n) {
+  if (ws->in_skip || ws->o.stream_messages || ws->msg_len > 0 ||
+      ws->span != NULL)
+    return take(ws, p, n);
+  ws->span = p;
+  ws->span_len = n;
+  return 0;
+}
+
+static void message_end(tern_ws *ws) {
+  const char *p = ws->msg;
+  size_t n = ws->msg_len;
+
+  if (ws->span != NULL) {
+    p = (const char *)ws->span;
+    n = ws->span_len;
+    ws->span = NULL;
+  }
+  if (!ws->in_skip && ws->o.on_message != NULL)
+    ws->o.on_message(ws, ws->in_type, ws->o.stream_messages ? "" : p,
+                     ws->o.stream_messages ? 0 : n, 1, ws->user);
+  ws->msg_len = 0;
+  if (ws->msg_cap > WS_KEEP_BUF) {
+    tern__free(srv_of(ws), ws->msg);
+    ws->msg = NULL;
+    ws->msg_cap = 0;
+  }
+}
+
+/* Decode a delivery of client bytes (writable: unmasked in place). */
+static void feed(tern_ws *ws, unsigned char *buf, size_t len) {
+  size_t off = 0;
+
+  while (ws->state != WS_DONE) {
+    tern__ws_event ev;
+    size_t used = 0;
+    int rc = tern__ws_decode(&ws->dec, buf + off, len - off, &used, &ev);
+    off += used;
+    if (rc == TERN__WS_EV_NONE)
+      break;
+    if (rc < 0) {
+      fail(ws, -rc);
+      return;
+    }
+    switch (rc) {
+    case TERN__WS_EV_BEGIN:
+      ws->in_type =
+          ev.opcode == TERN__WS_OP_TEXT ? TERN_WS_TEXT : TERN_WS_BINARY;
+      ws->in_compressed = ev.compressed;
+      ws->in_skip = ws->state != WS_OPEN;
+      ws->msg_len = 0;
+      if (ev.compressed)
+        tern__ws_inflate_begin(ws->inf, ws->o.max_message_size,
+                               ws->in_type == TERN_WS_TEXT);
+      break;
+    case TERN__WS_EV_DATA:
+      rc = ws->in_compressed
+               ? tern__ws_inflate(ws->inf, ev.data, ev.len, z_take, ws)
+               : take_span(ws, ev.data, ev.len);
+      break;
+    case TERN__WS_EV_END:
+      if (ws->in_compressed)
+        rc = tern__ws_inflate_end(ws->inf, z_take, ws);
+      else
+        rc = 0;
+      if (rc == 0)
+        message_end(ws);
+      break;
+    case TERN__WS_EV_PING:
+      rc = ws->state == WS_OPEN
+               ? do_control(ws, TERN__WS_OP_PONG, ev.data, ev.len)
+               : 0;
+      break;
+    case TERN__WS_EV_PONG:
+      rc = 0;
+      break;
+    case TERN__WS_EV_CLOSE:
+      peer_close(ws, ev.code, (const char *)ev.data, ev.len);
+      return;
+    }
+    if (rc == TERN_ENOMEM || rc == TERN__WS_E1011) {
+      fail(ws, TERN__WS_CLOSE_INTERNAL);
+      return;
+    }
+    if (rc < 0) {
+      fail(ws, -rc);
+      return;
+    }
+  }
+  /* A message still open keeps its bytes; the buffer is the carrier's. */
+  if (ws->span != NULL && ws->state != WS_DONE) {
+    const unsigned char *p = ws->span;
+    ws->span = NULL;
+    if (msg_append(ws, p, ws->span_len) != 0)
+      fail(ws, TERN__WS_CLOSE_INTERNAL);
+  }
+}
+
+static void on_body(tern_request *r, int event, const char *data, size_t len,
+                    void *user) {
+  tern_ws *ws = user;
+  (void)r;
+  if (ws->state == WS_DONE)
+    return;
+  tern_ws_ref(ws);
+  if (event == TERN_BODY_DATA)
+    feed(ws, (unsigned char *)(uintptr_t)data, len);
+  else
+    finish(ws, 1006, NULL, 0); /* the client went away */
+  tern_ws_unref(ws);
+}
+
+/* ---- The handshake ------------------------------------------------------ */
+
+void tern_ws_options_init(tern_ws_options *o) {
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_WS_OPTIONS_VERSION;
+  o->max_message_size = 16u << 20;
+  o->high_water = 1u << 20;
+  o->on_full = TERN_WS_PAUSE_READING;
+  o->deflate = 1;
+  o->deflate_window_bits = 15;
+  o->deflate_mem_level = 8;
+  o->close_timeout_ms = 5000;
+}
+
+static int header_has_token(const tern_request *r, const char *name,
+                            const char *tok) {
+  size_t i, nl = strlen(name), tl = strlen(tok);
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *f = &r->headers[i];
+    if (f->name_len == nl && tern__ieq_lit(f->name, nl, name) &&
+        tern__h1_has_token(f->value, f->value_len, tok, tl))
+      return 1;
+  }
+  return 0;
+}
+
+/* The one field named `name`: 1 and its value, 0 if absent, -1 if there
+ * are several. */
+static int single_field(const tern_request *r, const char *name, const char **v,
+                        size_t *vlen) {
+  size_t i, nl = strlen(name);
+  int found = 0;
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *f = &r->headers[i];
+    if (f->name_len == nl && tern__ieq_lit(f->name, nl, name)) {
+      if (found)
+        return -1;
+      found = 1;
+      *v = f->value;
+      *vlen = f->value_len;
+    }
+  }
+  return found;
+}
+
+int tern_ws_is_upgrade(const tern_request *r) {
+  if (r == NULL)
+    return 0;
+  if (r->flags & TERN__RQ_WS_CONNECT)
+    return 1;
+  return (r->flags & TERN__RQ_UPGRADE) &&
+         header_has_token(r, "upgrade", "websocket");
+}
+
+int tern_ws_protocol_offered(const tern_request *r, const char *name,
+                             size_t len) {
+  size_t i;
+  if (r == NULL || name == NULL || len == 0)
+    return 0;
+  for (i = 0; i < r->nheaders; i++) {
+    const tern_header *f = &r->headers[i];
+    if (f->name_len == 22 &&
+        tern__ieq_lit(f->name, 22, "sec-websocket-protocol") &&
+        tern__h1_has_token(f->value, f->value_len, name, len))
+      return 1;
+  }
+  return 0;
+}
+
+/* 0 when `r` is a valid handshake, else the status to answer. On
+ * HTTP/1.1, `accept` receives the Sec-WebSocket-Accept value. */
+static int validate(const tern_request *r, char *accept, size_t *accept_len) {
+  static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  const char *v;
+  size_t vlen, n;
+  unsigned char key[24], digest[20];
+  mbedtls_sha1_context sha;
+
+  switch (single_field(r, "sec-websocket-version", &v, &vlen)) {
+  case 0:
+  case -1:
+    return 400;
+  default:
+    if (vlen != 2 || memcmp(v, "13", 2) != 0)
+      return 426;
+  }
+  if (r->flags & TERN__RQ_WS_CONNECT)
+    return 0; /* RFC 8441 4: no key, no Upgrade, no Connection */
+  if (r->protocol != TERN_PROTO_HTTP11 || r->method_len != 3 ||
+      memcmp(r->method, "GET", 3) != 0 || !(r->flags & TERN__RQ_UPGRADE) ||
+      !(r->flags & TERN__RQ_BODY_DONE) ||
+      !header_has_token(r, "upgrade", "websocket") ||
+      !header_has_token(r, "connection", "upgrade"))
+    return 400;
+  /* Sec-WebSocket-Key: base64 of exactly 16 bytes (RFC 6455 4.2.1). */
+  if (single_field(r, "sec-websocket-key", &v, &vlen) != 1 || vlen != 24 ||
+      mbedtls_base64_decode(key, sizeof(key), &n, (const unsigned char *)v,
+                            vlen) != 0 ||
+      n != 16)
+    return 400;
+  mbedtls_sha1_init(&sha);
+  if (mbedtls_sha1_starts_ret(&sha) != 0 ||
+      mbedtls_sha1_update_ret(&sha, (const unsigned char *)v, vlen) != 0 ||
+      mbedtls_sha1_update_ret(&sha, (const unsigned char *)guid,
+                              sizeof(guid) - 1) != 0 ||
+      mbedtls_sha1_finish_ret(&sha, digest) != 0) {
+    mbedtls_sha1_free(&sha);
+    return 500;
+  }
+  mbedtls_sha1_free(&sha);
+  if (mbedtls_base64_encode((unsigned char *)accept, 32, accept_len, digest,
+                            sizeof(digest)) != 0)
+    return 500;
+  return 0;
+}
+
+static int check_options(const tern_ws_options *o) {
+  return o->version >= 1 && o->version <= TERN_WS_OPTIONS_VERSION &&
+         o->max_message_size > 0 && o->high_water > 0 &&
+         (o->on_full == TERN_WS_PAUSE_READING ||
+          o->on_full == TERN_WS_FAIL_SEND) &&
+         o->deflate_window_bits >= 9 && o->deflate_window_bits <= 15 &&
+         o->deflate_mem_level >= 1 && o->deflate_mem_level <= 9 &&
+         (o->subprotocol_len == 0 || o->subprotocol != NULL) &&
+         o->subprotocol_len < sizeof(((tern_ws *)0)->subprotocol);
+}
+
+static void *z_malloc(size_t n, void *user) {
+  return tern__malloc(user, n);
+}
+static void z_free(void *p, void *user) {
+  tern__free(user, p);
+}
+
+/* Negotiate permessage-deflate from the offers; on acceptance set up the
+ * deflater and inflater and fill `resp`. Returns 1 (accepted), 0 (not
+ * used) or TERN_ENOMEM. */
+static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
+                         size_t *resp_len) {
+  tern__ws_deflate_policy pol;
+  tern__ws_deflate_params prm;
+  tern__ws_alloc a;
+  size_t i;
+  int ok = 0;
+
+  if (!ws->o.deflate)
+    return 0;
+  tern__ws_deflate_policy_init(&pol);
+  pol.server_max_window_bits = ws->o.deflate_window_bits;
+  pol.mem_level = ws->o.deflate_mem_level;
+  for (i = 0; i < r->nheaders && !ok; i++) {
+    const tern_header *f = &r->headers[i];
+    if (f->name_len == 24 &&
+        tern__ieq_lit(f->name, 24, "sec-websocket-extensions"))
+      ok = tern__ws_deflate_negotiate(f->value, f->value_len, &pol, &prm, resp,
+                                      resp_len);
+  }
+  if (!ok)
+    return 0;
+  a.malloc = z_malloc;
+  a.free = z_free;
+  a.user = srv_of(ws);
+  ws->def = tern__malloc(srv_of(ws), sizeof(*ws->def));
+  ws->inf = tern__malloc(srv_of(ws), sizeof(*ws->inf));
+  if (ws->def == NULL || ws->inf == NULL ||
+      tern__ws_deflater_init(ws->def, &prm, &a) != 0 ||
+      tern__ws_inflater_init(ws->inf, &prm, &a) != 0)
+    return TERN_ENOMEM; /* ws_free releases what was set up */
+  return 1;
+}
+
+int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
+                   tern_ws **out) {
+  tern_ws_options defaults;
+  tern__worker *w;
+  tern_ws *ws;
+  tern_header h[4];
+  char accept[32], ext[TERN__WS_DEFLATE_RESPONSE_MAX];
+  size_t accept_len = 0, ext_len = 0, nh = 0;
+  int status, rc;
+
+  if (r == NULL)
+    return TERN_EINVAL;
+  if (opts == NULL) {
+    tern_ws_options_init(&defaults);
+    opts = &defaults;
+  }
+  if (!check_options(opts))
+    return TERN_EINVAL;
+  w = r->w;
+  if (!tern__on_worker(w) || (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
+    return TERN_ESTATE;
+  status = validate(r, accept, &accept_len);
+  if (status == 0 && r->conn->proto->tunnel == NULL)
+    status = 400;
+  if (status == 426) {
+    static const tern_header v13 = {"Sec-WebSocket-Version", 21, "13", 2};
+    static const char body[] = "426 Upgrade Required\n";
+    rc = tern_respond(r, 426, &v13, 1, body, sizeof(body) - 1);
+    return rc == TERN_ECLOSED ? rc : TERN_EHANDSHAKE;
+  }
+  if (status != 0) {
+    tern__respond_status(r, status, NULL, 0);
+    return TERN_EHANDSHAKE;
+  }
+
+  ws = tern__malloc(w->srv, sizeof(*ws));
+  if (ws == NULL) {
+    tern__respond_status(r, 503, NULL, 0);
+    return TERN_ENOMEM;
+  }
+  memset(ws, 0, sizeof(*ws));
+  atomic_init(&ws->refs, 1);
+  atomic_init(&ws->closed, 0);
+  atomic_init(&ws->hint, 0);
+  ws->w = w;
+  ws->o = *opts;
+  ws->user = user;
+  ws->protocol = r->protocol;
+  tern__list_init(&ws->link);
+  if (opts->subprotocol_len > 0) {
+    memcpy(ws->subprotocol, opts->subprotocol, opts->subprotocol_len);
+    ws->o.subprotocol = ws->subprotocol;
+  }
+  rc = setup_deflate(ws, r, ext, &ext_len);
+  if (rc < 0) {
+    ws_free(ws);
+    tern__respond_status(r, 503, NULL, 0);
+    return TERN_ENOMEM;
+  }
+  tern__ws_decoder_init(&ws->dec, opts->max_message_size, rc == 1);
+
+  if (!(r->flags & TERN__RQ_WS_CONNECT)) {
+    h[nh].name = "Upgrade";
+    h[nh].name_len = 7;
+    h[nh].value = "websocket";
+    h[nh++].value_len = 9;
+    h[nh].name = "Sec-WebSocket-Accept";
+    h[nh].name_len = 20;
+    h[nh].value = accept;
+    h[nh++].value_len = accept_len;
+  }
+  if (opts->subprotocol_len > 0) {
+    h[nh].name = "Sec-WebSocket-Protocol";
+    h[nh].name_len = 22;
+    h[nh].value = ws->subprotocol;
+    h[nh++].value_len = opts->subprotocol_len;
+  }
+  if (ext_len > 0) {
+    h[nh].name = "Sec-WebSocket-Extensions";
+    h[nh].name_len = 24;
+    h[nh].value = ext;
+    h[nh++].value_len = ext_len;
+  }
+  rc = r->conn->proto->tunnel(r, h, nh);
+  if (rc != 0) {
+    ws_free(ws);
+    if (rc == TERN_ESTATE)
+      return rc;
+    r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
+    tern__conn_close(r->conn);
+    tern_response_end(r, NULL, 0);
+    return rc;
+  }
+  ws->r = r;
+  tern__list_append(&w->ws_open, &ws->link);
+  r->body_fn = on_body;
+  r->body_user = ws;
+  r->flags |= TERN__RQ_READING;
+  r->conn->proto->body_flow(r);
+  if (out != NULL)
+    *out = ws;
+  if (opts->on_open != NULL)
+    opts->on_open(ws, user);
+  return 0;
+}
+
+/* ---- Calls from any thread ---------------------------------------------- */
+
+static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
+                size_t n, shared_frame *f) {
+  tern__msg *m;
+  if (atomic_load(&ws->closed))
+    return TERN_ECLOSED;
+  m = tern__malloc(ws->w->srv, sizeof(*m) + n);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  memset(m, 0, sizeof(*m));
+  m->type = TERN__M_WS;
+  m->ws = ws;
+  m->status = kind;
+  m->copy = type;
+  m->content_length = arg;
+  if (n > 0)
+    memcpy(m + 1, p, n);
+  m->body = f != NULL ? (const void *)f : (const void *)(m + 1);
+  m->len = n;
+  tern_ws_ref(ws);
+  tern__worker_post(ws->w, m);
+  return 0;
+}
+
+void tern__ws_msg_apply(tern__msg *m) {
+  tern_ws *ws = m->ws;
+  tern_server *srv = srv_of(ws);
+
+  switch (m->status) {
+  case P_SEND:
+    do_send(ws, m->copy, m->body, m->len, 0, 1);
+    break;
+  case P_FRAGMENT:
+    do_send(ws, m->copy, m->body, m->len, 1, (int)m->content_length);
+    break;
+  case P_PING:
+    if (is_open(ws))
+      do_control(ws, TERN__WS_OP_PING, m->body, m->len);
+    break;
+  case P_CLOSE:
+    do_close(ws, (int)m->content_length, m->body, m->len);
+    break;
+  case P_SHARED: {
+    shared_frame *f = (shared_frame *)(uintptr_t)m->body;
+    do_shared(ws, f);
+    release_shared(f->data, f);
+    break;
+  }
+  }
+  tern_ws_unref(ws);
+  tern__free(srv, m);
+}
+
+static int check_type(int type) {
+  return type == TERN_WS_TEXT || type == TERN_WS_BINARY;
+}
+
+/* Over the mark, seen from another thread. */
+static int full_hint(const tern_ws *ws) {
+  return ws->o.on_full == TERN_WS_FAIL_SEND &&
+         atomic_load_explicit(&ws->hint, memory_order_relaxed) >
+             ws->o.high_water;
+}
+
+int tern_ws_send(tern_ws *ws, int type, const void *data, size_t len) {
+  if (ws == NULL || !check_type(type) || (len > 0 && data == NULL))
+    return TERN_EINVAL;
+  if (tern__on_worker(ws->w))
+    return do_send(ws, type, data, len, 0, 1);
+  if (type == TERN_WS_TEXT) {
+    unsigned st = TERN__WS_UTF8_OK;
+    if (!text_valid(&st, data, len, 1))
+      return TERN_EINVAL;
+  }
+  if (full_hint(ws))
+    return TERN_ETOOBIG;
+  return post(ws, P_SEND, type, 0, data, len, NULL);
+}
+
+int tern_ws_send_fragment(tern_ws *ws, int type, const void *data, size_t len,
+                          int fin) {
+  if (ws == NULL || !check_type(type) || (len > 0 && data == NULL))
+    return TERN_EINVAL;
+  if (tern__on_worker(ws->w))
+    return do_send(ws, type, data, len, 1, fin != 0);
+  if (full_hint(ws))
+    return TERN_ETOOBIG;
+  return post(ws, P_FRAGMENT, type, fin != 0, data, len, NULL);
+}
+
+int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
+  if (ws == NULL || len > TERN__WS_MAX_CONTROL || (len > 0 && data == NULL))
+    return TERN_EINVAL;
+  if (tern__on_worker(ws->w)) {
+    if (!is_open(ws))
+      return TERN_ECLOSED;
+    return do_control(ws, TERN__WS_OP_PING, data, len);
+  }
+  return post(ws, P_PING, 0, 0, data, len, NULL);
+}
+
+int tern_ws_close(tern_ws *ws, int code, const char *reason, size_t len) {
+  unsigned st = TERN__WS_UTF8_OK;
+  if (ws == NULL || (code != 0 && !tern__ws_close_code_valid(code)) ||
+      (code == 0 && len > 0) || (len > 0 && reason == NULL) ||
+      !text_valid(&st, reason, len, 1))
+    return TERN_EINVAL;
+  if (tern__on_worker(ws->w))
+    return do_close(ws, code, reason, len);
+  return post(ws, P_CLOSE, 0, code, reason, len, NULL);
+}
+
+int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
+                      const void *data, size_t len) {
+  unsigned char hdr[TERN__WS_MAX_HEADER];
+  shared_frame *f;
+  tern_server *srv;
+  size_t i, hl;
+  int sent = 0;
+
+  if ((n > 0 && list == NULL) || !check_type(type) || (len > 0 && data == NULL))
+    return TERN_EINVAL;
+  if (type == TERN_WS_TEXT) {
+    unsigned st = TERN__WS_UTF8_OK;
+    if (!text_valid(&st, data, len, 1))
+      return TERN_EINVAL;
+  }
+  if (n == 0)
+    return 0;
+  srv = srv_of(list[0]);
+  hl = tern__ws_frame_header(hdr, type, 1, 0, len);
+  f = tern__malloc(srv, sizeof(*f) + hl + len);
+  if (f == NULL)
+    return TERN_ENOMEM;
+  atomic_init(&f->refs, 1);
+  f->srv = srv;
+  f->len = hl + len;
+  memcpy(f->data, hdr, hl);
+  if (len > 0)
+    memcpy(f->data + hl, data, len);
+  for (i = 0; i < n; i++) {
+    tern_ws *ws = list[i];
+    if (ws == NULL)
+      continue;
+    if (tern__on_worker(ws->w)) {
+      if (do_shared(ws, f) == 0)
+        sent++;
+    } else if (!full_hint(ws)) {
+      atomic_fetch_add(&f->refs, 1);
+      if (post(ws, P_SHARED, type, 0, NULL, 0, f) == 0)
+        sent++;
+      else
+        release_shared(f->data, f);
+    }
+  }
+  release_shared(f->data, f);
+  return sent;
+}
+
+/* ---- Accessors ---------------------------------------------------------- */
+
+size_t tern_ws_buffered(const tern_ws *ws) {
+  if (ws == NULL)
+    return 0;
+  if (tern__on_worker(ws->w))
+    return pending(ws);
+  return atomic_load_explicit(&ws->hint, memory_order_relaxed);
+}
+
+int tern_ws_pause(tern_ws *ws) {
+  if (ws == NULL)
+    return TERN_EINVAL;
+  if (!tern__on_worker(ws->w))
+    return TERN_ESTATE;
+  if (ws->state == WS_DONE)
+    return TERN_ECLOSED;
+  ws->pause |= PAUSE_USER;
+  apply_pause(ws);
+  return 0;
+}
+
+int tern_ws_resume(tern_ws *ws) {
+  if (ws == NULL)
+    return TERN_EINVAL;
+  if (!tern__on_worker(ws->w))
+    return TERN_ESTATE;
+  if (ws->state == WS_DONE)
+    return TERN_ECLOSED;
+  ws->pause &= ~(unsigned)PAUSE_USER;
+  apply_pause(ws);
+  return 0;
+}
+
+int tern_ws_protocol(const tern_ws *ws) {
+  return ws != NULL ? ws->protocol : TERN_EINVAL;
+}
+
+void tern_ws_set_data(tern_ws *ws, void *data) {
+  if (ws != NULL)
+    ws->data = data;
+}
+
+void *tern_ws_data(const tern_ws *ws) {
+  return ws != NULL ? ws->data : NULL;
+}

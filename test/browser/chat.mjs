@@ -1,0 +1,45 @@
+// Two Chromium pages join tern's chat room (examples/chat) and talk: the
+// first sends a line, the second must show it. Reports, as JSON, the
+// protocol each page was loaded over, the welcome lines (which name the
+// WebSocket's carrier as the server saw it) and what the second page got.
+//   node chat.mjs URL
+import { chromium } from "playwright-core";
+
+const url = process.argv[2];
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--ignore-certificate-errors",
+  ],
+});
+try {
+  const context = await browser.newContext({ ignoreHTTPSErrors: true });
+  const open = async () => {
+    const page = await context.newPage();
+    await page.goto(url, { timeout: 15000 });
+    await page.waitForFunction(
+      () => document.getElementById("status").textContent.startsWith("welcome"),
+      null, { timeout: 15000 });
+    return page;
+  };
+  const a = await open();
+  const b = await open();
+  const line = "hello from A " + Date.now();
+  await a.fill("#text", line);
+  await a.click("#send");
+  await b.waitForFunction(
+    (l) => document.getElementById("log").textContent.includes(l), line,
+    { timeout: 15000 });
+  const info = async (p) => ({
+    protocol: await p.evaluate(
+      () => performance.getEntriesByType("navigation")[0].nextHopProtocol),
+    welcome: await p.evaluate(
+      () => document.getElementById("status").textContent),
+    log: await p.evaluate(() => document.getElementById("log").innerText),
+  });
+  console.log(JSON.stringify({ line, a: await info(a), b: await info(b) }));
+} finally {
+  await browser.close();
+}

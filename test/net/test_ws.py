@@ -1,0 +1,725 @@
+#!/usr/bin/env python3
+"""WebSocket (RFC 6455, RFC 7692) against hello's /ws echo, over real
+sockets.
+
+Happy paths use a real client, Python's websockets (Debian's
+python3-websockets): messages of 0 B to 16 MiB, text and binary,
+fragmented and not, with and without permessage-deflate, echoed byte for
+byte. Every protocol error and handshake rejection is sent as raw bytes
+from a socket, and the test checks the close code or the status. The
+slow-reader case checks that a client that never reads cannot make the
+server's memory grow past the send high-water mark.
+"""
+
+import asyncio
+import base64
+import hashlib
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import zlib
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
+                     connect, eq, shared_hello_teardown)
+
+try:
+    import websockets
+except ImportError:  # a Python other than Debian's: use Debian's package
+    sys.path.append("/usr/lib/python3/dist-packages")
+    try:
+        import websockets
+    except ImportError:
+        websockets = None
+
+suite = Suite()
+case = suite.case
+srv = None
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def setup():
+    global srv
+    srv = Server("hello")
+
+
+def teardown():
+    shared_hello_teardown(srv)
+
+
+# ---------------------------------------------------------------------------
+# Raw WebSocket client
+
+def ws_key():
+    return base64.b64encode(os.urandom(16)).decode()
+
+
+def handshake(port, path="/ws", extra=None, key=None, version="13",
+              method="GET", proto="HTTP/1.1", conn_token="Upgrade",
+              upgrade="websocket"):
+    """Send a handshake; return (Conn, Response)."""
+    c = Conn(port)
+    headers = [("Host", "localhost")]
+    if upgrade is not None:
+        headers.append(("Upgrade", upgrade))
+    if conn_token is not None:
+        headers.append(("Connection", conn_token))
+    if key is not False:
+        headers.append(("Sec-WebSocket-Key", key or ws_key()))
+    if version is not None:
+        headers.append(("Sec-WebSocket-Version", version))
+    for h in extra or []:
+        headers.append(h)
+    head = "%s %s %s\r\n" % (method, path, proto)
+    head += "".join("%s: %s\r\n" % h for h in headers) + "\r\n"
+    c.send(head.encode())
+    r = c.head(time.monotonic() + 5)
+    return c, r
+
+
+def opened(port, path="/ws", extra=None):
+    key = ws_key()
+    c, r = handshake(port, path, extra, key=key)
+    eq(r.status, 101, "handshake status")
+    want = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest())
+    eq(r.headers.get("sec-websocket-accept", "").encode(), want,
+       "Sec-WebSocket-Accept")
+    return c, r
+
+
+def frame(opcode, payload=b"", fin=True, rsv=0, mask=True, length=None):
+    b0 = (0x80 if fin else 0) | (rsv << 4) | opcode
+    n = len(payload) if length is None else length
+    if n < 126:
+        head = struct.pack("!BB", b0, (0x80 if mask else 0) | n)
+    elif n < 65536:
+        head = struct.pack("!BBH", b0, (0x80 if mask else 0) | 126, n)
+    else:
+        head = struct.pack("!BBQ", b0, (0x80 if mask else 0) | 127, n)
+    if not mask:
+        return head + payload
+    key = os.urandom(4)
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return head + key + masked
+
+
+def close_payload(code, reason=b""):
+    return struct.pack("!H", code) + reason
+
+
+def read_frame(c, timeout=5.0):
+    """One server frame: (fin, rsv, opcode, payload). Server frames must
+    not be masked."""
+    deadline = time.monotonic() + timeout
+    b0, b1 = c.read_exact(2, deadline)
+    check(not (b1 & 0x80), "server frames are unmasked")
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", c.read_exact(2, deadline))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", c.read_exact(8, deadline))[0]
+    payload = c.read_exact(n, deadline) if n else b""
+    return bool(b0 & 0x80), (b0 >> 4) & 7, b0 & 0x0F, payload
+
+
+def expect_close(c, code, timeout=5.0):
+    """The server's next frames end with a close carrying `code`, then the
+    connection ends."""
+    while True:
+        fin, rsv, op, payload = read_frame(c, timeout)
+        if op == 0x8:
+            break
+    got = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
+    eq(got, code, "close code")
+    check(c.at_eof(3.0), "the connection ends after the close frame")
+    return payload[2:]
+
+
+def proto_error(frames, code, path="/ws"):
+    c, _ = opened(srv.port, path)
+    with c:
+        c.send(b"".join(frames))
+        expect_close(c, code)
+
+
+# ---------------------------------------------------------------------------
+# Handshake rejections
+
+def rejected(status, **kw):
+    c, r = handshake(srv.port, **kw)
+    with c:
+        eq(r.status, status, "status")
+    return r
+
+
+@case
+def handshake_accepts_lists_and_any_case():
+    """Upgrade and Connection are token lists, compared ignoring case."""
+    c, r = handshake(srv.port, conn_token="keep-alive, UPGRADE",
+                     upgrade="h2c, WebSocket")
+    with c:
+        eq(r.status, 101, "status")
+        eq(r.headers.get("upgrade", "").lower(), "websocket", "Upgrade")
+        check("upgrade" in r.headers.get("connection", "").lower(),
+              "Connection: Upgrade")
+        c.send(frame(0x2, b"abc"))
+        eq(read_frame(c)[2:], (0x2, b"abc"), "echo")
+
+
+@case
+def handshake_plain_get_400():
+    rejected(400, upgrade=None, conn_token=None, key=False, version=None)
+
+
+@case
+def handshake_no_connection_upgrade_400():
+    rejected(400, conn_token="keep-alive")
+
+
+@case
+def handshake_no_upgrade_websocket_400():
+    rejected(400, upgrade="h2c")
+
+
+@case
+def handshake_missing_key_400():
+    rejected(400, key=False)
+
+
+@case
+def handshake_short_key_400():
+    rejected(400, key=base64.b64encode(os.urandom(15)).decode())
+
+
+@case
+def handshake_bad_base64_key_400():
+    rejected(400, key="!!!!!!!!!!!!!!!!!!!!!!==")
+
+
+@case
+def handshake_two_keys_400():
+    rejected(400, extra=[("Sec-WebSocket-Key", ws_key())])
+
+
+@case
+def handshake_missing_version_400():
+    rejected(400, version=None)
+
+
+@case
+def handshake_wrong_version_426():
+    r = rejected(426, version="8")
+    eq(r.headers.get("sec-websocket-version"), "13", "Sec-WebSocket-Version")
+
+
+@case
+def handshake_http10_400():
+    rejected(400, proto="HTTP/1.0")
+
+
+@case
+def handshake_post_405():
+    """The route is GET only: the router answers before any handshake."""
+    r = rejected(405, method="POST")
+    eq(r.headers.get("allow"), "GET, HEAD", "Allow")
+
+
+@case
+def handshake_rejected_connection_still_serves():
+    c, r = handshake(srv.port, version="99")
+    with c:
+        eq(r.status, 426, "status")
+        c.read_exact(int(r.headers["content-length"]), time.monotonic() + 5)
+        c.send(build_request("GET", "/"))
+        eq(c.response().status, 200, "next request on the connection")
+
+
+@case
+def handshake_subprotocol_chosen():
+    c, r = handshake(srv.port, extra=[("Sec-WebSocket-Protocol",
+                                       "chat, echo")])
+    with c:
+        eq(r.status, 101, "status")
+        eq(r.headers.get("sec-websocket-protocol"), "echo", "subprotocol")
+
+
+@case
+def handshake_frames_in_same_packet_as_head():
+    """Frames sent right behind the handshake are not read as HTTP."""
+    key = ws_key()
+    c = Conn(srv.port)
+    with c:
+        c.send(("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n" % key).encode() +
+               frame(0x1, b"first") + frame(0x1, b"second"))
+        eq(c.head(time.monotonic() + 5).status, 101, "status")
+        eq(read_frame(c)[3], b"first", "first echo")
+        eq(read_frame(c)[3], b"second", "second echo")
+
+
+# ---------------------------------------------------------------------------
+# Protocol errors: each gets its close code, then the connection ends
+
+@case
+def error_unmasked_frame_1002():
+    proto_error([frame(0x1, b"hi", mask=False)], 1002)
+
+
+@case
+def error_rsv1_without_deflate_1002():
+    proto_error([frame(0x1, b"hi", rsv=4)], 1002, "/ws?deflate=0")
+
+
+@case
+def error_rsv2_1002():
+    proto_error([frame(0x1, b"hi", rsv=2)], 1002)
+
+
+@case
+def error_rsv3_1002():
+    proto_error([frame(0x2, b"hi", rsv=1)], 1002)
+
+
+@case
+def error_reserved_data_opcode_1002():
+    proto_error([frame(0x3, b"hi")], 1002)
+
+
+@case
+def error_reserved_control_opcode_1002():
+    proto_error([frame(0xB, b"hi")], 1002)
+
+
+@case
+def error_fragmented_control_1002():
+    proto_error([frame(0x9, b"hi", fin=False)], 1002)
+
+
+@case
+def error_oversized_control_1002():
+    proto_error([frame(0x9, b"x" * 126)], 1002)
+
+
+@case
+def error_continuation_without_start_1002():
+    proto_error([frame(0x0, b"hi")], 1002)
+
+
+@case
+def error_new_message_inside_fragmented_1002():
+    proto_error([frame(0x1, b"a", fin=False), frame(0x1, b"b")], 1002)
+
+
+@case
+def error_invalid_utf8_1007():
+    proto_error([frame(0x1, b"ok \xff")], 1007)
+
+
+@case
+def error_invalid_utf8_across_fragments_1007():
+    """A sequence split over fragments is fine; a broken one is not."""
+    c, _ = opened(srv.port)
+    with c:
+        euro = "\u20ac".encode()
+        c.send(frame(0x1, euro[:1], fin=False) + frame(0x0, euro[1:]))
+        eq(read_frame(c)[3], euro, "split character echoed")
+        c.send(frame(0x1, euro[:2], fin=False) + frame(0x0, b"A"))
+        expect_close(c, 1007)
+
+
+@case
+def error_text_ends_inside_character_1007():
+    proto_error([frame(0x1, "\u20ac".encode()[:2])], 1007)
+
+
+@case
+def error_close_payload_one_byte_1002():
+    proto_error([frame(0x8, b"\x03")], 1002)
+
+
+@case
+def error_close_codes_invalid_1002():
+    for code in (0, 999, 1004, 1005, 1006, 1015, 2000, 2999, 5000):
+        proto_error([frame(0x8, close_payload(code))], 1002)
+
+
+@case
+def error_close_reason_not_utf8_1007():
+    proto_error([frame(0x8, close_payload(1000, b"\xc3\x28"))], 1007)
+
+
+@case
+def error_message_too_big_1009():
+    proto_error([frame(0x2, b"x" * 1001)], 1009, "/ws?max=1000")
+
+
+@case
+def error_fragmented_message_too_big_1009():
+    proto_error([frame(0x2, b"x" * 600, fin=False),
+                 frame(0x0, b"x" * 600)], 1009, "/ws?max=1000")
+
+
+def deflate_raw(data):
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    out = z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
+    check(out.endswith(b"\x00\x00\xff\xff"), "sync flush marker")
+    return out[:-4]
+
+
+def opened_deflate(path):
+    c, r = opened(srv.port, path, [("Sec-WebSocket-Extensions",
+                                    "permessage-deflate")])
+    eq(r.headers.get("sec-websocket-extensions"), "permessage-deflate",
+       "extension accepted")
+    return c
+
+
+@case
+def error_deflate_bomb_1009():
+    """A few hundred compressed bytes that inflate past the limit."""
+    c = opened_deflate("/ws?max=100000")
+    with c:
+        bomb = deflate_raw(b"\0" * (8 << 20))
+        check(len(bomb) < 10000, "the bomb is small")
+        c.send(frame(0x2, bomb, rsv=4))
+        expect_close(c, 1009)
+
+
+@case
+def error_deflate_corrupt_1007():
+    c = opened_deflate("/ws")
+    with c:
+        c.send(frame(0x2, b"\xff\xff\xff\xff", rsv=4))
+        expect_close(c, 1007)
+
+
+@case
+def error_deflate_invalid_utf8_text_1007():
+    c = opened_deflate("/ws")
+    with c:
+        c.send(frame(0x1, deflate_raw(b"abc\xff"), rsv=4))
+        expect_close(c, 1007)
+
+
+@case
+def deflate_raw_roundtrip():
+    """Our own compressed frames (context kept across messages) are
+    inflated and echoed compressed."""
+    c = opened_deflate("/ws")
+    with c:
+        z = zlib.compressobj(9, zlib.DEFLATED, -15)
+        d = zlib.decompressobj(-15)
+        for i in range(3):
+            msg = b"hello hello hello %d" % i
+            out = z.compress(msg) + z.flush(zlib.Z_SYNC_FLUSH)
+            c.send(frame(0x2, out[:-4], rsv=4))
+            fin, rsv, op, payload = read_frame(c)
+            eq((fin, rsv, op), (True, 4, 0x2), "compressed echo frame")
+            eq(d.decompress(payload + b"\x00\x00\xff\xff"), msg, "echo")
+
+
+# ---------------------------------------------------------------------------
+# Control frames and the close handshake
+
+@case
+def ping_answered_with_same_payload():
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0x9, b"payload-123"))
+        eq(read_frame(c)[2:], (0xA, b"payload-123"), "pong")
+
+
+@case
+def ping_between_fragments():
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0x1, b"ab", fin=False) + frame(0x9, b"p") +
+               frame(0x0, b"cd"))
+        eq(read_frame(c)[2:], (0xA, b"p"), "pong first")
+        eq(read_frame(c)[2:], (0x1, b"abcd"), "then the message")
+
+
+@case
+def unsolicited_pong_ignored():
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0xA, b"zzz") + frame(0x1, b"after"))
+        eq(read_frame(c)[2:], (0x1, b"after"), "echo after the pong")
+
+
+@case
+def client_close_echoed():
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0x8, close_payload(1000, b"done")))
+        eq(expect_close(c, 1000), b"", "the server echoes the code")
+
+
+@case
+def client_close_without_code():
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0x8))
+        fin, rsv, op, payload = read_frame(c)
+        eq((op, payload), (0x8, b""), "empty close answered with empty")
+        check(c.at_eof(3.0), "connection ends")
+
+
+@case
+def server_close_handshake():
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        c.send(frame(0x1, b"close"))
+        fin, rsv, op, payload = read_frame(c)
+        eq((op, payload), (0x8, close_payload(4000, b"bye")), "close frame")
+        c.send(frame(0x1, b"dropped") + frame(0x8, close_payload(4000)))
+        check(c.at_eof(3.0), "connection ends after our close")
+
+
+@case(timeout=30)
+def server_close_times_out():
+    """The client never answers the server's close: after the close
+    timeout (5 s by default) the connection is closed."""
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        c.send(frame(0x1, b"close"))
+        eq(read_frame(c)[2], 0x8, "close frame")
+        t0 = time.monotonic()
+        check(c.at_eof(12.0), "closed by the server")
+        took = time.monotonic() - t0
+        check(3.0 <= took <= 10.0, "closed after about 5 s, took %.1f" % took)
+
+
+@case
+def server_ping():
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        c.send(frame(0x1, b"ping"))
+        eq(read_frame(c)[2:], (0x9, b"hi"), "ping from the server")
+
+
+@case
+def send_from_another_thread():
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        for i in range(20):
+            c.send(frame(0x1, b"thread:m%d" % i))
+        got = sorted(read_frame(c)[3] for _ in range(20))
+        eq(got, sorted(b"m%d" % i for i in range(20)), "posted sends")
+
+
+@case
+def client_vanishes_mid_message():
+    """A client that disconnects inside a message leaves nothing behind."""
+    for _ in range(20):
+        c, _ = opened(srv.port)
+        c.send(frame(0x2, b"x" * 1000, length=100000)[:500])
+        c.close()
+    c, _ = opened(srv.port)
+    with c:
+        c.send(frame(0x2, b"alive"))
+        eq(read_frame(c)[3], b"alive", "server still echoes")
+
+
+@case(timeout=60)
+def slow_reader_bounded_by_high_water():
+    """A client that sends 64 KiB messages and never reads: the server
+    stops reading once 1 MiB of echoes is queued (hw=1048576), so its RSS
+    stays bounded while the client pushes 64 MiB at it."""
+    s = Server("hello", ["--workers", "1"])
+    try:
+        c, _ = opened(s.port, "/ws?hw=1048576")
+        with c:
+            sock = c.sock
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            msg = frame(0x2, b"s" * 65536)
+            rss0 = vmrss_kib(s.proc.pid)
+            sock.setblocking(False)
+            sent, stalled_since = 0, None
+            deadline = time.monotonic() + 30
+            while sent < (64 << 20) and time.monotonic() < deadline:
+                try:
+                    sent += sock.send(msg)
+                    stalled_since = None
+                except BlockingIOError:
+                    if stalled_since is None:
+                        stalled_since = time.monotonic()
+                    elif time.monotonic() - stalled_since > 1.5:
+                        break
+                    time.sleep(0.01)
+            grown = vmrss_kib(s.proc.pid) - rss0
+            suite.note("sent %d KiB before the server stopped reading; "
+                       "server RSS grew %d KiB" % (sent >> 10, grown))
+            check(sent < (32 << 20), "the server pushed back (sent %d)" % sent)
+            check(grown < 16 * 1024, "RSS grew %d KiB" % grown)
+            # Reading now drains it: the echoes are all there, in order.
+            sock.setblocking(True)
+            c.send(b"")
+            total = 0
+            while total < 4 * 65536:
+                total += len(read_frame(c, 10)[3])
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def fail_send_mode_refuses_past_mark():
+    """fail=1: past the mark, sends are refused (that echo is dropped) while
+    reading goes on, and control frames still go out. Both messages arrive
+    in one read, so the first echo is still queued when the second would
+    be sent."""
+    c, _ = opened(srv.port, "/ws?hw=1000&fail=1")
+    with c:
+        c.send(frame(0x2, b"a" * 5000) + frame(0x2, b"b" * 10) +
+               frame(0x9, b"p"))
+        eq(read_frame(c)[2:], (0x2, b"a" * 5000), "first echo")
+        eq(read_frame(c)[2:], (0xA, b"p"), "pong; the second was refused")
+        c.send(frame(0x2, b"c"))
+        eq(read_frame(c)[2:], (0x2, b"c"), "sends work again once drained")
+
+
+def vmrss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+# ---------------------------------------------------------------------------
+# A real client: python3-websockets
+
+def need_websockets():
+    if websockets is None:
+        raise Skip("python3-websockets is not installed")
+
+
+def run_async(coro):
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+SIZES = [0, 1, 125, 126, 127, 65535, 65536, 1 << 20, 16 << 20]
+
+
+def payload(n, text):
+    if text:
+        unit = "a\u00e9\u20ac\U0001f600"  # 1, 2, 3 and 4 byte characters
+        s = (unit * (n // 10 + 1)).encode()[:n]
+        while True:  # cut on a character boundary, pad with ASCII
+            try:
+                return s.decode() + "z" * (n - len(s))
+            except UnicodeDecodeError:
+                s = s[:-1]
+    seed = hashlib.sha256(b"%d" % n).digest()
+    return (seed * (n // 32 + 1))[:n]
+
+
+async def echo_all(path, compression, fragmented):
+    uri = "ws://%s:%d%s" % (HOST, srv.port, path)
+    async with websockets.connect(uri, compression=compression,
+                                  max_size=None, max_queue=None) as ws:
+        ext = ws.response_headers.get("Sec-WebSocket-Extensions")
+        if compression:
+            check(ext is not None and "permessage-deflate" in ext,
+                  "deflate negotiated: %r" % ext)
+        else:
+            check(ext is None, "no extension: %r" % ext)
+        for n in SIZES:
+            for text in (False, True):
+                m = payload(n, text)
+                if fragmented and n >= 3:
+                    third = n // 3
+                    await ws.send([m[:third], m[third:2 * third],
+                                   m[2 * third:]])
+                else:
+                    await ws.send(m)
+                got = await ws.recv()
+                check(type(got) is type(m), "type kept at %d" % n)
+                check(got == m, "%d-byte %s message echoed intact"
+                      % (n, "text" if text else "binary"))
+
+
+@case(timeout=120)
+def echo_sizes_plain():
+    need_websockets()
+    run_async(echo_all("/ws", None, False))
+
+
+@case(timeout=120)
+def echo_sizes_deflate():
+    need_websockets()
+    run_async(echo_all("/ws", "deflate", False))
+
+
+@case(timeout=120)
+def echo_sizes_fragmented():
+    need_websockets()
+    run_async(echo_all("/ws", None, True))
+
+
+@case(timeout=120)
+def echo_sizes_fragmented_deflate_streamed():
+    """Fragmented, compressed, and received in pieces by the server
+    (stream=1), which echoes them as fragments."""
+    need_websockets()
+    run_async(echo_all("/ws?stream=1", "deflate", True))
+
+
+@case
+def client_ping_and_close_code():
+    need_websockets()
+
+    async def go():
+        uri = "ws://%s:%d/ws" % (HOST, srv.port)
+        async with websockets.connect(uri) as ws:
+            pong = await ws.ping(b"abc")
+            await asyncio.wait_for(pong, 5)
+            await ws.close(code=4001, reason="over")
+            eq(ws.close_code, 4001, "close code echoed")
+    run_async(go())
+
+
+@case
+def server_close_seen_by_client():
+    need_websockets()
+
+    async def go():
+        uri = "ws://%s:%d/ws?cmds=1" % (HOST, srv.port)
+        async with websockets.connect(uri) as ws:
+            await ws.send("close")
+            try:
+                await asyncio.wait_for(ws.recv(), 5)
+                raise AssertionError("expected the close")
+            except websockets.ConnectionClosed:
+                pass
+            eq((ws.close_code, ws.close_reason), (4000, "bye"), "close")
+    run_async(go())
+
+
+@case
+def many_sockets_many_messages():
+    """64 sockets, 8 messages in flight on each, 50 rounds."""
+    need_websockets()
+
+    async def one(i):
+        uri = "ws://%s:%d/ws" % (HOST, srv.port)
+        async with websockets.connect(uri) as ws:
+            for r in range(50):
+                msgs = [b"%d-%d-%d" % (i, r, k) for k in range(8)]
+                for m in msgs:
+                    await ws.send(m)
+                for m in msgs:
+                    eq(await ws.recv(), m, "echo in order")
+
+    async def go():
+        await asyncio.gather(*(one(i) for i in range(64)))
+    run_async(go())
+
+
+if __name__ == "__main__":
+    suite.main(setup, teardown)
