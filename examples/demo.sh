@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The demo: install what is missing, build, and run tern's reference
-# server on localhost with every protocol built so far: HTTP/1.1 on the
-# plain port, HTTP/1.1 over TLS on the TLS port (and HTTP/2 there and as
-# h2c on the plain port once that adapter is built). A self-signed
-# certificate for localhost is made on the first run. Ctrl-C stops it
-# gracefully.
+# server on localhost with every protocol built so far: HTTP/1.1 and h2c
+# on the plain port, HTTP/1.1 and HTTP/2 over TLS on the TLS port,
+# WebSocket on both (/ws echoes), and the chat room (examples/chat) on the
+# next two ports: open it in two browser tabs. A self-signed certificate
+# for localhost is made on the first run. Ctrl-C stops both gracefully.
 #   examples/demo.sh [--port N] [--tls-port N]   (defaults 8080 and 8443;
-#                                                  0 picks a free port)
+#                                                  chat on N+1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 test/deps.sh
@@ -29,6 +29,12 @@ if [ ! -f "$certs/cert.pem" ]; then
     -keyout "$certs/key.pem" -out "$certs/cert.pem" 2>/dev/null
   echo "demo: made a self-signed certificate in $certs"
 fi
+chat_port=$((port ? port + 1 : 0)) chat_tls=$((tls_port ? tls_port + 1 : 0))
+build/examples/chat --port "$chat_port" --tls-port "$chat_tls" \
+  --cert "$certs/cert.pem" --key "$certs/key.pem" > >(sed -u 's/^/chat: /') &
+chat_pid=$!
+trap 'kill -TERM $chat_pid 2>/dev/null || true' EXIT
 echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
-exec build/examples/hello --port "$port" --tls-port "$tls_port" \
+echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
+build/examples/hello --port "$port" --tls-port "$tls_port" \
   --cert "$certs/cert.pem" --key "$certs/key.pem"
