@@ -609,6 +609,135 @@ def vmrss_kib(pid):
 
 
 # ---------------------------------------------------------------------------
+# HTTP/2 carrier (RFC 8441), raw frames: the helpers of test_h2.py
+
+import test_h2 as h2  # noqa: E402 (its cases are not run from here)
+
+S_ENABLE_CONNECT_PROTOCOL = 0x8
+
+
+def h2_settings(conn):
+    """The server's SETTINGS pairs (the first SETTINGS frame)."""
+    while True:
+        t, fl, sid, p = conn.read_frame()
+        if t == h2.SETTINGS and not fl & h2.ACK:
+            conn.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
+            return dict(struct.unpack(">HI", p[i:i + 6])
+                        for i in range(0, len(p), 6))
+
+
+def h2_connect(conn, sid, path="/ws", version="13", extra=()):
+    fields = [(":method", "CONNECT"), (":protocol", "websocket"),
+              (":scheme", "http"), (":path", path), (":authority", "x"),
+              ("sec-websocket-version", version)] + list(extra)
+    block = b"".join(h2.hpack_literal(n, v) for n, v in fields)
+    conn.send(h2.headers(sid, block, end_stream=False))
+
+
+def h2_stream_frames(conn, sid, until, timeout=5.0):
+    """Frames of stream `sid` until `until(frames)` holds; gives window
+    credit back and acknowledges SETTINGS on the way."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while not until(got):
+        f = conn.read_frame(max(0.01, deadline - time.monotonic()))
+        check(f is not None, "connection closed; stream %d had %r"
+              % (sid, got))
+        t, fl, fsid, p = f
+        if t == h2.SETTINGS and not fl & h2.ACK:
+            conn.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        if t == h2.DATA and p:
+            conn.send(h2.window_update(0, len(p)) +
+                      h2.window_update(fsid, len(p)))
+        if fsid == sid:
+            got.append((t, fl, p))
+    return got
+
+
+def data_bytes(frames):
+    return b"".join(p for t, fl, p in frames if t == h2.DATA)
+
+
+def ended(frames):
+    return any(fl & h2.END_STREAM for t, fl, p in frames
+               if t in (h2.DATA, h2.HEADERS)) or \
+        any(t == h2.RST_STREAM for t, fl, p in frames)
+
+
+@case
+def h2_settings_enable_connect_protocol():
+    with h2.H2(srv.port) as conn:
+        eq(h2_settings(conn).get(S_ENABLE_CONNECT_PROTOCOL), 1,
+           "SETTINGS_ENABLE_CONNECT_PROTOCOL")
+
+
+@case
+def h2_extended_connect_echo_and_close():
+    with h2.H2(srv.port) as conn:
+        h2_settings(conn)
+        h2_connect(conn, 1)
+        fr = h2_stream_frames(conn, 1, lambda f: f)
+        eq((fr[0][0], fr[0][1] & h2.END_STREAM), (h2.HEADERS, 0),
+           "response HEADERS, stream left open")
+        # Two messages in one DATA frame, then a ping: one batch back.
+        conn.send(h2.frame(h2.DATA, 0, 1, frame(0x1, b"hello") +
+                           frame(0x2, b"\x00\x01") + frame(0x9, b"p")))
+        want = b"\x81\x05hello" + b"\x82\x02\x00\x01" + b"\x8a\x01p"
+        fr = h2_stream_frames(conn, 1, lambda f: len(data_bytes(f)) >=
+                              len(want))
+        eq(data_bytes(fr), want, "echoes and pong, unmasked")
+        conn.send(h2.frame(h2.DATA, 0, 1, frame(0x8, close_payload(1000))))
+        fr = h2_stream_frames(conn, 1, ended)
+        eq(data_bytes(fr), b"\x88\x02\x03\xe8", "close echoed")
+        # The connection serves on.
+        conn.send(h2.headers(3, h2.request_block("GET", "/")))
+        eq(h2.collect_streams(conn, [3])[3], (b"Hello, World!", None),
+           "GET / on the same connection")
+
+
+@case
+def h2_extended_connect_wrong_version_426():
+    with h2.H2(srv.port) as conn:
+        h2_settings(conn)
+        h2_connect(conn, 1, version="8")
+        fr = h2_stream_frames(conn, 1, ended)
+        check(b"426" in data_bytes(fr), "426 body: %r" % data_bytes(fr))
+
+
+@case
+def h2_protocol_error_closes_stream_only():
+    with h2.H2(srv.port) as conn:
+        h2_settings(conn)
+        h2_connect(conn, 1)
+        h2_connect(conn, 3)
+        conn.send(h2.frame(h2.DATA, 0, 1, frame(0x1, b"x", mask=False)))
+        fr = h2_stream_frames(conn, 1, ended)
+        check(data_bytes(fr).endswith(b"\x88\x02\x03\xea"),
+              "close 1002 on stream 1: %r" % data_bytes(fr))
+        conn.send(h2.frame(h2.DATA, 0, 3, frame(0x1, b"still here")))
+        fr = h2_stream_frames(conn, 3, lambda f: len(data_bytes(f)) >= 12)
+        eq(data_bytes(fr), b"\x81\x0astill here", "stream 3 echoes on")
+
+
+@case
+def h2_client_reset_frees_socket():
+    """A stream reset mid-message frees the socket; the connection and its
+    other sockets go on."""
+    with h2.H2(srv.port) as conn:
+        h2_settings(conn)
+        for sid in range(1, 41, 2):
+            h2_connect(conn, sid)
+            conn.send(h2.frame(h2.DATA, 0, sid,
+                               frame(0x2, b"z" * 100, length=5000)))
+            conn.send(h2.rst_stream(sid))
+        h2_connect(conn, 41)
+        conn.send(h2.frame(h2.DATA, 0, 41, frame(0x2, b"ok")))
+        fr = h2_stream_frames(conn, 41, lambda f: len(data_bytes(f)) >= 4,
+                              timeout=10)
+        eq(data_bytes(fr), b"\x82\x02ok", "echo on a new stream")
+
+
+# ---------------------------------------------------------------------------
 # A real client: python3-websockets
 
 def need_websockets():
