@@ -255,6 +255,9 @@ int tern__request_collect(tern_request *r, const void *p, size_t n);
 void tern__request_dispatch(tern_request *r);
 /* Is the calling thread the request's worker? */
 int tern__on_worker(const tern__worker *w);
+/* Finish the user's part of a request whose answer cannot be queued: the
+ * connection closes. Returns rc. */
+int tern__request_fail(tern_request *r, int rc);
 /* Answer an error status on behalf of tern (small text body). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);

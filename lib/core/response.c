@@ -104,6 +104,10 @@ static int fail_finish(tern_request *r, int rc) {
   return rc;
 }
 
+int tern__request_fail(tern_request *r, int rc) {
+  return fail_finish(r, rc);
+}
+
 static int respond_now(tern_request *r, int status, const tern_header *h,
                        size_t n, const void *body, size_t len, int copy,
                        tern_release_fn release, void *ruser) {

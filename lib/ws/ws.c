@@ -831,10 +831,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     ws_free(ws);
     if (rc == TERN_ESTATE)
       return rc;
-    r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
-    tern__conn_close(r->conn);
-    tern_response_end(r, NULL, 0);
-    return rc;
+    return tern__request_fail(r, rc);
   }
   ws->r = r;
   tern__list_append(&w->ws_open, &ws->link);

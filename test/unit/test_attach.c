@@ -132,6 +132,143 @@ static void test_every_allocation_may_fail(void) {
   T_ASSERT(answered > 0 && refused > 0);
 }
 
+/* ---- WebSocket under allocation failure ---- */
+
+static void ws_echo(tern_ws *ws, int type, const char *data, size_t len,
+                    int fin, void *user) {
+  (void)fin;
+  (void)user;
+  tern_ws_send(ws, type, data, len);
+}
+
+static void ws_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_message = ws_echo;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
+/* A masked client frame (mask 0: the payload goes as is). */
+static size_t client_frame(unsigned char *o, int b0, const void *p, size_t n) {
+  size_t h = 0;
+  o[h++] = (unsigned char)b0;
+  if (n < 126) {
+    o[h++] = (unsigned char)(0x80 | n);
+  } else {
+    o[h++] = 0x80 | 126;
+    o[h++] = (unsigned char)(n >> 8);
+    o[h++] = (unsigned char)n;
+  }
+  memset(o + h, 0, 4);
+  h += 4;
+  memcpy(o + h, p, n);
+  return h + n;
+}
+
+static int ws_opcodes[8];
+static int ws_nops;
+
+/* Handshake offering permessage-deflate, a text message, a binary one in
+ * two fragments (12 KiB: assembled in a buffer), a close; then read to
+ * EOF and note the opcodes of the server's frames. */
+static void *ws_client(void *arg) {
+  static unsigned char out[32768], in[65536], part[6000];
+  static const char head[] =
+      "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+      "Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+  size_t n = 0, got = 0, at;
+  ssize_t k;
+  int fd = connect_loopback();
+  (void)arg;
+  ws_nops = 0;
+  memset(part, 'b', sizeof(part));
+  memcpy(out, head, sizeof(head) - 1);
+  n = sizeof(head) - 1;
+  n += client_frame(out + n, 0x81, "hi", 2);
+  n += client_frame(out + n, 0x02, part, sizeof(part));
+  n += client_frame(out + n, 0x80, part, sizeof(part));
+  n += client_frame(out + n, 0x88, "\x03\xe8", 2);
+  if (fd >= 0 && write(fd, out, n) == (ssize_t)n)
+    while (got < sizeof(in) && (k = read(fd, in + got, sizeof(in) - got)) > 0)
+      got += (size_t)k;
+  if (fd >= 0)
+    close(fd);
+  /* The head, then frames. */
+  for (at = 0; at + 3 < got; at++)
+    if (memcmp(in + at, "\r\n\r\n", 4) == 0)
+      break;
+  if (got < 12 || memcmp(in, "HTTP/1.1 101 ", 13) != 0 || at + 3 >= got)
+    goto done;
+  for (at += 4; at + 2 <= got && ws_nops < 8;) {
+    size_t len = in[at + 1] & 0x7f, hl = 2;
+    if (len == 126) {
+      if (at + 4 > got)
+        break;
+      len = (size_t)in[at + 2] << 8 | in[at + 3];
+      hl = 4;
+    }
+    if (at + hl + len > got)
+      break;
+    ws_opcodes[ws_nops++] = in[at] & 0x7f; /* opcode and RSV1 */
+    at += hl + len;
+  }
+done:
+  tern_stop(srv, 1000);
+  return NULL;
+}
+
+/* The same sweep for a WebSocket's life: handshake, deflate set-up,
+ * messages assembled and compressed, close. Each run ends with the echo
+ * complete or the connection closed, and nothing leaks. */
+static void test_ws_every_allocation_may_fail(void) {
+  long n, complete = 0, cut = 0;
+  for (n = 0; n < 400; n++) {
+    tern_settings s;
+    uv_loop_t loop;
+    pthread_t t;
+    int rc;
+
+    tern_settings_init(&s);
+    s.workers = 1;
+    ca_use(&s);
+    T_ASSERT(uv_loop_init(&loop) == 0);
+    ca_calls = 0;
+    ca_fail_at = n;
+    srv = NULL;
+    rc = tern_server_new(&srv, &s);
+    if (rc == 0)
+      rc = tern_route(srv, "GET", "/ws", ws_route, NULL);
+    if (rc == 0)
+      rc = tern_listen(srv, "127.0.0.1", 0, &port);
+    if (rc == 0)
+      rc = tern_attach(srv, &loop);
+    if (rc == 0) {
+      T_ASSERT(pthread_create(&t, NULL, ws_client, NULL) == 0);
+      uv_run(&loop, UV_RUN_DEFAULT);
+      pthread_join(t, NULL);
+      /* Text and binary echoed compressed (RSV1: 0x40), then the close. */
+      if (ws_nops == 3 && ws_opcodes[0] == 0x41 && ws_opcodes[1] == 0x42 &&
+          ws_opcodes[2] == 0x08)
+        complete++;
+      else
+        cut++;
+    } else {
+      T_ASSERT(rc == TERN_ENOMEM || rc == TERN_EIO);
+    }
+    tern_server_free(srv);
+    ca_fail_at = -1;
+    T_EQ_INT(ca_live, 0);
+    T_EQ_INT(uv_loop_close(&loop), 0);
+    if (ca_calls <= n)
+      break;
+  }
+  T_ASSERT(n < 400);
+  T_ASSERT(complete > 0 && cut > 0);
+}
+
 static void test_attach_needs_one_worker(void) {
   tern_settings s;
   tern_server *two;
@@ -147,7 +284,7 @@ static void test_attach_needs_one_worker(void) {
 
 static void test_errors_have_messages(void) {
   int e;
-  for (e = TERN_ENOTFOUND; e <= TERN_OK; e++)
+  for (e = TERN_EHANDSHAKE; e <= TERN_OK; e++)
     T_ASSERT(strcmp(tern_strerror(e), "unknown error") != 0);
   T_ASSERT(strcmp(tern_strerror(-999), "unknown error") == 0);
   T_ASSERT(strcmp(tern_version(), "0.1.0") == 0);
@@ -156,6 +293,7 @@ static void test_errors_have_messages(void) {
 int main(void) {
   T_RUN(test_attach_serves_and_frees);
   T_RUN(test_every_allocation_may_fail);
+  T_RUN(test_ws_every_allocation_may_fail);
   T_RUN(test_attach_needs_one_worker);
   T_RUN(test_errors_have_messages);
   return T_DONE();
