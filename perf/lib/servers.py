@@ -457,8 +457,14 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
     if name == "civetweb" and not any(a == "--threads" for a in extra):
         # CivetWeb serves one connection per thread: with one thread it
         # would serve one of the 64 connections at a time. 64 threads is
-        # its own model at this load, still pinned to one core.
-        argv += ["--threads", "64"]
+        # its own model at this load, still pinned to one core.  A
+        # connection holds its thread for as long as it stays open, so
+        # idle-conns (max_conns given) needs a thread per idle connection,
+        # plus the 64.
+        threads = 64
+        if max_conns:
+            threads += getattr(args, "idle_conns", None) or max_conns
+        argv += ["--threads", str(threads)]
     return Server(name, argv + extra, sdir, shim=shim)
 
 
