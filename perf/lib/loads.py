@@ -310,3 +310,72 @@ def run_h2load(args, workdir, port, duration, warmup, clients, streams,
     r.update({"tool": "h2load", "argv": argv, "raw": text,
               "exit_status": p.returncode})
     return r
+
+
+# ---------------------------------------------------------------------------
+# wsload (build/perf/load): WebSocket echo, closed loop, every echo checked
+
+WS_ERROR_KINDS = ("connect_errors", "handshake_errors", "mismatch",
+                  "protocol_errors", "closed", "unanswered")
+
+
+def run_wsload(args, workdir, port, duration, warmup, sc,
+               on_measure_start=None):
+    """wsload on sc's sockets, depth, size (and --deflate); the warm-up runs
+    on the same sockets.  When wsload prints "wsload: measuring",
+    on_measure_start(pid) is called (the caller takes its snapshots there).
+    Returns the normalized dict; errors is the sum of WS_ERROR_KINDS."""
+    out = os.path.join(workdir, "wsload.json")
+    try:
+        os.unlink(out)
+    except FileNotFoundError:
+        pass
+    argv = ["taskset", "-c", str(args.client_cpu), _tool(args, "wsload"),
+            "--host", "127.0.0.1", "--port", str(port), "--path", sc.path,
+            "--conns", str(sc.connections), "--depth", str(sc.ws_depth),
+            "--size", str(sc.ws_size), "--duration", _num(duration),
+            "--warmup", _num(warmup), "--json", out]
+    if sc.ws_deflate:
+        argv.append("--deflate")
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    common.LIVE.append(p)
+    lines = []
+    timer = threading.Timer(duration + warmup + 30, lambda: common.stop_proc(
+        p, grace=1.0, sig=signal.SIGKILL))
+    timer.start()
+    started = False
+    try:
+        for raw in p.stdout:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            if not started and line.startswith("wsload: measuring"):
+                started = True
+                if on_measure_start is not None:
+                    on_measure_start(p.pid)
+        p.wait()
+    finally:
+        timer.cancel()
+        if p.poll() is None:
+            common.stop_proc(p, grace=1.0, sig=signal.SIGKILL)
+        if p in common.LIVE:
+            common.LIVE.remove(p)
+    text = "".join(lines)
+    if not started:
+        raise BenchError("wsload never started measuring (exit %s): %s" % (
+            p.returncode, text[-400:]))
+    try:
+        with open(out) as f:
+            j = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BenchError("wsload exited %s and left no JSON (%s): %s" % (
+            p.returncode, e, text[-400:]))
+    dur = j.get("duration_s") or duration
+    n = int(j.get("messages") or 0)
+    return {"tool": "wsload", "argv": argv, "requests": n,
+            "errors": int(j.get("errors") or 0), "non2xx": 0,
+            "socket_errors": {k: int(j.get(k) or 0) for k in WS_ERROR_KINDS},
+            "duration_s": dur,
+            "rate": j.get("rate_achieved") or (n / dur if dur else None),
+            "latency_us": _latency(j), "raw": j, "exit_status": p.returncode,
+            "output": text[-2000:]}

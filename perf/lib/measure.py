@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from . import common, h1client, loads, servers, tlsclient
+from . import common, h1client, loads, servers, tlsclient, wsclient
 from .common import BenchError
 
 MIB = float(1 << 20)
@@ -100,6 +100,9 @@ def measure(args, workdir, name, sc, shim):
         try:
             if sc.tls:
                 _check_tls(workdir, srv, sc, row)
+            elif sc.protocol == "ws":
+                row["check"] = wsclient.check(srv.port, sc.path, sc.ws_deflate,
+                                              sc.ws_size)
             else:
                 h1client.check(srv.port, sc.path, sc.headers, sc.body)
         except BenchError as e:
@@ -232,7 +235,8 @@ def _run_load(args, workdir, srv, sc, duration, warmup_phase):
 def _measure_load(args, workdir, srv, sc, row):
     is_tern = srv.name == "tern"
     h2 = sc.load == "h2load"
-    if args.warmup > 0 and not h2:
+    ws = sc.load == "wsload"
+    if args.warmup > 0 and not (h2 or ws):
         _run_load(args, workdir, srv, sc, args.warmup, True)
     snap = {}
 
@@ -252,6 +256,12 @@ def _measure_load(args, workdir, srv, sc, row):
         res = loads.run_h2load(args, workdir, srv.tls_port, args.duration,
                                args.warmup, sc.clients, sc.streams, sc.path,
                                sc.headers, upload, on_measure_start=take)
+        stall = None
+    elif ws:
+        # wsload warms up on the sockets it measures and says when the
+        # window starts: the snapshots are taken then
+        res = loads.run_wsload(args, workdir, srv.port, args.duration,
+                               args.warmup, sc, on_measure_start=take)
         stall = None
     else:
         take()
@@ -314,6 +324,8 @@ def _measure_load(args, workdir, srv, sc, row):
                 row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
     if h2:
         _h2load_fields(row, res, sc)
+    if ws:
+        _wsload_fields(row, res, sc)
     if not n:
         row["problems"].append("no request completed" + (
             " (h2load: %s started, %s done in the measured window; the "
@@ -373,6 +385,33 @@ def _h2load_fields(row, res, sc):
             row["notes"].append("only %d uploads in the window: the one in "
                                 "flight at its end weighs on CPU and "
                                 "allocations per MiB" % n)
+
+
+def _wsload_fields(row, res, sc):
+    j = res["raw"]
+    n = row.get("requests") or 0
+    row["ws_deflate_negotiated"] = j.get("deflate_negotiated")
+    row["ws_extension"] = j.get("extension") or None
+    if n:
+        row["ws_wire_out_per_msg"] = (j.get("bytes_out_window") or 0) / n
+        row["ws_wire_in_per_msg"] = (j.get("bytes_in_window") or 0) / n
+    if (j.get("upgraded") or 0) < sc.connections:
+        row["problems"].append("only %s of %d sockets upgraded" % (
+            j.get("upgraded"), sc.connections))
+    if sc.ws_deflate and (j.get("deflate_negotiated") or 0) < (
+            j.get("upgraded") or 0):
+        row["problems"].append("permessage-deflate declined on %d of %d "
+                               "sockets" % ((j.get("upgraded") or 0) - (
+                                   j.get("deflate_negotiated") or 0),
+                                   j.get("upgraded") or 0))
+    if j.get("starved"):
+        row["problems"].append("%d sockets got no echo in the measured "
+                               "window (starved)" % j["starved"])
+    if j.get("close_unanswered"):
+        row["notes"].append("%d sockets got no Close back for wsload's Close"
+                            % j["close_unanswered"])
+    if j.get("pings"):
+        row["notes"].append("the server sent %d pings" % j["pings"])
 
 
 def _measure_idle(args, workdir, srv, sc, row):

@@ -82,6 +82,27 @@ TLS_CAVEATS = [
 ]
 
 
+WS_CAVEATS = [
+    "ws-echo: wsload (perf/load/wsload.c) is closed loop on one core: 64 "
+    "sockets, 8 messages in flight on each; every echo is compared byte for "
+    "byte, and in order, with what its socket sent, and any mismatch, "
+    "protocol error or closed socket makes the row invalid. Its warm-up runs "
+    "on the sockets it measures, and the server's counters (CPU, "
+    "allocations, /stats) are read when wsload starts its measured window "
+    "and after it ends: the 64 upgrades fall outside. On two cores the "
+    "client's one core (mostly the kernel's loopback send and receive) "
+    "can cap msg/s, as wrk caps h1-get: server CPU per message is the "
+    "figure the client does not cap.",
+    "ws-echo-deflate: wsload compresses with zlib level 6 and context "
+    "takeover, so its repetitive messages shrink to a few bytes; each "
+    "server compresses its echoes with its own settings (bytes on the wire "
+    "per message are listed). libwebsockets 4.1.6 runs its own "
+    "permessage-deflate extension with 64 KiB deflate and inflate buffers "
+    "instead of its 1 KiB defaults, with which it aborts on an assertion "
+    "once a message inflates past about 4 KiB (perf/peers/lws_echo.c).",
+]
+
+
 def caveats(env):
     out = list(CAVEATS)
     if not env["config"].get("shim"):
@@ -101,6 +122,8 @@ def caveats(env):
     if any(s.protocol == "h2" for s in scs) and \
             "nghttpd" in env["config"].get("servers", []):
         out.append(TLS_CAVEATS[5])
+    if any(s.load == "wsload" for s in scs):
+        out += WS_CAVEATS
     return out
 
 
@@ -252,10 +275,14 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                 "%s (%s)" % (n, _why_na(summary, mine, n)) for n in left_out))
             L.append("")
         main = [s for s in mine if REGISTRY[s].group == "main"
-                and REGISTRY[s].load in ("wrk", "churn", "h2load")]
+                and REGISTRY[s].load in ("wrk", "churn", "h2load", "wsload")]
+        if main and proto == "ws":
+            L.append("Throughput in messages/s (one request = one message "
+                     "echoed), median (min–max) over the rounds:")
         if main:
-            L.append("Throughput, median (min–max) over the rounds; conn-churn "
-                     "in connections/s:")
+            if proto != "ws":
+                L.append("Throughput, median (min–max) over the rounds; "
+                         "conn-churn in connections/s:")
             L.append("")
             L += table(["server"] + main, [[n] + [
                 fmt_cell(summary[s].get(n), "rate", ",.0f") for s in main]
@@ -298,6 +325,8 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                           ("lat_p999", ",.0f")) for s in wl]
                     for n in servers])
                 L.append("")
+            L += _ws_lines(summary, servers,
+                           [s for s in main if REGISTRY[s].load == "wsload"])
             hl = [s for s in main if REGISTRY[s].load == "h2load"]
             if hl and "tern" in servers:
                 L.append("Ratios of the medians, req/s (tern / h2o, tern / the "
@@ -374,6 +403,42 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
         L.append("Invalid, n/a and notes:")
         L.append("")
         L += P
+        L.append("")
+    return L
+
+
+def _ws_lines(summary, servers, wl):
+    """ws-echo*: latency, wire bytes per message, the tern/peer ratios."""
+    if not wl:
+        return []
+    L = ["Echo latency from wsload, from a message's send to its echo "
+         "(p50 / p99 / p99.9, µs; closed loop, 8 messages in flight per "
+         "socket):", ""]
+    L += table(["server"] + wl, [[n] + [
+        _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
+              ("lat_p999", ",.0f")) for s in wl] for n in servers])
+    L += ["", "Bytes on the wire per message, client to server / server to "
+          "client (frame headers included; compressed with "
+          "permessage-deflate):", ""]
+    L += table(["server"] + wl, [[n] + [
+        _pair(summary[s].get(n), ("ws_wire_out_per_msg", ",.1f"),
+              ("ws_wire_in_per_msg", ",.1f")) for s in wl] for n in servers])
+    L.append("")
+    peers = [n for n in servers if n != "tern"]
+    if "tern" in servers and peers:
+        parts = []
+        for s in wl:
+            t = summary[s].get("tern")
+            for n in peers:
+                p = summary[s].get(n)
+                r = (val(t, "rate"), val(p, "rate"))
+                c = (val(t, "cpu_us_per_req"), val(p, "cpu_us_per_req"))
+                parts.append("%s tern/%s msg/s %s, server CPU per message "
+                             "%s/%s = %s" % (
+                                 s, n, "%.2f" % (r[0] / r[1]) if all(r) else "n/a",
+                                 n, "tern", "%.2f" % (c[1] / c[0]) if all(c)
+                                 else "n/a"))
+        L.append("Ratios of the medians: " + "; ".join(parts) + ".")
         L.append("")
     return L
 

@@ -2,9 +2,9 @@
 
 A scenario names its protocol, its load, the request it sends and the exact
 answer expected, its headline metric, and the table group it belongs to.
-HTTP/1.1 (cleartext and over TLS) and HTTP/2 over TLS exist now; ws-echo
-and h3-* slot in by adding entries with a new protocol and a load kind that
-perf/lib/measure.py knows.
+HTTP/1.1 (cleartext and over TLS), HTTP/2 over TLS and WebSocket exist
+now; h3-* slots in by adding entries with a new protocol and a load kind
+that perf/lib/measure.py knows.
 """
 
 HELLO = b"Hello, World!"
@@ -16,7 +16,8 @@ PROTOCOLS = {
     "h1": "HTTP/1.1 (cleartext)",
     "h1-tls": "HTTP/1.1 over TLS",
     "h2": "HTTP/2 over TLS",
-    # "ws": "WebSocket", "h3": "HTTP/3 over QUIC"   -- not measured yet
+    "ws": "WebSocket (cleartext, HTTP/1.1 Upgrade)",
+    # "h3": "HTTP/3 over QUIC"   -- not measured yet
 }
 
 # The upload scenarios' body: 16 MiB, written once into the work directory.
@@ -198,6 +199,40 @@ for n in (1, 4):
                  chart=(M["mib_per_s"], M["cpu_us_per_mib"],
                         M["shim_bytes_per_mib"]),
                  summary="Target (h2-upload): over 1 GiB/s on loopback."))
+
+# WebSocket echo: wsload (build/perf/load) keeps ws_depth messages of
+# ws_size bytes in flight on each of 64 sockets and checks every echo byte
+# for byte; one request = one message echoed.  ws-echo-deflate offers
+# permessage-deflate, and a server that declines it is invalid there.
+M["msg_rate"] = Metric("rate", "throughput", "msg/s", "higher", ",.0f")
+M["cpu_us_per_msg"] = Metric("cpu_us_per_req", "server CPU per message",
+                             "µs", "lower", ".2f")
+M["shim_bytes_per_msg"] = Metric("shim_bytes_per_req",
+                                 "heap bytes allocated per message (shim)",
+                                 "bytes", "lower", ",.0f")
+
+
+def _ws(sc, deflate, depth=8, size=128):
+    sc.ws_deflate = deflate
+    sc.ws_depth = depth
+    sc.ws_size = size
+    return sc
+
+
+add(_ws(Scenario("ws-echo", "ws", "wsload",
+                 "64 WebSockets x 8 text messages of 128 B in flight, each "
+                 "echoed and checked (wsload); one request = one message",
+                 path="/ws", body=None, per="message",
+                 chart=(M["msg_rate"], M["cpu_us_per_msg"],
+                        M["shim_bytes_per_msg"], M["lat_p99"]),
+                 summary="Target: tern >= 2 x libwebsockets."), False))
+add(_ws(Scenario("ws-echo-deflate", "ws", "wsload",
+                 "as ws-echo with permessage-deflate (wsload --deflate: "
+                 "context takeover, zlib level 6 on the client)",
+                 path="/ws", body=None, per="message",
+                 chart=(M["msg_rate"], M["cpu_us_per_msg"],
+                        M["shim_bytes_per_msg"], M["lat_p99"]),
+                 summary="Compression on every message, both ways."), True))
 
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]

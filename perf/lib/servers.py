@@ -341,7 +341,8 @@ def not_applicable(name, sc):
 
 _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
 SERVERS = {
-    "tern": Spec("tern", "tern (hello --workers 1)", "tern"),
+    "tern": Spec("tern", "tern (hello --workers 1)", "tern",
+                 protocols=ALL + ("ws",)),
     "nginx": Spec("nginx", "nginx 1.22 (1 worker)", "nginx"),
     "h2o": Spec("h2o", "h2o 2.2.5 server (1 thread)", "h2o"),
     "libh2o": Spec("libh2o", "libh2o embedded (libh2o_hello)", "peer",
@@ -362,10 +363,15 @@ SERVERS = {
                     why_not={"h1": "nghttpd speaks only HTTP/2",
                              "h1-tls": "nghttpd speaks only HTTP/2"}),
 }
+_WS_ONLY = "the libwebsockets peer serves only the WebSocket scenarios"
+SERVERS["libwebsockets"] = Spec(
+    "libwebsockets", "libwebsockets 4.1 (lws_echo, 1 service thread)", "peer",
+    protocols=("ws",), why_not={"h1": _WS_ONLY, "h1-tls": _WS_ONLY,
+                                "h2": _WS_ONLY})
 SERVER_ORDER = list(SERVERS)
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
-                 "civetweb": "civetweb_hello"}
+                 "civetweb": "civetweb_hello", "libwebsockets": "lws_echo"}
 
 
 def peer_path(args, name):
