@@ -526,6 +526,28 @@ def client_vanishes_mid_message():
         eq(read_frame(c)[3], b"alive", "server still echoes")
 
 
+@case(timeout=30)
+def graceful_stop_sends_1001():
+    """SIGTERM: every open socket gets close 1001; once the clients answer,
+    the server exits cleanly."""
+    s = Server("hello", ["--workers", "2"])
+    try:
+        conns = [opened(s.port)[0] for _ in range(4)]
+        conns[0].send(frame(0x1, b"x"))
+        eq(read_frame(conns[0])[3], b"x", "echo before the stop")
+        s.signal()
+        for c in conns:
+            fin, rsv, op, payload = read_frame(c)
+            eq((op, payload[:2]), (0x8, b"\x03\xe9"), "close 1001")
+            c.send(frame(0x8, payload[:2]))
+            check(c.at_eof(5.0), "closed after the handshake")
+            c.close()
+        eq(s.wait(10), 0, "exit status")
+    finally:
+        if s.alive():
+            s.kill()
+
+
 @case(timeout=60)
 def slow_reader_bounded_by_high_water():
     """A client that sends 64 KiB messages and never reads: the server
