@@ -94,31 +94,31 @@ static void *reloader(void *arg) {
   return NULL;
 }
 
-static long query_num(tern_request *r, const char *key) {
+/* The value of query parameter `key` (*len bytes), or NULL. */
+static const char *query_value(tern_request *r, const char *key, size_t *len) {
   size_t qlen, klen = strlen(key);
   const char *q = tern_request_query(r, &qlen), *end = q + qlen;
   while (q != NULL && q < end) {
     const char *amp = memchr(q, '&', (size_t)(end - q));
     size_t n = amp ? (size_t)(amp - q) : (size_t)(end - q);
-    if (n > klen && memcmp(q, key, klen) == 0 && q[klen] == '=')
-      return strtol(q + klen + 1, NULL, 10);
+    if (n > klen && memcmp(q, key, klen) == 0 && q[klen] == '=') {
+      *len = n - klen - 1;
+      return q + klen + 1;
+    }
     q = amp ? amp + 1 : end;
   }
-  return 0;
+  return NULL;
 }
 
-/* Does the query hold the element `kv` ("key=value")? */
-static int query_has(tern_request *r, const char *kv) {
-  size_t qlen, n = strlen(kv);
-  const char *q = tern_request_query(r, &qlen), *end = q + qlen;
-  while (q != NULL && q < end) {
-    const char *amp = memchr(q, '&', (size_t)(end - q));
-    size_t len = amp ? (size_t)(amp - q) : (size_t)(end - q);
-    if (len == n && memcmp(q, kv, n) == 0)
-      return 1;
-    q = amp ? amp + 1 : end;
-  }
-  return 0;
+static long query_num(tern_request *r, const char *key) {
+  size_t n;
+  const char *v = query_value(r, key, &n);
+  char buf[24];
+  if (v == NULL || n >= sizeof(buf))
+    return 0;
+  memcpy(buf, v, n);
+  buf[n] = 0;
+  return strtol(buf, NULL, 10);
 }
 
 static void hello(tern_request *r, void *user) {
@@ -415,6 +415,8 @@ static void ws_route(tern_request *r, void *user) {
   tern_ws_options o;
   tern_ws *ws;
   uintptr_t f = 0;
+  size_t n;
+  const char *v;
   (void)user;
   tern_ws_options_init(&o);
   o.on_message = ws_message;
@@ -430,7 +432,7 @@ static void ws_route(tern_request *r, void *user) {
     o.high_water = (size_t)query_num(r, "hw");
   if (query_num(r, "fail") == 1)
     o.on_full = TERN_WS_FAIL_SEND;
-  if (query_has(r, "deflate=0"))
+  if ((v = query_value(r, "deflate", &n)) != NULL && n == 1 && v[0] == '0')
     o.deflate = 0;
   if (tern_ws_protocol_offered(r, "echo", 4)) {
     o.subprotocol = "echo";

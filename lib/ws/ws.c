@@ -44,6 +44,12 @@ enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED };
  * an idle socket holds no large buffer. */
 #define WS_KEEP_BUF 16384
 
+/* A growable byte buffer (a message being assembled or compressed). */
+typedef struct {
+  char *p;
+  size_t len, cap;
+} ws_buf;
+
 struct tern_ws {
   _Atomic int refs;
   _Atomic int closed;  /* on_close ran or is running: calls fail */
@@ -68,15 +74,13 @@ struct tern_ws {
   /* A whole message being assembled. `span` is payload still in the
    * carrier's buffer, appended to `msg` only if the message does not end
    * within the same delivery. */
-  char *msg;
-  size_t msg_len, msg_cap;
+  ws_buf msg;
   const unsigned char *span;
   size_t span_len;
   /* permessage-deflate, when negotiated. */
   tern__ws_deflater *def;
   tern__ws_inflater *inf;
-  unsigned char *zbuf; /* a compressed message being framed */
-  size_t zlen, zcap;
+  ws_buf z; /* a compressed message being framed */
   char subprotocol[64];
 };
 
@@ -94,6 +98,33 @@ static tern_server *srv_of(const tern_ws *ws) {
   return ws->w->srv;
 }
 
+static int buf_append(tern_server *srv, ws_buf *b, const void *p, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    char *nb;
+    while (cap < b->len + n)
+      cap *= 2;
+    nb = tern__realloc(srv, b->p, cap);
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    b->p = nb;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+/* Between messages: empty, and no large buffer kept by an idle socket. */
+static void buf_reset(tern_server *srv, ws_buf *b) {
+  b->len = 0;
+  if (b->cap > WS_KEEP_BUF) {
+    tern__free(srv, b->p);
+    b->p = NULL;
+    b->cap = 0;
+  }
+}
+
 static void ws_free(tern_ws *ws) {
   tern_server *srv = srv_of(ws);
   if (ws->def != NULL) {
@@ -104,8 +135,8 @@ static void ws_free(tern_ws *ws) {
     tern__ws_inflater_free(ws->inf);
     tern__free(srv, ws->inf);
   }
-  tern__free(srv, ws->msg);
-  tern__free(srv, ws->zbuf);
+  tern__free(srv, ws->msg.p);
+  tern__free(srv, ws->z.p);
   tern__free(srv, ws);
 }
 
@@ -222,20 +253,7 @@ static int refuse_full(tern_ws *ws) {
 
 static int z_collect(void *user, const unsigned char *p, size_t n) {
   tern_ws *ws = user;
-  if (ws->zlen + n > ws->zcap) {
-    size_t cap = ws->zcap ? ws->zcap : 256;
-    unsigned char *nb;
-    while (cap < ws->zlen + n)
-      cap *= 2;
-    nb = tern__realloc(srv_of(ws), ws->zbuf, cap);
-    if (nb == NULL)
-      return TERN_ENOMEM;
-    ws->zbuf = nb;
-    ws->zcap = cap;
-  }
-  memcpy(ws->zbuf + ws->zlen, p, n);
-  ws->zlen += n;
-  return 0;
+  return buf_append(srv_of(ws), &ws->z, p, n);
 }
 
 static void fail(tern_ws *ws, int code);
@@ -249,15 +267,10 @@ static int send_data(tern_ws *ws, int type, const void *p, size_t n, int first,
 
   if (ws->def == NULL)
     return put_frame(ws, opcode, fin, 0, p, n);
-  ws->zlen = 0;
   rc = tern__ws_deflate(ws->def, p, n, fin, z_collect, ws);
   if (rc == 0)
-    rc = put_frame(ws, opcode, fin, first, ws->zbuf, ws->zlen);
-  if (ws->zcap > WS_KEEP_BUF) {
-    tern__free(srv_of(ws), ws->zbuf);
-    ws->zbuf = NULL;
-    ws->zcap = 0;
-  }
+    rc = put_frame(ws, opcode, fin, first, ws->z.p, ws->z.len);
+  buf_reset(srv_of(ws), &ws->z);
   return rc < 0 ? rc : rc != 0 ? TERN_ENOMEM : 0;
 }
 
@@ -419,20 +432,7 @@ void tern__ws_sweep(tern__worker *w, uint64_t now) {
 /* ---- Input -------------------------------------------------------------- */
 
 static int msg_append(tern_ws *ws, const void *p, size_t n) {
-  if (ws->msg_len + n > ws->msg_cap) {
-    size_t cap = ws->msg_cap ? ws->msg_cap : 1024;
-    char *nb;
-    while (cap < ws->msg_len + n)
-      cap *= 2;
-    nb = tern__realloc(srv_of(ws), ws->msg, cap);
-    if (nb == NULL)
-      return TERN_ENOMEM;
-    ws->msg = nb;
-    ws->msg_cap = cap;
-  }
-  memcpy(ws->msg + ws->msg_len, p, n);
-  ws->msg_len += n;
-  return 0;
+  return buf_append(srv_of(ws), &ws->msg, p, n);
 }
 
 /* Message bytes (plain, or inflated): to the user now when streaming,
@@ -461,7 +461,7 @@ static int z_take(void *user, const unsigned char *p, size_t n) {
 /* Plain DATA in the carrier's buffer: keep a view while it may be the
  * whole message. */
 static int take_span(tern_ws *ws, const unsigned char *p, size_t n) {
-  if (ws->in_skip || ws->o.stream_messages || ws->msg_len > 0 ||
+  if (ws->in_skip || ws->o.stream_messages || ws->msg.len > 0 ||
       ws->span != NULL)
     return take(ws, p, n);
   ws->span = p;
@@ -470,8 +470,8 @@ static int take_span(tern_ws *ws, const unsigned char *p, size_t n) {
 }
 
 static void message_end(tern_ws *ws) {
-  const char *p = ws->msg;
-  size_t n = ws->msg_len;
+  const char *p = ws->msg.p != NULL ? ws->msg.p : "";
+  size_t n = ws->msg.len;
 
   if (ws->span != NULL) {
     p = (const char *)ws->span;
@@ -481,12 +481,7 @@ static void message_end(tern_ws *ws) {
   if (!ws->in_skip && ws->o.on_message != NULL)
     ws->o.on_message(ws, ws->in_type, ws->o.stream_messages ? "" : p,
                      ws->o.stream_messages ? 0 : n, 1, ws->user);
-  ws->msg_len = 0;
-  if (ws->msg_cap > WS_KEEP_BUF) {
-    tern__free(srv_of(ws), ws->msg);
-    ws->msg = NULL;
-    ws->msg_cap = 0;
-  }
+  buf_reset(srv_of(ws), &ws->msg);
 }
 
 /* Decode a delivery of client bytes (writable: unmasked in place). */
@@ -510,7 +505,7 @@ static void feed(tern_ws *ws, unsigned char *buf, size_t len) {
           ev.opcode == TERN__WS_OP_TEXT ? TERN_WS_TEXT : TERN_WS_BINARY;
       ws->in_compressed = ev.compressed;
       ws->in_skip = ws->state != WS_OPEN;
-      ws->msg_len = 0;
+      ws->msg.len = 0;
       if (ev.compressed)
         tern__ws_inflate_begin(ws->inf, ws->o.max_message_size,
                                ws->in_type == TERN_WS_TEXT);
