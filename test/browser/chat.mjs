@@ -3,17 +3,10 @@
 // protocol each page was loaded over, the welcome lines (which name the
 // WebSocket's carrier as the server saw it) and what the second page got.
 //   node chat.mjs URL
-import { chromium } from "playwright-core";
+import { launchChromium } from "./launch.mjs";
 
 const url = process.argv[2];
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--ignore-certificate-errors",
-  ],
-});
+const browser = await launchChromium();
 try {
   const context = await browser.newContext({ ignoreHTTPSErrors: true });
   const open = async () => {

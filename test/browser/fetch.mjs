@@ -2,17 +2,10 @@
 // the response status, the page text and the protocol the navigation used
 // (performance entry nextHopProtocol: "h2", "http/1.1", ...), as JSON.
 //   node fetch.mjs URL
-import { chromium } from "playwright-core";
+import { launchChromium } from "./launch.mjs";
 
 const url = process.argv[2];
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--ignore-certificate-errors",
-  ],
-});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage({ ignoreHTTPSErrors: true });
   const response = await page.goto(url, { timeout: 15000 });

@@ -596,6 +596,15 @@ def chunked(pieces, trailers=b""):
     return bytes(out)
 
 
+def vmrss_kib(pid):
+    """A process's resident set size in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
 def stats_from(conn):
     """GET /stats on an open keep-alive connection; a dict of ints."""
     import json

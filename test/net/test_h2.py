@@ -25,7 +25,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, HOST, Conn, Server, Suite, build_request,
-                     check, eq, sanitized, shared_hello_teardown)
+                     check, eq, sanitized, shared_hello_teardown, vmrss_kib)
 
 suite = Suite()
 case = suite.case
@@ -61,14 +61,6 @@ def curl(args, timeout=60):
     body, _, tail = out.rpartition(b"\n")
     status, version = tail.decode().split()
     return body, int(status), version
-
-
-def vmrss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for %d" % pid)
 
 
 def check_serves(port):

@@ -25,7 +25,7 @@ import zlib
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
-                     eq, sanitized, shared_hello_teardown)
+                     eq, sanitized, shared_hello_teardown, vmrss_kib)
 
 try:
     import websockets
@@ -620,14 +620,6 @@ def fail_send_mode_refuses_past_mark():
         eq(read_frame(c)[2:], (0xA, b"p"), "pong; the second was refused")
         c.send(frame(0x2, b"c"))
         eq(read_frame(c)[2:], (0x2, b"c"), "sends work again once drained")
-
-
-def vmrss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for %d" % pid)
 
 
 # ---------------------------------------------------------------------------

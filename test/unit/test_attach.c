@@ -84,13 +84,17 @@ static void test_attach_serves_and_frees(void) {
   T_EQ_INT(uv_loop_close(&loop), 0);
 }
 
-/* Fail the Nth allocation for every N across a server's whole life (new,
- * route, listen, attach, one request, stop, free): each call either
- * succeeds or reports an error, the request is answered or its
- * connection closed, the loop ends, and nothing leaks. */
-static void test_every_allocation_may_fail(void) {
+/* Fail the Nth allocation for every N, up to `max_n`, across a server's
+ * whole life (new, route, listen, attach, what `client` does, stop, free):
+ * each call either succeeds or reports an error, the client is answered
+ * or its connection closed, the loop ends, and nothing leaks. `served`
+ * says whether the client got its whole answer; some runs must, some must
+ * not. */
+static void sweep_allocations(const char *pattern, tern_handler handler,
+                              void *(*client_fn)(void *), int (*served)(void),
+                              long max_n) {
   long n, answered = 0, refused = 0;
-  for (n = 0; n < 200; n++) {
+  for (n = 0; n < max_n; n++) {
     tern_settings s;
     uv_loop_t loop;
     pthread_t t;
@@ -105,16 +109,16 @@ static void test_every_allocation_may_fail(void) {
     srv = NULL;
     rc = tern_server_new(&srv, &s);
     if (rc == 0)
-      rc = tern_route(srv, "GET", "/", hello, NULL);
+      rc = tern_route(srv, "GET", pattern, handler, NULL);
     if (rc == 0)
       rc = tern_listen(srv, "127.0.0.1", 0, &port);
     if (rc == 0)
       rc = tern_attach(srv, &loop);
     if (rc == 0) {
-      T_ASSERT(pthread_create(&t, NULL, client, NULL) == 0);
+      T_ASSERT(pthread_create(&t, NULL, client_fn, NULL) == 0);
       uv_run(&loop, UV_RUN_DEFAULT);
       pthread_join(t, NULL);
-      if (reply_len > 13 && memcmp(reply, "HTTP/1.1 200 ", 13) == 0)
+      if (served())
         answered++;
       else
         refused++;
@@ -128,8 +132,16 @@ static void test_every_allocation_may_fail(void) {
     if (ca_calls <= n)
       break; /* N is past the last allocation: all of them were tried */
   }
-  T_ASSERT(n < 200);
+  T_ASSERT(n < max_n);
   T_ASSERT(answered > 0 && refused > 0);
+}
+
+static int hello_served(void) {
+  return reply_len > 13 && memcmp(reply, "HTTP/1.1 200 ", 13) == 0;
+}
+
+static void test_every_allocation_may_fail(void) {
+  sweep_allocations("/", hello, client, hello_served, 200);
 }
 
 /* ---- WebSocket under allocation failure ---- */
@@ -220,53 +232,16 @@ done:
   return NULL;
 }
 
-/* The same sweep for a WebSocket's life: handshake, deflate set-up,
- * messages assembled and compressed, close. Each run ends with the echo
- * complete or the connection closed, and nothing leaks. */
-static void test_ws_every_allocation_may_fail(void) {
-  long n, complete = 0, cut = 0;
-  for (n = 0; n < 400; n++) {
-    tern_settings s;
-    uv_loop_t loop;
-    pthread_t t;
-    int rc;
+/* Text and binary echoed compressed (RSV1: 0x40), then the close. */
+static int ws_served(void) {
+  return ws_nops == 3 && ws_opcodes[0] == 0x41 && ws_opcodes[1] == 0x42 &&
+         ws_opcodes[2] == 0x08;
+}
 
-    tern_settings_init(&s);
-    s.workers = 1;
-    ca_use(&s);
-    T_ASSERT(uv_loop_init(&loop) == 0);
-    ca_calls = 0;
-    ca_fail_at = n;
-    srv = NULL;
-    rc = tern_server_new(&srv, &s);
-    if (rc == 0)
-      rc = tern_route(srv, "GET", "/ws", ws_route, NULL);
-    if (rc == 0)
-      rc = tern_listen(srv, "127.0.0.1", 0, &port);
-    if (rc == 0)
-      rc = tern_attach(srv, &loop);
-    if (rc == 0) {
-      T_ASSERT(pthread_create(&t, NULL, ws_client, NULL) == 0);
-      uv_run(&loop, UV_RUN_DEFAULT);
-      pthread_join(t, NULL);
-      /* Text and binary echoed compressed (RSV1: 0x40), then the close. */
-      if (ws_nops == 3 && ws_opcodes[0] == 0x41 && ws_opcodes[1] == 0x42 &&
-          ws_opcodes[2] == 0x08)
-        complete++;
-      else
-        cut++;
-    } else {
-      T_ASSERT(rc == TERN_ENOMEM || rc == TERN_EIO);
-    }
-    tern_server_free(srv);
-    ca_fail_at = -1;
-    T_EQ_INT(ca_live, 0);
-    T_EQ_INT(uv_loop_close(&loop), 0);
-    if (ca_calls <= n)
-      break;
-  }
-  T_ASSERT(n < 400);
-  T_ASSERT(complete > 0 && cut > 0);
+/* The sweep over a WebSocket's life: handshake, deflate set-up, messages
+ * assembled and compressed, close. */
+static void test_ws_every_allocation_may_fail(void) {
+  sweep_allocations("/ws", ws_route, ws_client, ws_served, 400);
 }
 
 static void test_attach_needs_one_worker(void) {
