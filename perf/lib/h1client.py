@@ -22,8 +22,10 @@ def request_bytes(path="/", headers=(), host="127.0.0.1", close=False):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-class Conn:
-    """One keep-alive connection that sends requests and reads responses."""
+class TcpConn:
+    """A TCP connection (sock, with TCP_NODELAY) and its receive buffer
+    (buf); closed on leaving a with block.  The base of Conn and of
+    wsclient.WsConn."""
 
     def __init__(self, port, host="127.0.0.1", timeout=10.0):
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -41,6 +43,10 @@ class Conn:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Conn(TcpConn):
+    """One keep-alive connection that sends requests and reads responses."""
 
     def send(self, data):
         self.sock.sendall(data)

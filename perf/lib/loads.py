@@ -119,12 +119,19 @@ def _tool(args, name):
     return path
 
 
-def _run_json(args, workdir, argv, timeout, tag):
+def _fresh_json(workdir, tag):
+    """workdir/tag.json, where the client is to write its report; what an
+    earlier run left there is removed."""
     out = os.path.join(workdir, "%s.json" % tag)
     try:
         os.unlink(out)
     except FileNotFoundError:
         pass
+    return out
+
+
+def _run_json(args, workdir, argv, timeout, tag):
+    out = _fresh_json(workdir, tag)
     argv = ["taskset", "-c", str(args.client_cpu)] + argv + ["--json", out]
     rc, text = common.run_bounded(argv, timeout)
     try:
@@ -136,6 +143,38 @@ def _run_json(args, workdir, argv, timeout, tag):
     if rc != 0:
         j.setdefault("_exit_status", rc)
     return argv, j, text, rc
+
+
+def _run_marked(argv, timeout, is_marker, on_marker=None):
+    """Run argv (stdout and stderr together, read line by line), killed
+    after timeout seconds.  The first line for which is_marker(line) holds
+    calls on_marker(pid), if given: a client that prints a line when its
+    measured window begins.  Returns (exit status, output, whether the
+    marker was seen)."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    common.LIVE.append(p)
+    lines = []
+    timer = threading.Timer(timeout, lambda: common.stop_proc(
+        p, grace=1.0, sig=signal.SIGKILL))
+    timer.start()
+    started = False
+    try:
+        for raw in p.stdout:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            if not started and is_marker(line):
+                started = True
+                if on_marker is not None:
+                    on_marker(p.pid)
+        p.wait()
+    finally:
+        timer.cancel()
+        if p.poll() is None:
+            common.stop_proc(p, grace=1.0, sig=signal.SIGKILL)
+        if p in common.LIVE:
+            common.LIVE.remove(p)
+    return p.returncode, "".join(lines), started
 
 
 def _latency(j):
@@ -196,11 +235,7 @@ def run_churn(args, workdir, port, duration, warmup, concurrency=16,
 
 def start_idle(args, workdir, port, connections, hold):
     """Start the idle client in the background; returns (Popen, json path)."""
-    out = os.path.join(workdir, "idle.json")
-    try:
-        os.unlink(out)
-    except FileNotFoundError:
-        pass
+    out = _fresh_json(workdir, "idle")
     argv = ["taskset", "-c", str(args.client_cpu), _tool(args, "idle"),
             "--host", "127.0.0.1", "--port", str(port),
             "--connections", str(connections), "--hold", _num(hold),
@@ -270,45 +305,25 @@ def run_h2load(args, workdir, port, duration, warmup, clients, streams,
     if on_measure_start is not None and warmup <= 0:
         on_measure_start()
         on_measure_start = None
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, start_new_session=True)
-    common.LIVE.append(p)
-    lines = []
-    timer = threading.Timer(duration + warmup + 60, lambda: common.stop_proc(
-        p, grace=1.0, sig=signal.SIGKILL))
-    timer.start()
-    started = False
-    try:
-        for raw in p.stdout:
-            line = raw.decode("utf-8", "replace")
-            lines.append(line)
-            if not started and on_measure_start is not None and (
-                    "Main benchmark duration is started" in line or
-                    "Warm-up phase is over" in line):
-                started = True
-                on_measure_start(p.pid)
-        p.wait()
-    finally:
-        timer.cancel()
-        if p.poll() is None:
-            common.stop_proc(p, grace=1.0, sig=signal.SIGKILL)
-        if p in common.LIVE:
-            common.LIVE.remove(p)
-    text = "".join(lines)
+    rc, text, started = _run_marked(
+        argv, duration + warmup + 60,
+        lambda line: ("Main benchmark duration is started" in line or
+                      "Warm-up phase is over" in line),
+        on_measure_start)
     if on_measure_start is not None and not started:
         raise BenchError("h2load never said its warm-up was over (exit %s): %s"
-                         % (p.returncode, text[-300:]))
+                         % (rc, text[-300:]))
     r = parse_h2load(text)
     if r["rate"] is None or r.get("succeeded") is None:
         raise BenchError("could not parse h2load's output (exit %s): %s" % (
-            p.returncode, text[-400:]))
+            rc, text[-400:]))
     st = r.get("status") or {}
     r["errors"] = r["failed"] + r["errored"] + r["timeout"]
     r["non2xx"] = st.get("3xx", 0) + st.get("4xx", 0) + st.get("5xx", 0)
     r["socket_errors"] = {k: r[k] for k in ("failed", "errored", "timeout")}
     r["latency_us"] = None
     r.update({"tool": "h2load", "argv": argv, "raw": text,
-              "exit_status": p.returncode})
+              "exit_status": rc})
     return r
 
 
@@ -325,11 +340,7 @@ def run_wsload(args, workdir, port, duration, warmup, sc,
     on the same sockets.  When wsload prints "wsload: measuring",
     on_measure_start(pid) is called (the caller takes its snapshots there).
     Returns the normalized dict; errors is the sum of WS_ERROR_KINDS."""
-    out = os.path.join(workdir, "wsload.json")
-    try:
-        os.unlink(out)
-    except FileNotFoundError:
-        pass
+    out = _fresh_json(workdir, "wsload")
     argv = ["taskset", "-c", str(args.client_cpu), _tool(args, "wsload"),
             "--host", "127.0.0.1", "--port", str(port), "--path", sc.path,
             "--conns", str(sc.connections), "--depth", str(sc.ws_depth),
@@ -337,39 +348,18 @@ def run_wsload(args, workdir, port, duration, warmup, sc,
             "--warmup", _num(warmup), "--json", out]
     if sc.ws_deflate:
         argv.append("--deflate")
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, start_new_session=True)
-    common.LIVE.append(p)
-    lines = []
-    timer = threading.Timer(duration + warmup + 30, lambda: common.stop_proc(
-        p, grace=1.0, sig=signal.SIGKILL))
-    timer.start()
-    started = False
-    try:
-        for raw in p.stdout:
-            line = raw.decode("utf-8", "replace")
-            lines.append(line)
-            if not started and line.startswith("wsload: measuring"):
-                started = True
-                if on_measure_start is not None:
-                    on_measure_start(p.pid)
-        p.wait()
-    finally:
-        timer.cancel()
-        if p.poll() is None:
-            common.stop_proc(p, grace=1.0, sig=signal.SIGKILL)
-        if p in common.LIVE:
-            common.LIVE.remove(p)
-    text = "".join(lines)
+    rc, text, started = _run_marked(
+        argv, duration + warmup + 30,
+        lambda line: line.startswith("wsload: measuring"), on_measure_start)
     if not started:
         raise BenchError("wsload never started measuring (exit %s): %s" % (
-            p.returncode, text[-400:]))
+            rc, text[-400:]))
     try:
         with open(out) as f:
             j = json.load(f)
     except (OSError, ValueError) as e:
         raise BenchError("wsload exited %s and left no JSON (%s): %s" % (
-            p.returncode, e, text[-400:]))
+            rc, e, text[-400:]))
     dur = j.get("duration_s") or duration
     n = int(j.get("messages") or 0)
     return {"tool": "wsload", "argv": argv, "requests": n,
@@ -377,5 +367,5 @@ def run_wsload(args, workdir, port, duration, warmup, sc,
             "socket_errors": {k: int(j.get(k) or 0) for k in WS_ERROR_KINDS},
             "duration_s": dur,
             "rate": j.get("rate_achieved") or (n / dur if dur else None),
-            "latency_us": _latency(j), "raw": j, "exit_status": p.returncode,
+            "latency_us": _latency(j), "raw": j, "exit_status": rc,
             "output": text[-2000:]}

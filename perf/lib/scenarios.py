@@ -212,27 +212,27 @@ M["shim_bytes_per_msg"] = Metric("shim_bytes_per_req",
                                  "bytes", "lower", ",.0f")
 
 
-def _ws(sc, deflate, depth=8, size=128):
+def _ws(name, title, summary, deflate, depth=8, size=128):
+    """A WebSocket echo scenario on /ws: wsload, one request = one message."""
+    sc = Scenario(name, "ws", "wsload", title, path="/ws", body=None,
+                  per="message",
+                  chart=(M["msg_rate"], M["cpu_us_per_msg"],
+                         M["shim_bytes_per_msg"], M["lat_p99"]),
+                  summary=summary)
     sc.ws_deflate = deflate
     sc.ws_depth = depth
     sc.ws_size = size
     return sc
 
 
-add(_ws(Scenario("ws-echo", "ws", "wsload",
-                 "64 WebSockets x 8 text messages of 128 B in flight, each "
-                 "echoed and checked (wsload); one request = one message",
-                 path="/ws", body=None, per="message",
-                 chart=(M["msg_rate"], M["cpu_us_per_msg"],
-                        M["shim_bytes_per_msg"], M["lat_p99"]),
-                 summary="Target: tern >= 2 x libwebsockets."), False))
-add(_ws(Scenario("ws-echo-deflate", "ws", "wsload",
-                 "as ws-echo with permessage-deflate (wsload --deflate: "
-                 "context takeover, zlib level 6 on the client)",
-                 path="/ws", body=None, per="message",
-                 chart=(M["msg_rate"], M["cpu_us_per_msg"],
-                        M["shim_bytes_per_msg"], M["lat_p99"]),
-                 summary="Compression on every message, both ways."), True))
+add(_ws("ws-echo",
+        "64 WebSockets x 8 text messages of 128 B in flight, each echoed and "
+        "checked (wsload); one request = one message",
+        "Target: tern >= 2 x libwebsockets.", deflate=False))
+add(_ws("ws-echo-deflate",
+        "as ws-echo with permessage-deflate (wsload --deflate: context "
+        "takeover, zlib level 6 on the client)",
+        "Compression on every message, both ways.", deflate=True))
 
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]

@@ -16,6 +16,7 @@ import struct
 import zlib
 
 from .common import BenchError
+from .h1client import TcpConn
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 DEFLATE_OFFER = "permessage-deflate; client_max_window_bits"
@@ -38,12 +39,10 @@ def parse_extension(value):
     return out
 
 
-class WsConn:
+class WsConn(TcpConn):
     def __init__(self, port, path="/ws", deflate=False, host="127.0.0.1",
                  timeout=5.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
+        super().__init__(port, host, timeout)
         key = base64.b64encode(os.urandom(16))
         lines = ["GET %s HTTP/1.1" % path, "Host: %s:%d" % (host, port),
                  "Upgrade: websocket", "Connection: Upgrade",
@@ -110,18 +109,6 @@ class WsConn:
             self.comp = zlib.compressobj(6, zlib.DEFLATED, -bits) if bits > 8 \
                 else None
             self.decomp = zlib.decompressobj(-15)
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def _fill(self, what):
         try:

@@ -87,7 +87,7 @@ static int lower(int c) {
   return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
-static int name_is(const char *p, size_t n, const char *want) {
+int lg_name_is(const char *p, size_t n, const char *want) {
   size_t i;
   if (strlen(want) != n)
     return 0;
@@ -97,9 +97,7 @@ static int name_is(const char *p, size_t n, const char *want) {
   return 1;
 }
 
-/* Whether the comma-separated list v (n bytes) holds `token`, ignoring
- * case and optional whitespace. */
-static int has_token(const char *v, size_t n, const char *token) {
+int lg_has_token(const char *v, size_t n, const char *token) {
   size_t i = 0;
   while (i < n) {
     size_t s, e;
@@ -111,9 +109,31 @@ static int has_token(const char *v, size_t n, const char *token) {
     e = i;
     while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
       e--;
-    if (name_is(v + s, e - s, token))
+    if (lg_name_is(v + s, e - s, token))
       return 1;
   }
+  return 0;
+}
+
+int lg_field_line(const char **line, const char *stop, lg_field *f) {
+  const char *l = *line, *eol, *colon, *v, *ve;
+  eol = memchr(l, '\n', (size_t)(stop + 2 - l));
+  if (eol == NULL || eol == l || eol[-1] != '\r')
+    return LG_FIELD_BAD_LINE;
+  colon = memchr(l, ':', (size_t)(eol - l));
+  if (colon == NULL || colon == l)
+    return LG_FIELD_NO_COLON;
+  v = colon + 1;
+  ve = eol - 1;
+  while (v < ve && (*v == ' ' || *v == '\t'))
+    v++;
+  while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+    ve--;
+  f->name = l;
+  f->name_len = (size_t)(colon - l);
+  f->value = v;
+  f->value_len = (size_t)(ve - v);
+  *line = eol + 1;
   return 0;
 }
 
@@ -125,13 +145,13 @@ static int last_token_is(const char *v, size_t n, const char *token) {
   s = e;
   while (s > 0 && v[s - 1] != ',' && v[s - 1] != ' ' && v[s - 1] != '\t')
     s--;
-  return name_is(v + s, e - s, token);
+  return lg_name_is(v + s, e - s, token);
 }
 
 /* Parse one head (ending at CRLF CRLF, at most LG_HEAD_MAX bytes). Returns
  * bytes consumed, 0 when incomplete, -1 when malformed. */
 static long parse_head(lg_resp *p, const char *buf, size_t len) {
-  const char *end, *line, *eol;
+  const char *end, *line;
   int minor, status, chunked = 0, close_tok = 0, keep_tok = 0;
   int has_len = 0;
   uint64_t clen = 0;
@@ -153,20 +173,13 @@ static long parse_head(lg_resp *p, const char *buf, size_t len) {
   status = (buf[9] - '0') * 100 + (buf[10] - '0') * 10 + (buf[11] - '0');
   line = (const char *)memchr(buf, '\n', head_len) + 1;
   while (line < end + 2) {
-    const char *colon, *v, *ve;
-    eol = memchr(line, '\n', (size_t)(end + 4 - line));
-    if (eol == NULL || eol == line || eol[-1] != '\r')
+    lg_field f;
+    const char *v, *ve;
+    if (lg_field_line(&line, end + 2, &f) != 0)
       return -1;
-    colon = memchr(line, ':', (size_t)(eol - line));
-    if (colon == NULL || colon == line)
-      return -1;
-    v = colon + 1;
-    ve = eol - 1;
-    while (v < ve && (*v == ' ' || *v == '\t'))
-      v++;
-    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-      ve--;
-    if (name_is(line, (size_t)(colon - line), "content-length")) {
+    v = f.value;
+    ve = f.value + f.value_len;
+    if (lg_name_is(f.name, f.name_len, "content-length")) {
       uint64_t n = 0;
       const char *d;
       if (v == ve)
@@ -180,15 +193,14 @@ static long parse_head(lg_resp *p, const char *buf, size_t len) {
         return -1; /* conflicting lengths: framing unknowable */
       has_len = 1;
       clen = n;
-    } else if (name_is(line, (size_t)(colon - line), "transfer-encoding")) {
+    } else if (lg_name_is(f.name, f.name_len, "transfer-encoding")) {
       if (!last_token_is(v, (size_t)(ve - v), "chunked"))
         return -1; /* only chunked can be framed by a client */
       chunked = 1;
-    } else if (name_is(line, (size_t)(colon - line), "connection")) {
-      close_tok |= has_token(v, (size_t)(ve - v), "close");
-      keep_tok |= has_token(v, (size_t)(ve - v), "keep-alive");
+    } else if (lg_name_is(f.name, f.name_len, "connection")) {
+      close_tok |= lg_has_token(v, (size_t)(ve - v), "close");
+      keep_tok |= lg_has_token(v, (size_t)(ve - v), "keep-alive");
     }
-    line = eol + 1;
   }
   if (status < 200) {
     if (status == 101)

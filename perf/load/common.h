@@ -1,6 +1,7 @@
-/* Shared parts of the load clients (h1rate, churn, idle): the clock, a
- * latency histogram, an HTTP/1.1 response parser that needs no allocation,
- * argument parsing, address handling and the JSON report.
+/* Shared parts of the load clients (h1rate, churn, idle, wsload): the
+ * clock, a latency histogram, an HTTP/1.1 response parser that needs no
+ * allocation, header-field helpers, argument parsing, address handling and
+ * the JSON report.
  *
  * The clients are single-threaded, so nothing here locks.
  */
@@ -83,6 +84,36 @@ int lg_resp_feed(lg_resp *p, const char *buf, size_t len, size_t *used);
 /* The peer closed. Returns LG_RP_COMPLETE if that ends a close-delimited
  * body, else LG_RP_ERROR (the response was cut short). */
 int lg_resp_eof(lg_resp *p);
+
+/* ---- Header fields -------------------------------------------------------
+ * For a client that reads a response head itself (wsload's upgrade).
+ */
+
+/* Whether the n bytes at p are `want`, ignoring ASCII case (`want` in
+ * lower case). */
+int lg_name_is(const char *p, size_t n, const char *want);
+
+/* Whether the comma-separated list v (n bytes) holds `token` (in lower
+ * case), ignoring case and optional whitespace. */
+int lg_has_token(const char *v, size_t n, const char *token);
+
+/* One field line of a head: its name, and its value without the spaces
+ * and tabs around it. */
+typedef struct {
+  const char *name;
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} lg_field;
+
+enum { LG_FIELD_BAD_LINE = -1, LG_FIELD_NO_COLON = -2 };
+
+/* Parse the field line at *line, in a head whose field lines end at `stop`
+ * (where the CRLF of the empty line that ends the head begins). Fills *f,
+ * moves *line past the line's CRLF and returns 0. Returns
+ * LG_FIELD_BAD_LINE when the line is empty or has no CRLF before the
+ * head's end, LG_FIELD_NO_COLON when it has no colon or an empty name. */
+int lg_field_line(const char **line, const char *stop, lg_field *f);
 
 /* ---- Arguments ------------------------------------------------------------
  * Each exits with status 2 and a message when the value is malformed or out

@@ -776,29 +776,6 @@ static size_t frames(conn *c, uint64_t now) {
 
 /* ---- The handshake ---- */
 
-static int name_is(const char *p, size_t n, const char *want) {
-  return strlen(want) == n && strncasecmp(p, want, n) == 0;
-}
-
-/* Whether the comma-separated list v (n bytes) holds token. */
-static int has_token(const char *v, size_t n, const char *token) {
-  size_t i = 0;
-  while (i < n) {
-    size_t s, e;
-    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-      i++;
-    s = i;
-    while (i < n && v[i] != ',')
-      i++;
-    e = i;
-    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
-      e--;
-    if (name_is(v + s, e - s, token))
-      return 1;
-  }
-  return 0;
-}
-
 /* The server's Sec-WebSocket-Extensions answer: at most one extension,
  * permessage-deflate, with parameters RFC 7692 defines. Returns NULL, or
  * what is wrong. */
@@ -891,40 +868,30 @@ static int check_upgrade(conn *c, size_t head_len) {
     return handshake_failed(c, "status other than 101", head_len);
   line = (const char *)memchr(buf, '\n', head_len) + 1;
   while (line < end) {
-    const char *eol = memchr(line, '\n', (size_t)(end + 2 - line));
-    const char *colon, *v, *ve;
-    if (eol == NULL || eol == line || eol[-1] != '\r')
+    lg_field f;
+    int r = lg_field_line(&line, end, &f);
+    if (r == LG_FIELD_BAD_LINE)
       return handshake_failed(c, "a malformed header line", head_len);
-    colon = memchr(line, ':', (size_t)(eol - line));
-    if (colon == NULL || colon == line)
+    if (r == LG_FIELD_NO_COLON)
       return handshake_failed(c, "a header line without a colon", head_len);
-    v = colon + 1;
-    ve = eol - 1;
-    while (v < ve && (*v == ' ' || *v == '\t'))
-      v++;
-    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-      ve--;
-    if (name_is(line, (size_t)(colon - line), "upgrade")) {
-      upgrade |= name_is(v, (size_t)(ve - v), "websocket");
-    } else if (name_is(line, (size_t)(colon - line), "connection")) {
-      connection |= has_token(v, (size_t)(ve - v), "upgrade");
-    } else if (name_is(line, (size_t)(colon - line), "sec-websocket-accept")) {
-      if ((size_t)(ve - v) != 28 || memcmp(v, c->accept, 28) != 0)
+    if (lg_name_is(f.name, f.name_len, "upgrade")) {
+      upgrade |= lg_name_is(f.value, f.value_len, "websocket");
+    } else if (lg_name_is(f.name, f.name_len, "connection")) {
+      connection |= lg_has_token(f.value, f.value_len, "upgrade");
+    } else if (lg_name_is(f.name, f.name_len, "sec-websocket-accept")) {
+      if (f.value_len != 28 || memcmp(f.value, c->accept, 28) != 0)
         return handshake_failed(c, "a wrong Sec-WebSocket-Accept", head_len);
       accept = 1;
-    } else if (name_is(line, (size_t)(colon - line),
-                       "sec-websocket-extensions")) {
+    } else if (lg_name_is(f.name, f.name_len, "sec-websocket-extensions")) {
       if (c->deflate)
         return handshake_failed(c, "two Sec-WebSocket-Extensions", head_len);
-      why = parse_extension(c, v, (size_t)(ve - v));
+      why = parse_extension(c, f.value, f.value_len);
       if (why != NULL)
         return handshake_failed(c, why, head_len);
-    } else if (name_is(line, (size_t)(colon - line),
-                       "sec-websocket-protocol")) {
+    } else if (lg_name_is(f.name, f.name_len, "sec-websocket-protocol")) {
       return handshake_failed(c, "a subprotocol the client did not offer",
                               head_len);
     }
-    line = eol + 1;
   }
   if (!upgrade)
     return handshake_failed(c, "no Upgrade: websocket", head_len);
