@@ -1,38 +1,47 @@
 """perf gate: the CI gate on figures that are stable on a noisy machine.
 
-  allocations and bytes per request: tern's own counters (hello's /stats)
-    over a fixed COUNT of requests after a warm-up, on one keep-alive
-    connection (the /stats requests ride on the same connection, so the
-    window holds exactly the measured requests plus one /stats request),
-    and the LD_PRELOAD shim's counts over the same requests (the shim sees
-    every malloc of the process: libuv's, libc's, the handler's):
+  allocations and bytes per request (per message, per connection): tern's
+    own counters (hello's /stats) over a fixed COUNT after a warm-up, and
+    the LD_PRELOAD shim's counts over the same window (the shim sees every
+    malloc of the process: libuv's, libc's, the handler's).  The /stats
+    requests ride on a warm keep-alive connection, so the window holds
+    exactly the measured work plus one keep-alive /stats request (0
+    allocations, itself gated by h1-get); tern's figures are divided by
+    COUNT, or by COUNT + 1 where /stats needs a fresh connection:
       h1-get        N requests one at a time
       h1-pipelined  N requests in batches of 16 back-to-back requests
       app-routed    N routed requests (path parameter + header)
       conn-churn    C connections, one request each (per connection)
-  instructions per request: valgrind --tool=callgrind on hello, three runs
-    that differ only in the number of requests of one kind; the difference
-    of the totals divided by the difference of the counts cancels start-up,
-    warm-up and shutdown:
-      I(base) = run(W warm-up, N1 GET /, N1 app-routed)
-      h1-get     = (run(N2, N1) - I(base)) / (N2 - N1)
-      app-routed = (run(N1, N2) - I(base)) / (N2 - N1)
+      ws-echo       N messages on one WebSocket to /ws (plain, no
+                    permessage-deflate; per message): binary, 128 bytes, in
+                    batches of 8 in flight, every echo read back and
+                    compared byte for byte (a mismatch is an error); /stats
+                    on a separate keep-alive HTTP connection
+  instructions per request (per message): valgrind --tool=callgrind on
+    hello, four runs that differ only in the number of requests (messages)
+    of one kind; the difference of the totals divided by the difference of
+    the counts cancels start-up, warm-up and shutdown:
+      I(base) = run(W warm-up, N1 GET /, N1 app-routed, N1 ws messages)
+      h1-get     = (run(N2, N1, N1) - I(base)) / (N2 - N1)
+      app-routed = (run(N1, N2, N1) - I(base)) / (N2 - N1)
+      ws-echo    = (run(N1, N1, N2) - I(base)) / (N2 - N1)
 
 Tolerances live in the baseline (limit = baseline x (1 + rel) + abs):
-allocations and bytes per request may not exceed the baseline plus an
-absolute 0.01; per connection (not exactly repeatable: a pool may grow once
-in a window) baseline x 1.02 + 0.01; instructions per request may not exceed
-the baseline x 1.05.  Throughput is never gated.
+allocations and bytes per request or message may not exceed the baseline
+plus an absolute 0.01; per connection (not exactly repeatable: a pool may
+grow once in a window) baseline x 1.02 + 0.01; instructions per request or
+message may not exceed the baseline x 1.05.  Throughput is never gated.
 """
 
 import json
 import os
 import re
 import signal
+import struct
 import tempfile
 import time
 
-from . import common, h1client, servers
+from . import common, h1client, servers, wsclient
 from .common import BenchError, SetupError, log
 from .scenarios import APP_PATH, APP_HEADERS
 
@@ -40,6 +49,13 @@ ALLOC_TOL = {"abs": 0.01}
 # per connection: not exactly repeatable (a pool may grow once in a window)
 CONN_TOL = {"rel": 0.02, "abs": 0.01}
 INSTR_TOL = {"rel": 0.05}
+
+# ws-echo: binary messages of WS_SIZE bytes, WS_DEPTH in flight
+WS_SIZE = 128
+WS_DEPTH = 8
+# distinct payloads, sent in turn, so that an echo out of order differs
+WS_PAYLOADS = [bytes((s * 37 + j) & 255 for j in range(WS_SIZE))
+               for s in range(16)]
 
 
 def _start_hello(hello, workdir, cpu, prefix=()):
@@ -62,9 +78,10 @@ def _start_hello(hello, workdir, cpu, prefix=()):
     raise BenchError("hello did not start: %s" % text)
 
 
-def _window(srv, conn, fn, count, out, name, per="req"):
+def _window(srv, conn, fn, count, out, name, per="req", http=True):
     """Counters around fn(count): tern's /stats (on conn, or a fresh
-    connection when conn is None) outside, the shim's inside."""
+    connection when conn is None) outside, the shim's inside.  http: fn
+    makes count HTTP requests (else none, e.g. WebSocket messages)."""
     port = srv.port
     s0 = h1client.tern_stats(port, conn=conn)
     m0 = srv.shim_snapshot() if srv.shim else None
@@ -75,9 +92,10 @@ def _window(srv, conn, fn, count, out, name, per="req"):
         raise BenchError("%s: %d responses were not 200" % (name, bad))
     if conn is not None:
         reqs = s1["requests"] - s0["requests"]
-        if reqs != count + 1:
-            log("warning: the server counted %d requests in a window of %d + 1"
-                % (reqs, count))
+        want = (count if http else 0) + 1
+        if reqs != want:
+            log("warning: %s: the server counted %d requests in a window of "
+                "%s1" % (name, reqs, ("%d + " % count) if http else ""))
     # a fresh connection for the second /stats: one more in the window
     n_stats = count + (1 if conn is None else 0)
     out["%s.allocs_per_%s" % (name, per)] = (s1["allocations"] - s0["allocations"]) / n_stats
@@ -85,6 +103,60 @@ def _window(srv, conn, fn, count, out, name, per="req"):
     if m0 is not None:
         out["%s.shim_allocs_per_%s" % (name, per)] = (m1["allocs"] - m0["allocs"]) / count
         out["%s.shim_bytes_per_%s" % (name, per)] = (m1["bytes"] - m0["bytes"]) / count
+
+
+def _ws_frame(payload):
+    """A masked binary frame (FIN) of payload, a fresh mask each."""
+    n = len(payload)
+    mask = os.urandom(4)
+    head = struct.pack("!BB", 0x82, 0x80 | n) if n < 126 else \
+        struct.pack("!BBH", 0x82, 0x80 | 126, n)
+    key = (mask * (n // 4 + 1))[:n]
+    body = (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(
+        n, "big")
+    return head + mask + body
+
+
+def ws_echo(ws, count, depth=WS_DEPTH, name="ws-echo"):
+    """count binary messages of WS_SIZE bytes on ws, in batches of depth
+    (each batch in one write); every echo must come back, in order, binary
+    and byte for byte the message sent, else BenchError.  Returns 0 (the
+    count of bad answers, as the HTTP clients do)."""
+    k = 0
+    while k < count:
+        n = min(depth, count - k)
+        ws.sock.sendall(b"".join(_ws_frame(WS_PAYLOADS[(k + i) % len(WS_PAYLOADS)])
+                                 for i in range(n)))
+        for i in range(k, k + n):
+            op, got = ws.recv_message("%s: echo of message %d" % (name, i))
+            want = WS_PAYLOADS[i % len(WS_PAYLOADS)]
+            if op != 2 or got != want:
+                raise BenchError(
+                    "%s: message %d (binary, %d bytes %r...) came back as %s, "
+                    "%d bytes %r..." % (name, i, len(want), want[:16],
+                                        {1: "text", 2: "binary"}.get(op, op),
+                                        len(got), got[:16]))
+        k += n
+    return 0
+
+
+def ws_open(port, timeout=10.0, name="ws-echo"):
+    """A plain WebSocket to hello's /ws (nothing offered, nothing answered)."""
+    ws = wsclient.WsConn(port, "/ws", deflate=False, timeout=timeout)
+    if ws.extension is not None:
+        ws.close()
+        raise BenchError("%s: the server answered extension %r to no offer"
+                         % (name, ws.extension))
+    return ws
+
+
+def ws_close(ws, name="ws-echo"):
+    """The closing handshake: Close 1000, and the server's Close back."""
+    ws.send_frame(0x88, struct.pack("!H", 1000))
+    op, _ = ws.recv_message("%s: answer to Close" % name)
+    if op != "close":
+        raise BenchError("%s: a data message instead of the Close answer" % name)
+    ws.close()
 
 
 def alloc_metrics(args, workdir):
@@ -107,6 +179,18 @@ def alloc_metrics(args, workdir):
         h1client.churn(srv.port, min(w, 200))
         _window(srv, None, lambda k: h1client.churn(srv.port, k),
                 args.connections, out, "conn-churn", per="conn")
+        # WebSocket echo: /stats on a separate, warm keep-alive connection
+        with h1client.Conn(srv.port) as c:
+            h1client.keepalive(c, 16)
+            ws = ws_open(srv.port)
+            try:
+                ws_echo(ws, w)
+                h1client.tern_stats(srv.port, conn=c)
+                _window(srv, c, lambda k: ws_echo(ws, k), n, out, "ws-echo",
+                        per="msg", http=False)
+                ws_close(ws)
+            finally:
+                ws.close()
     finally:
         srv.stop()
     return out
@@ -120,7 +204,7 @@ def _callgrind_total(path):
     raise BenchError("no totals in %s" % path)
 
 
-def callgrind_run(args, workdir, n_get, n_app, tag):
+def callgrind_run(args, workdir, n_get, n_app, n_ws, tag):
     cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
     prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
               "--dump-instr=no", "--dump-line=no"]
@@ -134,6 +218,13 @@ def callgrind_run(args, workdir, n_get, n_app, tag):
             bad += h1client.keepalive(c, n_app, APP_PATH, APP_HEADERS)
         if bad:
             raise BenchError("%d responses were not 200 under callgrind" % bad)
+        ws = ws_open(port, timeout=60)
+        try:
+            ws_echo(ws, w)
+            ws_echo(ws, n_ws)
+            ws_close(ws)
+        finally:
+            ws.close()
         os.killpg(p.pid, signal.SIGTERM)
         try:
             p.wait(60)
@@ -146,16 +237,18 @@ def callgrind_run(args, workdir, n_get, n_app, tag):
 
 def instr_metrics(args, workdir):
     n1, n2 = args.callgrind_n1, args.callgrind_n2
-    base = callgrind_run(args, workdir, n1, n1, "base")
-    get = callgrind_run(args, workdir, n2, n1, "get")
-    app = callgrind_run(args, workdir, n1, n2, "app")
+    base = callgrind_run(args, workdir, n1, n1, n1, "base")
+    get = callgrind_run(args, workdir, n2, n1, n1, "get")
+    app = callgrind_run(args, workdir, n1, n2, n1, "app")
+    ws = callgrind_run(args, workdir, n1, n1, n2, "ws")
     return {"h1-get.instructions_per_req": (get - base) / (n2 - n1),
-            "app-routed.instructions_per_req": (app - base) / (n2 - n1)}, \
-        {"base": base, "get": get, "app": app}
+            "app-routed.instructions_per_req": (app - base) / (n2 - n1),
+            "ws-echo.instructions_per_msg": (ws - base) / (n2 - n1)}, \
+        {"base": base, "get": get, "app": app, "ws": ws}
 
 
 def tolerance_for(key):
-    if key.endswith("instructions_per_req"):
+    if key.endswith(("instructions_per_req", "instructions_per_msg")):
         return INSTR_TOL
     if key.endswith("_per_conn"):
         return CONN_TOL
@@ -176,7 +269,8 @@ def run_gate(args):
     workdir = tempfile.mkdtemp(prefix="perf-gate.")
     t0 = time.monotonic()
     try:
-        log("allocation counts: %d warm-up + %d requests per window on %s%s" % (
+        log("allocation counts: %d warm-up + %d requests (messages) per "
+            "window on %s%s" % (
             args.warmup_requests, args.requests, args.hello,
             " (and the shim)" if args.shim_path else ""))
         if not args.shim_path and not args.no_shim:
@@ -189,7 +283,8 @@ def run_gate(args):
         else:
             if not common.which_exec(args.valgrind) and not _which(args.valgrind):
                 raise SetupError("valgrind not installed (perf/perf setup)")
-            log("instructions: 3 callgrind runs (%d / %d requests)" % (
+            log("instructions: 4 callgrind runs (%d / %d requests or "
+                "messages)" % (
                 args.callgrind_n1, args.callgrind_n2))
             m, raw = instr_metrics(args, workdir)
             cur.update(m)
@@ -216,9 +311,10 @@ def run_gate(args):
             metrics[k] = {"value": round(v, 4), "tolerance": tol}
         doc = {
             "comment": "perf/perf gate baseline: allocations and bytes per request "
-                       "from tern's /stats and from the LD_PRELOAD shim over a "
-                       "fixed count of requests, instructions per request from "
-                       "callgrind; limit = value x (1 + rel) + abs. Rewrite with "
+                       "(per WebSocket message for ws-echo) from tern's /stats and "
+                       "from the LD_PRELOAD shim over a fixed count of requests, "
+                       "instructions per request (message) from callgrind; "
+                       "limit = value x (1 + rel) + abs. Rewrite with "
                        "`perf/perf gate --update` after an intended change.",
             "environment": env,
             "config": _config(args),
@@ -261,6 +357,7 @@ def _config(args):
             "connections": args.connections,
             "callgrind_warmup": args.callgrind_warmup,
             "callgrind_n1": args.callgrind_n1, "callgrind_n2": args.callgrind_n2,
+            "ws_message": "binary, %d B, %d in flight" % (WS_SIZE, WS_DEPTH),
             "hello": "build/examples/hello --workers 1"}
 
 
