@@ -729,8 +729,13 @@ static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
   a.malloc = z_malloc;
   a.free = z_free;
   a.user = srv_of(ws);
+  /* Zeroed first: ws_free may free one that was never set up. */
   ws->def = tern__malloc(srv_of(ws), sizeof(*ws->def));
+  if (ws->def != NULL)
+    memset(ws->def, 0, sizeof(*ws->def));
   ws->inf = tern__malloc(srv_of(ws), sizeof(*ws->inf));
+  if (ws->inf != NULL)
+    memset(ws->inf, 0, sizeof(*ws->inf));
   if (ws->def == NULL || ws->inf == NULL ||
       tern__ws_deflater_init(ws->def, &prm, &a) != 0 ||
       tern__ws_inflater_init(ws->inf, &prm, &a) != 0)
