@@ -21,9 +21,10 @@
  *                       bytes; hw=N sets the send high-water mark (fail=1:
  *                       refuse sends past it); deflate=0 declines
  *                       compression; cmds=1 makes the text messages
- *                       "close" (close 4000 "bye"), "ping" (a ping "hi")
- *                       and "thread:TEXT" (TEXT echoed from another
- *                       thread) commands
+ *                       "close" (close 4000 "bye"), "ping" (a ping "hi"),
+ *                       "thread:TEXT" (TEXT echoed from another thread)
+ *                       and "pause:MS" (stop reading; another thread
+ *                       resumes after MS ms) commands
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -359,13 +360,19 @@ enum { WS_STREAM = 1, WS_CMDS = 2 };
 
 typedef struct {
   tern_ws *ws;
+  long pause_ms; /* > 0: resume after this long; else send the text */
   size_t len;
   char text[];
 } ws_job;
 
 static void *ws_thread(void *arg) {
   ws_job *j = arg;
-  tern_ws_send(j->ws, TERN_WS_TEXT, j->text, j->len);
+  if (j->pause_ms > 0) {
+    sleep_ms(j->pause_ms);
+    tern_ws_resume(j->ws);
+  } else {
+    tern_ws_send(j->ws, TERN_WS_TEXT, j->text, j->len);
+  }
   tern_ws_unref(j->ws);
   free(j);
   return NULL;
@@ -374,6 +381,7 @@ static void *ws_thread(void *arg) {
 static int ws_command(tern_ws *ws, const char *data, size_t len) {
   pthread_t t;
   ws_job *j;
+  size_t i;
   if (len == 5 && memcmp(data, "close", 5) == 0) {
     tern_ws_close(ws, 4000, "bye", 3);
     return 1;
@@ -382,13 +390,25 @@ static int ws_command(tern_ws *ws, const char *data, size_t len) {
     tern_ws_ping(ws, "hi", 2);
     return 1;
   }
-  if (len < 7 || memcmp(data, "thread:", 7) != 0)
+  if (len > 6 && memcmp(data, "pause:", 6) == 0) {
+    /* Stop reading; another thread resumes after the given ms. */
+    if ((j = malloc(sizeof(*j))) == NULL)
+      return 1;
+    j->pause_ms = 0;
+    for (i = 6; i < len && data[i] >= '0' && data[i] <= '9' && i < 12; i++)
+      j->pause_ms = j->pause_ms * 10 + (data[i] - '0');
+    j->len = 0;
+    tern_ws_pause(ws);
+  } else if (len > 7 && memcmp(data, "thread:", 7) == 0) {
+    if ((j = malloc(sizeof(*j) + len - 7)) == NULL)
+      return 1;
+    j->pause_ms = 0;
+    j->len = len - 7;
+    memcpy(j->text, data + 7, len - 7);
+  } else {
     return 0;
-  if ((j = malloc(sizeof(*j) + len - 7)) == NULL)
-    return 1;
+  }
   j->ws = ws;
-  j->len = len - 7;
-  memcpy(j->text, data + 7, len - 7);
   tern_ws_ref(ws); /* the thread may outlive the socket */
   if (pthread_create(&t, NULL, ws_thread, j) != 0) {
     tern_ws_unref(ws);

@@ -612,9 +612,10 @@ TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
  * thread other than the owner's). */
 TERN_EXTERN size_t tern_ws_buffered(const tern_ws *ws);
 
-/* Stop and restart reading messages from the client (owning worker
- * only): while paused no on_message runs and flow control pushes back on
- * the client. Errors: TERN_ESTATE, TERN_ECLOSED. */
+/* Stop and restart reading messages from the client: while paused no
+ * on_message runs (messages already read in the same batch still arrive)
+ * and flow control pushes back on the client. Any thread (posted from
+ * others). Errors: TERN_ECLOSED. */
 TERN_EXTERN int tern_ws_pause(tern_ws *ws);
 TERN_EXTERN int tern_ws_resume(tern_ws *ws);
 

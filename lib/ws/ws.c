@@ -38,7 +38,7 @@ enum {
 };
 
 /* Kinds of posted calls (tern__msg.status). */
-enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED };
+enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED, P_PAUSE };
 
 /* Whole messages larger than this do not keep their buffer afterwards:
  * an idle socket holds no large buffer. */
@@ -871,6 +871,8 @@ static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
   return 0;
 }
 
+static int set_user_pause(tern_ws *ws, int on);
+
 void tern__ws_msg_apply(tern__msg *m) {
   tern_ws *ws = m->ws;
   tern_server *srv = srv_of(ws);
@@ -888,6 +890,9 @@ void tern__ws_msg_apply(tern__msg *m) {
     break;
   case P_CLOSE:
     do_close(ws, (int)m->content_length, m->body, m->len);
+    break;
+  case P_PAUSE:
+    set_user_pause(ws, (int)m->content_length);
     break;
   case P_SHARED: {
     shared_frame *f = (shared_frame *)(uintptr_t)m->body;
@@ -1016,28 +1021,31 @@ size_t tern_ws_buffered(const tern_ws *ws) {
   return atomic_load_explicit(&ws->hint, memory_order_relaxed);
 }
 
-int tern_ws_pause(tern_ws *ws) {
+static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
+                size_t n, shared_frame *f);
+
+/* The user's pause bit; from another thread, posted. */
+static int set_user_pause(tern_ws *ws, int on) {
   if (ws == NULL)
     return TERN_EINVAL;
   if (!tern__on_worker(ws->w))
-    return TERN_ESTATE;
+    return post(ws, P_PAUSE, 0, on, NULL, 0, NULL);
   if (ws->state == WS_DONE)
     return TERN_ECLOSED;
-  ws->pause |= PAUSE_USER;
+  if (on)
+    ws->pause |= PAUSE_USER;
+  else
+    ws->pause &= ~(unsigned)PAUSE_USER;
   apply_pause(ws);
   return 0;
 }
 
+int tern_ws_pause(tern_ws *ws) {
+  return set_user_pause(ws, 1);
+}
+
 int tern_ws_resume(tern_ws *ws) {
-  if (ws == NULL)
-    return TERN_EINVAL;
-  if (!tern__on_worker(ws->w))
-    return TERN_ESTATE;
-  if (ws->state == WS_DONE)
-    return TERN_ECLOSED;
-  ws->pause &= ~(unsigned)PAUSE_USER;
-  apply_pause(ws);
-  return 0;
+  return set_user_pause(ws, 0);
 }
 
 int tern_ws_protocol(const tern_ws *ws) {

@@ -514,6 +514,21 @@ def send_from_another_thread():
 
 
 @case
+def pause_and_resume_from_another_thread():
+    """pause:300 stops reading; a message sent meanwhile is echoed only
+    once another thread has resumed the socket (posted to its worker)."""
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        c.send(frame(0x1, b"pause:300"))
+        time.sleep(0.05)  # the pause is in place before the next message
+        t0 = time.monotonic()
+        c.send(frame(0x1, b"after"))
+        eq(read_frame(c, 5)[2:], (0x1, b"after"), "echo after the resume")
+        waited = time.monotonic() - t0
+        check(waited >= 0.2, "echoed after %.3f s: not paused" % waited)
+
+
+@case
 def client_vanishes_mid_message():
     """A client that disconnects inside a message leaves nothing behind."""
     for _ in range(20):
