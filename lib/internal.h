@@ -105,6 +105,18 @@ void *tern__pool_get(tern__worker *w, tern__pool *p);
 void tern__pool_put(tern__worker *w, tern__pool *p, void *obj);
 void tern__pool_drain(tern__worker *w, tern__pool *p);
 
+/* Small blocks of any size, for objects that come and go with requests
+ * (HTTP/2 streams, nghttp2's own per-stream memory): blocks up to
+ * TERN__SMALL_MAX bytes come from per-worker pools of size classes, so
+ * a steady stream of requests reuses them instead of calling the
+ * allocator; larger ones go to it directly. Owning worker only; realloc
+ * and free take any block these returned. */
+#define TERN__SMALL_CLASSES 7 /* 64 B to 4 KiB, header included */
+#define TERN__SMALL_MAX ((size_t)4096 - 16)
+void *tern__small_malloc(tern__worker *w, size_t n);
+void *tern__small_realloc(tern__worker *w, void *p, size_t n);
+void tern__small_free(tern__worker *w, void *p);
+
 /* ---- Read buffers: refcounted so that request views stay valid ---- */
 
 typedef struct {
@@ -430,6 +442,7 @@ struct tern__worker {
   uint64_t accept_warned; /* loop time of the last accept warning */
 
   tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool, seg_pool;
+  tern__pool small[TERN__SMALL_CLASSES];
   tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
   tern__list ws_closing; /* WebSockets waiting for the client's close */
   char *scratch;         /* one TLS record's worth, for gathering */

@@ -4,6 +4,8 @@
  * AddressSanitizer the free lists are switched off so that a use after
  * free is reported instead of being hidden by recycling.
  */
+#include <string.h>
+
 #include "internal.h"
 
 void tern__pool_init(tern__pool *p, size_t size, size_t max_free) {
@@ -45,6 +47,68 @@ void tern__pool_drain(tern__worker *w, tern__pool *p) {
     tern__free(w->srv, obj);
   }
   p->nfree = 0;
+}
+
+/* ---- Small blocks ---------------------------------------------------- */
+
+/* Before each block: its class (TERN__SMALL_CLASSES for a large block)
+ * and the size asked for. 16 bytes keep the block 16-byte aligned. */
+typedef struct {
+  size_t cls;
+  size_t size;
+} small_hdr;
+
+_Static_assert(sizeof(small_hdr) == 16, "small blocks stay aligned");
+
+static size_t class_size(size_t cls) {
+  return (size_t)64 << cls;
+}
+
+void *tern__small_malloc(tern__worker *w, size_t n) {
+  size_t cls = 0;
+  small_hdr *h;
+  while (cls < TERN__SMALL_CLASSES && n + sizeof(small_hdr) > class_size(cls))
+    cls++;
+  if (cls < TERN__SMALL_CLASSES)
+    h = tern__pool_get(w, &w->small[cls]);
+  else if (n > SIZE_MAX - sizeof(small_hdr))
+    h = NULL;
+  else
+    h = tern__malloc(w->srv, n + sizeof(small_hdr));
+  if (h == NULL)
+    return NULL;
+  h->cls = cls;
+  h->size = n;
+  return h + 1;
+}
+
+void tern__small_free(tern__worker *w, void *p) {
+  small_hdr *h;
+  if (p == NULL)
+    return;
+  h = (small_hdr *)p - 1;
+  if (h->cls < TERN__SMALL_CLASSES)
+    tern__pool_put(w, &w->small[h->cls], h);
+  else
+    tern__free(w->srv, h);
+}
+
+void *tern__small_realloc(tern__worker *w, void *p, size_t n) {
+  small_hdr *h;
+  void *q;
+  if (p == NULL)
+    return tern__small_malloc(w, n);
+  h = (small_hdr *)p - 1;
+  if (h->cls < TERN__SMALL_CLASSES &&
+      n + sizeof(small_hdr) <= class_size(h->cls)) {
+    h->size = n; /* fits where it is */
+    return p;
+  }
+  if ((q = tern__small_malloc(w, n)) == NULL)
+    return NULL;
+  memcpy(q, p, h->size < n ? h->size : n);
+  tern__small_free(w, p);
+  return q;
 }
 
 tern__rbuf *tern__rbuf_get(tern__worker *w) {

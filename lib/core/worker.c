@@ -97,6 +97,8 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
                       srv->s.max_header_count * sizeof(tern_header),
                   1024);
   tern__pool_init(&w->conn_pool, sizeof(tern__conn), 1024);
+  for (i = 0; i < TERN__SMALL_CLASSES; i++)
+    tern__pool_init(&w->small[i], (size_t)64 << i, i < 5 ? 1024 : 256);
   tern__date_update(w);
 
   uv_async_init(w->loop, &w->async, on_async);
@@ -149,6 +151,7 @@ static void close_worker_handles(tern__worker *w) {
 
 void tern__worker_cleanup(tern__worker *w) {
   tern_server *srv = w->srv;
+  size_t i;
   if (w->loop == NULL)
     return;
   if (!w->attached) {
@@ -169,6 +172,8 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->req_pool);
   tern__pool_drain(w, &w->conn_pool);
   tern__pool_drain(w, &w->seg_pool);
+  for (i = 0; i < TERN__SMALL_CLASSES; i++)
+    tern__pool_drain(w, &w->small[i]);
   tern__free(srv, w->scratch);
   w->scratch = NULL;
   uv_mutex_destroy(&w->inbox_lock);

@@ -159,26 +159,29 @@ struct h2_conn {
 
 /* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
 
+/* A session lives on one worker: its small blocks (streams, header
+ * buffers, queued frames) come from the worker's size-class pools, so a
+ * steady stream of requests does not call the allocator at all. */
 static void *ng_malloc(size_t size, void *u) {
-  return tern__malloc(u, size);
+  return tern__small_malloc(u, size);
 }
 
 static void ng_free(void *p, void *u) {
-  tern__free(u, p);
+  tern__small_free(u, p);
 }
 
 static void *ng_calloc(size_t n, size_t size, void *u) {
   void *p;
   if (size != 0 && n > SIZE_MAX / size)
     return NULL;
-  p = tern__malloc(u, n * size);
+  p = tern__small_malloc(u, n * size);
   if (p != NULL)
     memset(p, 0, n * size);
   return p;
 }
 
 static void *ng_realloc(void *p, size_t size, void *u) {
-  return tern__realloc(u, p, size);
+  return tern__small_realloc(u, p, size);
 }
 
 /* ---- Small helpers --------------------------------------------------- */
@@ -283,7 +286,6 @@ static void drop_held(h2_conn *h, h2_stream *s) {
 }
 
 static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
-  tern_server *srv = h->w->srv;
   if (s->pend_off > 0 && s->pend_off + s->pend_len + n > s->pend_cap) {
     memmove(s->pend, s->pend + s->pend_off, s->pend_len);
     s->pend_off = 0;
@@ -293,7 +295,7 @@ static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
     char *nb;
     while (cap < s->pend_len + n)
       cap *= 2;
-    nb = tern__realloc(srv, s->pend, cap);
+    nb = tern__small_realloc(h->w, s->pend, cap);
     if (nb == NULL)
       return TERN_ENOMEM;
     s->pend = nb;
@@ -528,7 +530,7 @@ static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
     return 0;
   if (s->nrc == s->rc_cap) {
     size_t cap = s->rc_cap ? s->rc_cap * 2 : 16;
-    nghttp2_rcbuf **nb = tern__realloc(h->w->srv, s->rc, cap * sizeof(*s->rc));
+    nghttp2_rcbuf **nb = tern__small_realloc(h->w, s->rc, cap * sizeof(*s->rc));
     if (nb == NULL)
       return TERN_ENOMEM;
     s->rc = nb;
@@ -588,7 +590,7 @@ static void head_done(h2_conn *h, h2_stream *s) {
       if (r->headers[i].name_len == 6 &&
           memcmp(r->headers[i].name, "cookie", 6) == 0)
         size += r->headers[i].value_len + 2;
-    s->cookie = p = tern__malloc(h->w->srv, size);
+    s->cookie = p = tern__small_malloc(h->w, size);
     if (p == NULL) {
       s->status = 503;
     } else {
@@ -651,12 +653,12 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   if (frame->hd.type != NGHTTP2_HEADERS ||
       frame->headers.cat != NGHTTP2_HCAT_REQUEST)
     return 0;
-  s = tern__malloc(h->w->srv, sizeof(*s));
+  s = tern__small_malloc(h->w, sizeof(*s));
   if (s == NULL)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   r = tern__request_new(h->c);
   if (r == NULL) {
-    tern__free(h->w->srv, s);
+    tern__small_free(h->w, s);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }
   memset(s, 0, sizeof(*s));
@@ -938,7 +940,7 @@ static int copy_from(tern__worker *w, tern__outq *dst, const tern__outq *q,
 
 static int submit_trailers(h2_conn *h, h2_stream *s) {
   int rc = nghttp2_submit_trailer(h->ng, s->id, s->trailers, s->ntrailers);
-  tern__free(h->w->srv, s->trailers);
+  tern__small_free(h->w, s->trailers);
   s->trailers = NULL;
   s->ntrailers = 0;
   return rc;
@@ -1073,7 +1075,7 @@ static h2_conn *h2_new(tern__conn *c) {
   h->c = c;
   h->w = c->w;
   tern__list_init(&h->streams);
-  mem.mem_user_data = srv;
+  mem.mem_user_data = c->w;
   mem.malloc = ng_malloc;
   mem.free = ng_free;
   mem.calloc = ng_calloc;
@@ -1525,7 +1527,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
   if (n > 0 && (s->flags & S_PROVIDER)) {
     size_t k;
     nghttp2_nv *nv =
-        tern__malloc(w->srv, n * sizeof(*nv) + fields_bytes(t, n, 1) + 1);
+        tern__small_malloc(w, n * sizeof(*nv) + fields_bytes(t, n, 1) + 1);
     if (nv == NULL)
       return TERN_ENOMEM;
     k = put_fields(nv, (char *)(nv + n), t, n, 1);
@@ -1533,7 +1535,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
       s->trailers = nv;
       s->ntrailers = k;
     } else {
-      tern__free(w->srv, nv);
+      tern__small_free(w, nv);
     }
   }
   s->flags |= S_RESP_END;
@@ -1577,18 +1579,18 @@ static size_t h2_pending(const tern_request *r) {
 
 static void h2_release(tern_request *r) {
   h2_stream *s = r->proto_data;
-  tern_server *srv = r->w->srv;
+  tern__worker *w = r->w;
   size_t i;
 
   if (s == NULL)
     return; /* an HTTP/1.1 request from before an upgrade */
   for (i = 0; i < s->nrc; i++)
     nghttp2_rcbuf_decref(s->rc[i]);
-  tern__free(srv, s->rc);
-  tern__free(srv, s->cookie);
-  tern__free(srv, s->pend);
-  tern__free(srv, s->trailers);
-  tern__free(srv, s);
+  tern__small_free(w, s->rc);
+  tern__small_free(w, s->cookie);
+  tern__small_free(w, s->pend);
+  tern__small_free(w, s->trailers);
+  tern__small_free(w, s);
   r->proto_data = NULL;
 }
 
@@ -1679,13 +1681,13 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
     destroy(h);
     return TERN_EINVAL;
   }
-  s = tern__malloc(c->w->srv, sizeof(*s));
+  s = tern__small_malloc(c->w, sizeof(*s));
   if (s == NULL) {
     destroy(h);
     return TERN_ENOMEM;
   }
   if (tern__outq_copy(c->w, &c->out, switching, sizeof(switching) - 1) != 0) {
-    tern__free(c->w->srv, s);
+    tern__small_free(c->w, s);
     destroy(h);
     return TERN_ENOMEM;
   }

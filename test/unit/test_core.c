@@ -22,12 +22,16 @@ static void setup(void) {
   tern__pool_init(&w.rbuf_pool, sizeof(tern__rbuf) + 4096, 4);
   tern__pool_init(&w.wblk_pool, sizeof(tern__wblk) + 256, 4);
   tern__pool_init(&w.seg_pool, 128 * sizeof(tern__seg), 4);
+  for (size_t i = 0; i < TERN__SMALL_CLASSES; i++)
+    tern__pool_init(&w.small[i], (size_t)64 << i, 4);
 }
 
 static void teardown(void) {
   tern__pool_drain(&w, &w.rbuf_pool);
   tern__pool_drain(&w, &w.wblk_pool);
   tern__pool_drain(&w, &w.seg_pool);
+  for (size_t i = 0; i < TERN__SMALL_CLASSES; i++)
+    tern__pool_drain(&w, &w.small[i]);
   tern_server_free(srv);
   T_EQ_INT(ca_live, 0);
 }
@@ -55,6 +59,52 @@ static void test_pool_bounded(void) {
   for (i = 0; i < 10; i++)
     tern__pool_put(&w, &w.rbuf_pool, objs[i]);
   T_ASSERT(w.rbuf_pool.nfree <= 4); /* the rest went back to the heap */
+  teardown();
+}
+
+/* Small blocks: recycled by size class, grown in place within a class,
+ * moved (contents kept) beyond it, and large ones straight from the
+ * allocator; all of it returned. */
+static void test_small_blocks(void) {
+  unsigned char *p, *q;
+  size_t i;
+  setup();
+  p = tern__small_malloc(&w, 40);
+  T_ASSERT(p != NULL && ((uintptr_t)p & 15) == 0);
+  memset(p, 7, 40);
+  tern__small_free(&w, p);
+  q = tern__small_malloc(&w, 48); /* same class: the same block */
+#ifndef TERN__ASAN
+  T_ASSERT(q == p);
+  {
+    long before;
+    tern__small_free(&w, tern__small_malloc(&w, 30)); /* now pooled */
+    before = ca_live;
+    tern__small_free(&w, tern__small_malloc(&w, 30));
+    T_EQ_INT(ca_live, before); /* from the free list, back to it */
+  }
+#endif
+  for (i = 0; i < 48; i++)
+    q[i] = (unsigned char)i;
+  p = tern__small_realloc(&w, q, 48); /* fits: stays */
+  T_ASSERT(p == q);
+  p = tern__small_realloc(&w, p, 3000); /* a larger class */
+  T_ASSERT(p != NULL);
+  for (i = 0; i < 48; i++)
+    T_ASSERT(p[i] == (unsigned char)i);
+  p = tern__small_realloc(&w, p, 100000); /* beyond the classes */
+  T_ASSERT(p != NULL);
+  for (i = 0; i < 48; i++)
+    T_ASSERT(p[i] == (unsigned char)i);
+  p[99999] = 1;
+  q = tern__small_realloc(&w, p, 10); /* shrinking keeps the start */
+  T_ASSERT(q != NULL && q[9] == 9);
+  tern__small_free(&w, q);
+  tern__small_free(&w, NULL);
+  ca_calls = 0;
+  ca_fail_at = 0;
+  T_ASSERT(tern__small_malloc(&w, 5000) == NULL); /* failure reported */
+  ca_fail_at = -1;
   teardown();
 }
 
@@ -210,6 +260,7 @@ static void test_outq_alloc_failure(void) {
 int main(void) {
   T_RUN(test_pool_recycles);
   T_RUN(test_pool_bounded);
+  T_RUN(test_small_blocks);
   T_RUN(test_rbuf_refcount);
   T_RUN(test_outq_coalesces);
   T_RUN(test_outq_spans_blocks);
