@@ -578,6 +578,7 @@ void tern_ws_options_init(tern_ws_options *o) {
   o->deflate = 1;
   o->deflate_window_bits = 15;
   o->deflate_mem_level = 8;
+  o->deflate_level = 1;
   o->close_timeout_ms = 5000;
 }
 
@@ -690,6 +691,7 @@ static int check_options(const tern_ws_options *o) {
           o->on_full == TERN_WS_FAIL_SEND) &&
          o->deflate_window_bits >= 9 && o->deflate_window_bits <= 15 &&
          o->deflate_mem_level >= 1 && o->deflate_mem_level <= 9 &&
+         o->deflate_level >= 0 && o->deflate_level <= 9 &&
          (o->subprotocol_len == 0 || o->subprotocol != NULL) &&
          o->subprotocol_len < sizeof(((tern_ws *)0)->subprotocol);
 }
@@ -717,6 +719,7 @@ static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
   tern__ws_deflate_policy_init(&pol);
   pol.server_max_window_bits = ws->o.deflate_window_bits;
   pol.mem_level = ws->o.deflate_mem_level;
+  pol.level = ws->o.deflate_level;
   for (i = 0; i < r->nheaders && !ok; i++) {
     const tern_header *f = &r->headers[i];
     if (f->name_len == 24 &&
