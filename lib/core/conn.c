@@ -402,21 +402,13 @@ void tern__conn_timer(tern__conn *c, int kind) {
  * not extend it (slowloris). */
 void tern__conn_update_timer(tern__conn *c) {
   tern__worker *w = c->w;
-  int kind;
+  int kind, tunnel;
 
   if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
     return;
-  if (c->body_req != NULL && (c->body_req->flags & TERN__RQ_TUNNEL)) {
-    /* A tunnel (WebSocket) has no timeout of its own; with nothing
-     * buffered it holds no read buffer either. */
-    kind = TERN__T_NONE;
-    tern__conn_timer(c, kind);
-    if (c->rbuf != NULL && c->rbuf->refs == 1 && c->rpos == c->rlen) {
-      tern__rbuf_unref(w, c->rbuf);
-      c->rbuf = NULL;
-      c->rpos = c->rlen = 0;
-    }
-    return;
+  tunnel = c->body_req != NULL && (c->body_req->flags & TERN__RQ_TUNNEL);
+  if (tunnel) {
+    kind = TERN__T_NONE; /* a tunnel (WebSocket) has no timeout of its own */
   } else if (c->body_req != NULL) {
     unsigned f = c->body_req->flags;
     kind = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED) ? TERN__T_BODY
@@ -431,8 +423,10 @@ void tern__conn_update_timer(tern__conn *c) {
   if (kind == c->timer_kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
     return; /* HEAD runs from the head's first byte; BODY re-arms on data */
   tern__conn_timer(c, kind);
-  if (kind == TERN__T_IDLE && c->rbuf != NULL && c->rbuf->refs == 1) {
-    /* An idle keep-alive connection holds no read buffer. */
+  if ((kind == TERN__T_IDLE || (tunnel && c->rpos == c->rlen)) &&
+      c->rbuf != NULL && c->rbuf->refs == 1) {
+    /* An idle keep-alive connection, or a tunnel with nothing buffered,
+     * holds no read buffer. */
     tern__rbuf_unref(w, c->rbuf);
     c->rbuf = NULL;
     c->rpos = c->rlen = 0;
