@@ -97,15 +97,11 @@ static int is_gone(const tern_request *r) {
 
 /* A finishing call that cannot queue its bytes: the client can only learn
  * of it by the connection closing. */
-static int fail_finish(tern_request *r, int rc) {
+int tern__request_fail(tern_request *r, int rc) {
   r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
   tern__conn_close(r->conn);
   finish_user(r);
   return rc;
-}
-
-int tern__request_fail(tern_request *r, int rc) {
-  return fail_finish(r, rc);
 }
 
 static int respond_now(tern_request *r, int status, const tern_header *h,
@@ -126,7 +122,7 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
   if (rc == 0)
     rc = p->end(r, NULL, 0);
   if (rc != 0)
-    return fail_finish(r, rc);
+    return tern__request_fail(r, rc);
   finish_user(r);
   return 0;
 }
@@ -295,7 +291,7 @@ void tern__msg_apply(tern__msg *m) {
       finish_user(r);
     else if (!(r->flags & TERN__RQ_STARTED) ||
              p->end(r, m->headers, m->nheaders) != 0)
-      fail_finish(r, 0);
+      tern__request_fail(r, 0);
     else
       finish_user(r);
     break;
@@ -422,7 +418,7 @@ int tern_response_end(tern_request *r, const tern_header *trailers,
     }
     rc = r->conn->proto->end(r, trailers, ntrailers);
     if (rc != 0)
-      return fail_finish(r, rc);
+      return tern__request_fail(r, rc);
     finish_user(r);
     return 0;
   }
