@@ -246,10 +246,8 @@ int main(int argc, char **argv) {
   }
   if (host == NULL || port < 0 || g.nslots <= 0 || duration < 0)
     usage();
-  if (path[0] != '/' || strpbrk(path, " \r\n") != NULL || strlen(path) > 256) {
-    fprintf(stderr, PROG ": --path must start with / and hold no spaces\n");
+  if (lg_check_path(PROG, path) != 0)
     return 2;
-  }
   if (lg_target_init(&g.target, PROG, host, port) != 0)
     return 2;
   g.target.spread &= spread;
@@ -330,11 +328,9 @@ int main(int argc, char **argv) {
            (unsigned long long)g.addrnotavail);
   fflush(stdout);
   if (json != NULL) {
-    FILE *f = fopen(json, "w");
-    if (f == NULL) {
-      perror(json);
+    FILE *f = lg_json_open(json);
+    if (f == NULL)
       return 1;
-    }
     fprintf(f,
             "{\"connections\":%llu,\"requests\":%llu,\"errors\":%llu,"
             "\"non2xx\":%llu,\"rate_achieved\":%.3f,\"duration_s\":%.6f,"

@@ -442,6 +442,20 @@ long lg_raise_nofile(void) {
 
 /* ---- Reports ---- */
 
+int lg_check_path(const char *prog, const char *path) {
+  if (path[0] == '/' && strpbrk(path, " \r\n") == NULL && strlen(path) <= 256)
+    return 0;
+  fprintf(stderr, "%s: --path must start with / and hold no spaces\n", prog);
+  return -1;
+}
+
+FILE *lg_json_open(const char *path) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL)
+    perror(path);
+  return f;
+}
+
 void lg_json_latency(FILE *f, const lg_hist *h) {
   fprintf(f,
           "{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,\"p999\":%llu,"

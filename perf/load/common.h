@@ -154,6 +154,11 @@ long lg_raise_nofile(void);
 /* ---- Reports ---- */
 
 /* The latency object of the JSON report, in microseconds. */
+/* The request path of --path: starts with '/', holds no space, CR or LF,
+ * at most 256 bytes. Returns 0, or -1 after saying why on stderr. */
+int lg_check_path(const char *prog, const char *path);
+/* Open --json's file for writing; NULL after perror. */
+FILE *lg_json_open(const char *path);
 void lg_json_latency(FILE *f, const lg_hist *h);
 /* The same figures for the human line. */
 void lg_text_latency(FILE *f, const lg_hist *h);

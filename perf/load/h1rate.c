@@ -428,10 +428,8 @@ int main(int argc, char **argv) {
   }
   if (host == NULL || port < 0 || nconns < 0 || rate < 0 || duration < 0)
     usage();
-  if (path[0] != '/' || strpbrk(path, " \r\n") != NULL) {
-    fprintf(stderr, PROG ": --path must start with / and hold no spaces\n");
+  if (lg_check_path(PROG, path) != 0)
     return 2;
-  }
   for (i = 0; i < nhdrs; i++) {
     const char *colon = strchr(hdrs[i], ':');
     if (colon == NULL || colon == hdrs[i] || strpbrk(hdrs[i], "\r\n") != NULL) {
@@ -556,11 +554,9 @@ int main(int argc, char **argv) {
            (unsigned long long)g.addrnotavail);
   fflush(stdout);
   if (json != NULL) {
-    FILE *f = fopen(json, "w");
-    if (f == NULL) {
-      perror(json);
+    FILE *f = lg_json_open(json);
+    if (f == NULL)
       return 1;
-    }
     fprintf(f,
             "{\"requests\":%llu,\"errors\":%llu,\"non2xx\":%llu,"
             "\"rate_target\":%.3f,\"rate_achieved\":%.3f,"

@@ -291,10 +291,8 @@ int main(int argc, char **argv) {
   }
   if (host == NULL || port < 0 || g.n <= 0 || hold < 0)
     usage();
-  if (path[0] != '/' || strpbrk(path, " \r\n") != NULL || strlen(path) > 256) {
-    fprintf(stderr, PROG ": --path must start with / and hold no spaces\n");
+  if (lg_check_path(PROG, path) != 0)
     return 2;
-  }
   if (lg_target_init(&g.target, PROG, host, port) != 0)
     return 2;
   g.target.spread &= spread;
@@ -404,11 +402,9 @@ int main(int argc, char **argv) {
            (unsigned long long)g.unexpected);
   fflush(stdout);
   if (json != NULL) {
-    FILE *f = fopen(json, "w");
-    if (f == NULL) {
-      perror(json);
+    FILE *f = lg_json_open(json);
+    if (f == NULL)
       return 1;
-    }
     fprintf(f,
             "{\"connections\":%ld,\"ready\":%ld,\"open_at_end\":%ld,"
             "\"failed\":%ld,\"errors\":%llu,\"closed_during_hold\":%llu,"

@@ -1203,10 +1203,8 @@ int main(int argc, char **argv) {
   }
   if (g.port < 0)
     usage();
-  if (g.path[0] != '/' || strpbrk(g.path, " \r\n") != NULL) {
-    fprintf(stderr, PROG ": --path must start with / and hold no spaces\n");
+  if (lg_check_path(PROG, g.path) != 0)
     return 2;
-  }
   if (strpbrk(g.host, " \r\n") != NULL) {
     fprintf(stderr, PROG ": bad --host\n");
     return 2;
@@ -1350,11 +1348,9 @@ int main(int argc, char **argv) {
            (double)g.bytes_in_win / (double)g.messages);
   fflush(stdout);
   if (json != NULL) {
-    FILE *f = fopen(json, "w");
-    if (f == NULL) {
-      perror(json);
+    FILE *f = lg_json_open(json);
+    if (f == NULL)
       return 1;
-    }
     report_json(f, duration, warmup, rate);
     if (fclose(f) != 0) {
       perror(json);
