@@ -254,6 +254,23 @@ def _pair(cell, *keys):
     return " / ".join(vals)
 
 
+def _grid(summary, servers, scs, show):
+    """A table with a row per server and a column per scenario of `scs`;
+    show(cell) formats one cell."""
+    return table(["server"] + scs,
+                 [[n] + [show(summary[s].get(n)) for s in scs] for n in servers])
+
+
+def _tern_counters(summary, scs, per, allocs, nbytes):
+    """The line with tern's own counters (/stats) for the windows of
+    `scs`; allocs and nbytes are (key, format)."""
+    return "tern's own counters (/stats) for the same windows: " + "; ".join(
+        "%s %s allocs, %s bytes per %s" % (
+            s, fmt_value(val(summary[s].get("tern"), allocs[0]), allocs[1]),
+            fmt_value(val(summary[s].get("tern"), nbytes[0]), nbytes[1]), per)
+        for s in scs) + "."
+
+
 def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
     """The tables of a compare run (shared by summary.md and the docs)."""
     L = []
@@ -284,46 +301,37 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                 L.append("Throughput, median (min–max) over the rounds; "
                          "conn-churn in connections/s:")
             L.append("")
-            L += table(["server"] + main, [[n] + [
-                fmt_cell(summary[s].get(n), "rate", ",.0f") for s in main]
-                for n in servers])
+            L += _grid(summary, servers, main,
+                  lambda c: fmt_cell(c, "rate", ",.0f"))
             L.append("")
             L.append("Server CPU per request (µs; per connection for conn-churn):")
             L.append("")
-            L += table(["server"] + main, [[n] + [
-                fmt_cell(summary[s].get(n), "cpu_us_per_req", ".2f") for s in main]
-                for n in servers])
+            L += _grid(summary, servers, main,
+                  lambda c: fmt_cell(c, "cpu_us_per_req", ".2f"))
             L.append("")
             L.append("Heap allocations per request, counted by the shim "
                      "(allocations / bytes):")
             L.append("")
-            L += table(["server"] + main, [[n] + [
-                _pair(summary[s].get(n), ("shim_allocs_per_req", ".2f"),
-                      ("shim_bytes_per_req", ",.0f")) for s in main]
-                for n in servers])
+            L += _grid(summary, servers, main,
+                  lambda c: _pair(c, ("shim_allocs_per_req", ".2f"), ("shim_bytes_per_req", ",.0f")))
             if "tern" in servers:
                 L.append("")
-                L.append("tern's own counters (/stats) for the same windows: " + "; ".join(
-                    "%s %s allocs, %s bytes per request" % (
-                        s, fmt_value(val(summary[s].get("tern"), "allocs_per_req"), ".4f"),
-                        fmt_value(val(summary[s].get("tern"), "bytes_per_req"), ".2f"))
-                    for s in main) + ".")
+                L.append(_tern_counters(summary, main, "request",
+                                        ("allocs_per_req", ".4f"),
+                                        ("bytes_per_req", ".2f")))
             L.append("")
             L.append("Peak server RSS (VmHWM, all processes of the server):")
             L.append("")
-            L += table(["server"] + main, [[n] + [
-                fmt_cell(summary[s].get(n), "peak_rss", "bytes", False) for s in main]
-                for n in servers])
+            L += _grid(summary, servers, main,
+                  lambda c: fmt_cell(c, "peak_rss", "bytes", False))
             L.append("")
             wl = [s for s in main if REGISTRY[s].load == "wrk" and REGISTRY[s].latency]
             if wl:
                 L.append("Closed-loop latency from wrk (p50 / p99 / p99.9, µs; "
                          "queueing hidden by the closed loop):")
                 L.append("")
-                L += table(["server"] + wl, [[n] + [
-                    _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
-                          ("lat_p999", ",.0f")) for s in wl]
-                    for n in servers])
+                L += _grid(summary, servers, wl,
+                  lambda c: _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f"), ("lat_p999", ",.0f")))
                 L.append("")
             L += _ws_lines(summary, servers,
                            [s for s in main if REGISTRY[s].load == "wsload"])
@@ -414,15 +422,13 @@ def _ws_lines(summary, servers, wl):
     L = ["Echo latency from wsload, from a message's send to its echo "
          "(p50 / p99 / p99.9, µs; closed loop, 8 messages in flight per "
          "socket):", ""]
-    L += table(["server"] + wl, [[n] + [
-        _pair(summary[s].get(n), ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
-              ("lat_p999", ",.0f")) for s in wl] for n in servers])
+    L += _grid(summary, servers, wl,
+                  lambda c: _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f"), ("lat_p999", ",.0f")))
     L += ["", "Bytes on the wire per message, client to server / server to "
           "client (frame headers included; compressed with "
           "permessage-deflate):", ""]
-    L += table(["server"] + wl, [[n] + [
-        _pair(summary[s].get(n), ("ws_wire_out_per_msg", ",.1f"),
-              ("ws_wire_in_per_msg", ",.1f")) for s in wl] for n in servers])
+    L += _grid(summary, servers, wl,
+                  lambda c: _pair(c, ("ws_wire_out_per_msg", ",.1f"), ("ws_wire_in_per_msg", ",.1f")))
     L.append("")
     peers = [n for n in servers if n != "tern"]
     if "tern" in servers and peers:
@@ -470,9 +476,8 @@ def _ratios(cells, servers, key, higher=True):
 def _upload_tables(summary, servers, up):
     L = ["Uploads (16 MiB POST bodies read to the end, HTTP/2 over TLS): "
          "MiB/s, median (min–max) over the rounds:", ""]
-    L += table(["server"] + up, [[n] + [
-        fmt_cell(summary[s].get(n), "mib_per_s", ",.0f") for s in up]
-        for n in servers])
+    L += _grid(summary, servers, up,
+                  lambda c: fmt_cell(c, "mib_per_s", ",.0f"))
     L.append("")
     if "tern" in servers:
         L.append("Ratios of the medians, MiB/s: " + "; ".join(
@@ -480,30 +485,24 @@ def _upload_tables(summary, servers, up):
         L.append("")
     L.append("Server CPU per MiB uploaded (µs):")
     L.append("")
-    L += table(["server"] + up, [[n] + [
-        fmt_cell(summary[s].get(n), "cpu_us_per_mib", ",.0f") for s in up]
-        for n in servers])
+    L += _grid(summary, servers, up,
+                  lambda c: fmt_cell(c, "cpu_us_per_mib", ",.0f"))
     L.append("")
     L.append("Heap allocated per MiB uploaded, counted by the shim "
              "(allocations / bytes):")
     L.append("")
-    L += table(["server"] + up, [[n] + [
-        _pair(summary[s].get(n), ("shim_allocs_per_mib", ",.2f"),
-              ("shim_bytes_per_mib", ",.0f")) for s in up]
-        for n in servers])
+    L += _grid(summary, servers, up,
+                  lambda c: _pair(c, ("shim_allocs_per_mib", ",.2f"), ("shim_bytes_per_mib", ",.0f")))
     if "tern" in servers:
         L.append("")
-        L.append("tern's own counters (/stats) for the same windows: " + "; ".join(
-            "%s %s allocs, %s bytes per MiB" % (
-                s, fmt_value(val(summary[s].get("tern"), "allocs_per_mib"), ".2f"),
-                fmt_value(val(summary[s].get("tern"), "bytes_per_mib"), ",.0f"))
-            for s in up) + ".")
+        L.append(_tern_counters(summary, up, "MiB",
+                                ("allocs_per_mib", ".2f"),
+                                ("bytes_per_mib", ",.0f")))
     L.append("")
     L.append("Peak server RSS (VmHWM):")
     L.append("")
-    L += table(["server"] + up, [[n] + [
-        fmt_cell(summary[s].get(n), "peak_rss", "bytes", False) for s in up]
-        for n in servers])
+    L += _grid(summary, servers, up,
+                  lambda c: fmt_cell(c, "peak_rss", "bytes", False))
     L.append("")
     return L
 
