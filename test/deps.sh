@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# Installs what tern needs to build, test and benchmark on Debian 12, as
-# root, and only what is missing (a second run costs one dpkg query).
+# Installs what tern needs on Debian 12, as root, and only what is missing
+# (a second run costs one dpkg query). It changes nothing it did not
+# install: no service is stopped or started.
+#
+#   test/deps.sh          build and run the tests (the default)
+#   test/deps.sh demo     build and run the demo: the build tools, the
+#                         libraries and openssl for its certificate
+#
+# The benchmarks' peers and tools (wrk, nginx, h2o, ...) are installed by
+# `perf/perf setup`, not here.
 set -euo pipefail
-pkgs=(build-essential meson ninja-build pkg-config clang
-  libclang-rt-14-dev python3 curl openssl wrk nginx-light
-  libuv1-dev libmbedtls-dev libnghttp2-dev libngtcp2-dev
-  libngtcp2-crypto-gnutls-dev libnghttp3-dev libgnutls28-dev zlib1g-dev
-  nghttp2-client clang-format valgrind chromium python3-websockets)
+cd "$(dirname "$0")/.."
+what=${1:-test}
+build=(build-essential meson ninja-build pkg-config
+  libuv1-dev libmbedtls-dev libnghttp2-dev zlib1g-dev)
+case "$what" in
+demo) pkgs=("${build[@]}" openssl) ;;
+# The tests: clang and its runtime for the fuzz targets, the real clients,
+# clang-format and valgrind for CI's format check and performance gate.
+test)
+  pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
+    nghttp2-client python3-websockets chromium clang-format valgrind)
+  command -v npm >/dev/null || pkgs+=(npm)
+  ;;
+*) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -24,13 +42,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The browser tests drive Debian's Chromium with playwright-core from npm
 # (package.json pins it; node_modules stays out of git).
-if command -v npm >/dev/null &&
+if [ "$what" = test ] && command -v npm >/dev/null &&
   [ ! -d test/browser/node_modules/playwright-core ]; then
   (cd test/browser && npm install --no-audit --no-fund --silent) ||
     echo "deps: npm install failed; the browser tests will be skipped" >&2
-fi
-# Debian starts the nginx package's own service on port 80; the benchmarks
-# run their own nginx and the test machine needs no web server.
-if pgrep -x nginx >/dev/null && [ -f /run/nginx.pid ]; then
-  nginx -s quit 2>/dev/null || true
 fi
