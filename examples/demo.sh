@@ -9,7 +9,7 @@
 #                                                  chat on N+1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-test/deps.sh
+test/deps.sh demo
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 port=8080 tls_port=8443
@@ -30,11 +30,30 @@ if [ ! -f "$certs/cert.pem" ]; then
   echo "demo: made a self-signed certificate in $certs"
 fi
 chat_port=$((port ? port + 1 : 0)) chat_tls=$((tls_port ? tls_port + 1 : 0))
+# Both servers run in the background and this script waits for them, so
+# that a SIGINT or SIGTERM sent to its own PID (not only Ctrl-C to the
+# terminal's process group) reaches them: each stops gracefully, and the
+# script exits when both have.
+pids=()
+stop() {
+  trap - INT TERM
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  exit 0
+}
+trap stop INT TERM
 build/examples/chat --port "$chat_port" --tls-port "$chat_tls" \
   --cert "$certs/cert.pem" --key "$certs/key.pem" > >(sed -u 's/^/chat: /') &
-chat_pid=$!
-trap 'kill -TERM $chat_pid 2>/dev/null || true' EXIT
+pids+=($!)
 echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
 echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
 build/examples/hello --port "$port" --tls-port "$tls_port" \
-  --cert "$certs/cert.pem" --key "$certs/key.pem"
+  --cert "$certs/cert.pem" --key "$certs/key.pem" &
+pids+=($!)
+# Either server ending on its own (a port in use, say) ends the demo.
+rc=0
+wait -n "${pids[@]}" || rc=$?
+trap - INT TERM
+kill -TERM "${pids[@]}" 2>/dev/null || true
+wait "${pids[@]}" 2>/dev/null || true
+exit $rc

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The README's demo command, examples/demo.sh, as a user runs it: it
+serves hello and the chat room on the ports it prints, and a SIGINT or
+SIGTERM sent to the script's own PID (a supervisor, `kill PID`) stops both
+servers gracefully and ends the script."""
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (BUILD, HELLO_BODY, Skip, Suite, check, connect, eq, get,
+                     sanitized)
+
+suite = Suite()
+case = suite.case
+REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def start_demo():
+    # The demo builds and runs the normal build in build/; the sanitizer
+    # build has nothing of its own to show here.
+    if sanitized() or os.path.realpath(BUILD) != os.path.realpath(
+            os.path.join(REPO, "build")):
+        raise Skip("the demo runs the normal build in build/")
+    proc = subprocess.Popen(
+        ["bash", "examples/demo.sh", "--port", "0", "--tls-port", "0"],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    ports, out = {}, b""
+    deadline = time.monotonic() + 60
+    want = ("hello", "hello-tls", "chat", "chat-tls")
+    while not all(k in ports for k in want):
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("demo did not print its ports: %r" % out)
+        r, _, _ = select.select([proc.stdout], [], [], left)
+        if r:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            out += chunk
+        for m in re.finditer(rb"^(chat: )?(tls )?listening on (\d+)$", out,
+                             re.M):
+            key = ("chat" if m.group(1) else "hello") + (
+                "-tls" if m.group(2) else "")
+            ports[key] = int(m.group(3))
+    return proc, ports
+
+
+def stops_on(sig):
+    proc, ports = start_demo()
+    try:
+        r = get(ports["hello"], "/")
+        eq(r.body, HELLO_BODY, "hello's body")
+        r = get(ports["chat"], "/")
+        eq(r.status, 200, "the chat page")
+        os.kill(proc.pid, sig)  # the script alone, not its process group
+        try:
+            rc = proc.wait(15)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("demo.sh still runs 15 s after signal %d"
+                                 % sig)
+        eq(rc, 0, "demo.sh's exit status")
+        for name, port in ports.items():
+            try:
+                connect(port, timeout=1).close()
+                refused = False
+            except OSError:
+                refused = True
+            check(refused, "%s still accepts on %d after the demo ended"
+                  % (name, port))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@case(timeout=90)
+def sigterm_to_script_stops_all():
+    stops_on(signal.SIGTERM)
+
+
+@case(timeout=90)
+def sigint_to_script_stops_all():
+    stops_on(signal.SIGINT)
+
+
+if __name__ == "__main__":
+    suite.main()
