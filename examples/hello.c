@@ -390,6 +390,13 @@ static int ws_command(tern_ws *ws, const char *data, size_t len) {
     tern_ws_ping(ws, "hi", 2);
     return 1;
   }
+  if (len > 6 && memcmp(data, "bcast:", 6) == 0) {
+    /* A broadcast to a list whose NULL entries (the first one too) are
+     * skipped: the rest of the text comes back once. */
+    tern_ws *const list[3] = {NULL, ws, NULL};
+    tern_ws_broadcast(list, 3, TERN_WS_TEXT, data + 6, len - 6);
+    return 1;
+  }
   if (len > 6 && memcmp(data, "pause:", 6) == 0) {
     /* Stop reading; another thread resumes after the given ms. */
     if ((j = malloc(sizeof(*j))) == NULL)

@@ -982,9 +982,12 @@ int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
     if (!text_valid(&st, data, len, 1))
       return TERN_EINVAL;
   }
-  if (n == 0)
+  /* NULL entries are skipped, the first one included. */
+  for (i = 0; i < n && list[i] == NULL; i++)
+    ;
+  if (i == n)
     return 0;
-  srv = srv_of(list[0]);
+  srv = srv_of(list[i]);
   hl = tern__ws_frame_header(hdr, type, 1, 0, len);
   f = tern__malloc(srv, sizeof(*f) + hl + len);
   if (f == NULL)

@@ -504,6 +504,19 @@ def server_ping():
 
 
 @case
+def broadcast_skips_null_entries():
+    """tern_ws_broadcast over {NULL, this socket, NULL}: the NULL entries
+    are skipped (the first one used to be dereferenced), the socket gets
+    the message once, and the server lives on."""
+    c, _ = opened(srv.port, "/ws?cmds=1")
+    with c:
+        c.send(frame(0x1, b"bcast:to all"))
+        eq(read_frame(c)[2:], (0x1, b"to all"), "the broadcast")
+        c.send(frame(0x1, b"after"))
+        eq(read_frame(c)[2:], (0x1, b"after"), "the socket still echoes")
+
+
+@case
 def send_from_another_thread():
     c, _ = opened(srv.port, "/ws?cmds=1")
     with c:
