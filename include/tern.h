@@ -606,8 +606,8 @@ TERN_EXTERN int tern_ws_close(tern_ws *ws, int code, const char *reason,
 
 /* Send one message to many sockets: the frame is built once and shared
  * (uncompressed, which permessage-deflate allows) rather than copied per
- * socket. Sockets that are closed, or refuse (TERN_WS_FAIL_SEND over the
- * mark), are skipped. Any thread. Returns how many sockets took it (>= 0)
+ * socket. NULL entries, sockets that are closed, or refuse
+ * (TERN_WS_FAIL_SEND over the mark), are skipped. Any thread. Returns how many sockets took it (>= 0)
  * or TERN_EINVAL / TERN_ENOMEM. */
 TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
                                   const void *data, size_t len);
