@@ -342,10 +342,16 @@ void tern__conn_flush(tern__conn *c) {
     tern__conn_timer(c, TERN__T_WRITE);
     return;
   }
-  if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0 && c->out.count == 0)
+  if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0 && c->out.count == 0) {
+    /* Over TLS, the close_notify alert goes out before our FIN. */
+    if (tern__tls_close_notify(c)) {
+      tern__conn_flush(c);
+      return;
+    }
     linger(c);
-  else
+  } else {
     tern__conn_update_timer(c); /* and give back an idle read buffer */
+  }
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -415,7 +421,10 @@ void tern__conn_update_timer(tern__conn *c) {
                                                             : TERN__T_NONE;
   } else if (c->nq > 0) {
     kind = TERN__T_NONE;
-  } else if (c->rpos < c->rlen) {
+  } else if (c->rpos < c->rlen || tern__tls_handshaking(c)) {
+    /* A TLS handshake is part of the head: it runs under the head timer
+     * from accept, which its bytes do not re-arm, so that a client
+     * trickling handshake records is closed like one trickling a head. */
     kind = TERN__T_HEAD;
   } else {
     kind = TERN__T_IDLE;

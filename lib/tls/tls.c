@@ -52,6 +52,7 @@ struct tern__tls_conn {
   size_t in_pos, in_len;
   tern__outq out; /* records to write */
   int hs_done;
+  int notified; /* close_notify queued */
 };
 
 /* Encryption stops while this much ciphertext waits for the socket. */
@@ -561,7 +562,17 @@ void tern__tls_received(tern__conn *c, size_t n) {
   t->in_len += n;
 }
 
-void tern__tls_close_notify(tern__conn *c) {
-  if (c->tls != NULL && c->tls->hs_done)
-    mbedtls_ssl_close_notify(&c->tls->ssl);
+int tern__tls_handshaking(const tern__conn *c) {
+  return c->tls != NULL && !c->tls->hs_done;
+}
+
+int tern__tls_close_notify(tern__conn *c) {
+  tern__tls_conn *t = c->tls;
+  if (t == NULL || !t->hs_done || t->notified)
+    return 0;
+  t->notified = 1;
+  /* The alert goes into the wire queue through bio_send; a failure to
+   * queue it leaves a close without it, as before. */
+  mbedtls_ssl_close_notify(&t->ssl);
+  return t->out.count > 0;
 }

@@ -33,8 +33,13 @@ tern__outq *tern__tls_wire(tern__conn *c);
  * with n == 0 on a lingering connection, what is buffered is dropped. A
  * no-op without TLS. */
 void tern__tls_received(tern__conn *c, size_t n);
-/* Queue a close_notify alert (best effort, before a graceful close). */
-void tern__tls_close_notify(tern__conn *c);
+/* Is the connection's TLS handshake still running? (0 without TLS.) */
+int tern__tls_handshaking(const tern__conn *c);
+/* Queue a close_notify alert once, before a graceful close, so that the
+ * client can tell the end of a close-delimited body from a truncation.
+ * Returns 1 if it queued one now (flush before shutting down), 0 if there
+ * is none to send (no TLS, no handshake, or sent already). */
+int tern__tls_close_notify(tern__conn *c);
 /* Free every tern_tls of the server. */
 void tern__tls_free_all(tern_server *srv);
 

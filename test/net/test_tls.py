@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import signal
+import select
 import socket
 import ssl
 import subprocess
@@ -320,6 +321,84 @@ def handshake_timeout_and_garbage():
             eq(read_response(t)[1], b"Hello, World!", "served afterwards")
     finally:
         eq(s.stop(), 0, "hello exit status")
+
+
+def client_hello_bytes():
+    """A ClientHello made in memory by Python's TLS client."""
+    inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = client_ctx().wrap_bio(inc, outg, server_hostname="t.test")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outg.read()
+
+
+@case(timeout=30)
+def handshake_trickle_closed_at_head_timeout():
+    """A client trickling its ClientHello a byte every 200 ms is closed at
+    the head timeout (500 ms here), like one trickling a request head:
+    the handshake's bytes do not re-arm a timer (they used to re-arm the
+    idle timer, which kept such a client connected for as long as it
+    kept trickling)."""
+    cert, key = make_cert("tr", "t.test", ["t.test"])
+    s = start(cert, key, "--head-timeout-ms", "500")
+    try:
+        hello = client_hello_bytes()
+        raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=5)
+        t0 = time.monotonic()
+        closed_at = None
+        for b in hello[:40]:
+            try:
+                raw.sendall(bytes([b]))
+            except OSError:
+                closed_at = time.monotonic() - t0
+                break
+            r, _, _ = select.select([raw], [], [], 0.2)
+            if r:
+                try:
+                    data = raw.recv(100)
+                except OSError:
+                    data = b""
+                if not data:
+                    closed_at = time.monotonic() - t0
+                    break
+        raw.close()
+        check(closed_at is not None,
+              "still connected after %.1f s of trickled handshake"
+              % (time.monotonic() - t0))
+        check(closed_at < 2.5, "closed after %.2f s" % closed_at)
+        suite.note("closed after %.2f s of trickling" % closed_at)
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def close_notify_ends_close_delimited_body():
+    """An HTTP/1.0 answer of unknown length ends with the connection; over
+    TLS the server sends close_notify before closing, so a strict client
+    (ragged EOFs not suppressed) reads a complete body and a clean end
+    rather than a truncation error."""
+    raw = socket.create_connection(("127.0.0.1", srv.tls_port), timeout=5)
+    t = client_ctx().wrap_socket(raw, server_hostname="a.test",
+                                 suppress_ragged_eofs=False)
+    with t:
+        t.sendall(b"GET /stream HTTP/1.0\r\n\r\n")
+        data = b""
+        while True:
+            try:
+                chunk = t.recv(4096)
+            except ssl.SSLEOFError as e:
+                raise AssertionError("no close_notify before the close: %s "
+                                     "after %r" % (e, data[-80:]))
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 200"), "status: %r" % head[:40])
+    check(b"content-length" not in head.lower() and
+          b"chunked" not in head.lower(), "not close-delimited: %r" % head)
+    eq(body, b"".join(b"chunk %d\n" % i for i in range(5)), "body")
 
 
 def teardown():
