@@ -12,8 +12,14 @@
 #include "internal.h"
 #include "tls/tls.h"
 
+/* The header's version macros; meson.build checks at configure time that
+ * they are the project's version, so the string cannot drift from the
+ * release it is built as. */
+#define STR2(x) #x
+#define STR(x) STR2(x)
 const char *tern_version(void) {
-  return "0.1.0";
+  return STR(TERN_VERSION_MAJOR) "." STR(TERN_VERSION_MINOR) "." STR(
+      TERN_VERSION_PATCH);
 }
 
 const char *tern_strerror(int err) {
