@@ -17,8 +17,6 @@
  * (tern_ws_ref). Fields other than `refs`, `closed` and `hint` belong to
  * the owning worker.
  */
-#include <mbedtls/base64.h>
-#include <mbedtls/sha1.h>
 #include <string.h>
 
 #include "http1/parse.h"
@@ -642,9 +640,9 @@ int tern_ws_protocol_offered(const tern_request *r, const char *name,
 static int validate(const tern_request *r, char *accept, size_t *accept_len) {
   static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
   const char *v;
-  size_t vlen, n;
-  unsigned char key[24], digest[20];
-  mbedtls_sha1_context sha;
+  size_t vlen;
+  unsigned char key[18], digest[20];
+  tern__sha1 sha;
 
   switch (single_field(r, "sec-websocket-version", &v, &vlen)) {
   case 0:
@@ -664,23 +662,13 @@ static int validate(const tern_request *r, char *accept, size_t *accept_len) {
     return 400;
   /* Sec-WebSocket-Key: base64 of exactly 16 bytes (RFC 6455 4.2.1). */
   if (single_field(r, "sec-websocket-key", &v, &vlen) != 1 || vlen != 24 ||
-      mbedtls_base64_decode(key, sizeof(key), &n, (const unsigned char *)v,
-                            vlen) != 0 ||
-      n != 16)
+      tern__base64_decode(key, sizeof(key), v, vlen) != 16)
     return 400;
-  mbedtls_sha1_init(&sha);
-  if (mbedtls_sha1_starts_ret(&sha) != 0 ||
-      mbedtls_sha1_update_ret(&sha, (const unsigned char *)v, vlen) != 0 ||
-      mbedtls_sha1_update_ret(&sha, (const unsigned char *)guid,
-                              sizeof(guid) - 1) != 0 ||
-      mbedtls_sha1_finish_ret(&sha, digest) != 0) {
-    mbedtls_sha1_free(&sha);
-    return 500;
-  }
-  mbedtls_sha1_free(&sha);
-  if (mbedtls_base64_encode((unsigned char *)accept, 32, accept_len, digest,
-                            sizeof(digest)) != 0)
-    return 500;
+  tern__sha1_init(&sha);
+  tern__sha1_update(&sha, v, vlen);
+  tern__sha1_update(&sha, guid, sizeof(guid) - 1);
+  tern__sha1_final(&sha, digest);
+  *accept_len = tern__base64_encode(accept, digest, sizeof(digest));
   return 0;
 }
 

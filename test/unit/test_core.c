@@ -1,5 +1,6 @@
 /* Unit tests for the core's memory pieces: pools, read buffers and the
  * output queue, with a counting allocator that can fail on demand. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,6 +258,89 @@ static void test_outq_alloc_failure(void) {
   }
 }
 
+static void sha1_hex(const void *p, size_t n, size_t split, char hex[41]) {
+  tern__sha1 s;
+  unsigned char d[20];
+  size_t i;
+  tern__sha1_init(&s);
+  tern__sha1_update(&s, p, split);
+  tern__sha1_update(&s, (const char *)p + split, n - split);
+  tern__sha1_final(&s, d);
+  for (i = 0; i < 20; i++)
+    sprintf(hex + 2 * i, "%02x", d[i]);
+}
+
+/* FIPS 180-4's examples, fed in two parts at every split point, and the
+ * one-million-'a' message across many updates. */
+static void test_sha1_vectors(void) {
+  static const struct {
+    const char *in, *out;
+  } v[] = {
+      {"", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
+      {"abc", "a9993e364706816aba3e25717850c26c9cd0d89d"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+       "84983e441c3bd26ebaae4aa1f95129e5e54670f1"},
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmn"
+       "hijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+       "a49b2446a02c645bf419f995b67091253a04a259"},
+  };
+  char hex[41];
+  tern__sha1 s;
+  unsigned char d[20], a[1000];
+  size_t i, k;
+  for (i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+    for (k = 0; k <= strlen(v[i].in); k++) {
+      sha1_hex(v[i].in, strlen(v[i].in), k, hex);
+      T_ASSERT(strcmp(hex, v[i].out) == 0);
+    }
+  memset(a, 'a', sizeof(a));
+  tern__sha1_init(&s);
+  for (i = 0; i < 1000; i++)
+    tern__sha1_update(&s, a, sizeof(a));
+  tern__sha1_final(&s, d);
+  for (i = 0; i < 20; i++)
+    sprintf(hex + 2 * i, "%02x", d[i]);
+  T_ASSERT(strcmp(hex, "34aa973cd4c4daa4f61eeb2bdbad27316534016f") == 0);
+}
+
+/* RFC 4648 10's vectors both ways, RFC 6455's handshake example, and the
+ * non-canonical forms decode refuses. */
+static void test_base64(void) {
+  static const char *const enc[] = {"",         "Zg==",     "Zm8=",    "Zm9v",
+                                    "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+  static const char *const bad[] = {"Zg=",  "Zg",   "Z===",    "Zm9v=",
+                                    "Zh==", "Zm9=", "Zm9v\n",  "Zm=v",
+                                    "Zm 9", "====", "Zg==Zg=="};
+  unsigned char out[16];
+  char buf[16];
+  tern__sha1 s;
+  unsigned char d[20];
+  size_t i, n;
+  for (i = 0; i < 7; i++) {
+    n = tern__base64_encode(buf, "foobar", i);
+    T_ASSERT(n == strlen(enc[i]) && memcmp(buf, enc[i], n) == 0);
+    T_ASSERT(tern__base64_decode(out, sizeof(out), enc[i], n) == (long)i);
+    T_ASSERT(memcmp(out, "foobar", i) == 0);
+  }
+  for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    T_ASSERT(tern__base64_decode(out, sizeof(out), bad[i], strlen(bad[i])) ==
+             -1);
+  T_ASSERT(tern__base64_decode(out, 5, "Zm9vYmFy", 8) == -1); /* no room */
+  /* RFC 6455 1.3: key "dGhlIHNhbXBsZSBub25jZQ==" answers
+   * "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=". */
+  T_ASSERT(tern__base64_decode(out, sizeof(out),
+                               "dGhlIHNhbXBsZSBub25jZQ==", 24) == 16);
+  tern__sha1_init(&s);
+  tern__sha1_update(&s, "dGhlIHNhbXBsZSBub25jZQ==", 24);
+  tern__sha1_update(&s, "258EAFA5-E914-47DA-95CA-C5AB0DC85B11", 36);
+  tern__sha1_final(&s, d);
+  {
+    char acc[28];
+    T_ASSERT(tern__base64_encode(acc, d, 20) == 28);
+    T_ASSERT(memcmp(acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", 28) == 0);
+  }
+}
+
 int main(void) {
   T_RUN(test_pool_recycles);
   T_RUN(test_pool_bounded);
@@ -268,5 +352,7 @@ int main(void) {
   T_RUN(test_outq_fail_reports);
   T_RUN(test_outq_splice_keeps_order);
   T_RUN(test_outq_alloc_failure);
+  T_RUN(test_sha1_vectors);
+  T_RUN(test_base64);
   return T_DONE();
 }
