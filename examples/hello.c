@@ -8,6 +8,8 @@
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
+ *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
+ *                       address and port as tern_request_peer gives them
  *   GET  /defer?ms=N    answered from another thread after N ms; with
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
@@ -267,6 +269,21 @@ static void block(tern_request *r, void *user) {
   (void)user;
   sleep_ms(query_num(r, "ms"));
   tern_respond(r, 200, text_plain, 1, "blocked", 7);
+}
+
+/* The client's address, read after sleeping on the blocking pool, when the
+ * client may long have gone; it is logged too, since such a client never
+ * sees the answer. */
+static void peer_block(tern_request *r, void *user) {
+  char addr[64], body[96];
+  int port = 0, n, rc;
+  (void)user;
+  sleep_ms(query_num(r, "ms"));
+  rc = tern_request_peer(r, addr, sizeof(addr), &port);
+  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
+               port);
+  fprintf(stderr, "hello: peer-block: %s\n", body);
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
 /* Work handed to a thread of hello's own, which then answers. */
@@ -582,6 +599,8 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/stream", stream, NULL);
   tern_route(server, "GET", "/big", big_body, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
+  tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
+                  &blocking_opts);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);

@@ -326,8 +326,11 @@ TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,
                                                       size_t i);
 
 /* Peer and local address as text ("127.0.0.1", "::1") into buf (a NUL is
- * written; size at least 46) and the port into *port. Errors: TERN_EINVAL
- * (buffer too small), TERN_EIO. */
+ * written; size at least 46) and the port into *port. The addresses are
+ * taken when the connection is accepted, so these read no socket: any
+ * thread may call them while it holds the request, also after the client
+ * has gone. Errors: TERN_EINVAL (NULL or a buffer too small), TERN_EIO
+ * (the address could not be read at accept). */
 TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf, size_t size,
                                   int *port);
 TERN_EXTERN int tern_request_local(const tern_request *r, char *buf,

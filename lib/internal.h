@@ -373,6 +373,17 @@ enum {
   TERN__C_LINGER = 1u << 9,      /* shut down for writing, draining */
 };
 
+/* A socket address kept small (an idle connection holds two): the family
+ * (AF_INET, AF_INET6, or 0 when unknown), the port in host order and the
+ * address bytes. */
+typedef struct {
+  uint16_t family;
+  uint16_t port;
+  unsigned char addr[16];
+} tern__addr;
+
+void tern__addr_set(tern__addr *a, const struct sockaddr *sa);
+
 struct tern__conn {
   uv_tcp_t tcp;
   tern__worker *w;
@@ -395,6 +406,9 @@ struct tern__conn {
   uint64_t head_started; /* for TERN__T_HEAD, when the head began */
   tern__list dirty_link;
   tern__list all_link;
+  /* Stored at accept: any thread holding a request may read them, also
+   * after the socket has closed (and its descriptor been reused). */
+  tern__addr peer, local;
 
   /* HTTP/1.1 adapter state. */
   tern_request *q_head, *q_tail; /* in-flight requests, in order */

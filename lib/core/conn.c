@@ -80,6 +80,15 @@ void tern__worker_accept(uv_stream_t *l, int status) {
   }
   if (srv->s.tcp_nodelay)
     uv_tcp_nodelay(&c->tcp, 1);
+  {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
+      tern__addr_set(&c->peer, (struct sockaddr *)&ss);
+    len = sizeof(ss);
+    if (uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
+      tern__addr_set(&c->local, (struct sockaddr *)&ss);
+  }
   c->proto = &tern__http1;
   c->refs = 1;
   tls = srv->addrs[(uv_tcp_t *)l - w->listeners].tls;

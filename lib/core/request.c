@@ -9,6 +9,7 @@
  * the connection holds one while the request is in its pipeline; the
  * end-of-response marker in the output holds one until it is written.
  */
+#include <arpa/inet.h>
 #include <string.h>
 
 #include "internal.h"
@@ -178,45 +179,48 @@ const char *tern_request_body(const tern_request *r, size_t *len) {
   return r->body != NULL ? r->body : "";
 }
 
-static int format_addr(const struct sockaddr_storage *ss, char *buf,
-                       size_t size, int *port) {
-  int rc;
-  if (size < 46)
-    return TERN_EINVAL;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-    rc = uv_ip4_name(in, buf, size);
-    if (port != NULL)
-      *port = ntohs(in->sin_port);
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-    rc = uv_ip6_name(in6, buf, size);
-    if (port != NULL)
-      *port = ntohs(in6->sin6_port);
-  } else {
-    return TERN_EIO;
+void tern__addr_set(tern__addr *a, const struct sockaddr *sa) {
+  memset(a, 0, sizeof(*a));
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)(void *)sa;
+    a->family = AF_INET;
+    a->port = ntohs(in->sin_port);
+    memcpy(a->addr, &in->sin_addr, 4);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(void *)sa;
+    a->family = AF_INET6;
+    a->port = ntohs(in6->sin6_port);
+    memcpy(a->addr, &in6->sin6_addr, 16);
   }
-  return rc == 0 ? 0 : TERN_EIO;
+}
+
+/* The addresses were stored at accept, so this reads no socket: it is
+ * safe from any thread while the request is held, also after the client
+ * has gone and its descriptor was reused. */
+static int format_addr(const tern__addr *a, char *buf, size_t size, int *port) {
+  if (buf == NULL || size < 46)
+    return TERN_EINVAL;
+  if (a->family != AF_INET && a->family != AF_INET6)
+    return TERN_EIO;
+  if (inet_ntop(a->family, a->addr, buf, (socklen_t)size) == NULL)
+    return TERN_EIO;
+  if (port != NULL)
+    *port = a->port;
+  return 0;
 }
 
 int tern_request_peer(const tern_request *r, char *buf, size_t size,
                       int *port) {
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  if (atomic_load(&r->gone) ||
-      uv_tcp_getpeername(&r->conn->tcp, (struct sockaddr *)&ss, &len) != 0)
-    return TERN_EIO;
-  return format_addr(&ss, buf, size, port);
+  if (r == NULL)
+    return TERN_EINVAL;
+  return format_addr(&r->conn->peer, buf, size, port);
 }
 
 int tern_request_local(const tern_request *r, char *buf, size_t size,
                        int *port) {
-  struct sockaddr_storage ss;
-  int len = sizeof(ss);
-  if (atomic_load(&r->gone) ||
-      uv_tcp_getsockname(&r->conn->tcp, (struct sockaddr *)&ss, &len) != 0)
-    return TERN_EIO;
-  return format_addr(&ss, buf, size, port);
+  if (r == NULL)
+    return TERN_EINVAL;
+  return format_addr(&r->conn->local, buf, size, port);
 }
 
 void tern_request_set_data(tern_request *r, void *data) {

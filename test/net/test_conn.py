@@ -12,6 +12,7 @@ import subprocess
 import socket
 import sys
 import threading
+import struct
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -435,6 +436,39 @@ def blocking_route_does_not_stall():
         check(t_gets < 0.5, "20 GETs took %.3f s beside a blocking handler"
               % t_gets)
         check(t_block >= 0.95, "block answered after %.3f s" % t_block)
+
+
+@case(timeout=30)
+def peer_address_after_client_left():
+    """A blocking handler reads its client's address after the client has
+    gone and other clients have connected (taking its descriptor number):
+    the address is the one accepted, read without touching the socket (it
+    used to call getpeername on a descriptor the worker had closed, or
+    reused, and fail). Run under ASan too."""
+    with Server("hello", ["--workers", "1"]) as s:
+        for i in range(3):
+            a = Conn(s.port)
+            a_port = a.sock.getsockname()[1]
+            a.send(build_request("GET", "/peer-block?ms=300"))
+            time.sleep(0.05)
+            a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                              struct.pack("ii", 1, 0))
+            a.close()  # reset: the worker closes its side at once
+            others = [Conn(s.port) for _ in range(4)]
+            for o in others:
+                eq(o.request("GET", "/").body, HELLO_BODY, "another client")
+            deadline = time.monotonic() + 5
+            want = "peer-block: 127.0.0.1 %d" % a_port
+            while want not in s.stderr_text(20000):
+                check(time.monotonic() < deadline,
+                      "no %r in hello's log: %s" % (want, s.stderr_text()))
+                time.sleep(0.05)
+            for o in others:
+                o.close()
+        with Conn(s.port) as c:
+            r = c.request("GET", "/peer-block?ms=0")
+            eq(r.body, b"127.0.0.1 %d" % c.sock.getsockname()[1],
+               "the answer of a client that stayed")
 
 
 # ---- Allocations ------------------------------------------------------------
