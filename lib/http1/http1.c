@@ -77,6 +77,13 @@ static void drop_queue(tern__conn *c) {
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     }
     dequeue(c);
+    /* A request answered ahead of its turn keeps its output, END marker
+     * included, in its own queue; each marker holds a reference to the
+     * request, so the request (and through it its read buffer and the
+     * connection) would never be freed. That output can never be sent
+     * now: fail it, which runs its callbacks with TERN_ECLOSED and drops
+     * the references. */
+    tern__outq_fail(c->w, &r->out, TERN_ECLOSED);
     if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
       /* Never handed to the user: drop the user's reference too. */
       r->flags |= TERN__RQ_ENDED;
