@@ -162,6 +162,7 @@ typedef struct {
   size_t head, count, cap; /* segs[head .. head+count) are pending */
   size_t head_off;         /* bytes of segs[head] already written */
   size_t bytes;            /* pending bytes */
+  uint64_t consumed;       /* bytes written (consumed) since init */
   tern__wblk *tail;        /* block being appended to */
 } tern__outq;
 
@@ -184,6 +185,19 @@ int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src);
 size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n);
 /* `n` bytes were written: finish segments (status 0). */
 void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n);
+/* Take back what follows the first `keep` pending bytes, for output that
+ * is replaced before any of it was written: those segments move, their
+ * callbacks not yet run, into a new array (*cut, *ncut; NULL and 0 when
+ * there are none) for tern__outq_fail_cut. Zero-length markers right at
+ * the cut stay, as they end what precedes it. The cut may fall inside a
+ * copied segment, never inside a referenced one (TERN_EINVAL). Returns
+ * TERN_ENOMEM, changing nothing, when the array cannot be had. */
+int tern__outq_cut(tern__worker *w, tern__outq *q, size_t keep, tern__seg **cut,
+                   size_t *ncut);
+/* Finish segments cut from `q`, telling their owners `status`, and free
+ * the array. */
+void tern__outq_fail_cut(tern__worker *w, tern__outq *q, tern__seg *cut,
+                         size_t n, int status);
 /* Drop all pending segments, telling their owners `status`. */
 void tern__outq_fail(tern__worker *w, tern__outq *q, int status);
 void tern__outq_free(tern__worker *w, tern__outq *q);

@@ -25,6 +25,9 @@ enum { H1_BODY_TUNNEL = 3 };
 typedef struct {
   tern__h1_chunked dec;
   int version_minor;
+  /* Where the response begins in the connection's output stream (counted
+   * as c->out.consumed counts), once it is at the head of the queue. */
+  uint64_t out_start;
 } h1_state;
 
 _Static_assert(sizeof(h1_state) <= sizeof(((tern_request *)0)->proto_buf),
@@ -106,15 +109,22 @@ static void advance(tern__conn *c) {
   tern__worker *w = c->w;
   while (c->q_head != NULL && (c->q_head->flags & TERN__RQ_ENDED)) {
     tern_request *r = dequeue(c);
-    if ((r->flags & TERN__RQ_CLOSE) || body_unread(r))
+    /* Only a request that ends the connection drops those behind it. The
+     * connection's CLOSE_AFTER alone says that nothing more is parsed (a
+     * later request asked to close, was rejected, or the client finished
+     * sending): the requests already queued before that are answered. */
+    int last = (r->flags & TERN__RQ_CLOSE) || body_unread(r);
+    if (last)
       c->flags |= TERN__C_CLOSE_AFTER;
     tern__request_unref(r);
-    if (c->flags & TERN__C_CLOSE_AFTER) {
+    if (last) {
       drop_queue(c);
       break;
     }
-    if (c->q_head != NULL &&
-        tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
+    if (c->q_head == NULL)
+      continue;
+    state(c->q_head)->out_start = c->out.consumed + c->out.bytes;
+    if (tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
       tern__conn_close(c);
       return;
     }
@@ -222,6 +232,8 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   /* Status line, Date, framing and Connection fit in 128 bytes more. */
   need += 128 + reason_len + w->date_len;
   q = outq(r);
+  if (q == &c->out)
+    state(r)->out_start = c->out.consumed + c->out.bytes;
   if ((o = wbuf_open(w, q, need, &b)) == NULL)
     return TERN_ENOMEM;
   o = PUT_LIT(o, "HTTP/1.1 ");
@@ -385,15 +397,68 @@ static int deliver(tern_request *r, const char *p, size_t n) {
   return tern__request_collect(r, p, n);
 }
 
+static int method_is(const tern_request *r, const char *m);
+
+/* A streaming handler's answer has been queued, but the request body
+ * turned out broken: if not a byte of the answer has left, it is taken
+ * back and a 400 goes in its place, which the client can tell apart from
+ * a success. Later body writes of the handler are swallowed (as for a
+ * bodyless answer); its end still ends the exchange. Returns 0 when the
+ * 400 replaced the answer. */
+static int replace_answer(tern__conn *c, tern_request *r, int status) {
+  static const tern_header ct = {"Content-Type", 12, "text/plain", 10};
+  tern__worker *w = c->w;
+  tern__outq *q = &r->out;
+  size_t keep = 0, ncut;
+  uint64_t left;
+  tern__seg *cut;
+  char body[64];
+  int len, rc;
+
+  if ((r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) !=
+      TERN__RQ_STARTED)
+    return -1;
+  if (c->q_head == r) {
+    /* Bytes handed to the kernel (or to TLS, which has encrypted them)
+     * cannot be taken back. */
+    q = &c->out;
+    left = q->consumed +
+           (c->tls == NULL && (c->flags & TERN__C_WRITING) ? c->wlen : 0);
+    if (left > state(r)->out_start)
+      return -1;
+    keep = (size_t)(state(r)->out_start - q->consumed);
+  }
+  if (tern__outq_cut(w, q, keep, &cut, &ncut) != 0)
+    return -1;
+  r->flags &= ~(unsigned)(TERN__RQ_STARTED | TERN__RQ_CHUNKED | TERN__RQ_HEAD);
+  if (method_is(r, "HEAD"))
+    r->flags |= TERN__RQ_HEAD;
+  len = snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
+  rc = h1_start(r, status, &ct, 1, len);
+  if (rc == 0)
+    rc = h1_write(r, body, (size_t)len, 1, NULL, NULL, NULL, NULL);
+  /* From here on the handler's body bytes are not sent. */
+  r->flags |= TERN__RQ_HEAD;
+  r->resp_left = 0;
+  /* The handler's callbacks for what was taken back run now, after the
+   * replacement is queued, so that anything they do comes after it. */
+  tern__outq_fail_cut(w, q, cut, ncut, TERN_ECLOSED);
+  if (rc != 0)
+    tern__conn_close(c);
+  return 0;
+}
+
 static int body_error(tern__conn *c, tern_request *r, int status) {
   if (r->flags & TERN__RQ_HANDLED) {
-    /* The handler has the request: tell it, then drop the connection
+    /* The handler has the request: answer 400 in its place if its
+     * answer has not begun to leave, tell it, then drop the connection
      * once it has answered, since the framing is lost. */
     r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
     c->body_req = NULL;
     c->flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
     tern__conn_read_stop(c);
+    replace_answer(c, r, status);
     if (!(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL)
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     return 0;
