@@ -548,7 +548,8 @@ void tern__msg_apply(tern__msg *m);
 void tern__ws_msg_apply(tern__msg *m);
 void tern__ws_stop_all(tern__worker *w);
 void tern__ws_sweep(tern__worker *w, uint64_t now);
-/* The reason phrase for a status code ("Not Found"). */
+/* The reason phrase for a status code ("Not Found"), "Unknown" for an
+ * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);
 
 #endif
