@@ -319,6 +319,9 @@ struct tern__proto {
   int (*tunnel)(tern_request *r, const tern_header *h, size_t n);
   /* Bytes queued for the request's client and not yet written. */
   size_t (*pending)(const tern_request *r);
+  /* Queue a 1xx interim answer (status 102..199 but 101) before the
+   * final one; the caller has checked the state and the fields. */
+  int (*interim)(tern_request *r, int status, const tern_header *h, size_t n);
 };
 
 extern const tern__proto tern__http1;
@@ -518,6 +521,7 @@ enum {
   TERN__M_WRITE,
   TERN__M_END,
   TERN__M_WS, /* a WebSocket call from another thread (lib/ws/ws.c) */
+  TERN__M_INTERIM,
 };
 
 struct tern__msg {

@@ -164,10 +164,16 @@ static int managed_field(const tern_header *h) {
 #define PUT(o, s, n) (memcpy((o), (s), (n)), (o) + (n))
 #define PUT_LIT(o, lit) PUT(o, lit, sizeof(lit) - 1)
 
-static char *put_fields(char *o, const tern_header *h, size_t n) {
+/* `keep_length`: a 304's Content-Length is the caller's, as it describes
+ * the representation the 304 stands for (RFC 9110 8.6), not this
+ * message, which has no body. */
+static char *put_fields(char *o, const tern_header *h, size_t n,
+                        int keep_length) {
   size_t i;
   for (i = 0; i < n; i++) {
-    if (managed_field(&h[i]))
+    if (managed_field(&h[i]) &&
+        !(keep_length && h[i].name_len == 14 &&
+          tern__ieq_lit(h[i].name, 14, "content-length")))
       continue;
     o = PUT(o, h[i].name, h[i].name_len);
     o = PUT_LIT(o, ": ");
@@ -215,7 +221,9 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   int tunnel = (r->flags & TERN__RQ_TUNNEL) != 0;
   int bodyless = !tunnel && ((r->flags & TERN__RQ_HEAD) || status < 200 ||
                              status == 204 || status == 304);
-  int no_length = tunnel || status < 200 || status == 204;
+  /* 1xx and 204 never carry a length (RFC 9110 8.6); a 304's would be
+   * the representation's, which only the caller can know. */
+  int no_length = tunnel || status < 200 || status == 204 || status == 304;
   const char *reason = tern__reason(status);
   size_t reason_len = strlen(reason), need = fields_size(h, n);
   char *o;
@@ -243,7 +251,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   *o++ = ' ';
   o = PUT(o, reason, reason_len);
   o = PUT_LIT(o, "\r\n");
-  o = put_fields(o, h, n);
+  o = put_fields(o, h, n, status == 304);
   o = PUT(o, w->date, w->date_len);
   if (r->flags & TERN__RQ_CHUNKED) {
     o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
@@ -266,6 +274,31 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
   return 0;
+}
+
+/* An interim answer: status line and the caller's fields only. It goes
+ * where the final answer will, so it stays in order with it. */
+static int h1_interim(tern_request *r, int status, const tern_header *h,
+                      size_t n) {
+  tern__worker *w = r->w;
+  tern__outq *q = outq(r);
+  const char *reason = tern__reason(status);
+  size_t reason_len = strlen(reason);
+  char *o;
+  wbuf b;
+
+  if ((o = wbuf_open(w, q, fields_size(h, n) + 16 + reason_len, &b)) == NULL)
+    return TERN_ENOMEM;
+  o = PUT_LIT(o, "HTTP/1.1 ");
+  *o++ = (char)('0' + status / 100);
+  *o++ = (char)('0' + status / 10 % 10);
+  *o++ = (char)('0' + status % 10);
+  *o++ = ' ';
+  o = PUT(o, reason, reason_len);
+  o = PUT_LIT(o, "\r\n");
+  o = put_fields(o, h, n, 0);
+  o = PUT_LIT(o, "\r\n");
+  return wbuf_close(w, q, &b, o) != 0 ? TERN_ENOMEM : 0;
 }
 
 static int h1_write(tern_request *r, const void *p, size_t len, int copy,
@@ -326,7 +359,7 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
       rc = TERN_ENOMEM;
     } else {
       o = PUT_LIT(o, "0\r\n");
-      o = put_fields(o, t, n);
+      o = put_fields(o, t, n, 0);
       o = PUT_LIT(o, "\r\n");
       rc = wbuf_close(w, q, &b, o);
     }
@@ -935,5 +968,5 @@ static void h1_on_close(tern__conn *c) {
 
 const tern__proto tern__http1 = {
     "http/1.1", h1_on_read,   h1_on_stop, h1_on_close, h1_start,   h1_write,
-    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending,
+    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending, h1_interim,
 };
