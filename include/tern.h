@@ -376,7 +376,8 @@ TERN_EXTERN void *tern_request_data(const tern_request *r);
  * Responses
  *
  * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
- * caller's header of those names is ignored. Header names must be tokens
+ * caller's header of those names is ignored (but for a 304's
+ * Content-Length, see tern_respond). Header names must be tokens
  * and values must not contain CR, LF or NUL (TERN_EINVAL otherwise, before
  * anything is sent). Names and values are copied before the call returns.
  *
