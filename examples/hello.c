@@ -15,6 +15,13 @@
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
  *   GET  /stats         the server's counters as JSON
+ *   GET  /status?code=N answers status N ("status N"); &cl=L adds a
+ *                       Content-Length: L field of its own (for 304s);
+ *                       &thread=1 answers from another thread. A 1xx is
+ *                       refused (TERN_EINVAL): then a 200 says so
+ *   GET  /early-hints   103 Early Hints (a Link field), then a 200 that
+ *                       gives tern_respond_interim's result; &code=N sends
+ *                       N instead of 103, &thread=1 from another thread
  *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
  *                       extended CONNECT; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
@@ -289,8 +296,53 @@ static void peer_block(tern_request *r, void *user) {
 /* Work handed to a thread of hello's own, which then answers. */
 typedef struct {
   tern_request *r;
-  long ms, n, bad;
+  long ms, n, bad, code, cl;
 } deferred;
+
+static void answer_status(tern_request *r, long code, long cl) {
+  tern_header h[2] = {{"Content-Type", 12, "text/plain", 10}};
+  char body[80], len[24];
+  size_t nh = 1;
+  int n, rc;
+  if (cl > 0) {
+    h[1].name = "Content-Length";
+    h[1].name_len = 14;
+    h[1].value = len;
+    h[1].value_len = (size_t)snprintf(len, sizeof(len), "%ld", cl);
+    nh = 2;
+  }
+  n = snprintf(body, sizeof(body), "status %ld\n", code);
+  rc = tern_respond(r, (int)code, h, nh, body, (size_t)n);
+  if (rc == TERN_EINVAL) {
+    n = snprintf(body, sizeof(body), "status %ld refused: %s\n", code,
+                 tern_strerror(rc));
+    tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+  }
+}
+
+static void early_hints(tern_request *r, long code) {
+  static const tern_header link[] = {
+      {"Link", 4, "</style.css>; rel=preload; as=style", 35}};
+  char body[80];
+  int rc = tern_respond_interim(r, code ? (int)code : 103, link, 1);
+  int n = snprintf(body, sizeof(body), "interim: %d %s\n", rc,
+                   rc ? tern_strerror(rc) : "ok");
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+static void *status_thread(void *arg) {
+  deferred *d = arg;
+  answer_status(d->r, d->code, d->cl);
+  free(d);
+  return NULL;
+}
+
+static void *early_hints_thread(void *arg) {
+  deferred *d = arg;
+  early_hints(d->r, d->code);
+  free(d);
+  return NULL;
+}
 
 static void *defer_thread(void *arg) {
   static const tern_header evil[] = {{"x-evil", 6, "a\r\nInjected: 1", 15}};
@@ -332,6 +384,8 @@ static void hand_off(tern_request *r, void *(*fn)(void *)) {
   d->ms = query_num(r, "ms");
   d->n = query_num(r, "n");
   d->bad = query_num(r, "bad");
+  d->code = query_num(r, "code");
+  d->cl = query_num(r, "cl");
   if (pthread_create(&t, NULL, fn, d) != 0) {
     free(d);
     tern_respond(r, 503, NULL, 0, NULL, 0);
@@ -348,6 +402,22 @@ static void defer(tern_request *r, void *user) {
 static void tick(tern_request *r, void *user) {
   (void)user;
   hand_off(r, tick_thread);
+}
+
+static void status_route(tern_request *r, void *user) {
+  (void)user;
+  if (query_num(r, "thread"))
+    hand_off(r, status_thread);
+  else
+    answer_status(r, query_num(r, "code"), query_num(r, "cl"));
+}
+
+static void early_hints_route(tern_request *r, void *user) {
+  (void)user;
+  if (query_num(r, "thread"))
+    hand_off(r, early_hints_thread);
+  else
+    early_hints(r, query_num(r, "code"));
 }
 
 static void stats(tern_request *r, void *user) {
@@ -604,6 +674,8 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
+  tern_route(server, "GET", "/status", status_route, NULL);
+  tern_route(server, "GET", "/early-hints", early_hints_route, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");

@@ -379,7 +379,8 @@ TERN_EXTERN void *tern_request_data(const tern_request *r);
  * Responses
  *
  * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
- * caller's header of those names is ignored. Header names must be tokens
+ * caller's header of those names is ignored (but for a 304's
+ * Content-Length, see tern_respond). Header names must be tokens
  * and values must not contain CR, LF or NUL (TERN_EINVAL otherwise, before
  * anything is sent). Names and values are copied before the call returns.
  *
@@ -408,7 +409,13 @@ TERN_EXTERN void *tern_request_data(const tern_request *r);
 typedef void (*tern_release_fn)(void *data, void *user);
 
 /* Respond in one call; `body` (`len` bytes, may be NULL when 0) is copied
- * before the call returns. */
+ * before the call returns. `status` is the final status, 200..999: a 1xx
+ * is TERN_EINVAL in every final call (tern_respond, tern_respond_ref,
+ * tern_response_start), from any thread, since it is never an answer
+ * (see tern_respond_interim). No body is sent for HEAD, 204 and 304, and
+ * no Content-Length for 204 and 304 (a HEAD answer announces the body's);
+ * a 304 keeps a Content-Length field given by the caller (HTTP/1.1),
+ * which describes the representation (RFC 9110 8.6). */
 TERN_EXTERN int tern_respond(tern_request *r, int status,
                              const tern_header *headers, size_t nheaders,
                              const void *body, size_t len);
@@ -428,6 +435,25 @@ TERN_EXTERN int tern_respond_ref(tern_request *r, int status,
 TERN_EXTERN int tern_response_start(tern_request *r, int status,
                                     const tern_header *headers, size_t nheaders,
                                     int64_t content_length);
+
+/* Send an interim (1xx) response ahead of the final one, for example 103
+ * Early Hints with Link fields (RFC 8297), so that the client can start
+ * fetching while the handler works. It is never the answer: one of the
+ * finishing calls above must still follow. `status` is 102..199 except
+ * 101 (TERN_EINVAL otherwise): 100 Continue is tern's, sent when a body
+ * announced with Expect: 100-continue is read, and 101 belongs to
+ * upgrades (tern_ws_accept). The fields follow the rules above; tern adds
+ * none (no Date, no framing). May be called several times, from any
+ * thread (posted, in order with the other response calls), until the
+ * final response starts: after that it is TERN_ESTATE on the owning
+ * worker, and a posted one that arrives too late is dropped. Clients of
+ * HTTP/1.0, which has no interim responses, are sent nothing and the call
+ * returns 0. Errors: TERN_EINVAL, TERN_ESTATE, TERN_ECLOSED, TERN_ENOMEM
+ * (the connection is closed). The request is not finished by any of
+ * them. */
+TERN_EXTERN int tern_respond_interim(tern_request *r, int status,
+                                     const tern_header *headers,
+                                     size_t nheaders);
 
 /* Write completion: status 0 when written to the socket, TERN_ECLOSED when
  * the client went away first. Runs on the owning worker. */

@@ -182,6 +182,7 @@ typedef struct {
   size_t head, count, cap; /* segs[head .. head+count) are pending */
   size_t head_off;         /* bytes of segs[head] already written */
   size_t bytes;            /* pending bytes */
+  uint64_t consumed;       /* bytes written (consumed) since init */
   tern__wblk *tail;        /* block being appended to */
 } tern__outq;
 
@@ -204,6 +205,19 @@ int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src);
 size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n);
 /* `n` bytes were written: finish segments (status 0). */
 void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n);
+/* Take back what follows the first `keep` pending bytes, for output that
+ * is replaced before any of it was written: those segments move, their
+ * callbacks not yet run, into a new array (*cut, *ncut; NULL and 0 when
+ * there are none) for tern__outq_fail_cut. Zero-length markers right at
+ * the cut stay, as they end what precedes it. The cut may fall inside a
+ * copied segment, never inside a referenced one (TERN_EINVAL). Returns
+ * TERN_ENOMEM, changing nothing, when the array cannot be had. */
+int tern__outq_cut(tern__worker *w, tern__outq *q, size_t keep, tern__seg **cut,
+                   size_t *ncut);
+/* Finish segments cut from `q`, telling their owners `status`, and free
+ * the array. */
+void tern__outq_fail_cut(tern__worker *w, tern__outq *q, tern__seg *cut,
+                         size_t n, int status);
 /* Drop all pending segments, telling their owners `status`. */
 void tern__outq_fail(tern__worker *w, tern__outq *q, int status);
 void tern__outq_free(tern__worker *w, tern__outq *q);
@@ -325,6 +339,9 @@ struct tern__proto {
   int (*tunnel)(tern_request *r, const tern_header *h, size_t n);
   /* Bytes queued for the request's client and not yet written. */
   size_t (*pending)(const tern_request *r);
+  /* Queue a 1xx interim answer (status 102..199 but 101) before the
+   * final one; the caller has checked the state and the fields. */
+  int (*interim)(tern_request *r, int status, const tern_header *h, size_t n);
 };
 
 extern const tern__proto tern__http1;
@@ -538,6 +555,7 @@ enum {
   TERN__M_WRITE,
   TERN__M_END,
   TERN__M_WS, /* a WebSocket call from another thread (lib/ws/ws.c) */
+  TERN__M_INTERIM,
 };
 
 struct tern__msg {
@@ -568,7 +586,8 @@ void tern__msg_apply(tern__msg *m);
 void tern__ws_msg_apply(tern__msg *m);
 void tern__ws_stop_all(tern__worker *w);
 void tern__ws_sweep(tern__worker *w, uint64_t now);
-/* The reason phrase for a status code ("Not Found"). */
+/* The reason phrase for a status code ("Not Found"), "Unknown" for an
+ * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);
 
 #endif

@@ -274,6 +274,7 @@ static void pop(tern__outq *q) {
 
 void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n) {
   q->bytes -= n;
+  q->consumed += n;
   while (q->count > 0) {
     tern__seg s = q->segs[q->head];
     size_t avail = s.len - q->head_off;
@@ -287,6 +288,54 @@ void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n) {
     finish(w, q, &s, 0);
   }
   release_storage(w, q);
+}
+
+int tern__outq_cut(tern__worker *w, tern__outq *q, size_t keep, tern__seg **cut,
+                   size_t *ncut) {
+  size_t i, k, n, pos = 0, off = 0;
+  tern__seg *s = NULL;
+
+  *cut = NULL;
+  *ncut = 0;
+  for (i = 0; i < q->count; i++) {
+    size_t len;
+    s = &q->segs[q->head + i];
+    off = i == 0 ? q->head_off : 0;
+    len = s->len - off;
+    if (len > 0 && pos + len > keep)
+      break;
+    pos += len;
+  }
+  if (i == q->count)
+    return 0;
+  /* A segment the cut falls inside stays, shortened; it can only be a
+   * copied one, where several answers' bytes may have merged. */
+  if (pos < keep && s->kind != TERN__SEG_COPY)
+    return TERN_EINVAL;
+  k = pos < keep ? i + 1 : i;
+  n = q->count - k;
+  if (n > 0) {
+    *cut = tern__malloc(w->srv, n * sizeof(**cut));
+    if (*cut == NULL)
+      return TERN_ENOMEM;
+    memcpy(*cut, q->segs + q->head + k, n * sizeof(**cut));
+  }
+  if (pos < keep)
+    s->len = off + (keep - pos);
+  q->count = k;
+  q->bytes = keep;
+  *ncut = n;
+  if (q->count == 0)
+    q->head = q->head_off = 0;
+  return 0;
+}
+
+void tern__outq_fail_cut(tern__worker *w, tern__outq *q, tern__seg *cut,
+                         size_t n, int status) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    finish(w, q, &cut[i], status);
+  tern__free(w->srv, cut);
 }
 
 void tern__outq_fail(tern__worker *w, tern__outq *q, int status) {

@@ -9,81 +9,6 @@
 
 #include "internal.h"
 
-const char *tern__reason(int status) {
-  switch (status) {
-  case 100:
-    return "Continue";
-  case 101:
-    return "Switching Protocols";
-  case 200:
-    return "OK";
-  case 201:
-    return "Created";
-  case 202:
-    return "Accepted";
-  case 204:
-    return "No Content";
-  case 206:
-    return "Partial Content";
-  case 301:
-    return "Moved Permanently";
-  case 302:
-    return "Found";
-  case 303:
-    return "See Other";
-  case 304:
-    return "Not Modified";
-  case 307:
-    return "Temporary Redirect";
-  case 308:
-    return "Permanent Redirect";
-  case 400:
-    return "Bad Request";
-  case 401:
-    return "Unauthorized";
-  case 403:
-    return "Forbidden";
-  case 404:
-    return "Not Found";
-  case 405:
-    return "Method Not Allowed";
-  case 408:
-    return "Request Timeout";
-  case 409:
-    return "Conflict";
-  case 411:
-    return "Length Required";
-  case 413:
-    return "Content Too Large";
-  case 414:
-    return "URI Too Long";
-  case 415:
-    return "Unsupported Media Type";
-  case 417:
-    return "Expectation Failed";
-  case 426:
-    return "Upgrade Required";
-  case 429:
-    return "Too Many Requests";
-  case 431:
-    return "Request Header Fields Too Large";
-  case 500:
-    return "Internal Server Error";
-  case 501:
-    return "Not Implemented";
-  case 502:
-    return "Bad Gateway";
-  case 503:
-    return "Service Unavailable";
-  case 504:
-    return "Gateway Timeout";
-  case 505:
-    return "HTTP Version Not Supported";
-  default:
-    return "Unknown";
-  }
-}
-
 /* The user's reference ends with a finishing call: tern_respond,
  * tern_respond_ref or tern_response_end. */
 static void finish_user(tern_request *r) {
@@ -173,12 +98,15 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
   size_t n = 0;
   int len =
       snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
-  h[n].name = "content-type";
-  h[n].name_len = 12;
-  h[n].value = "text/plain";
-  h[n++].value_len = 10;
+  /* A 204 or 304 carries no content, so nothing to give a type to. */
+  if (status != 204 && status != 304) {
+    h[n].name = "Content-Type";
+    h[n].name_len = 12;
+    h[n].value = "text/plain";
+    h[n++].value_len = 10;
+  }
   if (allow != NULL) {
-    h[n].name = "allow";
+    h[n].name = "Allow";
     h[n].name_len = 5;
     h[n].value = allow;
     h[n++].value_len = allow_len;
@@ -284,6 +212,14 @@ void tern__msg_apply(tern__msg *m) {
     if (m->reported == 0 && m->done != NULL)
       m->done(r, rc, m->duser);
     break;
+  case TERN__M_INTERIM:
+    /* Too late once the final answer has begun: dropped, like a posted
+     * start in the wrong order. */
+    if (!is_gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) &&
+        r->protocol != TERN_PROTO_HTTP10 &&
+        p->interim(r, m->status, m->headers, m->nheaders) == TERN_ENOMEM)
+      tern__conn_close(r->conn);
+    break;
   case TERN__M_END:
     if (r->flags & TERN__RQ_ENDED)
       break;
@@ -301,12 +237,47 @@ void tern__msg_apply(tern__msg *m) {
 
 /* ---- Public calls ---------------------------------------------------- */
 
+/* The arguments of a final answer. A 1xx status is never final (RFC 9110
+ * 15.2): taking one as the answer would leave the client waiting for the
+ * real one, so it is refused here, before anything is queued or posted,
+ * whatever the calling thread. */
 static int check_args(tern_request *r, int status, const tern_header *h,
                       size_t n, const void *body, size_t len) {
-  if (r == NULL || status < 100 || status > 999 || !fields_valid(h, n) ||
+  if (r == NULL || status < 200 || status > 999 || !fields_valid(h, n) ||
       (len > 0 && body == NULL))
     return TERN_EINVAL;
   return 0;
+}
+
+int tern_respond_interim(tern_request *r, int status,
+                         const tern_header *headers, size_t nheaders) {
+  tern__msg *m;
+  int rc;
+  /* 100 is sent by tern itself when a body with Expect: 100-continue is
+   * read, and 101 only by the upgrade it belongs to. */
+  if (r == NULL || status < 102 || status > 199 ||
+      !fields_valid(headers, nheaders))
+    return TERN_EINVAL;
+  if (tern__on_worker(r->w)) {
+    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+      return TERN_ESTATE;
+    if (is_gone(r))
+      return TERN_ECLOSED;
+    /* HTTP/1.0 has no interim responses (RFC 9110 15.2). */
+    if (r->protocol == TERN_PROTO_HTTP10)
+      return 0;
+    rc = r->conn->proto->interim(r, status, headers, nheaders);
+    if (rc == TERN_ENOMEM)
+      tern__conn_close(r->conn);
+    return rc;
+  }
+  m = msg_new(r, TERN__M_INTERIM, headers, nheaders, NULL, 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  m->status = status;
+  rc = posted_status(r, m);
+  post(r, m);
+  return rc;
 }
 
 int tern_respond(tern_request *r, int status, const tern_header *headers,

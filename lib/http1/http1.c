@@ -25,6 +25,9 @@ enum { H1_BODY_TUNNEL = 3 };
 typedef struct {
   tern__h1_chunked dec;
   int version_minor;
+  /* Where the response begins in the connection's output stream (counted
+   * as c->out.consumed counts), once it is at the head of the queue. */
+  uint64_t out_start;
 } h1_state;
 
 _Static_assert(sizeof(h1_state) <= sizeof(((tern_request *)0)->proto_buf),
@@ -77,6 +80,13 @@ static void drop_queue(tern__conn *c) {
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     }
     dequeue(c);
+    /* A request answered ahead of its turn keeps its output, END marker
+     * included, in its own queue; each marker holds a reference to the
+     * request, so the request (and through it its read buffer and the
+     * connection) would never be freed. That output can never be sent
+     * now: fail it, which runs its callbacks with TERN_ECLOSED and drops
+     * the references. */
+    tern__outq_fail(c->w, &r->out, TERN_ECLOSED);
     if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
       /* Never handed to the user: drop the user's reference too. */
       r->flags |= TERN__RQ_ENDED;
@@ -99,15 +109,22 @@ static void advance(tern__conn *c) {
   tern__worker *w = c->w;
   while (c->q_head != NULL && (c->q_head->flags & TERN__RQ_ENDED)) {
     tern_request *r = dequeue(c);
-    if ((r->flags & TERN__RQ_CLOSE) || body_unread(r))
+    /* Only a request that ends the connection drops those behind it. The
+     * connection's CLOSE_AFTER alone says that nothing more is parsed (a
+     * later request asked to close, was rejected, or the client finished
+     * sending): the requests already queued before that are answered. */
+    int last = (r->flags & TERN__RQ_CLOSE) || body_unread(r);
+    if (last)
       c->flags |= TERN__C_CLOSE_AFTER;
     tern__request_unref(r);
-    if (c->flags & TERN__C_CLOSE_AFTER) {
+    if (last) {
       drop_queue(c);
       break;
     }
-    if (c->q_head != NULL &&
-        tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
+    if (c->q_head == NULL)
+      continue;
+    state(c->q_head)->out_start = c->out.consumed + c->out.bytes;
+    if (tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
       tern__conn_close(c);
       return;
     }
@@ -147,10 +164,16 @@ static int managed_field(const tern_header *h) {
 #define PUT(o, s, n) (memcpy((o), (s), (n)), (o) + (n))
 #define PUT_LIT(o, lit) PUT(o, lit, sizeof(lit) - 1)
 
-static char *put_fields(char *o, const tern_header *h, size_t n) {
+/* `keep_length`: a 304's Content-Length is the caller's, as it describes
+ * the representation the 304 stands for (RFC 9110 8.6), not this
+ * message, which has no body. */
+static char *put_fields(char *o, const tern_header *h, size_t n,
+                        int keep_length) {
   size_t i;
   for (i = 0; i < n; i++) {
-    if (managed_field(&h[i]))
+    if (managed_field(&h[i]) &&
+        !(keep_length && h[i].name_len == 14 &&
+          tern__ieq_lit(h[i].name, 14, "content-length")))
       continue;
     o = PUT(o, h[i].name, h[i].name_len);
     o = PUT_LIT(o, ": ");
@@ -198,7 +221,9 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   int tunnel = (r->flags & TERN__RQ_TUNNEL) != 0;
   int bodyless = !tunnel && ((r->flags & TERN__RQ_HEAD) || status < 200 ||
                              status == 204 || status == 304);
-  int no_length = tunnel || status < 200 || status == 204;
+  /* 1xx and 204 never carry a length (RFC 9110 8.6); a 304's would be
+   * the representation's, which only the caller can know. */
+  int no_length = tunnel || status < 200 || status == 204 || status == 304;
   const char *reason = tern__reason(status);
   size_t reason_len = strlen(reason), need = fields_size(h, n);
   char *o;
@@ -215,6 +240,8 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   /* Status line, Date, framing and Connection fit in 128 bytes more. */
   need += 128 + reason_len + w->date_len;
   q = outq(r);
+  if (q == &c->out)
+    state(r)->out_start = c->out.consumed + c->out.bytes;
   if ((o = wbuf_open(w, q, need, &b)) == NULL)
     return TERN_ENOMEM;
   o = PUT_LIT(o, "HTTP/1.1 ");
@@ -224,7 +251,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   *o++ = ' ';
   o = PUT(o, reason, reason_len);
   o = PUT_LIT(o, "\r\n");
-  o = put_fields(o, h, n);
+  o = put_fields(o, h, n, status == 304);
   o = PUT(o, w->date, w->date_len);
   if (r->flags & TERN__RQ_CHUNKED) {
     o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
@@ -247,6 +274,31 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
   return 0;
+}
+
+/* An interim answer: status line and the caller's fields only. It goes
+ * where the final answer will, so it stays in order with it. */
+static int h1_interim(tern_request *r, int status, const tern_header *h,
+                      size_t n) {
+  tern__worker *w = r->w;
+  tern__outq *q = outq(r);
+  const char *reason = tern__reason(status);
+  size_t reason_len = strlen(reason);
+  char *o;
+  wbuf b;
+
+  if ((o = wbuf_open(w, q, fields_size(h, n) + 16 + reason_len, &b)) == NULL)
+    return TERN_ENOMEM;
+  o = PUT_LIT(o, "HTTP/1.1 ");
+  *o++ = (char)('0' + status / 100);
+  *o++ = (char)('0' + status / 10 % 10);
+  *o++ = (char)('0' + status % 10);
+  *o++ = ' ';
+  o = PUT(o, reason, reason_len);
+  o = PUT_LIT(o, "\r\n");
+  o = put_fields(o, h, n, 0);
+  o = PUT_LIT(o, "\r\n");
+  return wbuf_close(w, q, &b, o) != 0 ? TERN_ENOMEM : 0;
 }
 
 static int h1_write(tern_request *r, const void *p, size_t len, int copy,
@@ -307,7 +359,7 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
       rc = TERN_ENOMEM;
     } else {
       o = PUT_LIT(o, "0\r\n");
-      o = put_fields(o, t, n);
+      o = put_fields(o, t, n, 0);
       o = PUT_LIT(o, "\r\n");
       rc = wbuf_close(w, q, &b, o);
     }
@@ -378,15 +430,68 @@ static int deliver(tern_request *r, const char *p, size_t n) {
   return tern__request_collect(r, p, n);
 }
 
+static int method_is(const tern_request *r, const char *m);
+
+/* A streaming handler's answer has been queued, but the request body
+ * turned out broken: if not a byte of the answer has left, it is taken
+ * back and a 400 goes in its place, which the client can tell apart from
+ * a success. Later body writes of the handler are swallowed (as for a
+ * bodyless answer); its end still ends the exchange. Returns 0 when the
+ * 400 replaced the answer. */
+static int replace_answer(tern__conn *c, tern_request *r, int status) {
+  static const tern_header ct = {"Content-Type", 12, "text/plain", 10};
+  tern__worker *w = c->w;
+  tern__outq *q = &r->out;
+  size_t keep = 0, ncut;
+  uint64_t left;
+  tern__seg *cut;
+  char body[64];
+  int len, rc;
+
+  if ((r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) !=
+      TERN__RQ_STARTED)
+    return -1;
+  if (c->q_head == r) {
+    /* Bytes handed to the kernel (or to TLS, which has encrypted them)
+     * cannot be taken back. */
+    q = &c->out;
+    left = q->consumed +
+           (c->tls == NULL && (c->flags & TERN__C_WRITING) ? c->wlen : 0);
+    if (left > state(r)->out_start)
+      return -1;
+    keep = (size_t)(state(r)->out_start - q->consumed);
+  }
+  if (tern__outq_cut(w, q, keep, &cut, &ncut) != 0)
+    return -1;
+  r->flags &= ~(unsigned)(TERN__RQ_STARTED | TERN__RQ_CHUNKED | TERN__RQ_HEAD);
+  if (method_is(r, "HEAD"))
+    r->flags |= TERN__RQ_HEAD;
+  len = snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
+  rc = h1_start(r, status, &ct, 1, len);
+  if (rc == 0)
+    rc = h1_write(r, body, (size_t)len, 1, NULL, NULL, NULL, NULL);
+  /* From here on the handler's body bytes are not sent. */
+  r->flags |= TERN__RQ_HEAD;
+  r->resp_left = 0;
+  /* The handler's callbacks for what was taken back run now, after the
+   * replacement is queued, so that anything they do comes after it. */
+  tern__outq_fail_cut(w, q, cut, ncut, TERN_ECLOSED);
+  if (rc != 0)
+    tern__conn_close(c);
+  return 0;
+}
+
 static int body_error(tern__conn *c, tern_request *r, int status) {
   if (r->flags & TERN__RQ_HANDLED) {
-    /* The handler has the request: tell it, then drop the connection
+    /* The handler has the request: answer 400 in its place if its
+     * answer has not begun to leave, tell it, then drop the connection
      * once it has answered, since the framing is lost. */
     r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
     c->body_req = NULL;
     c->flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
     tern__conn_read_stop(c);
+    replace_answer(c, r, status);
     if (!(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL)
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     return 0;
@@ -863,5 +968,5 @@ static void h1_on_close(tern__conn *c) {
 
 const tern__proto tern__http1 = {
     "http/1.1", h1_on_read,   h1_on_stop, h1_on_close, h1_start,   h1_write,
-    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending,
+    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending, h1_interim,
 };

@@ -201,13 +201,15 @@ static int scan_request_line(const char *buf, size_t len,
     return 0;
   if (v[8] != '\r')
     return TERN__H1_E400;
-  if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+  /* Within major version 1 a higher minor version is served as the
+   * highest one we implement (RFC 9110 2.5); another major is not ours. */
+  if (v[5] != '1')
     return TERN__H1_E505;
   if (n < 10)
     return 0;
   if (v[9] != '\n')
     return TERN__H1_E400;
-  rl->minor = v[7] - '0';
+  rl->minor = v[7] == '0' ? 0 : 1;
   rl->end = i + 10;
   return 1;
 }
@@ -600,7 +602,10 @@ int tern__h1_parse_head(const char *buf, size_t len, tern__h1_head *h,
   if (s.te_seen) {
     if (rl.minor == 0 || s.cl_seen || s.te_count == 0)
       return TERN__H1_E400;
-    if (!s.te_last_chunked)
+    /* chunked is the only coding we decode: any other one, before it or
+     * instead of it, is not implemented (RFC 9112 6.1), and the body it
+     * frames cannot be handed on as if it were plain. */
+    if (!s.te_last_chunked || s.te_count != 1)
       return TERN__H1_E501;
     h->body = TERN__H1_BODY_CHUNKED;
   } else if (s.cl_seen) {
@@ -698,9 +703,10 @@ int tern__h1_chunked_decode(tern__h1_chunked *c, const char *in, size_t len,
 
     case CS_SIZE:
       if (IS(ch, C_HEX)) {
-        /* 16 digits fill a uint64_t, so the shift cannot overflow and
-         * leading zeros beyond that are refused as well. */
-        if (c->line_len == 16)
+        /* The value is bounded, not the digits: leading zeros are valid
+         * (the line as a whole is bounded by max_line). Checking before
+         * the shift keeps it from overflowing. */
+        if (c->remaining > SIZE_LIMIT >> 4)
           goto bad;
         c->remaining = c->remaining * 16 + hexval(ch);
         if (c->remaining > SIZE_LIMIT)

@@ -10,8 +10,9 @@
  * method = token of at most TERN__H1_MAX_METHOD bytes (longer: 501, as RFC
  * 9112 3 suggests); exactly one SP; a non-empty request-target of visible
  * ASCII other than '#' (CTLs, SP, DEL, obs-text, a fragment: 400; longer
- * than max_uri: 414); exactly one SP; "HTTP/1.0" or "HTTP/1.1" (another
- * "HTTP/" DIGIT "." DIGIT: 505; anything else: 400); CRLF. A bare CR or
+ * than max_uri: 414); exactly one SP; "HTTP/1." DIGIT, where a minor
+ * version above 1 is taken as 1 (RFC 9110 2.5; another major version:
+ * 505; anything else: 400); CRLF. A bare CR or
  * bare LF anywhere in the head is 400.
  *
  * Target forms (RFC 9112 3.2), else 400. origin-form "/...", split into
@@ -32,8 +33,8 @@
  * Content-Length: 1*DIGIT up to 2^62, one field only (lists, repeats, signs,
  * overflow: 400). Transfer-Encoding: HTTP/1.1 only, not with
  * Content-Length, not empty, chunked at most once and without parameters
- * (all 400); its last coding must be chunked (else 501); codings before
- * chunked are not interpreted (the body is still CHUNKED).
+ * (all 400); it must be exactly one coding, chunked (else 501: no other
+ * coding is decoded, RFC 9112 6.1).
  * Connection tokens (any case, across fields): close -> F_CLOSE,
  * keep-alive -> F_KEEPALIVE (both may be set; close wins); HTTP/1.0 without
  * keep-alive -> F_CLOSE. In HTTP/1.1 only: "upgrade" plus a non-empty
@@ -100,7 +101,7 @@ typedef struct {
   size_t authority_len;
   const char *upgrade; /* value of Upgrade when F_UPGRADE */
   size_t upgrade_len;
-  int version_minor; /* 0 or 1 (HTTP/1.x only) */
+  int version_minor; /* 0 or 1 (HTTP/1.2 and up count as 1) */
   unsigned flags;
   int body;                /* TERN__H1_BODY_* */
   uint64_t content_length; /* for TERN__H1_BODY_LENGTH */
@@ -115,7 +116,7 @@ enum {
   TERN__H1_E414 = -414, /* request-target over max_uri */
   TERN__H1_E431 = -431, /* head over max_head or too many fields */
   TERN__H1_E501 = -501, /* unknown transfer coding / not implemented */
-  TERN__H1_E505 = -505, /* HTTP version other than 1.0/1.1 */
+  TERN__H1_E505 = -505, /* HTTP major version other than 1 */
 };
 
 /* Scan for the end of a head. `*scanned` is how far an earlier call got
@@ -168,10 +169,10 @@ void tern__h1_chunked_init(tern__h1_chunked *c, size_t max_line);
  * bytes (most do not). The section includes each trailer line's CRLF, and
  * trailer_len holds its total length, so *data_len != trailer_len means it
  * was split across calls. After DONE or an error, further calls return the
- * same result and consume nothing. Chunk sizes take at most 16 hex digits
- * and 2^62; a size line (digits and extensions) and the trailer section
- * are each at most max_line bytes.
- * Returns TERN__H1_CHUNKED_MORE (need more input or data returned),
+ * same result and consume nothing. Chunk sizes take any number of hex
+ * digits (leading zeros included) up to the value 2^62; a size line (digits and
+ * extensions) and the trailer section are each at most max_line bytes. Returns
+ * TERN__H1_CHUNKED_MORE (need more input or data returned),
  * TERN__H1_CHUNKED_DONE (last-chunk and trailers consumed), or
  * TERN__H1_E400 (bad framing, chunk-size overflow, bad trailer line). With
  * MORE and no data, *consumed == len. With E400, *consumed is the offset of

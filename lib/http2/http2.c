@@ -1383,7 +1383,7 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
   tern__worker *w = r->w;
   int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 || status == 204 ||
                  status == 304;
-  int no_length = status < 200 || status == 204;
+  int no_length = status < 200 || status == 204 || status == 304;
   nghttp2_nv nv_stack[24], *nv = nv_stack;
   char buf_stack[1024], *buf = buf_stack;
   char st[3], len[20];
@@ -1594,9 +1594,54 @@ static void h2_release(tern_request *r) {
   r->proto_data = NULL;
 }
 
+/* A 1xx interim answer (103 Early Hints): a HEADERS frame without
+ * END_STREAM ahead of the final one (RFC 9113 8.1); nghttp2 copies the
+ * fields. */
+static int h2_interim(tern_request *r, int status, const tern_header *f,
+                      size_t n) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  nghttp2_nv nv_stack[24], *nv = nv_stack;
+  char buf_stack[1024], *buf = buf_stack;
+  char st[3];
+  size_t names = fields_bytes(f, n, 0);
+  int rc = 0;
+
+  if (h == NULL)
+    return TERN_ECLOSED;
+  if (n + 1 > sizeof(nv_stack) / sizeof(nv_stack[0]))
+    nv = tern__malloc(w->srv, (n + 1) * sizeof(*nv));
+  if (names > sizeof(buf_stack))
+    buf = tern__malloc(w->srv, names);
+  if (nv == NULL || buf == NULL) {
+    rc = TERN_ENOMEM;
+  } else {
+    st[0] = (char)('0' + status / 100);
+    st[1] = (char)('0' + status / 10 % 10);
+    st[2] = (char)('0' + status % 10);
+    nv[0].name = (uint8_t *)":status";
+    nv[0].namelen = 7;
+    nv[0].value = (uint8_t *)st;
+    nv[0].valuelen = 3;
+    nv[0].flags = NGHTTP2_NV_FLAG_NONE;
+    rc = nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, s->id, NULL, nv,
+                                1 + put_fields(nv + 1, buf, f, n, 0), NULL);
+    if (rc == 0)
+      schedule(h);
+    else
+      rc = rc == NGHTTP2_ERR_NOMEM ? TERN_ENOMEM : TERN_ECLOSED;
+  }
+  if (nv != nv_stack)
+    tern__free(w->srv, nv);
+  if (buf != buf_stack)
+    tern__free(w->srv, buf);
+  return rc;
+}
+
 const tern__proto tern__http2 = {
     "h2",   h2_on_read,   h2_on_stop, h2_on_close, h2_start,   h2_write,
-    h2_end, h2_body_flow, h2_release, h2_tunnel,   h2_pending,
+    h2_end, h2_body_flow, h2_release, h2_tunnel,   h2_pending, h2_interim,
 };
 
 /* ---- Starting HTTP/2 on a connection ------------------------------------ */

@@ -203,6 +203,127 @@ def pipeline_out_of_order():
 
 
 @case
+def pipeline_ends_with_close_or_eof():
+    # A later request that says Connection: close (or a client that shuts
+    # down its sending side after the pipeline) ends the connection after
+    # that request's answer, not after the first one: the answers queued
+    # behind a deferred first request were dropped.
+    import socket
+    for how in ("close", "eof"):
+        with Conn(srv.port) as c:
+            last = {"Connection": "close"} if how == "close" else None
+            c.send(build_request("GET", "/defer?ms=100") +
+                   build_request("GET", "/") +
+                   build_request("GET", "/", last))
+            if how == "eof":
+                c.sock.shutdown(socket.SHUT_WR)
+            first = c.response(timeout=5)
+            eq((first.status, first.body), (200, b"deferred"), how)
+            check_hello(c.response(timeout=5), "second, " + how)
+            check_hello(c.response(timeout=5), "third, " + how)
+            check(c.at_eof(3), "%s: not closed after the last answer" % how)
+
+
+def field_names(raw_head):
+    """The field names of a raw response head, as sent (case kept)."""
+    return [line.split(b":", 1)[0] for line in raw_head.split(b"\r\n")[1:]
+            if b":" in line]
+
+
+@case
+def reason_phrases_registered():
+    # Every registered code has its reason phrase; these were "Unknown".
+    want = {410: "Gone", 412: "Precondition Failed",
+            416: "Range Not Satisfiable", 421: "Misdirected Request",
+            422: "Unprocessable Content", 423: "Locked", 425: "Too Early",
+            428: "Precondition Required", 451: "Unavailable For Legal Reasons",
+            207: "Multi-Status", 226: "IM Used", 506: "Variant Also Negotiates",
+            507: "Insufficient Storage", 508: "Loop Detected",
+            511: "Network Authentication Required", 599: "Unknown"}
+    with Conn(srv.port) as c:
+        for code, reason in sorted(want.items()):
+            r = c.request("GET", "/status?code=%d" % code)
+            eq((r.status, r.reason), (code, reason), "status line")
+
+
+@case
+def final_1xx_refused():
+    # A 1xx is never a final answer: tern_respond refuses it with
+    # TERN_EINVAL, on the worker and from another thread alike, and the
+    # handler can still answer properly.
+    with Conn(srv.port) as c:
+        for code in (100, 101, 103, 199):
+            for thread in ("", "&thread=1"):
+                r = c.request("GET", "/status?code=%d%s" % (code, thread))
+                eq((r.status, r.body), (200, b"status %d refused: invalid "
+                                              b"argument\n" % code),
+                   "code %d%s" % (code, thread))
+
+
+@case
+def early_hints():
+    # 103 Early Hints ahead of the final answer, from the worker and from
+    # another thread; HTTP/1.0 clients get the final answer only.
+    with Conn(srv.port) as c:
+        for thread in ("", "?thread=1"):
+            c.send(build_request("GET", "/early-hints" + thread))
+            interims, r = c.final_response()
+            eq([(i.status, i.reason) for i in interims],
+               [(103, "Early Hints")], "interim answers" + thread)
+            eq(interims[0].headers.get("link"),
+               "</style.css>; rel=preload; as=style", "Link")
+            # An interim answer carries no framing or Date of tern's.
+            eq(field_names(interims[0].raw_head), [b"Link"], "103 fields")
+            eq((r.status, r.body), (200, b"interim: 0 ok\n"), "final")
+        for code in (100, 101, 200):
+            r = c.request("GET", "/early-hints?code=%d" % code)
+            eq(r.body, b"interim: -1 invalid argument\n", "code %d" % code)
+        check(c.still_open(0.05), "extra bytes after the answers")
+    with Conn(srv.port) as c:
+        c.send(b"GET /early-hints HTTP/1.0\r\n\r\n")
+        r = c.response()
+        eq((r.status, r.body), (200, b"interim: 0 ok\n"), "HTTP/1.0")
+
+
+@case
+def no_length_on_204_and_304():
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/status?code=304")
+        eq(r.status, 304, "status")
+        check("content-length" not in r.headers and
+              "transfer-encoding" not in r.headers,
+              "framing on a 304: %r" % r.raw_head)
+        # The caller's Content-Length describes the representation.
+        r = c.request("GET", "/status?code=304&cl=1234")
+        eq(r.headers.get("content-length"), "1234", "304 with its length")
+        eq(r.body, b"", "no body")
+        r = c.request("GET", "/status?code=204")
+        check("content-length" not in r.headers and
+              "transfer-encoding" not in r.headers,
+              "framing on a 204: %r" % r.raw_head)
+        # tern's own 204 (OPTIONS *) has no content, so no Content-Type.
+        r = c.request("OPTIONS", "*")
+        eq(r.status, 204, "OPTIONS *")
+        eq(sorted(r.headers), ["allow", "date"], "fields of tern's 204")
+        check_hello(c.request("GET", "/"), "after them")
+
+
+@case
+def own_fields_title_case():
+    # The fields tern writes itself on HTTP/1.1 share one casing.
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/nowhere", {"Connection": "close"})
+        eq(r.status, 404, "status")
+        eq(field_names(r.raw_head),
+           [b"Content-Type", b"Date", b"Content-Length", b"Connection"],
+           "field names as sent")
+    with Conn(srv.port) as c:
+        r = c.request("POST", "/", {"Content-Length": "0"})
+        eq(r.status, 405, "status")
+        check(b"\r\nAllow: " in r.raw_head, "Allow: %r" % r.raw_head)
+
+
+@case
 def not_found():
     with Conn(srv.port) as c:
         r = c.request("GET", "/no/such/path")

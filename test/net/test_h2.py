@@ -577,6 +577,59 @@ def head_raw_no_body():
         eq(got[1], (b"", None), "HEAD / over raw h2")
 
 
+def curl_heads(path):
+    """The response heads curl -v shows for GET `path` over h2c, each a
+    list of lines ("HTTP/2 103", "link: ..."), and the body."""
+    rc, out, err = run(["curl", "-sv", "--http2-prior-knowledge",
+                        url(srv.port, path)], timeout=10)
+    eq(rc, 0, "curl exit status")
+    heads = []
+    for line in err.decode("latin-1").splitlines():
+        if not line.startswith("< "):
+            continue
+        line = line[2:].strip()
+        if line.startswith("HTTP/"):
+            heads.append([line])
+        elif line and heads:
+            heads[-1].append(line.lower())
+    return heads, out
+
+
+@case
+def early_hints_h2():
+    # 103 Early Hints as a HEADERS frame without END_STREAM ahead of the
+    # final answer (RFC 9113 8.1), from the worker and another thread.
+    for path in ("/early-hints", "/early-hints?thread=1"):
+        heads, body = curl_heads(path)
+        eq([h[0] for h in heads], ["HTTP/2 103", "HTTP/2 200"], path)
+        eq(heads[0][1:], ["link: </style.css>; rel=preload; as=style"],
+           "the 103's fields")
+        eq(body, b"interim: 0 ok\n", path)
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/early-hints")))
+        got = []
+        while not got or not (got[-1][1] & END_STREAM):
+            f = h.read_frame()
+            check(f is not None, "closed after %r" % got)
+            if f[2] == 1:
+                got.append(f[:2])
+        eq([t for t, _ in got], [HEADERS, HEADERS, DATA], "frames")
+        check(not got[0][1] & END_STREAM, "the 103 ended the stream")
+
+
+@case
+def no_length_on_304_h2():
+    for path, want in (("/status?code=304", "HTTP/2 304"),
+                       ("/status?code=204", "HTTP/2 204")):
+        heads, body = curl_heads(path)
+        eq([h[0] for h in heads], [want], path)
+        check(not any(f.startswith("content-length") for f in heads[0]),
+              "%s: %r" % (path, heads[0]))
+        eq(body, b"", path + " body")
+    heads, _ = curl_heads("/status?code=422")
+    eq(heads[0][0], "HTTP/2 422", "a registered code")
+
+
 @case(timeout=30)
 def graceful_stop():
     s = Server("hello")

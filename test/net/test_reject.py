@@ -5,6 +5,7 @@ connection: the exact status, Connection: close, the close itself, and
 
 import os
 import sys
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -217,6 +218,25 @@ def te_not_chunked_last():
 
 
 @case
+def te_coding_before_chunked():
+    # chunked is the only coding tern decodes: a body with gzip (or any
+    # other coding) under it was handed on as if it were plain.
+    for route in (b"/echo", b"/collect"):
+        rejected(post(b"Transfer-Encoding: gzip, chunked", target=route) +
+                 b"5\r\nhello\r\n0\r\n\r\n", 501, "TE gzip, chunked")
+    rejected(post(b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked"),
+             501, "TE gzip + TE chunked fields")
+    rejected(post(b"Transfer-Encoding: identity"), 501, "TE identity")
+    rejected(post(b"Transfer-Encoding: identity, chunked"), 501,
+             "TE identity, chunked")
+    rejected(post(b"Transfer-Encoding: x-custom;q=1, chunked"), 501,
+             "TE with an unknown coding with parameters")
+    # What was already right stays so.
+    rejected(b"POST /echo HTTP/1.0\r\nTransfer-Encoding: gzip, chunked"
+             b"\r\n\r\n", 400, "TE in HTTP/1.0")
+
+
+@case
 def te_malformed():
     rejected(post(b"Transfer-Encoding: chunked, chunked"), 400,
              "chunked twice")
@@ -243,24 +263,66 @@ def chunk_size_overflow_collect():
 
 
 @case
-def chunk_size_overflow_echo():
-    # /echo streams: its handler has started a 200 before the bad chunk
-    # size is read. The client must still be able to tell that the exchange
-    # failed: either a 400 (if nothing was sent yet) or a close before the
-    # 200's body is complete. A complete 200 (last-chunk) would present the
-    # failure as a successful, empty echo.
+def chunk_size_leading_zeros():
+    # The chunk size's value is bounded, not its digits: 19 digits with
+    # leading zeros is 5.
+    for route in (b"/echo", b"/collect"):
+        with Conn(srv.port) as c:
+            c.send(post(b"Transfer-Encoding: chunked", target=route) +
+                   b"0000000000000000005\r\nhello\r\n"
+                   b"00000000000000000000000\r\n\r\n")
+            r = c.response()
+            eq((r.status, r.body), (200, b"hello"), route.decode())
+    rejected(post(b"Transfer-Encoding: chunked", target=b"/collect") +
+             b"00000000000000000004000000000000001\r\n", 400,
+             "2^62 + 1 with leading zeros")
+
+
+@case
+def chunk_error_replaces_queued_200():
+    # /echo streams: its handler has queued a 200 before the broken body
+    # is read, but not a byte of it has left. That 200 is taken back and
+    # a 400 sent instead, so the client can tell the exchange failed.
+    for what, tail in (
+            ("chunk-size overflow", b"ffffffffffffffffff\r\n"),
+            ("chunk-size not hex", b"5\r\nhello\r\nzz\r\n"),
+            ("data longer than the size", b"5\r\nhelloXX\r\n"),
+            ("no CRLF after the data", b"5\r\nhello0\r\n\r\n")):
+        r = rejected(post(b"Transfer-Encoding: chunked") + tail, 400, what)
+        check(b"200" not in r.raw_head, "%s: a 200 head was sent: %r"
+              % (what, r.raw_head))
+    # The same, pipelined behind a request still in progress: the 200 is
+    # queued in the request's own output, which is replaced likewise.
     with Conn(srv.port) as c:
-        c.send(post(b"Transfer-Encoding: chunked") +
-               b"ffffffffffffffffff\r\n")
+        c.send(b"GET /defer?ms=100 HTTP/1.1\r\nHost: x\r\n\r\n" +
+               post(b"Transfer-Encoding: chunked") + b"zz\r\n")
+        r = c.response()
+        eq((r.status, r.body), (200, b"deferred"), "the first answer")
+        r = c.response()
+        eq(r.status, 400, "the broken request's answer")
+        check(c.at_eof(3), "connection not closed after the 400")
+
+
+@case
+def chunk_error_after_200_left_cuts():
+    # Once bytes of the 200 have left, it cannot be taken back: the
+    # connection closes before the 200's body is complete. A complete 200
+    # (last-chunk) would present the failure as a successful echo.
+    with Conn(srv.port) as c:
+        c.send(post(b"Transfer-Encoding: chunked") + b"5\r\nhello\r\n")
+        got = b""
+        deadline = time.monotonic() + 3
+        while b"hello" not in got:
+            check(time.monotonic() < deadline, "no echo: %r" % got)
+            got += c.read_some(deadline)
+        c.send(b"zz\r\n")
         data, how = recv_until_close(c.sock, 3)
+    data = got + data
     check(how in ("eof", "reset"), "connection not closed (%s), got %r"
           % (how, data[:300]))
     head_end = data.find(b"\r\n\r\n")
     check(head_end > 0, "no response head before the close: %r" % data)
-    status = data.split(b" ", 2)[1]
-    if status == b"400":
-        return
-    eq(status, b"200", "status")
+    eq(data.split(b" ", 2)[1], b"200", "status")
     rest = data[head_end + 4:]
     check(b"transfer-encoding: chunked" in data[:head_end].lower(),
           "200 without chunked framing: %r" % data)
@@ -280,8 +342,27 @@ def missing_host():
 @case
 def version_unsupported():
     rejected(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP/2.0")
-    rejected(b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", 505, "HTTP/1.2")
     rejected(b"GET / HTTP/0.9\r\nHost: x\r\n\r\n", 505, "HTTP/0.9")
+    rejected(b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505, "HTTP/3.0")
+
+
+@case
+def version_higher_minor_is_http11():
+    # RFC 9110 2.5: a higher minor version within major 1 is served as
+    # HTTP/1.1 (keep-alive, chunked, Host required) and answered HTTP/1.1.
+    with Conn(srv.port) as c:
+        for v in (b"1.2", b"1.9"):
+            c.send(b"GET / HTTP/" + v + b"\r\nHost: x\r\n\r\n")
+            r = c.response()
+            eq((r.status, r.body), (200, b"Hello, World!"), "HTTP/%s" % v.decode())
+            check(r.raw_head.startswith(b"HTTP/1.1 200 "), "status line %r"
+                  % r.raw_head[:20])
+        c.send(b"POST /echo HTTP/1.2\r\nHost: x\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        r = c.response()
+        eq((r.status, r.body), (200, b"hello"), "chunked over HTTP/1.2")
+        check(c.still_open(), "HTTP/1.2 is persistent like HTTP/1.1")
+    rejected(b"GET / HTTP/1.2\r\n\r\n", 400, "HTTP/1.2 without Host")
 
 
 @case

@@ -234,6 +234,64 @@ static void test_outq_splice_keeps_order(void) {
   teardown();
 }
 
+/* Taking back the tail of a queue: the cut may fall inside a copied
+ * segment that merged two answers, markers at the cut stay with what
+ * precedes it, and the callbacks of what was cut run only when the caller
+ * fails it. */
+static void test_outq_cut(void) {
+  tern__outq q;
+  tern__seg *cut;
+  size_t ncut;
+  char out[64];
+  setup();
+  released = 0;
+  done_status = 99;
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_copy(&w, &q, "prev;", 5) == 0);
+  T_ASSERT(tern__outq_copy(&w, &q, "next", 4) == 0); /* merges */
+  T_ASSERT(tern__outq_ref(&w, &q, "body", 4, on_release, NULL) == 0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) == 0);
+  tern__outq_consume(&w, &q, 2);
+  T_EQ_INT(q.consumed, 2);
+  /* Refused when there is no memory for the array: nothing changes. */
+  ca_calls = 0;
+  ca_fail_at = 0;
+  T_EQ_INT(tern__outq_cut(&w, &q, 3, &cut, &ncut), TERN_ENOMEM);
+  ca_fail_at = -1;
+  T_EQ_INT(q.bytes, 11);
+  T_ASSERT(tern__outq_cut(&w, &q, 3, &cut, &ncut) == 0);
+  T_EQ_INT(ncut, 2);
+  T_EQ_INT(q.bytes, 3);
+  T_EQ_STR(out, gather(&q, out, sizeof(out)), "ev;");
+  T_EQ_INT(released, 0);
+  T_EQ_INT(done_status, 99);
+  T_ASSERT(tern__outq_copy(&w, &q, "400", 3) == 0);
+  tern__outq_fail_cut(&w, &q, cut, ncut, TERN_ECLOSED);
+  T_EQ_INT(released, 1);
+  T_EQ_INT(done_status, TERN_ECLOSED);
+  T_EQ_STR(out, gather(&q, out, sizeof(out)), "ev;400");
+  tern__outq_consume(&w, &q, 6);
+
+  /* A marker right at the cut ends what came before: it stays. */
+  done_status = 99;
+  T_ASSERT(tern__outq_copy(&w, &q, "a", 1) == 0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) == 0);
+  T_ASSERT(tern__outq_ref(&w, &q, "b", 1, on_release, NULL) == 0);
+  T_ASSERT(tern__outq_cut(&w, &q, 1, &cut, &ncut) == 0);
+  T_EQ_INT(ncut, 1);
+  T_EQ_INT(q.count, 2);
+  tern__outq_fail_cut(&w, &q, cut, ncut, TERN_ECLOSED);
+  T_EQ_INT(released, 2);
+  T_EQ_INT(done_status, 99);
+  tern__outq_consume(&w, &q, 1);
+  T_EQ_INT(done_status, 0);
+  /* Nothing past the cut: nothing to do. */
+  T_ASSERT(tern__outq_cut(&w, &q, 0, &cut, &ncut) == 0);
+  T_ASSERT(cut == NULL && ncut == 0);
+  tern__outq_free(&w, &q);
+  teardown();
+}
+
 /* Every allocation the queue makes may fail: the call reports ENOMEM and
  * the queue stays consistent and frees cleanly. */
 static void test_outq_alloc_failure(void) {
@@ -351,6 +409,7 @@ int main(void) {
   T_RUN(test_outq_ref_and_marks);
   T_RUN(test_outq_fail_reports);
   T_RUN(test_outq_splice_keeps_order);
+  T_RUN(test_outq_cut);
   T_RUN(test_outq_alloc_failure);
   T_RUN(test_sha1_vectors);
   T_RUN(test_base64);
