@@ -36,7 +36,12 @@
  * files, for new handshakes),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
- * --max-conns. SIGINT/SIGTERM stop gracefully (5 s deadline).
+ * --max-conns. --error-hook answers tern's own error answers (404, 405,
+ * 413, 414, 431, 400, ...) with hello's JSON {"error":S,"reason":"...",
+ * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
+ * routes unmatched requests to a handler answering {"default":404 or 405,
+ * "allow":"..."} (405 with Allow). SIGINT/SIGTERM stop gracefully (5 s
+ * deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -354,6 +359,66 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* ---- tern's own answers, the application's way ------------------------ */
+
+/* --error-hook: every answer tern makes itself (404, 405, 413, 414, 431,
+ * 400, ...) carries a JSON body of hello's instead of tern's text. The
+ * Connection field it tries to set is ignored, as for any response. */
+static void error_hook(const tern_error_info *e, void *user) {
+  static const tern_header fields[] = {
+      {"content-type", 12, "application/json", 16},
+      {"x-error-hook", 12, "1", 1},
+      {"connection", 10, "keep-alive", 10}};
+  static const tern_header evil = {"x-evil", 6, "a\r\nInjected: 1", 15};
+  char body[256];
+  size_t mlen = 0, plen = 0;
+  const char *m = e->request ? tern_request_method(e->request, &mlen) : NULL;
+  const char *p = e->request ? tern_request_path(e->request, &plen) : NULL;
+  int n, bad;
+  (void)user;
+  /* Paths under /plain are left to tern: its text answer must follow. */
+  if (p != NULL && plen >= 6 && memcmp(p, "/plain", 6) == 0)
+    return;
+  /* A field tern_respond would refuse is refused here too (TERN_EINVAL),
+   * and the hook may answer after that. */
+  bad = tern_error_respond(e->reply, &evil, 1, "x", 1);
+  if (m == NULL)
+    mlen = 4; /* "null" */
+  else if (mlen > 32)
+    mlen = 32;
+  n = snprintf(body, sizeof(body),
+               "{\"error\":%d,\"reason\":\"%s\",\"method\":%s%.*s%s,"
+               "\"bad\":%d}\n",
+               e->status, e->reason, m ? "\"" : "", (int)mlen, m ? m : "null",
+               m ? "\"" : "", bad);
+  if (tern_error_respond(e->reply, fields, 3, body, (size_t)n) == 0 &&
+      tern_error_respond(e->reply, fields, 3, body, (size_t)n) != TERN_ESTATE)
+    fprintf(stderr, "hello: a second tern_error_respond was not refused\n");
+}
+
+/* --default-handler: requests no route answers come here; the handler
+ * tells 404 from 405 and answers the latter with Allow itself. */
+static void default_handler(tern_request *r, void *user) {
+  static const tern_header json = {"content-type", 12, "application/json", 16};
+  tern_header h[2];
+  size_t alen = 0;
+  const char *allow = tern_request_allow(r, &alen);
+  int status = tern_request_route_status(r), n;
+  char body[160];
+  (void)user;
+  h[0] = json;
+  if (status == 405) {
+    h[1].name = "allow";
+    h[1].name_len = 5;
+    h[1].value = allow;
+    h[1].value_len = alen;
+  }
+  n = snprintf(body, sizeof(body), "{\"default\":%d,\"allow\":\"%.*s\"}\n",
+               status, (int)alen, allow ? allow : "");
+  tern_respond(r, status == 405 ? 405 : 404, h, status == 405 ? 2 : 1, body,
+               (size_t)n);
+}
+
 /* ---- WebSocket echo ---------------------------------------------------- */
 
 enum { WS_STREAM = 1, WS_CMDS = 2 };
@@ -514,7 +579,7 @@ int main(int argc, char **argv) {
   tern_route_options stream_opts, blocking_opts;
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0;
-  int i, bound, rc;
+  int i, bound, rc, want_error_hook = 0, want_default = 0;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
@@ -535,6 +600,14 @@ int main(int argc, char **argv) {
     }
     if (option(argc, argv, &i, "--tls-port", &tls_port)) {
       tls_port = tls_port ? tls_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (strcmp(argv[i], "--error-hook") == 0) {
+      want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--default-handler") == 0) {
+      want_default = 1;
       continue;
     }
     if (option(argc, argv, &i, "--workers", &v))
@@ -579,6 +652,10 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
+  if (want_error_hook)
+    tern_server_on_error(server, error_hook, NULL);
+  if (want_default)
+    tern_set_default_handler(server, default_handler, NULL, NULL);
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;

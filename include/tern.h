@@ -270,10 +270,23 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
                                 void *user, const tern_route_options *opts);
 
 /* Handler for requests no route matches, instead of the 404/405 answer.
- * `opts` may be NULL. Errors: TERN_ESTATE (running). */
+ * `opts` may be NULL. The handler tells the two cases apart with
+ * tern_request_route_status() and answers a 405 with the Allow list of
+ * tern_request_allow(). Errors: TERN_ESTATE (running). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);
+
+/* How routing went for `r`: 0 when a route matched, 404 when no route has
+ * the path, 405 when routes have the path but not for this method. A
+ * default handler sees 404 or 405; other handlers see 0. */
+TERN_EXTERN int tern_request_route_status(const tern_request *r);
+
+/* For a request with route status 405: the methods the path has, as an
+ * Allow header value ("GET, HEAD, POST"; HEAD listed with GET), `*len`
+ * bytes, valid like the request's other strings. NULL (and *len 0)
+ * otherwise. */
+TERN_EXTERN const char *tern_request_allow(const tern_request *r, size_t *len);
 
 /* ---------------------------------------------------------------------
  * The request
@@ -371,6 +384,55 @@ TERN_EXTERN int tern_request_resume(tern_request *r);
 /* Per-request user pointer, free for the handler's use. */
 TERN_EXTERN void tern_request_set_data(tern_request *r, void *data);
 TERN_EXTERN void *tern_request_data(const tern_request *r);
+
+/* ---------------------------------------------------------------------
+ * Answers tern makes itself
+ * ------------------------------------------------------------------ */
+
+/* What the error hook is told about an answer tern makes by itself: 400
+ * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
+ * 501 (unsupported HTTP/2 :protocol) and 503 (out of memory or threads).
+ * tern fills this in; fields may be added at the end in later versions,
+ * so never copy or allocate one. */
+typedef struct tern_error_reply tern_error_reply;
+typedef struct {
+  int status;         /* the status tern answers with */
+  const char *reason; /* its reason phrase, a static C string */
+  const char *allow;  /* 405: the Allow value (`allow_len` bytes), else NULL */
+  size_t allow_len;
+  /* The request, read-only (the request accessors work on it), or NULL
+   * when its head did not parse: HTTP/1.1's 400, 414 and 431 for a bad or
+   * oversized head have no request. On HTTP/2 a 431's request holds only
+   * the fields that arrived before the limit was reached. */
+  const tern_request *request;
+  tern_error_reply *reply; /* for tern_error_respond() */
+} tern_error_info;
+
+/* The error hook: runs on the worker, synchronously, just before tern
+ * sends such an answer. It may call tern_error_respond() to send its own
+ * headers and body instead of tern's "404 Not Found\n" text; if it does
+ * not, tern's text goes out. It must not block, and must call nothing
+ * else on the request (the response calls included). `e` and what it
+ * points to are valid only during the call. */
+typedef void (*tern_error_fn)(const tern_error_info *e, void *user);
+
+/* Install the error hook (`fn` NULL removes it). Call before tern_run or
+ * tern_attach. Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_on_error(tern_server *srv, tern_error_fn fn,
+                                     void *user);
+
+/* From inside the error hook only: answer with `headers` and `body`
+ * (`len` bytes, copied) instead of tern's text. The status stays the one
+ * tern chose; tern adds Date, Content-Length and Connection as for any
+ * response (a connection tern closes after the answer still closes), and
+ * on a 405 the Allow header unless `headers` has one. Errors:
+ * TERN_EINVAL (bad fields, as for tern_respond; nothing was sent and the
+ * hook may try again), TERN_ESTATE (already called for this answer).
+ * TERN_ECLOSED and TERN_ENOMEM mean the answer could not be sent; the
+ * request is finished either way and tern sends nothing else. */
+TERN_EXTERN int tern_error_respond(tern_error_reply *reply,
+                                   const tern_header *headers, size_t nheaders,
+                                   const void *body, size_t len);
 
 /* ---------------------------------------------------------------------
  * Responses

@@ -464,6 +464,8 @@ struct tern_server {
   tern__route **route_ptrs; /* stable pointers handed to the router */
   tern__route default_route;
   int has_default;
+  tern_error_fn error_fn; /* tern_server_on_error */
+  void *error_user;
   char allow_all[128]; /* union of route methods, for OPTIONS * */
   size_t allow_all_len;
 

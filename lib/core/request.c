@@ -219,6 +219,17 @@ int tern_request_local(const tern_request *r, char *buf, size_t size,
   return format_addr(&ss, buf, size, port);
 }
 
+int tern_request_route_status(const tern_request *r) {
+  return r->match.status;
+}
+
+const char *tern_request_allow(const tern_request *r, size_t *len) {
+  int has = r->match.status == 405;
+  if (len != NULL)
+    *len = has ? r->match.allow_len : 0;
+  return has ? r->match.allow : NULL;
+}
+
 void tern_request_set_data(tern_request *r, void *data) {
   r->data = data;
 }

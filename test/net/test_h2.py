@@ -569,6 +569,71 @@ def errors_head_and_params():
     eq((status, body), (200, HELLO_BODY), "with cookie crumbs")
 
 
+def hook_body(status, reason, method):
+    m = "null" if method is None else '"%s"' % method
+    return (b'{"error":%d,"reason":"%s","method":%s,"bad":-1}\n'
+            % (status, reason.encode(), m.encode()))
+
+
+@case(timeout=30)
+def error_hook_answers():
+    s = Server("hello", ["--error-hook", "--max-uri", "64", "--max-head",
+                         "1024", "--max-body", "100"])
+    try:
+        rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X",
+                            "PUT", "-D", "-", url(s.port)])
+        text = out.decode()
+        head, _, body = text.partition("\r\n\r\n")
+        check(head.startswith("HTTP/2 405"), "405: %r" % head[:40])
+        check("\r\nallow: GET, HEAD" in head, "Allow in %r" % head)
+        check("\r\nx-error-hook: 1" in head, "hook field in %r" % head)
+        check("\r\ncontent-type: application/json" in head,
+              "content-type in %r" % head)
+        check("connection" not in head.lower(), "Connection in %r" % head)
+        eq(body.encode(), hook_body(405, "Method Not Allowed", "PUT"),
+           "405 body")
+        for args, status, reason, method in (
+                ([url(s.port, "/nope")], 404, "Not Found", "GET"),
+                (["-d", "z" * 101, url(s.port, "/collect")], 413,
+                 "Content Too Large", "POST"),
+                ([url(s.port, "/" + "a" * 64)], 414, "URI Too Long", "GET"),
+                (["-H", "X-Pad: " + "p" * 1024, url(s.port)], 431,
+                 "Request Header Fields Too Large", "GET")):
+            body, got, version = curl(args)
+            eq((got, version, body), (status, "2",
+                                      hook_body(status, reason, method)),
+               "%d over HTTP/2" % status)
+        body, got, _ = curl([url(s.port, "/plain")])
+        eq((got, body), (404, b"404 Not Found\n"), "a hook that declines")
+        with H2(s.port) as h:
+            # A WebSocket extended CONNECT without Sec-WebSocket-Version:
+            # tern's 400, routed as a GET.
+            h.send(headers(1, request_block(
+                "CONNECT", "/ws", [(":protocol", "websocket")]),
+                end_stream=False))
+            got = collect_streams(h, [1])
+            eq(got[1][0], hook_body(400, "Bad Request", "GET"), "400 body")
+        check_serves(s.port)
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def default_handler_404_and_405():
+    s = Server("hello", ["--default-handler"])
+    try:
+        body, status, _ = curl([url(s.port, "/nope")])
+        eq((status, body), (404, b'{"default":404,"allow":""}\n'), "404")
+        rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X",
+                            "DELETE", "-D", "-", url(s.port, "/stats")])
+        head, _, body = out.decode().partition("\r\n\r\n")
+        check(head.startswith("HTTP/2 405"), "405: %r" % head[:40])
+        check("\r\nallow: GET, HEAD" in head, "Allow in %r" % head)
+        eq(body, '{"default":405,"allow":"GET, HEAD"}\n', "405 body")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
 @case
 def head_raw_no_body():
     with H2(srv.port) as h:
