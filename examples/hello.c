@@ -12,7 +12,12 @@
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
- *   GET  /stats         the server's counters as JSON
+ *   GET  /stats         the server's counters as JSON (and "gone":
+ *                       /longpoll's gone callbacks, "gone_eclosed": how
+ *                       many of them saw tern_respond say TERN_ECLOSED)
+ *   GET  /longpoll      never answers; the client going away runs its
+ *                       gone callback (now=1: answers at once; thread=1:
+ *                       subscribing from another thread is refused)
  *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
  *                       extended CONNECT; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
@@ -338,6 +343,44 @@ static void tick(tern_request *r, void *user) {
   hand_off(r, tick_thread);
 }
 
+/* Long poll: waits for an answer that never comes, until the client
+ * goes away; the gone callback counts it (see /stats) and finishes the
+ * request, which must report TERN_ECLOSED. now=1 answers at once after
+ * subscribing (a callback after that would be a bug); thread=1 subscribes
+ * from another thread, which must be refused with TERN_ESTATE. */
+static _Atomic unsigned long gone_seen, gone_eclosed;
+
+static void longpoll_gone(tern_request *r, void *user) {
+  (void)user;
+  gone_seen++;
+  if (tern_respond(r, 200, text_plain, 1, "too late", 8) == TERN_ECLOSED)
+    gone_eclosed++;
+}
+
+static void *longpoll_thread(void *arg) {
+  deferred *d = arg;
+  char body[48];
+  int rc = tern_request_on_gone(d->r, longpoll_gone, NULL);
+  int n = snprintf(body, sizeof(body), "on_gone from a thread: %d\n", rc);
+  tern_respond(d->r, 200, text_plain, 1, body, (size_t)n);
+  free(d);
+  return NULL;
+}
+
+static void longpoll(tern_request *r, void *user) {
+  (void)user;
+  if (query_num(r, "thread") == 1) {
+    hand_off(r, longpoll_thread);
+    return;
+  }
+  if (tern_request_on_gone(r, longpoll_gone, NULL) != 0) {
+    tern_respond(r, 500, text_plain, 1, "on_gone failed\n", 15);
+    return;
+  }
+  if (query_num(r, "now") == 1)
+    tern_respond(r, 200, text_plain, 1, "answered\n", 9);
+}
+
 static void stats(tern_request *r, void *user) {
   static const tern_header json[] = {
       {"content-type", 12, "application/json", 16}};
@@ -351,11 +394,13 @@ static void stats(tern_request *r, void *user) {
       "{\"requests\":%llu,\"connections\":%llu,"
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
-      "\"bytes_allocated\":%llu,\"frees\":%llu}\n",
+      "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
+      "\"gone_eclosed\":%lu}\n",
       (unsigned long long)s.requests, (unsigned long long)s.connections,
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
-      (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees);
+      (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
+      (unsigned long)gone_seen, (unsigned long)gone_eclosed);
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
@@ -651,6 +696,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
+  tern_route(server, "GET", "/longpoll", longpoll, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
   if (want_error_hook)
     tern_server_on_error(server, error_hook, NULL);

@@ -385,6 +385,35 @@ TERN_EXTERN int tern_request_resume(tern_request *r);
 TERN_EXTERN void tern_request_set_data(tern_request *r, void *data);
 TERN_EXTERN void *tern_request_data(const tern_request *r);
 
+/* ---- The client going away ---- */
+
+/* Gone callback: the request was aborted before its response was
+ * finished. Runs on the owning worker, at most once, and never after a
+ * finishing response call (tern_respond, tern_respond_ref,
+ * tern_response_end) has been made. The request stays valid: the handler
+ * still finishes it, in the callback or later, from any thread, and the
+ * response calls then return TERN_ECLOSED and send nothing (a finishing
+ * call finishes the request all the same). */
+typedef void (*tern_gone_fn)(tern_request *r, void *user);
+
+/* Ask to be told when the request's client goes away, so that a handler
+ * that waits (a long poll) can stop waiting. It fires when:
+ * - HTTP/1.1: the connection is reset or closed by the client (a FIN
+ *   while any handler of the connection has not answered counts: tern
+ *   drops the requests still unanswered, also those queued behind the
+ *   head of the pipeline, sends what is already answered and closes), or
+ *   tern closes it (timeouts, write errors, the tern_stop deadline);
+ * - HTTP/2: the client resets the stream (RST_STREAM), or the connection
+ *   ends before the response did (closed, reset, or a FIN after GOAWAY).
+ * Call from the owning worker (the handler, or another callback of the
+ * request), once the handler has the request and before it is finished;
+ * calling again replaces the callback, `fn` NULL removes it. Errors:
+ * TERN_EINVAL, TERN_ESTATE (another thread, such as a TERN_ROUTE_BLOCKING
+ * handler's, or the request is finished), TERN_ECLOSED (the client is
+ * gone already; `fn` will not run). */
+TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
+                                     void *user);
+
 /* ---------------------------------------------------------------------
  * Answers tern makes itself
  * ------------------------------------------------------------------ */

@@ -244,6 +244,8 @@ struct tern_request {
   int body_kind;      /* TERN__H1_BODY_* */
   tern_body_fn body_fn;
   void *body_user;
+  tern_gone_fn gone_fn; /* tern_request_on_gone */
+  void *gone_user;
 
   /* Response. */
   int64_t resp_left; /* declared length still to write; -1 unknown */
@@ -270,6 +272,10 @@ int tern__on_worker(const tern__worker *w);
 /* Finish the user's part of a request whose answer cannot be queued: the
  * connection closes. Returns rc. */
 int tern__request_fail(tern_request *r, int rc);
+/* The request is aborted (its client went away, its stream was reset, or
+ * its connection is closing): mark it gone and, unless its response is
+ * finished, run the handler's gone callback once. Owning worker. */
+void tern__request_gone(tern_request *r);
 /* Answer an error status on behalf of tern (small text body). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
