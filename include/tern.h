@@ -605,7 +605,12 @@ typedef void (*tern_ws_message_fn)(tern_ws *ws, int type, const char *data,
  * 1007, 1009), 1001 for a server shutting down, or 1006 when the
  * connection went away without a close handshake. `reason` is the close
  * frame's reason (UTF-8, `len` bytes, valid during the call). Called
- * exactly once; afterwards the handle is invalid (see tern_ws_ref). */
+ * exactly once; afterwards the handle is invalid (see tern_ws_ref). Never
+ * called from inside a tern_ws_* call: a socket that ends during one (a
+ * send that cannot queue its frame: TERN_ENOMEM, close code 1011) refuses
+ * later calls with TERN_ECLOSED at once and gets on_close from the
+ * worker's loop after the call has returned, so a caller may hold a lock
+ * across tern_ws_send or tern_ws_broadcast that on_close takes. */
 typedef void (*tern_ws_close_fn)(tern_ws *ws, int code, const char *reason,
                                  size_t len, void *user);
 

@@ -451,6 +451,8 @@ struct tern__worker {
   tern__pool small[TERN__SMALL_CLASSES];
   tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
   tern__list ws_closing; /* WebSockets waiting for the client's close */
+  tern__list ws_ended;   /* WebSockets whose on_close is due (check phase) */
+  unsigned ws_calls;     /* tern_ws_* calls on the stack of this worker */
   char *scratch;         /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };
@@ -538,10 +540,12 @@ void tern__msg_apply(tern__msg *m);
 
 /* WebSocket (lib/ws/ws.c), on the worker: apply a posted call; send 1001
  * to every open socket (graceful stop); end close handshakes that timed
- * out. */
+ * out; run deferred on_close callbacks. */
 void tern__ws_msg_apply(tern__msg *m);
 void tern__ws_stop_all(tern__worker *w);
 void tern__ws_sweep(tern__worker *w, uint64_t now);
+/* Run the on_close callbacks that ended inside a tern_ws_* call. */
+void tern__ws_run_closes(tern__worker *w);
 /* The reason phrase for a status code ("Not Found"). */
 const char *tern__reason(int status);
 
