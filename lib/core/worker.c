@@ -274,7 +274,8 @@ static void on_check(uv_check_t *h) {
   for (;;) {
     /* A WebSocket that ended inside a tern_ws_* call hears of it now,
      * outside every call; what its on_close sends is written below. */
-    tern__ws_run_closes(w);
+    if (!tern__list_empty(&w->ws_ended))
+      tern__ws_run_closes(w);
     if (tern__list_empty(&w->dirty))
       break;
     flush_dirty(w);
