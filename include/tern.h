@@ -420,9 +420,10 @@ TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
 
 /* What the error hook is told about an answer tern makes by itself: 400
  * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
- * 501 (unsupported HTTP/2 :protocol) and 503 (out of memory or threads).
- * tern fills this in; fields may be added at the end in later versions,
- * so never copy or allocate one. */
+ * 501 (unsupported HTTP/2 :protocol) and 503 (out of memory or threads);
+ * not the head timeout's 408 (no request exists yet) nor
+ * tern_ws_accept's 426. tern fills this in; fields may be added at the
+ * end in later versions, so never copy or allocate one. */
 typedef struct tern_error_reply tern_error_reply;
 typedef struct {
   int status;         /* the status tern answers with */
@@ -437,8 +438,9 @@ typedef struct {
   tern_error_reply *reply; /* for tern_error_respond() */
 } tern_error_info;
 
-/* The error hook: runs on the worker, synchronously, just before tern
- * sends such an answer. It may call tern_error_respond() to send its own
+/* The error hook: runs on the connection's worker (so on several worker
+ * threads at once), synchronously, just before tern sends such an
+ * answer. It may call tern_error_respond() to send its own
  * headers and body instead of tern's "404 Not Found\n" text; if it does
  * not, tern's text goes out. It must not block, and must call nothing
  * else on the request (the response calls included). `e` and what it
