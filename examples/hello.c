@@ -14,7 +14,6 @@
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
- *   GET  /stats         the server's counters as JSON
  *   GET  /status?code=N answers status N ("status N"); &cl=L adds a
  *                       Content-Length: L field of its own (for 304s);
  *                       &thread=1 answers from another thread. A 1xx is
@@ -22,6 +21,12 @@
  *   GET  /early-hints   103 Early Hints (a Link field), then a 200 that
  *                       gives tern_respond_interim's result; &code=N sends
  *                       N instead of 103, &thread=1 from another thread
+ *   GET  /stats         the server's counters as JSON (and "gone":
+ *                       /longpoll's gone callbacks, "gone_eclosed": how
+ *                       many of them saw tern_respond say TERN_ECLOSED)
+ *   GET  /longpoll      never answers; the client going away runs its
+ *                       gone callback (now=1: answers at once; thread=1:
+ *                       subscribing from another thread is refused)
  *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
  *                       extended CONNECT; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
@@ -45,7 +50,12 @@
  * files, for new handshakes),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
- * --max-conns. SIGINT/SIGTERM stop gracefully (5 s deadline).
+ * --max-conns. --error-hook answers tern's own error answers (404, 405,
+ * 413, 414, 431, 400, ...) with hello's JSON {"error":S,"reason":"...",
+ * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
+ * routes unmatched requests to a handler answering {"default":404 or 405,
+ * "allow":"..."} (405 with Allow). SIGINT/SIGTERM stop gracefully (5 s
+ * deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -420,6 +430,44 @@ static void early_hints_route(tern_request *r, void *user) {
     early_hints(r, query_num(r, "code"));
 }
 
+/* Long poll: waits for an answer that never comes, until the client
+ * goes away; the gone callback counts it (see /stats) and finishes the
+ * request, which must report TERN_ECLOSED. now=1 answers at once after
+ * subscribing (a callback after that would be a bug); thread=1 subscribes
+ * from another thread, which must be refused with TERN_ESTATE. */
+static _Atomic unsigned long gone_seen, gone_eclosed;
+
+static void longpoll_gone(tern_request *r, void *user) {
+  (void)user;
+  gone_seen++;
+  if (tern_respond(r, 200, text_plain, 1, "too late", 8) == TERN_ECLOSED)
+    gone_eclosed++;
+}
+
+static void *longpoll_thread(void *arg) {
+  deferred *d = arg;
+  char body[48];
+  int rc = tern_request_on_gone(d->r, longpoll_gone, NULL);
+  int n = snprintf(body, sizeof(body), "on_gone from a thread: %d\n", rc);
+  tern_respond(d->r, 200, text_plain, 1, body, (size_t)n);
+  free(d);
+  return NULL;
+}
+
+static void longpoll(tern_request *r, void *user) {
+  (void)user;
+  if (query_num(r, "thread") == 1) {
+    hand_off(r, longpoll_thread);
+    return;
+  }
+  if (tern_request_on_gone(r, longpoll_gone, NULL) != 0) {
+    tern_respond(r, 500, text_plain, 1, "on_gone failed\n", 15);
+    return;
+  }
+  if (query_num(r, "now") == 1)
+    tern_respond(r, 200, text_plain, 1, "answered\n", 9);
+}
+
 static void stats(tern_request *r, void *user) {
   static const tern_header json[] = {
       {"content-type", 12, "application/json", 16}};
@@ -433,12 +481,74 @@ static void stats(tern_request *r, void *user) {
       "{\"requests\":%llu,\"connections\":%llu,"
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
-      "\"bytes_allocated\":%llu,\"frees\":%llu}\n",
+      "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
+      "\"gone_eclosed\":%lu}\n",
       (unsigned long long)s.requests, (unsigned long long)s.connections,
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
-      (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees);
+      (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
+      (unsigned long)gone_seen, (unsigned long)gone_eclosed);
   tern_respond(r, 200, json, 1, body, (size_t)n);
+}
+
+/* ---- tern's own answers, the application's way ------------------------ */
+
+/* --error-hook: every answer tern makes itself (404, 405, 413, 414, 431,
+ * 400, ...) carries a JSON body of hello's instead of tern's text. The
+ * Connection field it tries to set is ignored, as for any response. */
+static void error_hook(const tern_error_info *e, void *user) {
+  static const tern_header fields[] = {
+      {"content-type", 12, "application/json", 16},
+      {"x-error-hook", 12, "1", 1},
+      {"connection", 10, "keep-alive", 10}};
+  static const tern_header evil = {"x-evil", 6, "a\r\nInjected: 1", 15};
+  char body[256];
+  size_t mlen = 0, plen = 0;
+  const char *m = e->request ? tern_request_method(e->request, &mlen) : NULL;
+  const char *p = e->request ? tern_request_path(e->request, &plen) : NULL;
+  int n, bad;
+  (void)user;
+  /* Paths under /plain are left to tern: its text answer must follow. */
+  if (p != NULL && plen >= 6 && memcmp(p, "/plain", 6) == 0)
+    return;
+  /* A field tern_respond would refuse is refused here too (TERN_EINVAL),
+   * and the hook may answer after that. */
+  bad = tern_error_respond(e->reply, &evil, 1, "x", 1);
+  if (m == NULL)
+    mlen = 4; /* "null" */
+  else if (mlen > 32)
+    mlen = 32;
+  n = snprintf(body, sizeof(body),
+               "{\"error\":%d,\"reason\":\"%s\",\"method\":%s%.*s%s,"
+               "\"bad\":%d}\n",
+               e->status, e->reason, m ? "\"" : "", (int)mlen, m ? m : "null",
+               m ? "\"" : "", bad);
+  if (tern_error_respond(e->reply, fields, 3, body, (size_t)n) == 0 &&
+      tern_error_respond(e->reply, fields, 3, body, (size_t)n) != TERN_ESTATE)
+    fprintf(stderr, "hello: a second tern_error_respond was not refused\n");
+}
+
+/* --default-handler: requests no route answers come here; the handler
+ * tells 404 from 405 and answers the latter with Allow itself. */
+static void default_handler(tern_request *r, void *user) {
+  static const tern_header json = {"content-type", 12, "application/json", 16};
+  tern_header h[2];
+  size_t alen = 0;
+  const char *allow = tern_request_allow(r, &alen);
+  int status = tern_request_route_status(r), n;
+  char body[160];
+  (void)user;
+  h[0] = json;
+  if (status == 405) {
+    h[1].name = "allow";
+    h[1].name_len = 5;
+    h[1].value = allow;
+    h[1].value_len = alen;
+  }
+  n = snprintf(body, sizeof(body), "{\"default\":%d,\"allow\":\"%.*s\"}\n",
+               status, (int)alen, allow ? allow : "");
+  tern_respond(r, status == 405 ? 405 : 404, h, status == 405 ? 2 : 1, body,
+               (size_t)n);
 }
 
 /* ---- WebSocket echo ---------------------------------------------------- */
@@ -608,7 +718,7 @@ int main(int argc, char **argv) {
   tern_route_options stream_opts, blocking_opts;
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0;
-  int i, bound, rc;
+  int i, bound, rc, want_error_hook = 0, want_default = 0;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
@@ -629,6 +739,14 @@ int main(int argc, char **argv) {
     }
     if (option(argc, argv, &i, "--tls-port", &tls_port)) {
       tls_port = tls_port ? tls_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (strcmp(argv[i], "--error-hook") == 0) {
+      want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--default-handler") == 0) {
+      want_default = 1;
       continue;
     }
     if (option(argc, argv, &i, "--workers", &v))
@@ -676,7 +794,12 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/stats", stats, NULL);
   tern_route(server, "GET", "/status", status_route, NULL);
   tern_route(server, "GET", "/early-hints", early_hints_route, NULL);
+  tern_route(server, "GET", "/longpoll", longpoll, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
+  if (want_error_hook)
+    tern_server_on_error(server, error_hook, NULL);
+  if (want_default)
+    tern_set_default_handler(server, default_handler, NULL, NULL);
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;

@@ -270,10 +270,23 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
                                 void *user, const tern_route_options *opts);
 
 /* Handler for requests no route matches, instead of the 404/405 answer.
- * `opts` may be NULL. Errors: TERN_ESTATE (running). */
+ * `opts` may be NULL. The handler tells the two cases apart with
+ * tern_request_route_status() and answers a 405 with the Allow list of
+ * tern_request_allow(). Errors: TERN_ESTATE (running). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);
+
+/* How routing went for `r`: 0 when a route matched, 404 when no route has
+ * the path, 405 when routes have the path but not for this method. A
+ * default handler sees 404 or 405; other handlers see 0. */
+TERN_EXTERN int tern_request_route_status(const tern_request *r);
+
+/* For a request with route status 405: the methods the path has, as an
+ * Allow header value ("GET, HEAD, POST"; HEAD listed with GET), `*len`
+ * bytes, valid like the request's other strings. NULL (and *len 0)
+ * otherwise. */
+TERN_EXTERN const char *tern_request_allow(const tern_request *r, size_t *len);
 
 /* ---------------------------------------------------------------------
  * The request
@@ -374,6 +387,86 @@ TERN_EXTERN int tern_request_resume(tern_request *r);
 /* Per-request user pointer, free for the handler's use. */
 TERN_EXTERN void tern_request_set_data(tern_request *r, void *data);
 TERN_EXTERN void *tern_request_data(const tern_request *r);
+
+/* ---- The client going away ---- */
+
+/* Gone callback: the request was aborted before its response was
+ * finished. Runs on the owning worker, at most once, and never after a
+ * finishing response call (tern_respond, tern_respond_ref,
+ * tern_response_end) has been made. The request stays valid: the handler
+ * still finishes it, in the callback or later, from any thread, and the
+ * response calls then return TERN_ECLOSED and send nothing (a finishing
+ * call finishes the request all the same). */
+typedef void (*tern_gone_fn)(tern_request *r, void *user);
+
+/* Ask to be told when the request's client goes away, so that a handler
+ * that waits (a long poll) can stop waiting. It fires when:
+ * - HTTP/1.1: the connection is reset or closed by the client (a FIN
+ *   while any handler of the connection has not answered counts: tern
+ *   drops the requests still unanswered, also those queued behind the
+ *   head of the pipeline, sends what is already answered and closes), or
+ *   tern closes it (timeouts, write errors, the tern_stop deadline);
+ * - HTTP/2: the client resets the stream (RST_STREAM), or the connection
+ *   ends before the response did (closed, reset, or a FIN after GOAWAY).
+ * Call from the owning worker (the handler, or another callback of the
+ * request), once the handler has the request and before it is finished;
+ * calling again replaces the callback, `fn` NULL removes it. Errors:
+ * TERN_EINVAL, TERN_ESTATE (another thread, such as a TERN_ROUTE_BLOCKING
+ * handler's, or the request is finished), TERN_ECLOSED (the client is
+ * gone already; `fn` will not run). */
+TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
+                                     void *user);
+
+/* ---------------------------------------------------------------------
+ * Answers tern makes itself
+ * ------------------------------------------------------------------ */
+
+/* What the error hook is told about an answer tern makes by itself: 400
+ * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
+ * 501 (unsupported HTTP/2 :protocol) and 503 (out of memory or threads);
+ * not the head timeout's 408 (no request exists yet) nor
+ * tern_ws_accept's 426. tern fills this in; fields may be added at the
+ * end in later versions, so never copy or allocate one. */
+typedef struct tern_error_reply tern_error_reply;
+typedef struct {
+  int status;         /* the status tern answers with */
+  const char *reason; /* its reason phrase, a static C string */
+  const char *allow;  /* 405: the Allow value (`allow_len` bytes), else NULL */
+  size_t allow_len;
+  /* The request, read-only (the request accessors work on it), or NULL
+   * when its head did not parse: HTTP/1.1's 400, 414 and 431 for a bad or
+   * oversized head have no request. On HTTP/2 a 431's request holds only
+   * the fields that arrived before the limit was reached. */
+  const tern_request *request;
+  tern_error_reply *reply; /* for tern_error_respond() */
+} tern_error_info;
+
+/* The error hook: runs on the connection's worker (so on several worker
+ * threads at once), synchronously, just before tern sends such an
+ * answer. It may call tern_error_respond() to send its own
+ * headers and body instead of tern's "404 Not Found\n" text; if it does
+ * not, tern's text goes out. It must not block, and must call nothing
+ * else on the request (the response calls included). `e` and what it
+ * points to are valid only during the call. */
+typedef void (*tern_error_fn)(const tern_error_info *e, void *user);
+
+/* Install the error hook (`fn` NULL removes it). Call before tern_run or
+ * tern_attach. Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_on_error(tern_server *srv, tern_error_fn fn,
+                                     void *user);
+
+/* From inside the error hook only: answer with `headers` and `body`
+ * (`len` bytes, copied) instead of tern's text. The status stays the one
+ * tern chose; tern adds Date, Content-Length and Connection as for any
+ * response (a connection tern closes after the answer still closes), and
+ * on a 405 the Allow header unless `headers` has one. Errors:
+ * TERN_EINVAL (bad fields, as for tern_respond; nothing was sent and the
+ * hook may try again), TERN_ESTATE (already called for this answer).
+ * TERN_ECLOSED and TERN_ENOMEM mean the answer could not be sent; the
+ * request is finished either way and tern sends nothing else. */
+TERN_EXTERN int tern_error_respond(tern_error_reply *reply,
+                                   const tern_header *headers, size_t nheaders,
+                                   const void *body, size_t len);
 
 /* ---------------------------------------------------------------------
  * Responses
@@ -543,7 +636,12 @@ typedef void (*tern_ws_message_fn)(tern_ws *ws, int type, const char *data,
  * 1007, 1009), 1001 for a server shutting down, or 1006 when the
  * connection went away without a close handshake. `reason` is the close
  * frame's reason (UTF-8, `len` bytes, valid during the call). Called
- * exactly once; afterwards the handle is invalid (see tern_ws_ref). */
+ * exactly once; afterwards the handle is invalid (see tern_ws_ref). Never
+ * called from inside a tern_ws_* call: a socket that ends during one (a
+ * send that cannot queue its frame: TERN_ENOMEM, close code 1011) refuses
+ * later calls with TERN_ECLOSED at once and gets on_close from the
+ * worker's loop after the call has returned, so a caller may hold a lock
+ * across tern_ws_send or tern_ws_broadcast that on_close takes. */
 typedef void (*tern_ws_close_fn)(tern_ws *ws, int code, const char *reason,
                                  size_t len, void *user);
 

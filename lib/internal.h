@@ -278,6 +278,8 @@ struct tern_request {
   int body_kind;      /* TERN__H1_BODY_* */
   tern_body_fn body_fn;
   void *body_user;
+  tern_gone_fn gone_fn; /* tern_request_on_gone */
+  void *gone_user;
 
   /* Response. */
   int64_t resp_left; /* declared length still to write; -1 unknown */
@@ -304,6 +306,10 @@ int tern__on_worker(const tern__worker *w);
 /* Finish the user's part of a request whose answer cannot be queued: the
  * connection closes. Returns rc. */
 int tern__request_fail(tern_request *r, int rc);
+/* The request is aborted (its client went away, its stream was reset, or
+ * its connection is closing): mark it gone and, unless its response is
+ * finished, run the handler's gone callback once. Owning worker. */
+void tern__request_gone(tern_request *r);
 /* Answer an error status on behalf of tern (small text body). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
@@ -496,6 +502,8 @@ struct tern__worker {
   tern__pool small[TERN__SMALL_CLASSES];
   tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
   tern__list ws_closing; /* WebSockets waiting for the client's close */
+  tern__list ws_ended;   /* WebSockets whose on_close is due (check phase) */
+  unsigned ws_calls;     /* tern_ws_* calls on the stack of this worker */
   char *scratch;         /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };
@@ -515,6 +523,8 @@ struct tern_server {
   tern__route **route_ptrs; /* stable pointers handed to the router */
   tern__route default_route;
   int has_default;
+  tern_error_fn error_fn; /* tern_server_on_error */
+  void *error_user;
   char allow_all[128]; /* union of route methods, for OPTIONS * */
   size_t allow_all_len;
 
@@ -582,10 +592,12 @@ void tern__msg_apply(tern__msg *m);
 
 /* WebSocket (lib/ws/ws.c), on the worker: apply a posted call; send 1001
  * to every open socket (graceful stop); end close handshakes that timed
- * out. */
+ * out; run deferred on_close callbacks. */
 void tern__ws_msg_apply(tern__msg *m);
 void tern__ws_stop_all(tern__worker *w);
 void tern__ws_sweep(tern__worker *w, uint64_t now);
+/* Run the on_close callbacks that ended inside a tern_ws_* call. */
+void tern__ws_run_closes(tern__worker *w);
 /* The reason phrase for a status code ("Not Found"), "Unknown" for an
  * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);

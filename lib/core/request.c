@@ -52,6 +52,21 @@ void tern__request_unref(tern_request *r) {
   tern__conn_unref(c);
 }
 
+void tern__request_gone(tern_request *r) {
+  tern_gone_fn fn = r->gone_fn;
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+  r->gone_fn = NULL; /* at most once */
+  /* A request that became a WebSocket was finished by tern_ws_accept;
+   * its socket reports the end through on_close instead. */
+  if (fn == NULL || (r->flags & (TERN__RQ_ENDED | TERN__RQ_TUNNEL)))
+    return;
+  /* The callback may finish the request; the caller's loop still uses it
+   * afterwards. */
+  r->refs++;
+  fn(r, r->gone_user);
+  tern__request_unref(r);
+}
+
 static void blocking_work(uv_work_t *work) {
   tern_request *r = work->data;
   r->route->handler(r, r->route->user);
@@ -223,11 +238,34 @@ int tern_request_local(const tern_request *r, char *buf, size_t size,
   return format_addr(&r->conn->local, buf, size, port);
 }
 
+int tern_request_route_status(const tern_request *r) {
+  return r->match.status;
+}
+
+const char *tern_request_allow(const tern_request *r, size_t *len) {
+  int has = r->match.status == 405;
+  if (len != NULL)
+    *len = has ? r->match.allow_len : 0;
+  return has ? r->match.allow : NULL;
+}
+
 void tern_request_set_data(tern_request *r, void *data) {
   r->data = data;
 }
 void *tern_request_data(const tern_request *r) {
   return r->data;
+}
+
+int tern_request_on_gone(tern_request *r, tern_gone_fn fn, void *user) {
+  if (r == NULL)
+    return TERN_EINVAL;
+  if (!tern__on_worker(r->w) || (r->flags & TERN__RQ_ENDED))
+    return TERN_ESTATE;
+  if (atomic_load_explicit(&r->gone, memory_order_acquire))
+    return TERN_ECLOSED;
+  r->gone_fn = fn;
+  r->gone_user = fn != NULL ? user : NULL;
+  return 0;
 }
 
 /* ---- Streaming bodies ---------------------------------------------- */

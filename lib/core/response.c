@@ -91,13 +91,90 @@ static int fields_valid(const tern_header *h, size_t n) {
   return 1;
 }
 
+/* The error hook's view of one answer. It lives on the stack of
+ * tern__respond_status for the duration of the hook. */
+struct tern_error_reply {
+  tern_request *r;
+  const tern_error_info *info;
+  int used; /* tern_error_respond took over the answer */
+};
+
+/* Room for the hook's fields plus an Allow tern adds; more than this many
+ * fields are gathered on the heap, which only such an answer pays for. */
+#define ERROR_FIELDS 16
+
+int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
+                       size_t n, const void *body, size_t len) {
+  const tern_error_info *e;
+  tern_header local[ERROR_FIELDS], *h = local;
+  size_t i, nh = n;
+  int rc, has_allow = 0;
+
+  if (rep == NULL || !fields_valid(headers, n) || (len > 0 && body == NULL))
+    return TERN_EINVAL;
+  if (rep->used)
+    return TERN_ESTATE;
+  e = rep->info;
+  for (i = 0; i < n; i++)
+    if (tern__ieq_lit(headers[i].name, headers[i].name_len, "allow"))
+      has_allow = 1;
+  /* A 405 without Allow breaks RFC 9110 15.5.6: keep tern's list unless
+   * the hook wrote its own. */
+  if (e->allow != NULL && !has_allow)
+    nh++;
+  if (nh > ERROR_FIELDS) {
+    h = tern__malloc(rep->r->w->srv, nh * sizeof(*h));
+    if (h == NULL) {
+      /* As when queuing fails: the connection closes. */
+      rep->used = 1;
+      return tern__request_fail(rep->r, TERN_ENOMEM);
+    }
+  }
+  if (n > 0)
+    memcpy(h, headers, n * sizeof(*h));
+  if (nh > n) {
+    h[n].name = "allow";
+    h[n].name_len = 5;
+    h[n].value = e->allow;
+    h[n].value_len = e->allow_len;
+  }
+  rep->used = 1;
+  rc = respond_now(rep->r, e->status, nh > 0 ? h : NULL, nh, body, len, 1, NULL,
+                   NULL);
+  if (h != local)
+    tern__free(rep->r->w->srv, h);
+  return rc;
+}
+
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len) {
+  tern_server *srv = r->w->srv;
   char body[64];
   tern_header h[2];
   size_t n = 0;
-  int len =
-      snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
+  int len;
+
+  if (status >= 400 && srv->error_fn != NULL &&
+      !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))) {
+    tern_error_info e;
+    tern_error_reply rep;
+    memset(&e, 0, sizeof(e));
+    e.status = status;
+    e.reason = tern__reason(status);
+    e.allow = allow;
+    e.allow_len = allow != NULL ? allow_len : 0;
+    /* Only a request whose head parsed has a method: anything else would
+     * show the hook empty or half-filled fields. */
+    e.request = r->method != NULL ? r : NULL;
+    e.reply = &rep;
+    rep.r = r;
+    rep.info = &e;
+    rep.used = 0;
+    srv->error_fn(&e, srv->error_user);
+    if (rep.used)
+      return;
+  }
+  len = snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
   /* A 204 or 304 carries no content, so nothing to give a type to. */
   if (status != 204 && status != 304) {
     h[n].name = "Content-Type";

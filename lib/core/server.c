@@ -383,6 +383,16 @@ int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
   return 0;
 }
 
+int tern_server_on_error(tern_server *srv, tern_error_fn fn, void *user) {
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  srv->error_fn = fn;
+  srv->error_user = fn != NULL ? user : NULL;
+  return 0;
+}
+
 /* ---- Run, attach, stop ------------------------------------------- */
 
 /* Connections beyond the descriptors the process may open would make

@@ -9,6 +9,7 @@
 
 static void on_async(uv_async_t *a);
 static void on_check(uv_check_t *h);
+static void flush_dirty(tern__worker *w);
 static void on_tick(uv_timer_t *t);
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -79,6 +80,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   tern__list_init(&w->conns);
   tern__list_init(&w->ws_open);
   tern__list_init(&w->ws_closing);
+  tern__list_init(&w->ws_ended);
   w->timeout_ms[TERN__T_HEAD] = srv->s.head_timeout_ms;
   w->timeout_ms[TERN__T_IDLE] = srv->s.idle_timeout_ms;
   w->timeout_ms[TERN__T_BODY] = srv->s.body_timeout_ms;
@@ -167,6 +169,7 @@ void tern__worker_cleanup(tern__worker *w) {
   }
   tern__free(srv, w->listeners);
   w->listeners = NULL;
+  tern__ws_run_closes(w); /* (none left once the loop ran a check phase) */
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
@@ -268,6 +271,18 @@ static void on_async(uv_async_t *a) {
  * handler resumed a body, then write everything produced in this turn. */
 static void on_check(uv_check_t *h) {
   tern__worker *w = h->data;
+  for (;;) {
+    /* A WebSocket that ended inside a tern_ws_* call hears of it now,
+     * outside every call; what its on_close sends is written below. */
+    if (!tern__list_empty(&w->ws_ended))
+      tern__ws_run_closes(w);
+    if (tern__list_empty(&w->dirty))
+      break;
+    flush_dirty(w);
+  }
+}
+
+static void flush_dirty(tern__worker *w) {
   while (!tern__list_empty(&w->dirty)) {
     tern__list *l = w->dirty.next;
     tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, dirty_link);

@@ -70,15 +70,20 @@ static tern_request *dequeue(tern__conn *c) {
 /* Requests queued behind one that closes the connection will never be
  * answered: they are gone, and their handlers learn it when responding. */
 static void drop_queue(tern__conn *c) {
-  while (c->q_head != NULL) {
-    tern_request *r = c->q_head;
+  tern_request *r;
+  /* All are gone before any callback runs: a callback that answers
+   * another request of this connection learns it is gone too. */
+  for (r = c->q_head; r != NULL; r = r->next)
     atomic_store_explicit(&r->gone, 1, memory_order_release);
+  while (c->q_head != NULL) {
+    r = c->q_head;
     if (r == c->body_req && (r->flags & TERN__RQ_READING) &&
         !(r->flags & TERN__RQ_BODY_DONE) && r->body_fn != NULL &&
         !(r->flags & TERN__RQ_ENDED)) {
       r->flags |= TERN__RQ_BODY_DONE;
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     }
+    tern__request_gone(r);
     dequeue(c);
     /* A request answered ahead of its turn keeps its output, END marker
      * included, in its own queue; each marker holds a reference to the
@@ -898,6 +903,12 @@ static void h1_on_read(tern__conn *c) {
     }
     c->flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
+    /* A handler still working for a client that has closed would answer
+     * nobody (HTTP/1.1 gives a half-closed client no way to ask for it):
+     * its request and those behind it are gone. Answers already made are
+     * in c->out and still go out before the close. */
+    if (c->q_head != NULL && !(c->q_head->flags & TERN__RQ_ENDED))
+      drop_queue(c);
     return;
   }
   if (c->body_req != NULL) {

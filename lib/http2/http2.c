@@ -349,6 +349,7 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
       r->flags |= TERN__RQ_BODY_DONE;
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
     }
+    tern__request_gone(r);
   }
   tern__outq_fail(w, &r->out, TERN_ECLOSED);
   s->h = NULL;
@@ -1221,6 +1222,14 @@ again:
   for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
     h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
     tern_request *r = s->r;
+    /* A handler that has not answered works for a client that has left
+     * (HTTP/2 has no half-closed connections): its stream is gone, like
+     * a stream the client reset. */
+    if ((r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED)) == TERN__RQ_HANDLED &&
+        !(r->flags & TERN__RQ_TUNNEL)) {
+      abandon(h, s);
+      goto again;
+    }
     if (s->flags & S_REMOTE_DONE)
       continue;
     if (!(r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED))) {

@@ -80,6 +80,10 @@ struct tern_ws {
   tern__ws_inflater *inf;
   ws_buf z; /* a compressed message being framed */
   char subprotocol[64];
+  /* on_close's arguments while it waits for the check phase. */
+  int close_code;
+  size_t close_reason_len;
+  char close_reason[TERN__WS_MAX_CONTROL];
 };
 
 /* The shared frame of tern_ws_broadcast. */
@@ -344,23 +348,58 @@ static int do_shared(tern_ws *ws, shared_frame *f) {
 /* ---- Closing ------------------------------------------------------------ */
 
 /* The end: tell the user, let the request go (which ends the HTTP/1.1
- * connection or the HTTP/2 stream) and drop the worker's reference. */
+ * connection or the HTTP/2 stream) and drop the worker's reference.
+ *
+ * A socket can end inside one of the user's own tern_ws_* calls (a send
+ * that cannot queue its frame for lack of memory, a connection that
+ * fails under a write). on_close must not run there: a caller that holds
+ * its own lock across tern_ws_send or tern_ws_broadcast, as a chat room
+ * holds its member list's, would deadlock when on_close takes that lock to
+ * remove the member. Then the socket is ended at once (calls return
+ * TERN_ECLOSED) and on_close waits on the worker's ws_ended list for the
+ * check phase of this loop turn, outside every call. */
 static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
   tern_request *r = ws->r;
+  tern__worker *w = ws->w;
+  int defer = w->ws_calls > 0;
 
   if (ws->state == WS_DONE)
     return;
   ws->state = WS_DONE;
   atomic_store(&ws->closed, 1);
   tern__list_remove(&ws->link);
-  if (ws->o.on_close != NULL)
+  if (defer) {
+    ws->close_code = code;
+    ws->close_reason_len =
+        len < sizeof(ws->close_reason) ? len : sizeof(ws->close_reason);
+    if (ws->close_reason_len > 0)
+      memcpy(ws->close_reason, reason, ws->close_reason_len);
+    tern__list_append(&w->ws_ended, &ws->link);
+    /* The check phase follows this turn's callbacks; the wake-up covers
+     * a call made from a timer of an attached loop, before the poll. */
+    if (!uv_is_closing((uv_handle_t *)&w->async))
+      uv_async_send(&w->async);
+  } else if (ws->o.on_close != NULL) {
     ws->o.on_close(ws, code, reason, len, ws->user);
+  }
   ws->r = NULL;
   if (r != NULL) {
     r->flags |= TERN__RQ_CLOSE;
     tern_response_end(r, NULL, 0);
   }
-  tern_ws_unref(ws);
+  if (!defer)
+    tern_ws_unref(ws); /* else tern__ws_run_closes drops it */
+}
+
+void tern__ws_run_closes(tern__worker *w) {
+  while (!tern__list_empty(&w->ws_ended)) {
+    tern_ws *ws = TERN__CONTAINER_OF(w->ws_ended.next, tern_ws, link);
+    tern__list_remove(&ws->link);
+    if (ws->o.on_close != NULL)
+      ws->o.on_close(ws, ws->close_code, ws->close_reason, ws->close_reason_len,
+                     ws->user);
+    tern_ws_unref(ws); /* the worker's, kept for on_close */
+  }
 }
 
 /* Send our close frame (code 0: none). */
@@ -896,6 +935,17 @@ void tern__ws_msg_apply(tern__msg *m) {
   tern__free(srv, m);
 }
 
+/* The public calls on the owning worker count themselves in ws_calls
+ * while they run: an end of a socket (this one or another of the
+ * worker's) meanwhile defers its on_close (see finish). */
+#define IN_CALL(ws, expr, rc)                                                  \
+  do {                                                                         \
+    tern__worker *w_ = (ws)->w;                                                \
+    w_->ws_calls++;                                                            \
+    (rc) = (expr);                                                             \
+    w_->ws_calls--;                                                            \
+  } while (0)
+
 static int check_type(int type) {
   return type == TERN_WS_TEXT || type == TERN_WS_BINARY;
 }
@@ -908,10 +958,13 @@ static int full_hint(const tern_ws *ws) {
 }
 
 int tern_ws_send(tern_ws *ws, int type, const void *data, size_t len) {
+  int rc;
   if (ws == NULL || !check_type(type) || (len > 0 && data == NULL))
     return TERN_EINVAL;
-  if (tern__on_worker(ws->w))
-    return do_send(ws, type, data, len, 0, 1);
+  if (tern__on_worker(ws->w)) {
+    IN_CALL(ws, do_send(ws, type, data, len, 0, 1), rc);
+    return rc;
+  }
   if (type == TERN_WS_TEXT) {
     unsigned st = TERN__WS_UTF8_OK;
     if (!text_valid(&st, data, len, 1))
@@ -924,34 +977,42 @@ int tern_ws_send(tern_ws *ws, int type, const void *data, size_t len) {
 
 int tern_ws_send_fragment(tern_ws *ws, int type, const void *data, size_t len,
                           int fin) {
+  int rc;
   if (ws == NULL || !check_type(type) || (len > 0 && data == NULL))
     return TERN_EINVAL;
-  if (tern__on_worker(ws->w))
-    return do_send(ws, type, data, len, 1, fin != 0);
+  if (tern__on_worker(ws->w)) {
+    IN_CALL(ws, do_send(ws, type, data, len, 1, fin != 0), rc);
+    return rc;
+  }
   if (full_hint(ws))
     return TERN_ETOOBIG;
   return post(ws, P_FRAGMENT, type, fin != 0, data, len, NULL);
 }
 
 int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
+  int rc;
   if (ws == NULL || len > TERN__WS_MAX_CONTROL || (len > 0 && data == NULL))
     return TERN_EINVAL;
   if (tern__on_worker(ws->w)) {
     if (!is_open(ws))
       return TERN_ECLOSED;
-    return do_control(ws, TERN__WS_OP_PING, data, len);
+    IN_CALL(ws, do_control(ws, TERN__WS_OP_PING, data, len), rc);
+    return rc;
   }
   return post(ws, P_PING, 0, 0, data, len, NULL);
 }
 
 int tern_ws_close(tern_ws *ws, int code, const char *reason, size_t len) {
   unsigned st = TERN__WS_UTF8_OK;
+  int rc;
   if (ws == NULL || (code != 0 && !tern__ws_close_code_valid(code)) ||
       (code == 0 && len > 0) || (len > 0 && reason == NULL) ||
       !text_valid(&st, reason, len, 1))
     return TERN_EINVAL;
-  if (tern__on_worker(ws->w))
-    return do_close(ws, code, reason, len);
+  if (tern__on_worker(ws->w)) {
+    IN_CALL(ws, do_close(ws, code, reason, len), rc);
+    return rc;
+  }
   return post(ws, P_CLOSE, 0, code, reason, len, NULL);
 }
 
@@ -991,7 +1052,9 @@ int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
     if (ws == NULL)
       continue;
     if (tern__on_worker(ws->w)) {
-      if (do_shared(ws, f) == 0)
+      int rc;
+      IN_CALL(ws, do_shared(ws, f), rc);
+      if (rc == 0)
         sent++;
     } else if (!full_hint(ws)) {
       atomic_fetch_add(&f->refs, 1);
@@ -1030,7 +1093,9 @@ static int set_user_pause(tern_ws *ws, int on) {
     ws->pause |= PAUSE_USER;
   else
     ws->pause &= ~(unsigned)PAUSE_USER;
+  ws->w->ws_calls++; /* as IN_CALL: the carrier may end the socket */
   apply_pause(ws);
+  ws->w->ws_calls--;
   return 0;
 }
 

@@ -12,7 +12,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, Conn, Server, Suite, build_request, check,
-                     eq, get, shared_hello_teardown)
+                     eq, get, set_linger_rst, shared_hello_teardown,
+                     stats_from)
 
 suite = Suite()
 case = suite.case
@@ -530,6 +531,74 @@ def defer_example():
             for ms in (200, 10, 0):
                 r = c.response()
                 eq(r.body, b"done after %d ms\n" % ms, "pipelined %d" % ms)
+
+
+# ---- The client going away (tern_request_on_gone) --------------------------
+
+def gone_counts():
+    with Conn(srv.port) as c:
+        st = stats_from(c)
+    return st["gone"], st["gone_eclosed"]
+
+
+def wait_gone(before, n, what, timeout=3.0):
+    """/longpoll's gone callback must run `n` more times (each seeing
+    TERN_ECLOSED from tern_respond) within `timeout`, and no more."""
+    deadline = time.monotonic() + timeout
+    want = (before[0] + n, before[1] + n)
+    while True:
+        got = gone_counts()
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    eq(got, want, what + ": (gone callbacks, TERN_ECLOSED answers)")
+    time.sleep(0.1)
+    eq(gone_counts(), want, what + ": callbacks after that")
+
+
+def long_polls(n, path="/longpoll"):
+    """A connection with `n` pipelined long polls, once the server has
+    them (they never answer)."""
+    c = Conn(srv.port)
+    c.send(b"".join(build_request("GET", path) for _ in range(n)))
+    check(c.still_open(0.2), "a long poll answered or closed")
+    return c
+
+
+@case
+def gone_on_client_close():
+    before = gone_counts()
+    long_polls(1).close()
+    wait_gone(before, 1, "FIN")
+
+
+@case
+def gone_on_client_reset():
+    before = gone_counts()
+    c = long_polls(1)
+    set_linger_rst(c.sock)
+    c.close()
+    wait_gone(before, 1, "RST")
+
+
+@case
+def gone_behind_the_pipeline_head():
+    # The second request is not at the head of the pipeline: it learns of
+    # the close as well.
+    before = gone_counts()
+    long_polls(2).close()
+    wait_gone(before, 2, "two pipelined")
+
+
+@case
+def gone_never_after_the_answer():
+    before = gone_counts()
+    with Conn(srv.port) as c:
+        r = c.request("GET", "/longpoll?now=1")
+        eq((r.status, r.body), (200, b"answered\n"), "answered long poll")
+    wait_gone(before, 0, "closed after the answer")
+    r = get(srv.port, "/longpoll?thread=1")
+    eq(r.body, b"on_gone from a thread: -3\n", "subscribing off the worker")
 
 
 def teardown():

@@ -25,7 +25,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, HOST, Conn, Server, Suite, build_request,
-                     check, eq, sanitized, shared_hello_teardown, vmrss_kib)
+                     check, eq, sanitized, set_linger_rst,
+                     shared_hello_teardown, stats_from, vmrss_kib)
 
 suite = Suite()
 case = suite.case
@@ -567,6 +568,175 @@ def errors_head_and_params():
     body, status, _ = curl(["-H", "Cookie: a=1", "-H", "Cookie: b=2",
                             url(srv.port, "/")])
     eq((status, body), (200, HELLO_BODY), "with cookie crumbs")
+
+
+def hook_body(status, reason, method):
+    m = "null" if method is None else '"%s"' % method
+    return (b'{"error":%d,"reason":"%s","method":%s,"bad":-1}\n'
+            % (status, reason.encode(), m.encode()))
+
+
+@case(timeout=30)
+def error_hook_answers():
+    s = Server("hello", ["--error-hook", "--max-uri", "64", "--max-head",
+                         "1024", "--max-body", "100"])
+    try:
+        rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X",
+                            "PUT", "-D", "-", url(s.port)])
+        text = out.decode()
+        head, _, body = text.partition("\r\n\r\n")
+        check(head.startswith("HTTP/2 405"), "405: %r" % head[:40])
+        check("\r\nallow: GET, HEAD" in head, "Allow in %r" % head)
+        check("\r\nx-error-hook: 1" in head, "hook field in %r" % head)
+        check("\r\ncontent-type: application/json" in head,
+              "content-type in %r" % head)
+        check("connection" not in head.lower(), "Connection in %r" % head)
+        eq(body.encode(), hook_body(405, "Method Not Allowed", "PUT"),
+           "405 body")
+        for args, status, reason, method in (
+                ([url(s.port, "/nope")], 404, "Not Found", "GET"),
+                ([url(s.port, "/" + "a" * 64)], 414, "URI Too Long", "GET"),
+                (["-H", "X-Pad: " + "p" * 1024, url(s.port)], 431,
+                 "Request Header Fields Too Large", "GET")):
+            body, got, version = curl(args)
+            eq((got, version, body), (status, "2",
+                                      hook_body(status, reason, method)),
+               "%d over HTTP/2" % status)
+        body, got, _ = curl([url(s.port, "/plain")])
+        eq((got, body), (404, b"404 Not Found\n"), "a hook that declines")
+        with H2(s.port) as h:
+            # Refused from Content-Length alone, before any DATA (raw: curl
+            # may report the early answer's RST_STREAM as an error).
+            h.send(headers(1, request_block(
+                "POST", "/collect", [("content-length", "101")]),
+                end_stream=False))
+            got = collect_streams(h, [1])
+            eq(got[1][0], hook_body(413, "Content Too Large", "POST"),
+               "413 body")
+        with H2(s.port) as h:
+            # A WebSocket extended CONNECT without Sec-WebSocket-Version:
+            # tern's 400, routed as a GET.
+            h.send(headers(1, request_block(
+                "CONNECT", "/ws", [(":protocol", "websocket")]),
+                end_stream=False))
+            got = collect_streams(h, [1])
+            eq(got[1][0], hook_body(400, "Bad Request", "GET"), "400 body")
+        check_serves(s.port)
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def default_handler_404_and_405():
+    s = Server("hello", ["--default-handler"])
+    try:
+        body, status, _ = curl([url(s.port, "/nope")])
+        eq((status, body), (404, b'{"default":404,"allow":""}\n'), "404")
+        rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X",
+                            "DELETE", "-D", "-", url(s.port, "/stats")])
+        head, _, body = out.decode().partition("\r\n\r\n")
+        check(head.startswith("HTTP/2 405"), "405: %r" % head[:40])
+        check("\r\nallow: GET, HEAD" in head, "Allow in %r" % head)
+        eq(body, '{"default":405,"allow":"GET, HEAD"}\n', "405 body")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+def gone_counts():
+    with Conn(srv.port) as c:
+        st = stats_from(c)
+    return st["gone"], st["gone_eclosed"]
+
+
+def wait_gone(before, n, what, timeout=3.0):
+    """/longpoll's gone callback must run `n` more times (each seeing
+    TERN_ECLOSED) within `timeout`, and no more."""
+    deadline = time.monotonic() + timeout
+    want = (before[0] + n, before[1] + n)
+    while True:
+        got = gone_counts()
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    eq(got, want, what + ": (gone callbacks, TERN_ECLOSED answers)")
+    time.sleep(0.1)
+    eq(gone_counts(), want, what + ": callbacks after that")
+
+
+def goaway(last_sid, code=NO_ERROR):
+    return frame(GOAWAY, 0, 0, struct.pack(">II", last_sid, code))
+
+
+def no_frame_for(h, seconds):
+    """No HEADERS, DATA, RST_STREAM or GOAWAY arrives within `seconds`
+    (SETTINGS are acknowledged; WINDOW_UPDATE and the like are fine)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            f = h.read_frame(max(0.01, deadline - time.monotonic()))
+        except socket.timeout:
+            return True
+        if f is None:
+            return False
+        if f[0] == SETTINGS:
+            if not f[1] & ACK:
+                h.send(frame(SETTINGS, ACK, 0))
+            continue
+        if f[0] in (HEADERS, DATA, RST_STREAM, GOAWAY):
+            return False
+    return True
+
+
+@case
+def gone_on_rst_stream():
+    before = gone_counts()
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/longpoll")) +
+               headers(3, request_block("GET", "/longpoll")))
+        check(no_frame_for(h, 0.2), "a long poll answered")
+        h.send(rst_stream(1))
+        wait_gone(before, 1, "RST_STREAM")
+        # The other stream lives on, and the connection serves.
+        h.send(headers(5, request_block("GET", "/")))
+        got = collect_streams(h, [5])
+        eq(got[5], (HELLO_BODY, None), "GET / after the reset")
+    wait_gone(before, 2, "and the connection's close")
+
+
+@case
+def gone_on_connection_close():
+    before = gone_counts()
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/longpoll")) +
+               headers(3, request_block("GET", "/longpoll")))
+        check(no_frame_for(h, 0.2), "a long poll answered")
+    wait_gone(before, 2, "FIN")
+
+
+@case
+def gone_after_goaway():
+    before = gone_counts()
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/longpoll")))
+        check(no_frame_for(h, 0.2), "a long poll answered")
+        # A graceful GOAWAY leaves stream 1 to be answered ...
+        h.send(goaway(0))
+        check(no_frame_for(h, 0.2), "answered after GOAWAY")
+        eq(gone_counts(), before, "gone after a graceful GOAWAY")
+        # ... until the client closes.
+        set_linger_rst(h.sock)
+    wait_gone(before, 1, "GOAWAY, then RST")
+
+
+@case
+def gone_never_after_the_answer():
+    before = gone_counts()
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/longpoll?now=1")))
+        got = collect_streams(h, [1])
+        eq(got[1], (b"answered\n", None), "answered long poll")
+        h.send(rst_stream(1))
+    wait_gone(before, 0, "reset and closed after the answer")
 
 
 @case

@@ -428,8 +428,122 @@ def body_too_large_with_continue():
         check(c.at_eof(3), "not closed after 413")
 
 
+# ---- The application's own error answers (hello --error-hook) ------------
+
+hook_srv = None
+
+
+def hook_server():
+    """hello with --error-hook and this file's limits, started once."""
+    global hook_srv
+    if hook_srv is None:
+        hook_srv = Server("hello", ["--error-hook",
+                                    "--max-uri", str(MAX_URI),
+                                    "--max-head", str(MAX_HEAD),
+                                    "--max-headers", str(MAX_HEADERS),
+                                    "--max-body", str(MAX_BODY)])
+    return hook_srv
+
+
+def hooked(data, status, method, closes=True, allow=None, what=None,
+           head_only=False):
+    """Send `data`; the answer must be `status` with hello's JSON body
+    (or none for HEAD), tern's Connection semantics (close after a
+    rejection, keep-alive otherwise, whatever the hook asked for) and, on
+    a 405, Allow."""
+    what = what or repr(data[:60])
+    m = "null" if method is None else '"%s"' % method
+    want = (b'{"error":%d,"reason":"%s","method":%s,"bad":-1}\n'
+            % (status, REASONS[status].encode(), m.encode()))
+    with Conn(hook_server().port) as c:
+        c.send(data)
+        r = c.response("HEAD" if head_only else "GET")
+        eq(r.status, status, what + ": status")
+        eq(r.reason, REASONS[status], what + ": reason phrase")
+        eq(r.headers.get("x-error-hook"), "1", what + ": the hook's field")
+        eq(r.headers.get("content-type"), "application/json",
+           what + ": content-type")
+        eq(r.header_count("connection"), 1 if closes else 0,
+           what + ": Connection fields")
+        eq(r.headers.get("allow"), allow, what + ": Allow")
+        if head_only:
+            eq((r.body, r.headers.get("content-length")),
+               (b"", str(len(want))), what + ": HEAD body and length")
+        else:
+            eq(r.body, want, what + ": body")
+        if closes:
+            eq(r.headers.get("connection", "").lower(), "close",
+               what + ": Connection")
+            check(c.at_eof(3), what + ": not closed after %d" % status)
+        else:
+            r = c.request("GET", "/")
+            eq(r.status, 200, what + ": the connection serves on")
+
+
+REASONS[404] = "Not Found"
+REASONS[405] = "Method Not Allowed"
+
+
+@case
+def error_hook_answers():
+    hooked(head(line=b"GET /nope HTTP/1.1"), 404, "GET", closes=False)
+    hooked(head(line=b"HEAD /nope HTTP/1.1"), 404, "HEAD", closes=False,
+           head_only=True)
+    hooked(head(line=b"PUT / HTTP/1.1"), 405, "PUT", closes=False,
+           allow="GET, HEAD")
+    hooked(post(b"Content-Length: %d" % (MAX_BODY + 1), target=b"/collect"),
+           413, "POST", what="413 from Content-Length")
+    body = b"".join(b"64\r\n" + b"z" * 100 + b"\r\n" for _ in range(11))
+    hooked(post(b"Transfer-Encoding: chunked", target=b"/collect") + body +
+           b"0\r\n\r\n", 413, "POST", what="413 from a chunked body")
+    hooked(b"GET /" + b"a" * MAX_URI + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+           414, None, what="414")
+    hooked(b"GET /" + b"a" * (MAX_URI + 100), 414, None,
+           what="414 before the head ends")
+    hooked(head(b"X-Pad: " + b"p" * MAX_HEAD), 431, None, what="431 size")
+    hooked(head(*[b"X-F%d: v" % i for i in range(MAX_HEADERS)]), 431, None,
+           what="431 count")
+    hooked(head(b"bad header"), 400, None, what="400 bad field")
+    hooked(post(b"Transfer-Encoding: chunked", target=b"/collect") +
+           b"zz\r\n", 400, "POST", what="400 bad chunk size")
+
+
+@case
+def error_hook_declines():
+    # A hook that does not answer leaves tern's own text in place.
+    with Conn(hook_server().port) as c:
+        r = c.request("GET", "/plain/x")
+        eq((r.status, r.body), (404, b"404 Not Found\n"), "tern's text")
+        eq(r.headers.get("content-type"), "text/plain", "content-type")
+        check("x-error-hook" not in r.headers, "the hook's field")
+    check("second tern_error_respond" not in hook_server().stderr_text(),
+          "a second tern_error_respond was accepted")
+
+
+@case
+def default_handler_404_and_405():
+    s = Server("hello", ["--default-handler"])
+    try:
+        with Conn(s.port) as c:
+            r = c.request("GET", "/nope")
+            eq((r.status, r.body), (404, b'{"default":404,"allow":""}\n'),
+               "unmatched path")
+            check("allow" not in r.headers, "Allow on a 404")
+            r = c.request("DELETE", "/stats")
+            eq((r.status, r.body),
+               (405, b'{"default":405,"allow":"GET, HEAD"}\n'),
+               "path without the method")
+            eq(r.headers.get("allow"), "GET, HEAD", "Allow")
+            r = c.request("GET", "/")
+            eq(r.status, 200, "a routed path")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
 def teardown():
     shared_hello_teardown(srv)
+    if hook_srv is not None:
+        shared_hello_teardown(hook_srv)
 
 
 if __name__ == "__main__":

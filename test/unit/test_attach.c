@@ -244,6 +244,91 @@ static void test_ws_every_allocation_may_fail(void) {
   sweep_allocations("/ws", ws_route, ws_client, ws_served, 400);
 }
 
+/* ---- on_close never runs inside a tern_ws_* call ---- */
+
+/* A chat room: its member list's lock is held across sends and
+ * broadcasts, and on_close takes it to remove the member. With an
+ * error-checking mutex a re-entrant on_close shows as EDEADLK instead of
+ * hanging the test. */
+static pthread_mutex_t room;
+static int room_held;                   /* the test's own view of the lock */
+static long room_opens, room_closes;    /* over one run */
+static long room_reentered, room_nomem; /* over the whole sweep */
+
+static void room_open(tern_ws *ws, void *user) {
+  (void)ws;
+  (void)user;
+  room_opens++;
+}
+
+static void room_message(tern_ws *ws, int type, const char *data, size_t len,
+                         int fin, void *user) {
+  int rc;
+  (void)fin;
+  (void)user;
+  pthread_mutex_lock(&room);
+  room_held = 1;
+  /* Text is sent, binary broadcast (to the room of one). */
+  if (type == TERN_WS_TEXT)
+    rc = tern_ws_send(ws, type, data, len);
+  else
+    rc = tern_ws_broadcast(&ws, 1, type, data, len) == 1 ? 0 : TERN_ENOMEM;
+  if (rc == TERN_ENOMEM)
+    room_nomem++;
+  room_held = 0;
+  pthread_mutex_unlock(&room);
+}
+
+static void room_close(tern_ws *ws, int code, const char *reason, size_t len,
+                       void *user) {
+  (void)ws;
+  (void)code;
+  (void)reason;
+  (void)len;
+  (void)user;
+  if (room_held || pthread_mutex_lock(&room) != 0) {
+    room_reentered++;
+    return;
+  }
+  room_closes++;
+  pthread_mutex_unlock(&room);
+}
+
+static void room_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_open = room_open;
+  o.on_message = room_message;
+  o.on_close = room_close;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
+/* Text echoed compressed, binary broadcast (uncompressed), the close. */
+static int room_served(void) {
+  /* Every socket that opened closed once, outside the room's lock. */
+  T_EQ_INT(room_closes, room_opens);
+  room_opens = room_closes = 0;
+  return ws_nops == 3 && ws_opcodes[0] == 0x41 && ws_opcodes[1] == 0x02 &&
+         ws_opcodes[2] == 0x08;
+}
+
+/* Fail each allocation of a WebSocket's life in turn: some fail a send or
+ * a broadcast, which ends the socket; its on_close must come after the
+ * call has returned (and the room's lock is free), never inside it. */
+static void test_ws_close_not_inside_calls(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(&room, &a);
+  pthread_mutexattr_destroy(&a);
+  room_reentered = room_nomem = 0;
+  sweep_allocations("/ws", room_route, ws_client, room_served, 400);
+  T_ASSERT(room_nomem > 0); /* the sweep did fail sends */
+  T_EQ_INT(room_reentered, 0);
+  pthread_mutex_destroy(&room);
+}
+
 static void test_attach_needs_one_worker(void) {
   tern_settings s;
   tern_server *two;
@@ -270,6 +355,7 @@ int main(void) {
   T_RUN(test_attach_serves_and_frees);
   T_RUN(test_every_allocation_may_fail);
   T_RUN(test_ws_every_allocation_may_fail);
+  T_RUN(test_ws_close_not_inside_calls);
   T_RUN(test_attach_needs_one_worker);
   T_RUN(test_errors_have_messages);
   return T_DONE();
