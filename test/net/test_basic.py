@@ -205,24 +205,28 @@ def pipeline_out_of_order():
 
 @case
 def pipeline_ends_with_close_or_eof():
-    # A later request that says Connection: close (or a client that shuts
-    # down its sending side after the pipeline) ends the connection after
+    # A later request that says Connection: close ends the connection after
     # that request's answer, not after the first one: the answers queued
-    # behind a deferred first request were dropped.
+    # behind a deferred first request used to be dropped.
+    with Conn(srv.port) as c:
+        c.send(build_request("GET", "/defer?ms=100") +
+               build_request("GET", "/") +
+               build_request("GET", "/", {"Connection": "close"}))
+        first = c.response(timeout=5)
+        eq((first.status, first.body), (200, b"deferred"), "first")
+        check_hello(c.response(timeout=5), "second")
+        check_hello(c.response(timeout=5), "third")
+        check(c.at_eof(3), "not closed after the last answer")
+    # A client that shuts down its sending side while the head of its
+    # pipeline is unanswered has left (as nginx takes it, see api.md's
+    # "client gone"): the unanswered request and those queued behind it
+    # are dropped, nothing is sent out of order, and the connection closes.
     import socket
-    for how in ("close", "eof"):
-        with Conn(srv.port) as c:
-            last = {"Connection": "close"} if how == "close" else None
-            c.send(build_request("GET", "/defer?ms=100") +
-                   build_request("GET", "/") +
-                   build_request("GET", "/", last))
-            if how == "eof":
-                c.sock.shutdown(socket.SHUT_WR)
-            first = c.response(timeout=5)
-            eq((first.status, first.body), (200, b"deferred"), how)
-            check_hello(c.response(timeout=5), "second, " + how)
-            check_hello(c.response(timeout=5), "third, " + how)
-            check(c.at_eof(3), "%s: not closed after the last answer" % how)
+    with Conn(srv.port) as c:
+        c.send(build_request("GET", "/defer?ms=100") +
+               build_request("GET", "/") + build_request("GET", "/"))
+        c.sock.shutdown(socket.SHUT_WR)
+        check(c.at_eof(3), "not closed after the client's FIN")
 
 
 def field_names(raw_head):
