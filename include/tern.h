@@ -694,9 +694,11 @@ TERN_EXTERN int tern_ws_protocol_offered(const tern_request *r,
  * `user` goes to every callback. On success the handshake answer is
  * queued, on_open has run, *out (if not NULL) holds the handle, and the
  * request is finished: it must not be used again. Errors:
- * - TERN_EHANDSHAKE: not a valid handshake; tern answered 400 (or 426
- *   with Sec-WebSocket-Version: 13 for a version other than 13) and the
- *   request is finished.
+ * - TERN_EHANDSHAKE: not a valid handshake, or one its connection cannot
+ *   honour (HTTP/1.1 with Connection: close, or behind a request whose
+ *   body is still arriving; 503 while the server stops); tern answered
+ *   400 (or 426 with Sec-WebSocket-Version: 13 for a version other than
+ *   13, or that 503) and the request is finished.
  * - TERN_EINVAL (bad options), TERN_ESTATE (not on the owning worker, or a
  *   response was started): nothing happened, respond as usual.
  * - TERN_ECLOSED, TERN_ENOMEM: the request is finished (the connection is

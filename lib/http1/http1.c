@@ -938,8 +938,12 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
   tern__conn *c = r->conn;
   int rc;
 
+  /* The connection cannot become this request's: it ends after the
+   * request (the client said Connection: close, or the server stops), or
+   * another request's body is still arriving. The client's handshake is
+   * then unusable; the caller answers it. */
   if (c->body_req != NULL || (c->flags & TERN__C_CLOSE_AFTER))
-    return TERN_ESTATE;
+    return TERN_EHANDSHAKE;
   r->flags |= TERN__RQ_TUNNEL;
   rc = h1_start(r, 101, h, n, -1);
   if (rc != 0) {

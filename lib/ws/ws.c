@@ -859,6 +859,13 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   rc = r->conn->proto->tunnel(r, h, nh);
   if (rc != 0) {
     ws_free(ws);
+    if (rc == TERN_EHANDSHAKE) {
+      /* The carrier cannot turn into a tunnel now (a Connection: close
+       * in the handshake, a stopping server): the handshake is refused
+       * like an invalid one, answered, and the request finished. */
+      tern__respond_status(r, w->stopping ? 503 : 400, NULL, 0);
+      return rc;
+    }
     if (rc == TERN_ESTATE)
       return rc;
     return tern__request_fail(r, rc);

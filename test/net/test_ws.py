@@ -186,6 +186,20 @@ def handshake_no_upgrade_websocket_400():
 
 
 @case
+def handshake_with_connection_close_400():
+    """A handshake that also says Connection: close (in the same field or
+    another) cannot become a WebSocket, since its connection ends after
+    the answer: 400, then the close (it used to be left unanswered: the
+    carrier refused the tunnel as if the handler had misused the API)."""
+    for token, extra in (("Upgrade, close", None),
+                         ("Upgrade", [("Connection", "close")])):
+        c, r = handshake(srv.port, conn_token=token, extra=extra)
+        with c:
+            eq(r.status, 400, "status for %r %r" % (token, extra))
+            eq(r.headers.get("connection", "").lower(), "close", "closes")
+
+
+@case
 def handshake_missing_key_400():
     rejected(400, key=False)
 
