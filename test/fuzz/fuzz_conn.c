@@ -155,11 +155,15 @@ static void ws_message(tern_ws *ws, int type, const char *d, size_t n, int fin,
 static void ws(tern_request *r, void *u) {
   tern_ws_options o;
   tern_ws *w;
+  int rc;
   (void)u;
   tern_ws_options_init(&o);
   o.on_message = ws_message;
   o.max_message_size = 64 << 10;
-  tern_ws_accept(r, &o, NULL, &w);
+  /* TERN_ESTATE / TERN_EINVAL leave the request to us (tern.h). */
+  rc = tern_ws_accept(r, &o, NULL, &w);
+  if (rc == TERN_ESTATE || rc == TERN_EINVAL)
+    tern_respond(r, 500, NULL, 0, NULL, 0);
 }
 
 static void quiet(int level, const char *msg, size_t len, void *user) {
