@@ -132,7 +132,14 @@ typedef struct tern_server tern_server;
 typedef struct tern_request tern_request;
 
 /* Create a server. `settings` may be NULL for the defaults; it is copied.
- * Returns TERN_EINVAL for an unknown settings version or a zero limit. */
+ * Every field is checked: TERN_EINVAL, with a log line (through the
+ * settings' log callback, or stderr) naming the field, for an unknown
+ * settings version or a field outside its range: max_head_size 64 to
+ * 16 MiB, max_header_count 1 to 65535, max_uri_length 1 to 16 MiB,
+ * max_body_size at least 1, every timeout at least 1 ms, max_connections
+ * 1 to 2^24, max_pipeline 1 to 1024, read_buffer_size 1 KiB to 16 MiB,
+ * workers at most 1024, tcp_nodelay 0 or 1, log_level TERN_LOG_ERROR to
+ * TERN_LOG_DEBUG, and an allocator with all three functions. */
 TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
 
 /* Free a server that is not running (never ran, or tern_run() returned, or
@@ -171,8 +178,12 @@ TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
 /* Stop gracefully: stop accepting, let requests in flight finish, close
  * idle connections; after `deadline_ms` milliseconds whatever is left is
  * closed. Then tern_run() returns. Callable from any thread and from a
- * signal handler (it only sets a flag and wakes the loops). Returns
- * TERN_ESTATE if the server is not running. */
+ * signal handler (it only sets flags and wakes the loops). A stop is
+ * never lost: called before tern_run()/tern_attach() or while they are
+ * still starting, it is remembered and carried out as soon as the server
+ * runs (tern_run then returns after the graceful stop). Called again, the
+ * shorter deadline is kept. Returns 0, or TERN_ESTATE once the server has
+ * stopped (tern_run returned). */
 TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
 
 /* ---------------------------------------------------------------------
@@ -241,6 +252,9 @@ enum {
   TERN_ROUTE_STREAM_BODY = 1u << 1,
 };
 
+/* A route with both flags is refused (TERN_EINVAL): a blocking handler
+ * cannot pace a streamed body from its thread. So is any other bit. */
+
 #define TERN_ROUTE_OPTIONS_VERSION 1
 
 typedef struct {
@@ -259,7 +273,9 @@ TERN_EXTERN void tern_route_options_init(tern_route_options *o);
  * over any. A path that matches no route gets 404; a path that matches but
  * not for this method gets 405 with an Allow header. A GET route answers
  * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
- * method), TERN_EEXIST, TERN_ESTATE (running), TERN_ENOMEM. */
+ * method, a parameter name used twice as in "/q/:x/:x", bad options:
+ * each with a log line saying what is wrong), TERN_EEXIST, TERN_ESTATE
+ * (running), TERN_ENOMEM. */
 TERN_EXTERN int tern_route(tern_server *srv, const char *method,
                            const char *pattern, tern_handler handler,
                            void *user);
@@ -270,7 +286,8 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
                                 void *user, const tern_route_options *opts);
 
 /* Handler for requests no route matches, instead of the 404/405 answer.
- * `opts` may be NULL. Errors: TERN_ESTATE (running). */
+ * `opts` may be NULL. Errors: TERN_EINVAL (bad options, logged),
+ * TERN_ESTATE (running). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);

@@ -473,6 +473,7 @@ struct tern_server {
   unsigned nworkers;
   _Atomic int state; /* 0 idle, 1 running, 2 stopping, 3 done */
   _Atomic uint32_t stop_deadline_ms;
+  _Atomic int stop_wanted; /* tern_stop was called (in any state) */
 
   _Atomic uint64_t allocs, alloc_bytes, frees;
   tern_tls *tls_list;
