@@ -13,6 +13,10 @@
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
  *   GET  /stats         the server's counters as JSON
+ *   GET  /worker        which worker thread answered (an opaque token, the
+ *                       same for every request that thread answers)
+ *   GET  /never         a handler that never answers: only the stop
+ *                       deadline ends it (the client gets 503)
  *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
  *                       extended CONNECT; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
@@ -354,6 +358,20 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+static void worker_id(tern_request *r, void *user) {
+  static _Thread_local char tag; /* its address names the thread */
+  char body[32];
+  int n = snprintf(body, sizeof(body), "%p\n", (void *)&tag);
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* Keeps the request and never answers, as a buggy handler would. */
+static void never(tern_request *r, void *user) {
+  (void)r;
+  (void)user;
+}
+
 /* ---- WebSocket echo ---------------------------------------------------- */
 
 enum { WS_STREAM = 1, WS_CMDS = 2 };
@@ -578,6 +596,8 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
+  tern_route(server, "GET", "/worker", worker_id, NULL);
+  tern_route(server, "GET", "/never", never, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");

@@ -148,7 +148,9 @@ TERN_EXTERN void tern_server_free(tern_server *srv);
 
 /* Listen on `host` (a C string: an IPv4 or IPv6 literal, "localhost", or
  * NULL for every IPv6 and IPv4 address) and `port` (0: the kernel picks a
- * free port). Every worker gets its own SO_REUSEPORT socket. On success the
+ * free port). One listening socket serves the address, shared by every
+ * worker; it does not set SO_REUSEPORT, so no other socket or process can
+ * bind the port while tern serves it (TERN_EADDRINUSE). On success the
  * bound port is stored in *bound_port if it is not NULL. May be called
  * several times for several addresses. Errors: TERN_EADDR,
  * TERN_EADDRINUSE, TERN_ESTATE (server already running), TERN_ENOMEM. */

@@ -1,5 +1,6 @@
 /* The server object: settings, routes, listening sockets, run and stop. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -271,6 +272,16 @@ static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
   return TERN_EADDR;
 }
 
+/* One listening socket per address, shared by every worker (each gets a
+ * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
+ * would spread connections over the workers in the kernel, but it cannot
+ * be closed to others: any later socket of the same user that sets the
+ * option joins the group and silently takes part of the traffic, and a
+ * second server started on our port would bind without an error. A
+ * socket without the option makes every other bind of the address fail
+ * with EADDRINUSE. The workers then take turns accepting from one queue,
+ * whichever loop wakes first; SO_REUSEADDR only lets a restarted server
+ * bind over connections still in TIME_WAIT. */
 static int open_socket(const struct sockaddr_storage *ss, int dual) {
   int one = 1, zero = 0;
   socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
@@ -279,10 +290,6 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   if (fd < 0)
     return TERN_EIO;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  /* Each worker owns a socket in one SO_REUSEPORT group: the kernel
-   * spreads connections over them and no accept lock is shared. */
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
-    goto fail;
   if (ss->ss_family == AF_INET6)
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
   if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
@@ -290,12 +297,11 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
     close(fd);
     return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
   }
-  if (listen(fd, 1024) != 0)
-    goto fail;
+  if (listen(fd, 1024) != 0) {
+    close(fd);
+    return TERN_EIO;
+  }
   return fd;
-fail:
-  close(fd);
-  return TERN_EIO;
 }
 
 static int listen_on(tern_server *srv, const char *host, int port,
@@ -322,19 +328,22 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_ENOMEM;
   for (i = 0; i < srv->nworkers; i++)
     la->fds[i] = -1;
-  for (i = 0; i < srv->nworkers; i++) {
-    fd = open_socket(&ss, host == NULL);
-    if (fd < 0) {
-      rc = fd;
+  fd = open_socket(&ss, host == NULL);
+  if (fd < 0) {
+    rc = fd;
+    goto fail;
+  }
+  la->fds[0] = fd;
+  /* Port 0: the bind picked the port; report it. */
+  if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
+    rc = TERN_EIO;
+    goto fail;
+  }
+  for (i = 1; i < srv->nworkers; i++) {
+    la->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (la->fds[i] < 0) {
+      rc = TERN_EIO;
       goto fail;
-    }
-    la->fds[i] = fd;
-    if (i == 0) {
-      /* Port 0: the first bind picks the port, the rest join it. */
-      if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
-        rc = TERN_EIO;
-        goto fail;
-      }
     }
   }
   la->addr = ss;

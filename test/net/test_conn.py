@@ -16,8 +16,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (HELLO_BODY, Closed, Conn, Server, Skip, Suite,
-                     build_request, check, sanitized,
+from harness import (HELLO_BODY, HOST, Closed, Conn, Server, Skip, Suite,
+                     binary, build_request, check, get, sanitized,
                      connect, eq, recv_until_close, set_linger_rst,
                      shared_hello_teardown, stats_from)
 
@@ -252,6 +252,59 @@ def graceful_stop():
         idle.close()
     finally:
         s.kill()
+
+
+# ---- Listening ports ----------------------------------------------------------
+
+
+@case(timeout=30)
+def port_not_shared_with_others():
+    """Only tern's own workers share a listening port. Every listener used
+    to set SO_REUSEPORT, so a second server (or any socket of the same user
+    with SO_REUSEPORT) bound the port too and took part of its traffic."""
+    s = Server("hello", args=["--workers", "2"])
+    try:
+        second = subprocess.run(
+            [binary("hello"), "--port", str(s.port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, timeout=10)
+        check(second.returncode != 0 and
+              b"address already in use" in second.stderr,
+              "a second hello on port %d: rc %d, stdout %r, stderr %r" % (
+                  s.port, second.returncode, second.stdout, second.stderr))
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((HOST, s.port))
+        except OSError as e:
+            eq(e.errno, errno.EADDRINUSE, "SO_REUSEPORT bind error")
+        else:
+            raise AssertionError("a SO_REUSEPORT socket bound port %d, "
+                                 "which tern serves" % s.port)
+        finally:
+            sock.close()
+        # The two workers still share the port: both take connections.
+        seen = {}
+        lock = threading.Lock()
+
+        def one():
+            r = get(s.port, "/worker", timeout=5)
+            with lock:
+                seen[r.body] = seen.get(r.body, 0) + 1
+
+        for _ in range(10):
+            threads = [threading.Thread(target=one) for _ in range(20)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if len(seen) == 2:
+                break
+        eq(len(seen), 2, "workers that took connections (%r)" % seen)
+        suite.note("per-worker connections: %s" % sorted(seen.values()))
+        s.check_alive()
+    finally:
+        s.stop()
 
 
 # ---- Responses from other threads under load ------------------------------
