@@ -162,8 +162,9 @@ TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
  * not be started (then nothing is running). If SIGPIPE has its default
  * action, tern_run and tern_attach set it to be ignored, so that a client
  * resetting its connection cannot kill the process. Worker 0 runs on the
- * calling thread. Every request handed to a handler must be finished
- * (responded to) for tern_run to return. */
+ * calling thread. After tern_stop it returns once every request is
+ * finished, or at the stop deadline, whichever comes first (see
+ * tern_stop). */
 TERN_EXTERN int tern_run(tern_server *srv);
 
 /* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as
@@ -178,14 +179,26 @@ TERN_EXTERN int tern_run(tern_server *srv);
 TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
 
 /* Stop gracefully: stop accepting, let requests in flight finish, close
- * idle connections; after `deadline_ms` milliseconds whatever is left is
- * closed. Then tern_run() returns. Callable from any thread and from a
- * signal handler (it only sets flags and wakes the loops). A stop is
- * never lost: called before tern_run()/tern_attach() or while they are
- * still starting, it is remembered and carried out as soon as the server
- * runs (tern_run then returns after the graceful stop). Called again, the
- * shorter deadline is kept. Returns 0, or TERN_ESTATE once the server has
- * stopped (tern_run returned). */
+ * idle connections. After `deadline_ms` milliseconds the stop is a hard
+ * one: calls from other threads are no longer taken (they return
+ * TERN_ECLOSED), every request a handler still holds without having
+ * started its response is answered 503, every connection still open is
+ * closed (a started response is cut off: the client sees the close or a
+ * stream reset), a warning is logged with the number of requests cut, and
+ * tern_run() returns, even while handlers (blocking ones included) still
+ * hold requests. Such a cut request stays valid for its holder: its
+ * accessors return empty values, tern_response_start/write return
+ * TERN_ECLOSED, and the finishing call returns TERN_ECLOSED and frees it,
+ * also after tern_server_free() (which then leaves the server's own block
+ * to the last such call). A request that is never finished keeps its
+ * block (a few KiB) and the server's allocated for good.
+ *
+ * Callable from any thread and from a signal handler (it only sets flags
+ * and wakes the loops). A stop is never lost: called before tern_run() or
+ * tern_attach(), or while they are still starting, it is remembered and
+ * carried out as soon as the server runs (tern_run then returns after the
+ * graceful stop). Called again, the shorter deadline is kept. Returns 0,
+ * or TERN_ESTATE once the server has stopped (tern_run returned). */
 TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
 
 /* ---------------------------------------------------------------------
@@ -241,13 +254,16 @@ TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
  * TERN_ROUTE_BLOCKING routes) and must eventually finish the response,
  * now or later, from any thread: tern_respond(), tern_respond_ref(), or
  * tern_response_start() ... tern_response_end(). The request stays valid
- * until then, even if the client goes away. */
+ * until then, even if the client goes away or the stop deadline cuts it
+ * (see tern_stop). */
 typedef void (*tern_handler)(tern_request *req, void *user);
 
 enum {
-  /* Run the handler on a thread pool (libuv's; size it with the
-   * UV_THREADPOOL_SIZE environment variable) so that it may block. The body
-   * is collected before the handler runs. */
+  /* Run the handler on a thread pool so that it may block: tern's own
+   * threads, started on demand, at most UV_THREADPOOL_SIZE (read when the
+   * server is created; 4 by default, at most 1024). They belong to no
+   * loop, so a handler still blocking at the stop deadline does not hold
+   * up tern_run. The body is collected before the handler runs. */
   TERN_ROUTE_BLOCKING = 1u << 0,
   /* Call the handler as soon as the head has arrived and stream the body to
    * it (tern_request_read) instead of collecting it first. */
@@ -410,14 +426,23 @@ TERN_EXTERN void *tern_request_data(const tern_request *r);
  * and tern_response_write() never finish it: after an error from them,
  * still call tern_response_end().
  *
- * TERN_ECLOSED means the client has gone away; nothing more will be sent.
- * A call that returns an error never calls the callbacks it was given and
- * leaves ownership of referenced memory with the caller. TERN_ESTATE
- * (wrong order, for example a write before start) is detected on the
- * owning worker; a posted call in the wrong order is dropped there, and a
- * posted tern_response_end() that finds no started response closes the
- * connection. If queuing fails for lack of memory, the connection is
- * closed and the call reports TERN_ENOMEM.
+ * TERN_ECLOSED means the client has gone away (or the stop deadline cut
+ * the request); nothing more will be sent. A call that returns an error
+ * never calls the callbacks it was given and leaves ownership of
+ * referenced memory with the caller.
+ *
+ * Order is checked when the call is made, on whichever thread, with the
+ * request's state kept in atomics: a second tern_respond(), a start after
+ * a start, a write or end before start, or any call after the finishing
+ * one returns TERN_ESTATE at once, changes nothing and logs an error line
+ * (through the server's log callback). That holds for every such call
+ * made while the request is alive; a call after the finishing call has
+ * returned success and the worker has retired the request reads freed
+ * memory, like any use after free. What only the worker can see (a
+ * posted write past the declared Content-Length, no memory on the
+ * worker) closes the connection and is logged. If a finishing call from
+ * another thread cannot allocate its message, the connection is closed
+ * and the call reports TERN_ENOMEM.
  * ------------------------------------------------------------------ */
 
 /* Release callback for caller-owned memory handed to tern. */

@@ -9,6 +9,7 @@
  * the connection holds one while the request is in its pipeline; the
  * end-of-response marker in the output holds one until it is written.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -51,27 +52,204 @@ void tern__request_unref(tern_request *r) {
   tern__conn_unref(c);
 }
 
-static void blocking_work(uv_work_t *work) {
-  tern_request *r = work->data;
-  r->route->handler(r, r->route->user);
+/* ---- The blocking pool ---------------------------------------------- *
+ *
+ * Blocking handlers run on threads of tern's own rather than on libuv's
+ * pool: a uv_work_t keeps its loop alive until the work returns, so one
+ * handler blocking past the stop deadline would keep tern_run from
+ * returning. These threads belong to no loop. They are detached and each
+ * holds a reference on the server, so whatever they touch after tern_run
+ * returned (the pool's lock, a request cut by the deadline) stays valid
+ * until they are done. Started on demand, up to bp_max
+ * (UV_THREADPOOL_SIZE, 4 by default); idle ones wait on bp_cond. */
+
+static void *pool_thread(void *arg) {
+  tern_server *srv = arg;
+  uv_mutex_lock(&srv->bp_lock);
+  for (;;) {
+    tern_request *r;
+    tern__route route;
+    while (srv->bp_head == NULL && !srv->bp_closing) {
+      srv->bp_idle++;
+      uv_cond_wait(&srv->bp_cond, &srv->bp_lock);
+      srv->bp_idle--;
+    }
+    if ((r = srv->bp_head) == NULL)
+      break;
+    srv->bp_head = r->pool_next;
+    if (srv->bp_head == NULL)
+      srv->bp_tail = NULL;
+    r->pool_queued = 0;
+    /* Copied under the lock: tern_server_free may free the routes while
+     * this handler still runs. */
+    route = *r->route;
+    uv_mutex_unlock(&srv->bp_lock);
+    route.handler(r, route.user);
+    uv_mutex_lock(&srv->bp_lock);
+  }
+  srv->bp_threads--;
+  uv_mutex_unlock(&srv->bp_lock);
+  tern__server_unref(srv);
+  return NULL;
 }
 
-static void blocking_done(uv_work_t *work, int status) {
-  (void)work;
-  (void)status;
+static int pool_submit(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  int rc = 0;
+  uv_mutex_lock(&srv->bp_lock);
+  if (srv->bp_closing) {
+    uv_mutex_unlock(&srv->bp_lock);
+    return TERN_ESTATE;
+  }
+  r->pool_next = NULL;
+  r->pool_queued = 1;
+  if (srv->bp_tail != NULL)
+    srv->bp_tail->pool_next = r;
+  else
+    srv->bp_head = r;
+  srv->bp_tail = r;
+  if (srv->bp_idle == 0 && srv->bp_threads < srv->bp_max) {
+    pthread_attr_t attr;
+    pthread_t t;
+    atomic_fetch_add(&srv->refs, 1);
+    if (pthread_attr_init(&attr) != 0 ||
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
+        pthread_create(&t, &attr, pool_thread, srv) != 0) {
+      atomic_fetch_sub(&srv->refs, 1);
+      if (srv->bp_threads == 0)
+        rc = TERN_EIO; /* no thread will ever take it */
+    } else {
+      srv->bp_threads++;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
+    srv->bp_head = srv->bp_tail = NULL; /* r was the only one */
+    r->pool_queued = 0;
+  } else {
+    uv_cond_signal(&srv->bp_cond);
+  }
+  uv_mutex_unlock(&srv->bp_lock);
+  return rc;
+}
+
+/* Take a request that no thread has started out of the queue; 1 if it
+ * was there. */
+static int pool_unqueue(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  tern_request **pp, *prev = NULL;
+  int found = 0;
+  uv_mutex_lock(&srv->bp_lock);
+  if (r->pool_queued) {
+    for (pp = &srv->bp_head; *pp != NULL; prev = *pp, pp = &(*pp)->pool_next)
+      if (*pp == r) {
+        *pp = r->pool_next;
+        if (srv->bp_tail == r)
+          srv->bp_tail = prev;
+        break;
+      }
+    r->pool_queued = 0;
+    found = 1;
+  }
+  uv_mutex_unlock(&srv->bp_lock);
+  return found;
+}
+
+void tern__pool_threads_close(tern_server *srv) {
+  uv_mutex_lock(&srv->bp_lock);
+  srv->bp_closing = 1;
+  uv_cond_broadcast(&srv->bp_cond);
+  uv_mutex_unlock(&srv->bp_lock);
 }
 
 void tern__request_dispatch(tern_request *r) {
   const tern__route *route = r->route;
   r->flags |= TERN__RQ_HANDLED;
+  tern__list_append(&r->w->held, &r->held_link);
   if (route->flags & TERN_ROUTE_BLOCKING) {
-    r->work.data = r;
-    if (uv_queue_work(r->w->loop, &r->work, blocking_work, blocking_done) == 0)
+    if (pool_submit(r) == 0)
       return;
     tern__respond_status(r, 503, NULL, 0);
     return;
   }
   route->handler(r, route->user);
+}
+
+void tern__request_unhold(tern_request *r) {
+  if (tern__list_linked(&r->held_link))
+    tern__list_remove(&r->held_link);
+}
+
+/* ---- The stop deadline ------------------------------------------------ */
+
+void tern__request_cut_answer(tern_request *r) {
+  static const tern_header text = {"content-type", 12, "text/plain", 10};
+  static const char body[] = "503 Service Unavailable\n";
+  const tern__proto *p = r->conn->proto;
+  tern__worker *w = r->w;
+
+  w->cut_total++;
+  if (!(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) &&
+      !atomic_load(&r->gone) && !(r->conn->flags & TERN__C_CLOSING) &&
+      p->start(r, 503, &text, 1, (int64_t)sizeof(body) - 1) == 0 &&
+      p->write(r, body, sizeof(body) - 1, 1, NULL, NULL, NULL, NULL) == 0 &&
+      p->end(r, NULL, 0) == 0)
+    w->cut_answered++;
+  /* Whatever the user calls from now on finds the client gone. */
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+}
+
+void tern__request_cut(tern_request *r) {
+  tern__worker *w = r->w;
+  tern_server *srv = w->srv;
+  tern__conn *c = r->conn;
+  unsigned old;
+
+  tern__request_unhold(r);
+  if (pool_unqueue(r)) {
+    /* No handler ever saw it: it ends like any unhandled request. */
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+    return;
+  }
+  /* Only the user's reference is left (the connection has closed). Give
+   * back everything but the block itself, on this thread, where the pools
+   * are; the views the accessors return become empty, never dangling. */
+  if (c->proto->release != NULL)
+    c->proto->release(r);
+  tern__rbuf_unref(w, r->rbuf);
+  r->rbuf = NULL;
+  tern__free(srv, r->body_buf);
+  tern__free(srv, r->trailers);
+  tern__outq_free(w, &r->out);
+  r->body_buf = NULL;
+  r->body = NULL;
+  r->body_len = 0;
+  r->trailers = NULL;
+  r->ntrailers = 0;
+  r->nheaders = 0;
+  r->method = r->target = r->path = r->query = r->authority = NULL;
+  r->method_len = r->target_len = r->path_len = r->query_len =
+      r->authority_len = 0;
+  r->match.nparams = 0;
+  r->flags = TERN__RQ_HANDLED | TERN__RQ_ENDED;
+  r->body_fn = NULL;
+  r->conn = NULL;
+  atomic_store(&r->gone, 1);
+  atomic_fetch_add(&srv->refs, 1); /* dropped with the block */
+  tern__conn_unref(c);
+  /* Whoever comes second frees the block: the user's finishing call if
+   * it comes later, or this worker if that call already gave up (it found
+   * the inbox closed before the cut). */
+  old = atomic_fetch_or(&r->ustate, TERN__U_CUT);
+  if (old & TERN__U_GAVE_UP)
+    tern__request_free_cut(r);
+}
+
+void tern__request_free_cut(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  tern__free(srv, r);
+  tern__server_unref(srv);
 }
 
 /* Append to a collected body, within the route's limit; the buffer grows

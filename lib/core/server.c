@@ -188,6 +188,14 @@ static int settings_problem(const tern_settings *s) {
   return 0;
 }
 
+/* Threads for blocking routes: UV_THREADPOOL_SIZE, as libuv's pool (which
+ * tern used before) reads it, 4 by default, 1 to 1024. */
+static unsigned pool_size(void) {
+  const char *v = getenv("UV_THREADPOOL_SIZE");
+  long n = v != NULL ? strtol(v, NULL, 10) : 0;
+  return n < 1 ? 4 : n > 1024 ? 1024 : (unsigned)n;
+}
+
 int tern_server_new(tern_server **out, const tern_settings *s) {
   tern_settings def;
   tern_server *srv;
@@ -225,13 +233,27 @@ int tern_server_new(tern_server **out, const tern_settings *s) {
   memset(srv->workers, 0, srv->nworkers * sizeof(*srv->workers));
   for (i = 0; i < srv->nworkers; i++)
     srv->workers[i].srv = srv;
+  if (uv_mutex_init(&srv->bp_lock) != 0) {
+    tern__router_free(srv->router);
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
+  if (uv_cond_init(&srv->bp_cond) != 0) {
+    uv_mutex_destroy(&srv->bp_lock);
+    tern__router_free(srv->router);
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
+  srv->bp_max = pool_size();
+  atomic_init(&srv->refs, 1);
   *out = srv;
   return 0;
 }
 
 void tern_server_free(tern_server *srv) {
   size_t i, j;
-  tern_allocator a;
 
   if (srv == NULL)
     return;
@@ -252,6 +274,23 @@ void tern_server_free(tern_server *srv) {
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
   tern__tls_free_all(srv);
+  tern__pool_threads_close(srv);
+  tern__server_unref(srv);
+}
+
+/* The last reference: what threads that outlived tern_run and
+ * tern_server_free (blocking-pool threads, handlers of requests cut by the
+ * stop deadline) may still have used. */
+void tern__server_unref(tern_server *srv) {
+  tern_allocator a;
+  unsigned i;
+  if (atomic_fetch_sub(&srv->refs, 1) != 1)
+    return;
+  for (i = 0; i < srv->nworkers; i++)
+    if (srv->workers[i].inbox_ready)
+      uv_mutex_destroy(&srv->workers[i].inbox_lock);
+  uv_cond_destroy(&srv->bp_cond);
+  uv_mutex_destroy(&srv->bp_lock);
   tern__free(srv, srv->workers);
   a = srv->s.allocator;
   a.free(srv, a.user);
@@ -599,6 +638,9 @@ int tern_run(tern_server *srv) {
     if (srv->workers[i].thread_started)
       uv_thread_join(&srv->workers[i].thread);
   atomic_store(&srv->state, TERN__S_DONE);
+  /* Idle pool threads go now; one still in a handler (of a request the
+   * deadline cut) ends when the handler returns. */
+  tern__pool_threads_close(srv);
   return 0;
 }
 

@@ -444,6 +444,82 @@ def cross_thread_bad_header_refused():
 
 
 @case(timeout=30)
+def cross_thread_misuse_refused():
+    """Response calls out of order from another thread are refused at once
+    with TERN_ESTATE (-3) and logged. They used to return 0 and be posted:
+    an end before start closed the connection and finished the request,
+    and the worker then applied the later calls to freed memory (a second
+    tern_respond crashed the worker in tern__msg_apply)."""
+    s = Server("hello")
+    try:
+        with Conn(s.port) as c:
+            r = c.request("GET", "/misuse")
+            eq(r.status, 200, "/misuse status")
+            eq(r.body, b"end-before-start -3 write-before-start -3 start 0 "
+               b"start-again -3 respond-after-start -3\n", "/misuse codes")
+            r = c.request("GET", "/misuse?report=1")
+            eq(r.body, b"end-again -3 write-after-end -3 "
+               b"respond-after-end -3\n", "calls after the end")
+            r = c.request("GET", "/")
+            eq((r.status, r.body), (200, HELLO_BODY), "the connection after")
+        s.check_alive()
+        err = s.stderr_text(20000)
+        for what in ("tern_response_end refused: no response was started",
+                     "tern_response_start refused: a response was already "
+                     "started",
+                     "tern_respond refused: the response is already "
+                     "finished"):
+            check(what in err, "no log line %r in %r" % (what, err[-600:]))
+    finally:
+        s.stop()
+
+
+@case(timeout=40)
+def stop_deadline_cuts_unanswered():
+    """The stop deadline is a hard one: requests still held by a handler
+    (one that never answers, a blocking-pool thread, a thread of the
+    program's own) are cut, their clients get 503 (or a close when the
+    response had started), and the process exits. It used to wait for
+    them forever (a never-answered request) or until the handler returned
+    (the blocking pool kept the loop alive)."""
+    s = Server("hello")
+    try:
+        conns = []
+        for target in ("/never", "/block?ms=30000", "/defer?ms=30000",
+                       "/tick?n=100000&ms=50"):
+            c = Conn(s.port, timeout=12)
+            c.send(build_request("GET", target))
+            conns.append((target, c))
+        time.sleep(0.3)
+        t_sig = time.monotonic()
+        s.signal(signal.SIGTERM)
+        for target, c in conns:
+            if target.startswith("/tick"):
+                r = c.head(time.monotonic() + 2)
+                eq(r.status, 200, "/tick status")
+                data = c.read_to_close(time.monotonic() + 8)
+                check(not data.endswith(b"0\r\n\r\n"),
+                      "/tick: a cut stream must not end cleanly")
+            else:
+                r = c.response(timeout=8)
+                eq(r.status, 503, target + " at the deadline")
+                check(c.at_eof(2), target + ": not closed after the 503")
+            c.close()
+        rc = s.wait(7.0 - (time.monotonic() - t_sig))
+        t_exit = time.monotonic() - t_sig
+        check(rc is not None, "still running 7 s after SIGTERM (5 s "
+              "deadline)")
+        eq(rc, 0, "exit status")
+        err = s.stderr_text(20000)
+        cut = re.findall(r"(\d+) requests cut \((\d+) answered 503\)", err)
+        eq((sum(int(a) for a, _ in cut), sum(int(b) for _, b in cut)),
+           (4, 3), "requests cut, answered 503 (log: %r)" % err[-600:])
+        suite.note("exit %.2f s after SIGTERM (deadline 5 s)" % t_exit)
+    finally:
+        s.kill()
+
+
+@case(timeout=30)
 def cross_thread_stream_after_reset():
     # Another thread streams while the client resets: its later writes
     # learn TERN_ECLOSED, its end finishes the request, nothing leaks.

@@ -2,7 +2,11 @@
  * (with a log line naming the problem), and tern_stop calls that must be
  * honoured whenever they come, even while tern_run is still starting. */
 #define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,11 +197,139 @@ static void test_stop_before_run(void) {
   T_EQ_INT(ca_live, 0);
 }
 
+/* ---- The stop deadline cuts held requests ----------------------------- */
+
+static tern_request *_Atomic held, *_Atomic held_started;
+static _Atomic int sleeper_in, sleeper_rc = 1, sleeper_out;
+
+static void hold(tern_request *r, void *user) {
+  (void)user;
+  atomic_store(&held, r);
+}
+
+static void hold_started(tern_request *r, void *user) {
+  (void)user;
+  tern_response_start(r, 200, NULL, 0, -1);
+  atomic_store(&held_started, r);
+}
+
+static void sleeper(tern_request *r, void *user) {
+  struct timespec ts = {0, 400 * 1000000L};
+  (void)user;
+  atomic_store(&sleeper_in, 1);
+  nanosleep(&ts, NULL);
+  atomic_store(&sleeper_rc, tern_respond(r, 200, NULL, 0, "late", 4));
+  atomic_store(&sleeper_out, 1);
+}
+
+static int send_get(int port, const char *target) {
+  struct sockaddr_in sa;
+  struct timeval tv = {5, 0};
+  char req[128];
+  int fd = socket(AF_INET, SOCK_STREAM, 0), n;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int read_status(int fd) {
+  char buf[256];
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof(buf) - 1 &&
+         (n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+    len += (size_t)n;
+  buf[len] = '\0';
+  close(fd);
+  return len > 12 && memcmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : -1;
+}
+
+static void wait_for(_Atomic int *flag, tern_request *_Atomic *req) {
+  int i;
+  for (i = 0; i < 500; i++) {
+    struct timespec ts = {0, 10 * 1000000L};
+    if ((flag != NULL && atomic_load(flag)) ||
+        (req != NULL && atomic_load(req) != NULL))
+      return;
+    nanosleep(&ts, NULL);
+  }
+  T_FAIL("a handler never ran");
+}
+
+/* Requests held past the deadline by a handler that never answers, by one
+ * that started its response, and by a blocking handler still sleeping:
+ * tern_run returns at the deadline anyway, the clients get 503 (a close
+ * for the started one), and the late calls (made after tern_server_free,
+ * even) return TERN_ECLOSED and give back every byte. */
+static void test_deadline_cuts_held_requests(void) {
+  tern_settings s;
+  tern_server *srv;
+  tern_route_options blocking;
+  pthread_t t;
+  struct timespec until;
+  int port, fd1, fd2, fd3, i;
+  void *res;
+
+  settings(&s);
+  s.log = NULL;
+  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  tern_route_options_init(&blocking);
+  blocking.flags = TERN_ROUTE_BLOCKING;
+  T_EQ_INT(tern_route(srv, "GET", "/hold", hold, NULL), 0);
+  T_EQ_INT(tern_route(srv, "GET", "/started", hold_started, NULL), 0);
+  T_EQ_INT(tern_route_with(srv, "GET", "/sleep", sleeper, NULL, &blocking), 0);
+  T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, &port), 0);
+  T_EQ_INT(pthread_create(&t, NULL, run_thread, srv), 0);
+  fd1 = send_get(port, "/hold");
+  fd2 = send_get(port, "/started");
+  fd3 = send_get(port, "/sleep");
+  T_ASSERT(fd1 >= 0 && fd2 >= 0 && fd3 >= 0);
+  wait_for(NULL, &held);
+  wait_for(NULL, &held_started);
+  wait_for(&sleeper_in, NULL);
+  T_EQ_INT(tern_stop(srv, 50), 0);
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 5;
+  T_EQ_INT(pthread_timedjoin_np(t, &res, &until), 0);
+  T_EQ_INT(*(int *)res, 0);
+  T_EQ_INT(atomic_load(&sleeper_out), 0); /* it returned before the sleeper */
+  T_EQ_INT(read_status(fd1), 503);
+  T_EQ_INT(read_status(fd2), 200); /* started: the stream is cut */
+  T_EQ_INT(read_status(fd3), 503);
+  tern_server_free(srv);
+  /* The held requests are still valid for their holders. */
+  T_EQ_INT(tern_response_write(held_started, "x", 1, NULL, NULL), TERN_ECLOSED);
+  T_EQ_INT(tern_response_end(held_started, NULL, 0), TERN_ECLOSED);
+  T_EQ_INT(tern_response_start(held, 200, NULL, 0, -1), TERN_ECLOSED);
+  T_EQ_INT(tern_respond(held, 200, NULL, 0, "x", 1), TERN_ECLOSED);
+  wait_for(&sleeper_out, NULL);
+  T_EQ_INT(atomic_load(&sleeper_rc), TERN_ECLOSED);
+  /* The pool thread lets go of the server once its handler returned. */
+  for (i = 0; i < 200 && ca_live != 0; i++) {
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  T_EQ_INT(ca_live, 0);
+}
+
 int main(void) {
   T_RUN(test_settings_out_of_range);
   T_RUN(test_settings_in_range);
   T_RUN(test_routes_refused);
   T_RUN(test_stop_while_starting);
   T_RUN(test_stop_before_run);
+  T_RUN(test_deadline_cuts_held_requests);
   return T_DONE();
 }
