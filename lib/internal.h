@@ -215,6 +215,8 @@ enum {
   TERN__RQ_UPGRADE = 1u << 14,    /* HTTP/1.1 Upgrade: parse nothing after it
                                      until it is answered */
   TERN__RQ_WS_CONNECT = 1u << 15, /* HTTP/2 extended CONNECT, websocket */
+  TERN__RQ_CUT = 1u << 16,        /* the stop deadline took the user's
+                                     reference (tern__request_cut) */
 };
 
 /* The user's side of a request, in tern_request.ustate: what the response
@@ -293,6 +295,9 @@ void tern__request_cut_answer(tern_request *r);
 void tern__request_cut(tern_request *r);
 /* Free the block of a cut request (any thread). */
 void tern__request_free_cut(tern_request *r);
+/* A finishing call on a cut request whose block the worker may still
+ * hold: whichever side comes second frees it. */
+void tern__request_give_up(tern_request *r);
 /* Shut the blocking pool: idle threads end now, busy ones after their
  * handler returns. */
 void tern__pool_threads_close(tern_server *srv);

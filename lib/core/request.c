@@ -32,6 +32,8 @@ tern_request *tern__request_new(tern__conn *c) {
   return r;
 }
 
+static void cut_keep(tern_request *r);
+
 void tern__request_unref(tern_request *r) {
   tern__worker *w = r->w;
   tern__conn *c = r->conn;
@@ -43,7 +45,10 @@ void tern__request_unref(tern_request *r) {
   tern__free(w->srv, r->body_buf);
   tern__free(w->srv, r->trailers);
   tern__outq_free(w, &r->out);
-  tern__pool_put(w, &w->req_pool, r);
+  if (r->flags & TERN__RQ_CUT)
+    cut_keep(r); /* the block stays the holder's */
+  else
+    tern__pool_put(w, &w->req_pool, r);
   /* Parsing (or reading) may have stopped at the per-connection request
    * bound: let the adapter look again. */
   if ((c->rpos < c->rlen || !(c->flags & TERN__C_READING)) &&
@@ -199,12 +204,10 @@ void tern__request_cut_answer(tern_request *r) {
   atomic_store_explicit(&r->gone, 1, memory_order_release);
 }
 
+/* The deadline takes over the user's reference: once the last other one
+ * goes too (at once, or when the closed connection's output is dropped),
+ * tern__request_unref gives back all but the block (cut_keep). */
 void tern__request_cut(tern_request *r) {
-  tern__worker *w = r->w;
-  tern_server *srv = w->srv;
-  tern__conn *c = r->conn;
-  unsigned old;
-
   tern__request_unhold(r);
   if (pool_unqueue(r)) {
     /* No handler ever saw it: it ends like any unhandled request. */
@@ -212,16 +215,18 @@ void tern__request_cut(tern_request *r) {
     tern__request_unref(r);
     return;
   }
-  /* Only the user's reference is left (the connection has closed). Give
-   * back everything but the block itself, on this thread, where the pools
-   * are; the views the accessors return become empty, never dangling. */
-  if (c->proto->release != NULL)
-    c->proto->release(r);
-  tern__rbuf_unref(w, r->rbuf);
+  r->flags |= TERN__RQ_CUT | TERN__RQ_ENDED;
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+  tern__request_unref(r);
+}
+
+/* What a cut request keeps for its holder: the block, whose views now read
+ * as empty, never dangling. Whoever comes second frees it: the user's
+ * finishing call if it comes later, or this worker if that call came
+ * first (it found the inbox closed, or ran on this worker meanwhile). */
+static void cut_keep(tern_request *r) {
+  tern_server *srv = r->w->srv;
   r->rbuf = NULL;
-  tern__free(srv, r->body_buf);
-  tern__free(srv, r->trailers);
-  tern__outq_free(w, &r->out);
   r->body_buf = NULL;
   r->body = NULL;
   r->body_len = 0;
@@ -232,17 +237,16 @@ void tern__request_cut(tern_request *r) {
   r->method_len = r->target_len = r->path_len = r->query_len =
       r->authority_len = 0;
   r->match.nparams = 0;
-  r->flags = TERN__RQ_HANDLED | TERN__RQ_ENDED;
+  r->flags = TERN__RQ_HANDLED | TERN__RQ_ENDED | TERN__RQ_CUT;
   r->body_fn = NULL;
   r->conn = NULL;
-  atomic_store(&r->gone, 1);
   atomic_fetch_add(&srv->refs, 1); /* dropped with the block */
-  tern__conn_unref(c);
-  /* Whoever comes second frees the block: the user's finishing call if
-   * it comes later, or this worker if that call already gave up (it found
-   * the inbox closed before the cut). */
-  old = atomic_fetch_or(&r->ustate, TERN__U_CUT);
-  if (old & TERN__U_GAVE_UP)
+  if (atomic_fetch_or(&r->ustate, TERN__U_CUT) & TERN__U_GAVE_UP)
+    tern__request_free_cut(r);
+}
+
+void tern__request_give_up(tern_request *r) {
+  if (atomic_fetch_or(&r->ustate, TERN__U_GAVE_UP) & TERN__U_CUT)
     tern__request_free_cut(r);
 }
 

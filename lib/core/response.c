@@ -87,6 +87,12 @@ const char *tern__reason(int status) {
 /* The user's reference ends with a finishing call: tern_respond,
  * tern_respond_ref or tern_response_end. */
 static void finish_user(tern_request *r) {
+  if (r->flags & TERN__RQ_CUT) {
+    /* The deadline took the user's reference already (a callback on the
+     * worker finishing it before the block was handed over). */
+    tern__request_give_up(r);
+    return;
+  }
   r->flags |= TERN__RQ_ENDED;
   tern__request_unhold(r);
   tern__request_unref(r);
@@ -313,8 +319,8 @@ static int post(tern_request *r, tern__msg *m, int finishing) {
   if (tern__worker_post(r->w, m) == 0)
     return rc; /* not m->reported: m may be freed already */
   tern__free(srv, m);
-  if (finishing && (atomic_fetch_or(&r->ustate, TERN__U_GAVE_UP) & TERN__U_CUT))
-    tern__request_free_cut(r);
+  if (finishing)
+    tern__request_give_up(r);
   return TERN_ECLOSED;
 }
 
@@ -333,8 +339,8 @@ static int no_memory(tern_request *r) {
     uv_async_send(&w->async);
   }
   uv_mutex_unlock(&w->inbox_lock);
-  if (closed && (atomic_fetch_or(&r->ustate, TERN__U_GAVE_UP) & TERN__U_CUT))
-    tern__request_free_cut(r);
+  if (closed)
+    tern__request_give_up(r);
   return TERN_ENOMEM;
 }
 

@@ -268,10 +268,22 @@ static void on_deadline_close(uv_timer_t *t) {
  * without having started its response is answered 503. */
 static void on_deadline(uv_timer_t *t) {
   tern__worker *w = t->data;
-  tern__list *l;
+  tern__list todo, *l;
   close_inbox(w);
-  for (l = w->held.next; l != &w->held; l = l->next)
+  /* Through a list of its own: an answer may run callbacks that finish
+   * (unlink) any held request, the current one included. */
+  tern__list_init(&todo);
+  while (!tern__list_empty(&w->held)) {
+    l = w->held.next;
+    tern__list_remove(l);
+    tern__list_append(&todo, l);
+  }
+  while (!tern__list_empty(&todo)) {
+    l = todo.next;
+    tern__list_remove(l);
+    tern__list_append(&w->held, l);
     tern__request_cut_answer(TERN__CONTAINER_OF(l, tern_request, held_link));
+  }
   /* 1 ms, not 0: libuv may run a timer due now within this same timers
    * phase, before the check phase has written the answers. */
   uv_timer_start(&w->deadline_timer, on_deadline_close, 1, 0);

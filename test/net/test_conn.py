@@ -519,6 +519,39 @@ def stop_deadline_cuts_unanswered():
         s.kill()
 
 
+@case(timeout=40)
+def stop_deadline_cuts_stalled_stream():
+    """A streamed echo whose client stops reading is still in flight at the
+    deadline, with output queued: the cut must wait for that output to be
+    dropped (whose done callbacks end the response on the worker) before
+    it hands the request block over, and the server exits on time."""
+    s = Server("hello")
+    try:
+        c = connect(s.port)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 100000000\r\n\r\n")
+        c.settimeout(0.5)
+        sent = 0
+        try:
+            while sent < 30000000:
+                sent += c.send(b"x" * 65536)
+        except socket.timeout:
+            pass
+        t_sig = time.monotonic()
+        s.signal(signal.SIGTERM)
+        rc = s.wait(7.0)
+        check(rc is not None, "still running 7 s after SIGTERM")
+        eq(rc, 0, "exit status")
+        err = s.stderr_text(20000)
+        check("1 requests cut" in err, "no cut log line in %r" % err[-600:])
+        suite.note("%d bytes sent; exit %.2f s after SIGTERM"
+                   % (sent, time.monotonic() - t_sig))
+        c.close()
+    finally:
+        s.kill()
+
+
 @case(timeout=30)
 def cross_thread_stream_after_reset():
     # Another thread streams while the client resets: its later writes
