@@ -246,6 +246,9 @@ struct tern_request {
   tern_request *pool_next;  /* the blocking pool's queue (srv->bp_lock) */
   tern_request *abort_next; /* the worker's aborts list (inbox_lock) */
   int pool_queued;          /* in that queue, handler not started yet */
+  int late_done;            /* cut, finished before the worker cleaned up
+                               (w->inbox_lock) */
+  const tern__proto *cut_proto; /* the adapter, kept past r->conn */
   unsigned flags;
   int protocol;
 
@@ -289,15 +292,18 @@ void tern__request_unhold(tern_request *r);
  * started its response (the client is then gone for the user). */
 void tern__request_cut_answer(tern_request *r);
 /* Stop deadline, on the worker, after the request's connection closed:
- * let go of a held request. Everything but the request block itself is
- * released (its views read as empty from now on); the user's finishing
- * call then returns TERN_ECLOSED and frees the block. */
+ * let go of a held request. Its views stay valid for its holder until the
+ * finishing call, which returns TERN_ECLOSED and frees what is left (or
+ * leaves that to the worker's cleanup while the worker still exists). */
 void tern__request_cut(tern_request *r);
-/* Free the block of a cut request (any thread). */
+/* The finishing call on a cut request (any thread). */
 void tern__request_free_cut(tern_request *r);
 /* A finishing call on a cut request whose block the worker may still
  * hold: whichever side comes second frees it. */
 void tern__request_give_up(tern_request *r);
+/* Worker cleanup, after its loop: free the cut requests already finished;
+ * later finishing calls free theirs themselves. */
+void tern__request_cut_cleanup(tern__worker *w);
 /* Shut the blocking pool: idle threads end now, busy ones after their
  * handler returns. */
 void tern__pool_threads_close(tern_server *srv);
@@ -475,6 +481,9 @@ struct tern__worker {
   tern__msg *inbox_head, *inbox_tail;
   tern_request *aborts; /* finishing calls that had no memory to post */
   tern__list held;      /* requests a handler holds (tern_request.held_link) */
+  tern__list cut;       /* requests cut by the deadline and not yet freed
+                           (held_link; inbox_lock once the loop is gone) */
+  int cleaned;          /* the worker is gone: late frees are the caller's */
   uint32_t cut_answered, cut_total; /* requests cut at the deadline */
 
   tern__list timers[TERN__T_COUNT];

@@ -39,16 +39,18 @@ void tern__request_unref(tern_request *r) {
   tern__conn *c = r->conn;
   if (--r->refs > 0)
     return;
-  if (c->proto->release != NULL)
-    c->proto->release(r);
-  tern__rbuf_unref(w, r->rbuf);
-  tern__free(w->srv, r->body_buf);
-  tern__free(w->srv, r->trailers);
-  tern__outq_free(w, &r->out);
-  if (r->flags & TERN__RQ_CUT)
-    cut_keep(r); /* the block stays the holder's */
-  else
+  if (r->flags & TERN__RQ_CUT) {
+    tern__outq_free(w, &r->out);
+    cut_keep(r); /* the rest stays the holder's */
+  } else {
+    if (c->proto->release != NULL)
+      c->proto->release(r);
+    tern__rbuf_unref(w, r->rbuf);
+    tern__free(w->srv, r->body_buf);
+    tern__free(w->srv, r->trailers);
+    tern__outq_free(w, &r->out);
     tern__pool_put(w, &w->req_pool, r);
+  }
   /* Parsing (or reading) may have stopped at the per-connection request
    * bound: let the adapter look again. */
   if ((c->rpos < c->rlen || !(c->flags & TERN__C_READING)) &&
@@ -220,29 +222,45 @@ void tern__request_cut(tern_request *r) {
   tern__request_unref(r);
 }
 
-/* What a cut request keeps for its holder: the block, whose views now read
- * as empty, never dangling. Whoever comes second frees it: the user's
- * finishing call if it comes later, or this worker if that call came
- * first (it found the inbox closed, or ran on this worker meanwhile). */
+/* The last reference of a cut request went (on the worker). Its output
+ * is dropped and its connection let go of, so that the worker can finish;
+ * what the holder can still see (the head's read buffer, the body, the
+ * adapter's state) stays until its finishing call. Whoever comes second
+ * frees it: that call if it comes later, or this worker if it came first
+ * (it found the inbox closed, or ran on this worker meanwhile). */
 static void cut_keep(tern_request *r) {
-  tern_server *srv = r->w->srv;
-  r->rbuf = NULL;
-  r->body_buf = NULL;
-  r->body = NULL;
-  r->body_len = 0;
-  r->trailers = NULL;
-  r->ntrailers = 0;
-  r->nheaders = 0;
-  r->method = r->target = r->path = r->query = r->authority = NULL;
-  r->method_len = r->target_len = r->path_len = r->query_len =
-      r->authority_len = 0;
-  r->match.nparams = 0;
-  r->flags = TERN__RQ_HANDLED | TERN__RQ_ENDED | TERN__RQ_CUT;
-  r->body_fn = NULL;
+  tern__worker *w = r->w;
+  r->cut_proto = r->conn->proto;
   r->conn = NULL;
-  atomic_fetch_add(&srv->refs, 1); /* dropped with the block */
+  r->flags = (r->flags | TERN__RQ_ENDED | TERN__RQ_CUT) &
+             ~(unsigned)(TERN__RQ_READING | TERN__RQ_STREAM);
+  r->body_fn = NULL;
+  tern__list_append(&w->cut, &r->held_link);
+  atomic_fetch_add(&w->srv->refs, 1); /* dropped with the block */
   if (atomic_fetch_or(&r->ustate, TERN__U_CUT) & TERN__U_GAVE_UP)
     tern__request_free_cut(r);
+}
+
+/* Give back what a cut request kept, then the block. The caller
+ * serialises it with the worker: on the worker itself, or after the
+ * worker is gone under its inbox_lock (then the pools it returns to are
+ * emptied again at once, since nobody else will). */
+static void cut_release(tern_request *r, int worker_gone) {
+  tern__worker *w = r->w;
+  tern_server *srv = w->srv;
+  size_t i;
+  tern__list_remove(&r->held_link);
+  if (r->cut_proto->release != NULL)
+    r->cut_proto->release(r);
+  tern__rbuf_unref(w, r->rbuf);
+  tern__free(srv, r->body_buf);
+  tern__free(srv, r->trailers);
+  tern__free(srv, r);
+  if (worker_gone) {
+    tern__pool_drain(w, &w->rbuf_pool);
+    for (i = 0; i < TERN__SMALL_CLASSES; i++)
+      tern__pool_drain(w, &w->small[i]);
+  }
 }
 
 void tern__request_give_up(tern_request *r) {
@@ -251,9 +269,41 @@ void tern__request_give_up(tern_request *r) {
 }
 
 void tern__request_free_cut(tern_request *r) {
-  tern_server *srv = r->w->srv;
-  tern__free(srv, r);
+  tern__worker *w = r->w;
+  tern_server *srv = w->srv;
+  if (tern__on_worker(w) && !w->cleaned) {
+    cut_release(r, 0);
+  } else {
+    uv_mutex_lock(&w->inbox_lock);
+    if (!w->cleaned) {
+      r->late_done = 1; /* the worker's cleanup frees it */
+      uv_mutex_unlock(&w->inbox_lock);
+      return;
+    }
+    cut_release(r, 1);
+    uv_mutex_unlock(&w->inbox_lock);
+  }
   tern__server_unref(srv);
+}
+
+void tern__request_cut_cleanup(tern__worker *w) {
+  tern__list *l, *next;
+  unsigned n = 0;
+  uv_mutex_lock(&w->inbox_lock);
+  w->cleaned = 1;
+  for (l = w->cut.next; l != &w->cut; l = next) {
+    tern_request *r = TERN__CONTAINER_OF(l, tern_request, held_link);
+    next = l->next;
+    if (r->late_done) {
+      cut_release(r, 0);
+      n++;
+    }
+  }
+  uv_mutex_unlock(&w->inbox_lock);
+  /* The server outlives this: tern_server_free holds its own reference
+   * until after every worker's cleanup. */
+  while (n-- > 0)
+    atomic_fetch_sub(&w->srv->refs, 1);
 }
 
 /* Append to a collected body, within the route's limit; the buffer grows

@@ -75,6 +75,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
     return TERN_EIO;
   w->inbox_ready = 1;
   tern__list_init(&w->held);
+  tern__list_init(&w->cut);
   for (i = 0; i < TERN__T_COUNT; i++)
     tern__list_init(&w->timers[i]);
   tern__list_init(&w->dirty);
@@ -200,6 +201,7 @@ void tern__worker_cleanup(tern__worker *w) {
   }
   tern__free(srv, w->listeners);
   w->listeners = NULL;
+  tern__request_cut_cleanup(w);
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);

@@ -200,7 +200,7 @@ static void test_stop_before_run(void) {
 /* ---- The stop deadline cuts held requests ----------------------------- */
 
 static tern_request *_Atomic held, *_Atomic held_started;
-static _Atomic int sleeper_in, sleeper_rc = 1, sleeper_out;
+static _Atomic int sleeper_in, sleeper_rc = 1, sleeper_out, sleeper_path;
 
 static void hold(tern_request *r, void *user) {
   (void)user;
@@ -218,6 +218,12 @@ static void sleeper(tern_request *r, void *user) {
   (void)user;
   atomic_store(&sleeper_in, 1);
   nanosleep(&ts, NULL);
+  {
+    /* Cut meanwhile, the request still reads as it came. */
+    size_t len;
+    const char *p = tern_request_path(r, &len);
+    atomic_store(&sleeper_path, len == 6 && memcmp(p, "/sleep", 6) == 0);
+  }
   atomic_store(&sleeper_rc, tern_respond(r, 200, NULL, 0, "late", 4));
   atomic_store(&sleeper_out, 1);
 }
@@ -309,13 +315,21 @@ static void test_deadline_cuts_held_requests(void) {
   T_EQ_INT(read_status(fd2), 200); /* started: the stream is cut */
   T_EQ_INT(read_status(fd3), 503);
   tern_server_free(srv);
-  /* The held requests are still valid for their holders. */
+  /* The held requests are still valid for their holders, views included. */
+  {
+    size_t len;
+    const char *p = tern_request_path(held, &len);
+    T_EQ_STR(p, len, "/hold");
+    p = tern_request_header(held, "host", 4, &len);
+    T_EQ_STR(p, len, "x");
+  }
   T_EQ_INT(tern_response_write(held_started, "x", 1, NULL, NULL), TERN_ECLOSED);
   T_EQ_INT(tern_response_end(held_started, NULL, 0), TERN_ECLOSED);
   T_EQ_INT(tern_response_start(held, 200, NULL, 0, -1), TERN_ECLOSED);
   T_EQ_INT(tern_respond(held, 200, NULL, 0, "x", 1), TERN_ECLOSED);
   wait_for(&sleeper_out, NULL);
   T_EQ_INT(atomic_load(&sleeper_rc), TERN_ECLOSED);
+  T_EQ_INT(atomic_load(&sleeper_path), 1);
   /* The pool thread lets go of the server once its handler returned. */
   for (i = 0; i < 200 && ca_live != 0; i++) {
     struct timespec ts = {0, 10 * 1000000L};
