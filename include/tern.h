@@ -198,8 +198,9 @@ TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
  * and wakes the loops). A stop is never lost: called before tern_run() or
  * tern_attach(), or while they are still starting, it is remembered and
  * carried out as soon as the server runs (tern_run then returns after the
- * graceful stop). Called again, the shorter deadline is kept. Returns 0,
- * or TERN_ESTATE once the server has stopped (tern_run returned). */
+ * graceful stop). Called again before the stop began, the shorter
+ * deadline counts; once stopping, another call changes nothing. Returns
+ * 0, or TERN_ESTATE once the server has stopped (tern_run returned). */
 TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
 
 /* ---------------------------------------------------------------------

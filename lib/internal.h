@@ -546,6 +546,7 @@ struct tern_server {
   uv_cond_t bp_cond;
   tern_request *bp_head, *bp_tail;
   unsigned bp_threads, bp_idle, bp_max;
+  size_t bp_queued; /* requests in the queue */
   int bp_closing;
 };
 

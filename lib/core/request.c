@@ -86,6 +86,7 @@ static void *pool_thread(void *arg) {
     srv->bp_head = r->pool_next;
     if (srv->bp_head == NULL)
       srv->bp_tail = NULL;
+    srv->bp_queued--;
     r->pool_queued = 0;
     /* Copied under the lock: tern_server_free may free the routes while
      * this handler still runs. */
@@ -115,7 +116,10 @@ static int pool_submit(tern_request *r) {
   else
     srv->bp_head = r;
   srv->bp_tail = r;
-  if (srv->bp_idle == 0 && srv->bp_threads < srv->bp_max) {
+  srv->bp_queued++;
+  /* Idle threads that were signalled may not have woken yet: a new one
+   * is due whenever the queue outgrows them. */
+  if (srv->bp_queued > srv->bp_idle && srv->bp_threads < srv->bp_max) {
     pthread_attr_t attr;
     pthread_t t;
     atomic_fetch_add(&srv->refs, 1);
@@ -132,6 +136,7 @@ static int pool_submit(tern_request *r) {
   }
   if (rc != 0) {
     srv->bp_head = srv->bp_tail = NULL; /* r was the only one */
+    srv->bp_queued = 0;
     r->pool_queued = 0;
   } else {
     uv_cond_signal(&srv->bp_cond);
@@ -153,6 +158,7 @@ static int pool_unqueue(tern_request *r) {
         *pp = r->pool_next;
         if (srv->bp_tail == r)
           srv->bp_tail = prev;
+        srv->bp_queued--;
         break;
       }
     r->pool_queued = 0;

@@ -672,8 +672,11 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
   state = atomic_load(&srv->state);
   if (state == TERN__S_DONE)
     return TERN_ESTATE;
-  if (!atomic_load(&srv->stop_wanted) ||
-      deadline_ms < atomic_load(&srv->stop_deadline_ms))
+  /* Before the workers began stopping the shortest deadline asked for
+   * counts; after, they have armed their timers and it changes nothing. */
+  if (state != TERN__S_STOPPING &&
+      (!atomic_load(&srv->stop_wanted) ||
+       deadline_ms < atomic_load(&srv->stop_deadline_ms)))
     atomic_store(&srv->stop_deadline_ms, deadline_ms);
   atomic_store(&srv->stop_wanted, 1);
   stop_running(srv);
