@@ -287,7 +287,10 @@ tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
 /* The user's part ended (a finishing call, or tern_ws_accept): the
  * request leaves the worker's `held` list. */
-void tern__request_unhold(tern_request *r);
+static inline void tern__request_unhold(tern_request *r) {
+  if (tern__list_linked(&r->held_link))
+    tern__list_remove(&r->held_link);
+}
 /* Stop deadline, on the worker: answer 503 to a held request that has not
  * started its response (the client is then gone for the user). */
 void tern__request_cut_answer(tern_request *r);

@@ -188,11 +188,6 @@ void tern__request_dispatch(tern_request *r) {
   route->handler(r, route->user);
 }
 
-void tern__request_unhold(tern_request *r) {
-  if (tern__list_linked(&r->held_link))
-    tern__list_remove(&r->held_link);
-}
-
 /* ---- The stop deadline ------------------------------------------------ */
 
 void tern__request_cut_answer(tern_request *r) {

@@ -129,34 +129,31 @@ static int cut_call(tern_request *r, int call) {
  * memory, which no check can catch; this one catches every such call that
  * comes while the worker still has the request.) */
 static int user_step(tern_request *r, int call) {
-  unsigned old = atomic_load(&r->ustate), want;
+  /* Per call: the bits that must be set, those that must be clear, and
+   * those it sets. */
+  static const unsigned char need[] = {0, 0, TERN__U_STARTED, TERN__U_STARTED};
+  static const unsigned char clear[] = {TERN__U_STARTED | TERN__U_DONE,
+                                        TERN__U_STARTED | TERN__U_DONE,
+                                        TERN__U_DONE, TERN__U_DONE};
+  static const unsigned char add[] = {TERN__U_STARTED | TERN__U_DONE,
+                                      TERN__U_STARTED, 0, TERN__U_DONE};
+  unsigned old = atomic_load_explicit(&r->ustate, memory_order_acquire);
   const char *why;
   for (;;) {
     if (old & TERN__U_CUT)
       return cut_call(r, call);
-    want = old;
-    why = NULL;
-    if (old & TERN__U_DONE)
-      why = "the response is already finished";
-    else if (call == CALL_RESPOND || call == CALL_START) {
-      if (old & TERN__U_STARTED)
-        why = "a response was already started";
-      want |= call == CALL_RESPOND ? TERN__U_STARTED | TERN__U_DONE
-                                   : TERN__U_STARTED;
-    } else {
-      if (!(old & TERN__U_STARTED))
-        why = "no response was started";
-      if (call == CALL_END)
-        want |= TERN__U_DONE;
-    }
-    if (why != NULL) {
-      tern__log(r->w->srv, TERN_LOG_ERROR, "%s refused: %s", call_names[call],
-                why);
-      return TERN_ESTATE;
-    }
-    if (want == old || atomic_compare_exchange_weak(&r->ustate, &old, want))
+    if ((old & need[call]) != need[call] || (old & clear[call]) != 0)
+      break;
+    if (add[call] == 0 || atomic_compare_exchange_weak_explicit(
+                              &r->ustate, &old, old | add[call],
+                              memory_order_acq_rel, memory_order_acquire))
       return 0;
   }
+  why = old & TERN__U_DONE      ? "the response is already finished"
+        : old & TERN__U_STARTED ? "a response was already started"
+                                : "no response was started";
+  tern__log(r->w->srv, TERN_LOG_ERROR, "%s refused: %s", call_names[call], why);
+  return TERN_ESTATE;
 }
 
 static int is_gone(const tern_request *r) {
