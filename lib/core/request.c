@@ -461,12 +461,23 @@ void *tern_request_data(const tern_request *r) {
 
 /* ---- Streaming bodies ---------------------------------------------- */
 
+/* The body calls belong to the owning worker (r->flags is its alone, so
+ * that is checked first); misuse is refused with a log line. */
+static int body_call_refused(const tern_request *r, const char *call,
+                             int on_worker) {
+  tern__log(r->w->srv, TERN_LOG_ERROR, "%s refused: %s", call,
+            on_worker ? "not allowed in the request's state"
+                      : "not on the owning worker");
+  return TERN_ESTATE;
+}
+
 int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
   if (r == NULL || fn == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_STREAM) || (r->flags & TERN__RQ_READING) ||
-      !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_read", 0);
+  if (!(r->flags & TERN__RQ_STREAM) || (r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_read", 1);
   if (atomic_load(&r->gone))
     return TERN_ECLOSED;
   r->body_fn = fn;
@@ -479,8 +490,10 @@ int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
 int tern_request_pause(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_pause", 0);
+  if (!(r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_pause", 1);
   r->flags |= TERN__RQ_PAUSED;
   r->conn->proto->body_flow(r);
   return 0;
@@ -489,8 +502,10 @@ int tern_request_pause(tern_request *r) {
 int tern_request_resume(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_resume", 0);
+  if (!(r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_resume", 1);
   r->flags &= ~(unsigned)TERN__RQ_PAUSED;
   r->conn->proto->body_flow(r);
   return 0;
