@@ -27,6 +27,15 @@
  *   GET  /longpoll      never answers; the client going away runs its
  *                       gone callback (now=1: answers at once; thread=1:
  *                       subscribing from another thread is refused)
+ *   GET  /worker        which worker thread answered (an opaque token, the
+ *                       same for every request that thread answers)
+ *   GET  /never         a handler that never answers: only the stop
+ *                       deadline ends it (the client gets 503)
+ *   GET  /misuse        another thread makes response calls out of order
+ *                       (while the worker waits for it, so the request
+ *                       surely lives) and answers with their return codes;
+ *                       /misuse?report=1 then gives the codes of the calls
+ *                       it made after finishing
  *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
  *                       extended CONNECT; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
@@ -551,6 +560,92 @@ static void default_handler(tern_request *r, void *user) {
                (size_t)n);
 }
 
+static void worker_id(tern_request *r, void *user) {
+  static _Thread_local char tag; /* its address names the thread */
+  char body[32];
+  int n = snprintf(body, sizeof(body), "%p\n", (void *)&tag);
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* Response calls in the wrong order from another thread: each must be
+ * refused with TERN_ESTATE at once. The handler waits (on the worker)
+ * until the thread is done, so that no posted call can have finished the
+ * request before the calls after it are made. */
+typedef struct {
+  tern_request *r;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int done;
+} misuse_state;
+
+static char misuse_after[128];
+
+static void *misuse_thread(void *arg) {
+  misuse_state *m = arg;
+  tern_request *r = m->r;
+  char body[128];
+  int e1, w1, s1, s2, r2, n;
+  e1 = tern_response_end(r, NULL, 0);
+  w1 = tern_response_write(r, "x", 1, NULL, NULL);
+  s1 = tern_response_start(r, 200, text_plain, 1, -1);
+  s2 = tern_response_start(r, 200, text_plain, 1, -1);
+  r2 = tern_respond(r, 200, text_plain, 1, "twice", 5);
+  n = snprintf(body, sizeof(body),
+               "end-before-start %d write-before-start %d start %d "
+               "start-again %d respond-after-start %d\n",
+               e1, w1, s1, s2, r2);
+  tern_response_write(r, body, (size_t)n, NULL, NULL);
+  tern_response_end(r, NULL, 0);
+  snprintf(misuse_after, sizeof(misuse_after),
+           "end-again %d write-after-end %d respond-after-end %d\n",
+           tern_response_end(r, NULL, 0),
+           tern_response_write(r, "x", 1, NULL, NULL),
+           tern_respond(r, 200, text_plain, 1, "late", 4));
+  pthread_mutex_lock(&m->lock);
+  m->done = 1;
+  pthread_cond_signal(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
+static void misuse(tern_request *r, void *user) {
+  misuse_state m;
+  pthread_t t;
+  (void)user;
+  if (query_num(r, "report")) {
+    tern_respond(r, 200, text_plain, 1, misuse_after, strlen(misuse_after));
+    return;
+  }
+  m.r = r;
+  m.done = 0;
+  pthread_mutex_init(&m.lock, NULL);
+  pthread_cond_init(&m.cond, NULL);
+  if (pthread_create(&t, NULL, misuse_thread, &m) != 0) {
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  pthread_mutex_lock(&m.lock);
+  while (!m.done)
+    pthread_cond_wait(&m.cond, &m.lock);
+  pthread_mutex_unlock(&m.lock);
+  pthread_join(t, NULL);
+  pthread_mutex_destroy(&m.lock);
+  pthread_cond_destroy(&m.cond);
+}
+
+/* Keeps the request and never answers, as a buggy handler would. The
+ * pointer is kept (the last one) so that a sanitizer build sees the block
+ * of a request the stop deadline cut as still reachable: a program that
+ * drops a request unanswered leaks that block, since only its finishing
+ * call may free it. */
+static tern_request *never_held;
+
+static void never(tern_request *r, void *user) {
+  (void)user;
+  never_held = r;
+}
+
 /* ---- WebSocket echo ---------------------------------------------------- */
 
 enum { WS_STREAM = 1, WS_CMDS = 2 };
@@ -795,6 +890,9 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/status", status_route, NULL);
   tern_route(server, "GET", "/early-hints", early_hints_route, NULL);
   tern_route(server, "GET", "/longpoll", longpoll, NULL);
+  tern_route(server, "GET", "/worker", worker_id, NULL);
+  tern_route(server, "GET", "/never", never, NULL);
+  tern_route(server, "GET", "/misuse", misuse, NULL);
   tern_route(server, "GET", "/ws", ws_route, NULL);
   if (want_error_hook)
     tern_server_on_error(server, error_hook, NULL);

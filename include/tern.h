@@ -132,7 +132,14 @@ typedef struct tern_server tern_server;
 typedef struct tern_request tern_request;
 
 /* Create a server. `settings` may be NULL for the defaults; it is copied.
- * Returns TERN_EINVAL for an unknown settings version or a zero limit. */
+ * Every field is checked: TERN_EINVAL, with a log line (through the
+ * settings' log callback, or stderr) naming the field, for an unknown
+ * settings version or a field outside its range: max_head_size 64 to
+ * 16 MiB, max_header_count 1 to 65535, max_uri_length 1 to 16 MiB,
+ * max_body_size at least 1, every timeout at least 1 ms, max_connections
+ * 1 to 2^24, max_pipeline 1 to 1024, read_buffer_size 1 KiB to 16 MiB,
+ * workers at most 1024, tcp_nodelay 0 or 1, log_level TERN_LOG_ERROR to
+ * TERN_LOG_DEBUG, and an allocator with all three functions. */
 TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
 
 /* Free a server that is not running (never ran, or tern_run() returned, or
@@ -141,7 +148,9 @@ TERN_EXTERN void tern_server_free(tern_server *srv);
 
 /* Listen on `host` (a C string: an IPv4 or IPv6 literal, "localhost", or
  * NULL for every IPv6 and IPv4 address) and `port` (0: the kernel picks a
- * free port). Every worker gets its own SO_REUSEPORT socket. On success the
+ * free port). One listening socket serves the address, shared by every
+ * worker; it does not set SO_REUSEPORT, so no other socket or process can
+ * bind the port while tern serves it (TERN_EADDRINUSE). On success the
  * bound port is stored in *bound_port if it is not NULL. May be called
  * several times for several addresses. Errors: TERN_EADDR,
  * TERN_EADDRINUSE, TERN_ESTATE (server already running), TERN_ENOMEM. */
@@ -153,8 +162,9 @@ TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
  * not be started (then nothing is running). If SIGPIPE has its default
  * action, tern_run and tern_attach set it to be ignored, so that a client
  * resetting its connection cannot kill the process. Worker 0 runs on the
- * calling thread. Every request handed to a handler must be finished
- * (responded to) for tern_run to return. */
+ * calling thread. After tern_stop it returns once every request is
+ * finished, or at the stop deadline, whichever comes first (see
+ * tern_stop). */
 TERN_EXTERN int tern_run(tern_server *srv);
 
 /* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as
@@ -169,10 +179,28 @@ TERN_EXTERN int tern_run(tern_server *srv);
 TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
 
 /* Stop gracefully: stop accepting, let requests in flight finish, close
- * idle connections; after `deadline_ms` milliseconds whatever is left is
- * closed. Then tern_run() returns. Callable from any thread and from a
- * signal handler (it only sets a flag and wakes the loops). Returns
- * TERN_ESTATE if the server is not running. */
+ * idle connections. After `deadline_ms` milliseconds the stop is a hard
+ * one: calls from other threads are no longer taken (they return
+ * TERN_ECLOSED), every request a handler still holds without having
+ * started its response is answered 503, every connection still open is
+ * closed (a started response is cut off: the client sees the close or a
+ * stream reset), a warning is logged with the number of requests cut, and
+ * tern_run() returns, even while handlers (blocking ones included) still
+ * hold requests. Such a cut request stays valid for its holder, the
+ * strings its accessors returned included: tern_response_start/write
+ * return TERN_ECLOSED, and the finishing call returns TERN_ECLOSED and
+ * frees it, also after tern_server_free() (which then leaves the server's
+ * own block to the last such call). A request that is never finished
+ * keeps its memory (its head, body and a few KiB) and the server's
+ * allocated for good.
+ *
+ * Callable from any thread and from a signal handler (it only sets flags
+ * and wakes the loops). A stop is never lost: called before tern_run() or
+ * tern_attach(), or while they are still starting, it is remembered and
+ * carried out as soon as the server runs (tern_run then returns after the
+ * graceful stop). Called again before the stop began, the shorter
+ * deadline counts; once stopping, another call changes nothing. Returns
+ * 0, or TERN_ESTATE once the server has stopped (tern_run returned). */
 TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
 
 /* ---------------------------------------------------------------------
@@ -228,18 +256,24 @@ TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
  * TERN_ROUTE_BLOCKING routes) and must eventually finish the response,
  * now or later, from any thread: tern_respond(), tern_respond_ref(), or
  * tern_response_start() ... tern_response_end(). The request stays valid
- * until then, even if the client goes away. */
+ * until then, even if the client goes away or the stop deadline cuts it
+ * (see tern_stop). */
 typedef void (*tern_handler)(tern_request *req, void *user);
 
 enum {
-  /* Run the handler on a thread pool (libuv's; size it with the
-   * UV_THREADPOOL_SIZE environment variable) so that it may block. The body
-   * is collected before the handler runs. */
+  /* Run the handler on a thread pool so that it may block: tern's own
+   * threads, started on demand, at most UV_THREADPOOL_SIZE (read when the
+   * server is created; 4 by default, at most 1024). They belong to no
+   * loop, so a handler still blocking at the stop deadline does not hold
+   * up tern_run. The body is collected before the handler runs. */
   TERN_ROUTE_BLOCKING = 1u << 0,
   /* Call the handler as soon as the head has arrived and stream the body to
    * it (tern_request_read) instead of collecting it first. */
   TERN_ROUTE_STREAM_BODY = 1u << 1,
 };
+
+/* A route with both flags is refused (TERN_EINVAL): a blocking handler
+ * cannot pace a streamed body from its thread. So is any other bit. */
 
 #define TERN_ROUTE_OPTIONS_VERSION 1
 
@@ -259,7 +293,9 @@ TERN_EXTERN void tern_route_options_init(tern_route_options *o);
  * over any. A path that matches no route gets 404; a path that matches but
  * not for this method gets 405 with an Allow header. A GET route answers
  * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
- * method), TERN_EEXIST, TERN_ESTATE (running), TERN_ENOMEM. */
+ * method, a parameter name used twice as in "/q/:x/:x", bad options:
+ * each with a log line saying what is wrong), TERN_EEXIST, TERN_ESTATE
+ * (running), TERN_ENOMEM. */
 TERN_EXTERN int tern_route(tern_server *srv, const char *method,
                            const char *pattern, tern_handler handler,
                            void *user);
@@ -272,7 +308,8 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
 /* Handler for requests no route matches, instead of the 404/405 answer.
  * `opts` may be NULL. The handler tells the two cases apart with
  * tern_request_route_status() and answers a 405 with the Allow list of
- * tern_request_allow(). Errors: TERN_ESTATE (running). */
+ * tern_request_allow(). Errors: TERN_EINVAL (bad options, logged),
+ * TERN_ESTATE (running). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);
@@ -488,14 +525,23 @@ TERN_EXTERN int tern_error_respond(tern_error_reply *reply,
  * and tern_response_write() never finish it: after an error from them,
  * still call tern_response_end().
  *
- * TERN_ECLOSED means the client has gone away; nothing more will be sent.
- * A call that returns an error never calls the callbacks it was given and
- * leaves ownership of referenced memory with the caller. TERN_ESTATE
- * (wrong order, for example a write before start) is detected on the
- * owning worker; a posted call in the wrong order is dropped there, and a
- * posted tern_response_end() that finds no started response closes the
- * connection. If queuing fails for lack of memory, the connection is
- * closed and the call reports TERN_ENOMEM.
+ * TERN_ECLOSED means the client has gone away (or the stop deadline cut
+ * the request); nothing more will be sent. A call that returns an error
+ * never calls the callbacks it was given and leaves ownership of
+ * referenced memory with the caller.
+ *
+ * Order is checked when the call is made, on whichever thread, with the
+ * request's state kept in atomics: a second tern_respond(), a start after
+ * a start, a write or end before start, or any call after the finishing
+ * one returns TERN_ESTATE at once, changes nothing and logs an error line
+ * (through the server's log callback). That holds for every such call
+ * made while the request is alive; a call after the finishing call has
+ * returned success and the worker has retired the request reads freed
+ * memory, like any use after free. What only the worker can see (a
+ * posted write past the declared Content-Length, no memory on the
+ * worker) closes the connection and is logged. If a finishing call from
+ * another thread cannot allocate its message, the connection is closed
+ * and the call reports TERN_ENOMEM.
  * ------------------------------------------------------------------ */
 
 /* Release callback for caller-owned memory handed to tern. */
@@ -736,8 +782,8 @@ TERN_EXTERN int tern_ws_close(tern_ws *ws, int code, const char *reason,
 /* Send one message to many sockets: the frame is built once and shared
  * (uncompressed, which permessage-deflate allows) rather than copied per
  * socket. NULL entries, sockets that are closed, or refuse
- * (TERN_WS_FAIL_SEND over the mark), are skipped. Any thread. Returns how many sockets took it (>= 0)
- * or TERN_EINVAL / TERN_ENOMEM. */
+ * (TERN_WS_FAIL_SEND over the mark), are skipped. Any thread. Returns how
+ * many sockets took it (>= 0) or TERN_EINVAL / TERN_ENOMEM. */
 TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
                                   const void *data, size_t len);
 

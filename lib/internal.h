@@ -249,6 +249,22 @@ enum {
   TERN__RQ_UPGRADE = 1u << 14,    /* HTTP/1.1 Upgrade: parse nothing after it
                                      until it is answered */
   TERN__RQ_WS_CONNECT = 1u << 15, /* HTTP/2 extended CONNECT, websocket */
+  TERN__RQ_CUT = 1u << 16,        /* the stop deadline took the user's
+                                     reference (tern__request_cut) */
+};
+
+/* The user's side of a request, in tern_request.ustate: what the response
+ * calls have done so far, checked and changed atomically at call time on
+ * whichever thread calls, so that a call in the wrong order is refused
+ * there (TERN_ESTATE) instead of being found, or missed, on the worker.
+ * CUT and GAVE_UP hand a request cut by the stop deadline over to whoever
+ * comes second (see tern__request_cut). */
+enum {
+  TERN__U_STARTED = 1u << 0, /* tern_response_start or tern_respond called */
+  TERN__U_DONE = 1u << 1,    /* a finishing call was accepted */
+  TERN__U_CUT = 1u << 2,     /* the stop deadline cut the request: the
+                                worker has let go of it */
+  TERN__U_GAVE_UP = 1u << 3, /* a finishing call found the inbox closed */
 };
 
 struct tern_request {
@@ -256,8 +272,17 @@ struct tern_request {
   tern__worker *w;
   tern_request *next; /* the connection's in-flight queue */
   const tern__route *route;
-  _Atomic int gone; /* the client went away */
-  int refs;         /* user (until end) + connection (until written) */
+  _Atomic int gone;         /* the client went away */
+  _Atomic unsigned ustate;  /* TERN__U_* */
+  int refs;                 /* user (until end) + connection (until written) */
+  tern__list held_link;     /* the worker's `held` list, while the user has
+                               it (handed to a handler, not yet finished) */
+  tern_request *pool_next;  /* the blocking pool's queue (srv->bp_lock) */
+  tern_request *abort_next; /* the worker's aborts list (inbox_lock) */
+  int pool_queued;          /* in that queue, handler not started yet */
+  int late_done;            /* cut, finished before the worker cleaned up
+                               (w->inbox_lock) */
+  const tern__proto *cut_proto; /* the adapter, kept past r->conn */
   unsigned flags;
   int protocol;
 
@@ -285,7 +310,6 @@ struct tern_request {
   int64_t resp_left; /* declared length still to write; -1 unknown */
   tern__outq out;    /* pending output while not at the queue head */
   void *data;        /* tern_request_set_data */
-  uv_work_t work;    /* blocking routes */
   void *proto_data;  /* adapter state (chunked decoder, h2 stream) */
 
   /* Fields below are not zeroed for each request: the router fills the
@@ -297,6 +321,34 @@ struct tern_request {
 
 tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
+/* The user's part ended (a finishing call, or tern_ws_accept): the
+ * request leaves the worker's `held` list. */
+static inline void tern__request_unhold(tern_request *r) {
+  if (tern__list_linked(&r->held_link))
+    tern__list_remove(&r->held_link);
+}
+/* Stop deadline, on the worker: answer 503 to a held request that has not
+ * started its response (the client is then gone for the user). */
+void tern__request_cut_answer(tern_request *r);
+/* Stop deadline, on the worker, after the request's connection closed:
+ * let go of a held request. Its views stay valid for its holder until the
+ * finishing call, which returns TERN_ECLOSED and frees what is left (or
+ * leaves that to the worker's cleanup while the worker still exists). */
+void tern__request_cut(tern_request *r);
+/* The finishing call on a cut request (any thread). */
+void tern__request_free_cut(tern_request *r);
+/* A finishing call on a cut request whose block the worker may still
+ * hold: whichever side comes second frees it. */
+void tern__request_give_up(tern_request *r);
+/* Worker cleanup, after its loop: free the cut requests already finished;
+ * later finishing calls free theirs themselves. */
+void tern__request_cut_cleanup(tern__worker *w);
+/* Shut the blocking pool: idle threads end now, busy ones after their
+ * handler returns. */
+void tern__pool_threads_close(tern_server *srv);
+/* Drop a reference on the server; the last one frees what
+ * tern_server_free left for the threads still using it. */
+void tern__server_unref(tern_server *srv);
 /* Append to a collected body within the route's limit: 0, 413 or 503. */
 int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */
@@ -483,8 +535,16 @@ struct tern__worker {
   int handles_open; /* worker handles not yet closed */
   size_t nconns;    /* connection objects alive (open or referenced) */
 
-  uv_mutex_t inbox_lock;
+  uv_mutex_t inbox_lock; /* lives until the server's last reference */
+  int inbox_ready;       /* inbox_lock initialised */
+  int inbox_closed;      /* posts are refused (the loop is ending) */
   tern__msg *inbox_head, *inbox_tail;
+  tern_request *aborts; /* finishing calls that had no memory to post */
+  tern__list held;      /* requests a handler holds (tern_request.held_link) */
+  tern__list cut;       /* requests cut by the deadline and not yet freed
+                           (held_link; inbox_lock once the loop is gone) */
+  int cleaned;          /* the worker is gone: late frees are the caller's */
+  uint32_t cut_answered, cut_total; /* requests cut at the deadline */
 
   tern__list timers[TERN__T_COUNT];
   uint32_t timeout_ms[TERN__T_COUNT];
@@ -534,9 +594,24 @@ struct tern_server {
   unsigned nworkers;
   _Atomic int state; /* 0 idle, 1 running, 2 stopping, 3 done */
   _Atomic uint32_t stop_deadline_ms;
+  _Atomic int stop_wanted; /* tern_stop was called (in any state) */
 
   _Atomic uint64_t allocs, alloc_bytes, frees;
   tern_tls *tls_list;
+
+  /* tern_server_free drops one reference; each blocking-pool thread and
+   * each request cut by the stop deadline holds one, so that the memory
+   * they still use outlives tern_run and tern_server_free. */
+  _Atomic int refs;
+  /* The blocking-route pool (lib/core/request.c): tern's own threads, so
+   * that a handler still blocking at the stop deadline does not keep any
+   * loop alive. */
+  uv_mutex_t bp_lock;
+  uv_cond_t bp_cond;
+  tern_request *bp_head, *bp_tail;
+  unsigned bp_threads, bp_idle, bp_max;
+  size_t bp_queued; /* requests in the queue */
+  int bp_closing;
 };
 
 enum {
@@ -552,8 +627,9 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
 void tern__worker_run_thread(void *arg);
 /* Close the worker's handles, run its loop dry, free its pools. */
 void tern__worker_cleanup(tern__worker *w);
-/* Post a cross-thread message to the worker (takes ownership). */
-void tern__worker_post(tern__worker *w, tern__msg *m);
+/* Post a cross-thread message to the worker (takes ownership). Returns
+ * TERN_ECLOSED, keeping nothing, once the worker's loop is ending. */
+int tern__worker_post(tern__worker *w, tern__msg *m);
 void tern__worker_accept(uv_stream_t *listener, int status);
 void tern__worker_maybe_done(tern__worker *w);
 void tern__date_update(tern__worker *w);
@@ -589,6 +665,12 @@ struct tern__msg {
 };
 
 void tern__msg_apply(tern__msg *m);
+/* Close the connections of requests on an aborts list (their finishing
+ * call found no memory to post itself). */
+void tern__request_abort_all(tern_request *r);
+/* End a started response on the worker, without the user-side check. */
+int tern__response_end(tern_request *r, const tern_header *trailers,
+                       size_t ntrailers);
 
 /* WebSocket (lib/ws/ws.c), on the worker: apply a posted call; send 1001
  * to every open socket (graceful stop); end close handshakes that timed

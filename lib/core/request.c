@@ -10,6 +10,7 @@
  * end-of-response marker in the output holds one until it is written.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -32,18 +33,25 @@ tern_request *tern__request_new(tern__conn *c) {
   return r;
 }
 
+static void cut_keep(tern_request *r);
+
 void tern__request_unref(tern_request *r) {
   tern__worker *w = r->w;
   tern__conn *c = r->conn;
   if (--r->refs > 0)
     return;
-  if (c->proto->release != NULL)
-    c->proto->release(r);
-  tern__rbuf_unref(w, r->rbuf);
-  tern__free(w->srv, r->body_buf);
-  tern__free(w->srv, r->trailers);
-  tern__outq_free(w, &r->out);
-  tern__pool_put(w, &w->req_pool, r);
+  if (r->flags & TERN__RQ_CUT) {
+    tern__outq_free(w, &r->out);
+    cut_keep(r); /* the rest stays the holder's */
+  } else {
+    if (c->proto->release != NULL)
+      c->proto->release(r);
+    tern__rbuf_unref(w, r->rbuf);
+    tern__free(w->srv, r->body_buf);
+    tern__free(w->srv, r->trailers);
+    tern__outq_free(w, &r->out);
+    tern__pool_put(w, &w->req_pool, r);
+  }
   /* Parsing (or reading) may have stopped at the per-connection request
    * bound: let the adapter look again. */
   if ((c->rpos < c->rlen || !(c->flags & TERN__C_READING)) &&
@@ -67,27 +75,252 @@ void tern__request_gone(tern_request *r) {
   tern__request_unref(r);
 }
 
-static void blocking_work(uv_work_t *work) {
-  tern_request *r = work->data;
-  r->route->handler(r, r->route->user);
+/* ---- The blocking pool ---------------------------------------------- *
+ *
+ * Blocking handlers run on threads of tern's own rather than on libuv's
+ * pool: a uv_work_t keeps its loop alive until the work returns, so one
+ * handler blocking past the stop deadline would keep tern_run from
+ * returning. These threads belong to no loop. They are detached and each
+ * holds a reference on the server, so whatever they touch after tern_run
+ * returned (the pool's lock, a request cut by the deadline) stays valid
+ * until they are done. Started on demand, up to bp_max
+ * (UV_THREADPOOL_SIZE, 4 by default); idle ones wait on bp_cond. */
+
+static void *pool_thread(void *arg) {
+  tern_server *srv = arg;
+  uv_mutex_lock(&srv->bp_lock);
+  for (;;) {
+    tern_request *r;
+    tern__route route;
+    while (srv->bp_head == NULL && !srv->bp_closing) {
+      srv->bp_idle++;
+      uv_cond_wait(&srv->bp_cond, &srv->bp_lock);
+      srv->bp_idle--;
+    }
+    if ((r = srv->bp_head) == NULL)
+      break;
+    srv->bp_head = r->pool_next;
+    if (srv->bp_head == NULL)
+      srv->bp_tail = NULL;
+    srv->bp_queued--;
+    r->pool_queued = 0;
+    /* Copied under the lock: tern_server_free may free the routes while
+     * this handler still runs. */
+    route = *r->route;
+    uv_mutex_unlock(&srv->bp_lock);
+    route.handler(r, route.user);
+    uv_mutex_lock(&srv->bp_lock);
+  }
+  srv->bp_threads--;
+  uv_mutex_unlock(&srv->bp_lock);
+  tern__server_unref(srv);
+  return NULL;
 }
 
-static void blocking_done(uv_work_t *work, int status) {
-  (void)work;
-  (void)status;
+static int pool_submit(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  int rc = 0;
+  uv_mutex_lock(&srv->bp_lock);
+  if (srv->bp_closing) {
+    uv_mutex_unlock(&srv->bp_lock);
+    return TERN_ESTATE;
+  }
+  r->pool_next = NULL;
+  r->pool_queued = 1;
+  if (srv->bp_tail != NULL)
+    srv->bp_tail->pool_next = r;
+  else
+    srv->bp_head = r;
+  srv->bp_tail = r;
+  srv->bp_queued++;
+  /* Idle threads that were signalled may not have woken yet: a new one
+   * is due whenever the queue outgrows them. */
+  if (srv->bp_queued > srv->bp_idle && srv->bp_threads < srv->bp_max) {
+    pthread_attr_t attr;
+    pthread_t t;
+    atomic_fetch_add(&srv->refs, 1);
+    if (pthread_attr_init(&attr) != 0 ||
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
+        pthread_create(&t, &attr, pool_thread, srv) != 0) {
+      atomic_fetch_sub(&srv->refs, 1);
+      if (srv->bp_threads == 0)
+        rc = TERN_EIO; /* no thread will ever take it */
+    } else {
+      srv->bp_threads++;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
+    srv->bp_head = srv->bp_tail = NULL; /* r was the only one */
+    srv->bp_queued = 0;
+    r->pool_queued = 0;
+  } else {
+    uv_cond_signal(&srv->bp_cond);
+  }
+  uv_mutex_unlock(&srv->bp_lock);
+  return rc;
+}
+
+/* Take a request that no thread has started out of the queue; 1 if it
+ * was there. */
+static int pool_unqueue(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  tern_request **pp, *prev = NULL;
+  int found = 0;
+  uv_mutex_lock(&srv->bp_lock);
+  if (r->pool_queued) {
+    for (pp = &srv->bp_head; *pp != NULL; prev = *pp, pp = &(*pp)->pool_next)
+      if (*pp == r) {
+        *pp = r->pool_next;
+        if (srv->bp_tail == r)
+          srv->bp_tail = prev;
+        srv->bp_queued--;
+        break;
+      }
+    r->pool_queued = 0;
+    found = 1;
+  }
+  uv_mutex_unlock(&srv->bp_lock);
+  return found;
+}
+
+void tern__pool_threads_close(tern_server *srv) {
+  uv_mutex_lock(&srv->bp_lock);
+  srv->bp_closing = 1;
+  uv_cond_broadcast(&srv->bp_cond);
+  uv_mutex_unlock(&srv->bp_lock);
 }
 
 void tern__request_dispatch(tern_request *r) {
   const tern__route *route = r->route;
   r->flags |= TERN__RQ_HANDLED;
+  tern__list_append(&r->w->held, &r->held_link);
   if (route->flags & TERN_ROUTE_BLOCKING) {
-    r->work.data = r;
-    if (uv_queue_work(r->w->loop, &r->work, blocking_work, blocking_done) == 0)
+    if (pool_submit(r) == 0)
       return;
     tern__respond_status(r, 503, NULL, 0);
     return;
   }
   route->handler(r, route->user);
+}
+
+/* ---- The stop deadline ------------------------------------------------ */
+
+void tern__request_cut_answer(tern_request *r) {
+  static const tern_header text = {"content-type", 12, "text/plain", 10};
+  static const char body[] = "503 Service Unavailable\n";
+  const tern__proto *p = r->conn->proto;
+  tern__worker *w = r->w;
+
+  w->cut_total++;
+  if (!(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) &&
+      !atomic_load(&r->gone) && !(r->conn->flags & TERN__C_CLOSING) &&
+      p->start(r, 503, &text, 1, (int64_t)sizeof(body) - 1) == 0 &&
+      p->write(r, body, sizeof(body) - 1, 1, NULL, NULL, NULL, NULL) == 0 &&
+      p->end(r, NULL, 0) == 0)
+    w->cut_answered++;
+  /* Whatever the user calls from now on finds the client gone. */
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+}
+
+/* The deadline takes over the user's reference: once the last other one
+ * goes too (at once, or when the closed connection's output is dropped),
+ * tern__request_unref gives back all but the block (cut_keep). */
+void tern__request_cut(tern_request *r) {
+  tern__request_unhold(r);
+  if (pool_unqueue(r)) {
+    /* No handler ever saw it: it ends like any unhandled request. */
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+    return;
+  }
+  r->flags |= TERN__RQ_CUT | TERN__RQ_ENDED;
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+  tern__request_unref(r);
+}
+
+/* The last reference of a cut request went (on the worker). Its output
+ * is dropped and its connection let go of, so that the worker can finish;
+ * what the holder can still see (the head's read buffer, the body, the
+ * adapter's state) stays until its finishing call. Whoever comes second
+ * frees it: that call if it comes later, or this worker if it came first
+ * (it found the inbox closed, or ran on this worker meanwhile). */
+static void cut_keep(tern_request *r) {
+  tern__worker *w = r->w;
+  r->cut_proto = r->conn->proto;
+  r->conn = NULL;
+  r->flags = (r->flags | TERN__RQ_ENDED | TERN__RQ_CUT) &
+             ~(unsigned)(TERN__RQ_READING | TERN__RQ_STREAM);
+  r->body_fn = NULL;
+  tern__list_append(&w->cut, &r->held_link);
+  atomic_fetch_add(&w->srv->refs, 1); /* dropped with the block */
+  if (atomic_fetch_or(&r->ustate, TERN__U_CUT) & TERN__U_GAVE_UP)
+    tern__request_free_cut(r);
+}
+
+/* Give back what a cut request kept, then the block. The caller
+ * serialises it with the worker: on the worker itself, or after the
+ * worker is gone under its inbox_lock (then the pools it returns to are
+ * emptied again at once, since nobody else will). */
+static void cut_release(tern_request *r, int worker_gone) {
+  tern__worker *w = r->w;
+  tern_server *srv = w->srv;
+  size_t i;
+  tern__list_remove(&r->held_link);
+  if (r->cut_proto->release != NULL)
+    r->cut_proto->release(r);
+  tern__rbuf_unref(w, r->rbuf);
+  tern__free(srv, r->body_buf);
+  tern__free(srv, r->trailers);
+  tern__free(srv, r);
+  if (worker_gone) {
+    tern__pool_drain(w, &w->rbuf_pool);
+    for (i = 0; i < TERN__SMALL_CLASSES; i++)
+      tern__pool_drain(w, &w->small[i]);
+  }
+}
+
+void tern__request_give_up(tern_request *r) {
+  if (atomic_fetch_or(&r->ustate, TERN__U_GAVE_UP) & TERN__U_CUT)
+    tern__request_free_cut(r);
+}
+
+void tern__request_free_cut(tern_request *r) {
+  tern__worker *w = r->w;
+  tern_server *srv = w->srv;
+  if (tern__on_worker(w) && !w->cleaned) {
+    cut_release(r, 0);
+  } else {
+    uv_mutex_lock(&w->inbox_lock);
+    if (!w->cleaned) {
+      r->late_done = 1; /* the worker's cleanup frees it */
+      uv_mutex_unlock(&w->inbox_lock);
+      return;
+    }
+    cut_release(r, 1);
+    uv_mutex_unlock(&w->inbox_lock);
+  }
+  tern__server_unref(srv);
+}
+
+void tern__request_cut_cleanup(tern__worker *w) {
+  tern__list *l, *next;
+  unsigned n = 0;
+  uv_mutex_lock(&w->inbox_lock);
+  w->cleaned = 1;
+  for (l = w->cut.next; l != &w->cut; l = next) {
+    tern_request *r = TERN__CONTAINER_OF(l, tern_request, held_link);
+    next = l->next;
+    if (r->late_done) {
+      cut_release(r, 0);
+      n++;
+    }
+  }
+  uv_mutex_unlock(&w->inbox_lock);
+  /* The server outlives this: tern_server_free holds its own reference
+   * until after every worker's cleanup. */
+  while (n-- > 0)
+    atomic_fetch_sub(&w->srv->refs, 1);
 }
 
 /* Append to a collected body, within the route's limit; the buffer grows
@@ -270,12 +503,23 @@ int tern_request_on_gone(tern_request *r, tern_gone_fn fn, void *user) {
 
 /* ---- Streaming bodies ---------------------------------------------- */
 
+/* The body calls belong to the owning worker (r->flags is its alone, so
+ * that is checked first); misuse is refused with a log line. */
+static int body_call_refused(const tern_request *r, const char *call,
+                             int on_worker) {
+  tern__log(r->w->srv, TERN_LOG_ERROR, "%s refused: %s", call,
+            on_worker ? "not allowed in the request's state"
+                      : "not on the owning worker");
+  return TERN_ESTATE;
+}
+
 int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
   if (r == NULL || fn == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_STREAM) || (r->flags & TERN__RQ_READING) ||
-      !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_read", 0);
+  if (!(r->flags & TERN__RQ_STREAM) || (r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_read", 1);
   if (atomic_load(&r->gone))
     return TERN_ECLOSED;
   r->body_fn = fn;
@@ -288,8 +532,10 @@ int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
 int tern_request_pause(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_pause", 0);
+  if (!(r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_pause", 1);
   r->flags |= TERN__RQ_PAUSED;
   r->conn->proto->body_flow(r);
   return 0;
@@ -298,8 +544,10 @@ int tern_request_pause(tern_request *r) {
 int tern_request_resume(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
-  if (!(r->flags & TERN__RQ_READING) || !tern__on_worker(r->w))
-    return TERN_ESTATE;
+  if (!tern__on_worker(r->w))
+    return body_call_refused(r, "tern_request_resume", 0);
+  if (!(r->flags & TERN__RQ_READING))
+    return body_call_refused(r, "tern_request_resume", 1);
   r->flags &= ~(unsigned)TERN__RQ_PAUSED;
   r->conn->proto->body_flow(r);
   return 0;

@@ -12,8 +12,73 @@
 /* The user's reference ends with a finishing call: tern_respond,
  * tern_respond_ref or tern_response_end. */
 static void finish_user(tern_request *r) {
+  if (r->flags & TERN__RQ_CUT) {
+    /* The deadline took the user's reference already (a callback on the
+     * worker finishing it before the block was handed over). */
+    tern__request_give_up(r);
+    return;
+  }
   r->flags |= TERN__RQ_ENDED;
+  tern__request_unhold(r);
   tern__request_unref(r);
+}
+
+/* ---- The user's side: order checked at call time --------------------- */
+
+enum { CALL_RESPOND, CALL_START, CALL_WRITE, CALL_END };
+
+static const char *const call_names[] = {"tern_respond", "tern_response_start",
+                                         "tern_response_write",
+                                         "tern_response_end"};
+
+/* The calls after the stop deadline cut the request: start and write
+ * report the client gone; the finishing call does too and frees the
+ * block (the worker let go of everything else). */
+static int cut_call(tern_request *r, int call) {
+  unsigned old = atomic_load(&r->ustate);
+  if (call == CALL_START || call == CALL_WRITE)
+    return TERN_ECLOSED;
+  while (!(old & TERN__U_DONE))
+    if (atomic_compare_exchange_weak(&r->ustate, &old, old | TERN__U_DONE)) {
+      tern__request_free_cut(r);
+      return TERN_ECLOSED;
+    }
+  return TERN_ESTATE;
+}
+
+/* Check that `call` may come now and record it, atomically, so that two
+ * threads racing (or one thread calling twice) cannot both pass: a
+ * second finishing call, a write or end before start, or any call after
+ * the finishing one is TERN_ESTATE, with a log line, and changes nothing.
+ * (A call made after the finishing call's request was retired uses freed
+ * memory, which no check can catch; this one catches every such call that
+ * comes while the worker still has the request.) */
+static int user_step(tern_request *r, int call) {
+  /* Per call: the bits that must be set, those that must be clear, and
+   * those it sets. */
+  static const unsigned char need[] = {0, 0, TERN__U_STARTED, TERN__U_STARTED};
+  static const unsigned char clear[] = {TERN__U_STARTED | TERN__U_DONE,
+                                        TERN__U_STARTED | TERN__U_DONE,
+                                        TERN__U_DONE, TERN__U_DONE};
+  static const unsigned char add[] = {TERN__U_STARTED | TERN__U_DONE,
+                                      TERN__U_STARTED, 0, TERN__U_DONE};
+  unsigned old = atomic_load_explicit(&r->ustate, memory_order_acquire);
+  const char *why;
+  for (;;) {
+    if (old & TERN__U_CUT)
+      return cut_call(r, call);
+    if ((old & need[call]) != need[call] || (old & clear[call]) != 0)
+      break;
+    if (add[call] == 0 || atomic_compare_exchange_weak_explicit(
+                              &r->ustate, &old, old | add[call],
+                              memory_order_acq_rel, memory_order_acquire))
+      return 0;
+  }
+  why = old & TERN__U_DONE      ? "the response is already finished"
+        : old & TERN__U_STARTED ? "a response was already started"
+                                : "no response was started";
+  tern__log(r->w->srv, TERN_LOG_ERROR, "%s refused: %s", call_names[call], why);
+  return TERN_ESTATE;
 }
 
 static int is_gone(const tern_request *r) {
@@ -29,21 +94,27 @@ int tern__request_fail(tern_request *r, int rc) {
   return rc;
 }
 
+/* Respond on the worker. *took (if not NULL) says whether the adapter
+ * took `release` on, to be called when the bytes are written or dropped:
+ * even when a later step fails. */
 static int respond_now(tern_request *r, int status, const tern_header *h,
                        size_t n, const void *body, size_t len, int copy,
-                       tern_release_fn release, void *ruser) {
+                       tern_release_fn release, void *ruser, int *took) {
   const tern__proto *p = r->conn->proto;
   int rc;
 
-  if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
-    return TERN_ESTATE;
   if (is_gone(r)) {
     finish_user(r);
     return TERN_ECLOSED;
   }
+  if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+    return TERN_ESTATE;
   rc = p->start(r, status, h, n, (int64_t)len);
-  if (rc == 0 && (len > 0 || release != NULL))
+  if (rc == 0 && (len > 0 || release != NULL)) {
     rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
+    if (rc == 0 && took != NULL)
+      *took = 1;
+  }
   if (rc == 0)
     rc = p->end(r, NULL, 0);
   if (rc != 0)
@@ -140,7 +211,7 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
   }
   rep->used = 1;
   rc = respond_now(rep->r, e->status, nh > 0 ? h : NULL, nh, body, len, 1, NULL,
-                   NULL);
+                   NULL, NULL);
   if (h != local)
     tern__free(rep->r->w->srv, h);
   return rc;
@@ -188,7 +259,7 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
     h[n].value = allow;
     h[n++].value_len = allow_len;
   }
-  respond_now(r, status, h, n, body, (size_t)len, 1, NULL, NULL);
+  respond_now(r, status, h, n, body, (size_t)len, 1, NULL, NULL, NULL);
 }
 
 /* ---- Cross-thread posting ------------------------------------------ */
@@ -233,48 +304,138 @@ static void free_msg(void *data, void *user) {
   tern__free(m->req->w->srv, m);
 }
 
-static void post(tern_request *r, tern__msg *m) {
-  tern__worker_post(r->w, m);
+/* Post a call and say what it returns: the client may go later, but if
+ * it is known to be gone now the caller hears it now. The message
+ * remembers the answer: a call that returned an error must never call its
+ * callbacks. The status is taken before posting, because once posted the
+ * worker may finish and free the request at any moment.
+ *
+ * A worker whose loop is ending (the stop deadline passed) refuses the
+ * message: the call returns TERN_ECLOSED. For a finishing call the
+ * request is then handed over: the worker cuts it, and whichever of the
+ * two comes second frees it. */
+static int post(tern_request *r, tern__msg *m, int finishing) {
+  tern_server *srv = r->w->srv;
+  int rc = is_gone(r) ? TERN_ECLOSED : 0;
+  m->reported = rc;
+  if (tern__worker_post(r->w, m) == 0)
+    return rc; /* not m->reported: m may be freed already */
+  tern__free(srv, m);
+  if (finishing)
+    tern__request_give_up(r);
+  return TERN_ECLOSED;
 }
 
-/* What a posted call returns: the client may go later, but if it is
- * known to be gone now the caller hears it now. The message remembers the
- * answer: a call that returned an error must never call its callbacks. */
-static int posted_status(tern_request *r, tern__msg *m) {
-  m->reported = is_gone(r) ? TERN_ECLOSED : 0;
-  return m->reported;
+/* A finishing call from another thread that cannot allocate its message
+ * still finishes the request, as the caller is told: the request goes on
+ * the worker's abort list (no allocation needed), and the worker closes
+ * its connection. */
+static int no_memory(tern_request *r) {
+  tern__worker *w = r->w;
+  int closed;
+  uv_mutex_lock(&w->inbox_lock);
+  closed = w->inbox_closed;
+  if (!closed) {
+    r->abort_next = w->aborts;
+    w->aborts = r;
+    uv_async_send(&w->async);
+  }
+  uv_mutex_unlock(&w->inbox_lock);
+  if (closed)
+    tern__request_give_up(r);
+  return TERN_ENOMEM;
 }
 
+void tern__request_abort_all(tern_request *r) {
+  while (r != NULL) {
+    tern_request *next = r->abort_next;
+    if (tern__list_linked(&r->held_link))
+      tern__request_fail(r, 0);
+    r = next;
+  }
+}
+
+/* A posted call the worker could not carry out, for a reason the caller
+ * could not be told (it was told 0 already): say so in the log. */
+static void posted_failed(tern_request *r, const char *call, int rc) {
+  tern__log(r->w->srv, TERN_LOG_ERROR,
+            "%s from another thread failed on the worker: %s; the "
+            "connection is closed",
+            call, tern_strerror(rc));
+}
+
+/* Posted calls were checked for order when they were made, so these
+ * checks only guard the worker against what it alone can see: the client
+ * gone, a write past the declared length, no memory. The user's reference
+ * is still there exactly while the request is on the worker's held list;
+ * a finishing call that finds it gone is refused rather than dropping a
+ * reference twice. */
 void tern__msg_apply(tern__msg *m) {
   tern_request *r = m->req;
   tern__worker *w = r->w;
   const tern__proto *p = r->conn->proto;
-  int rc;
+  int held = tern__list_linked(&r->held_link);
+  int rc, took_ref = 0;
 
   switch (m->type) {
   case TERN__M_RESPOND:
-    if (m->copy) {
-      /* The body sits in the message: reference it there. */
-      if (respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len, 0,
-                      free_msg, m) == 0)
+    if (!held) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_respond from another thread dropped: the request "
+                "was already finished");
+      rc = TERN_ESTATE;
+    } else if (m->copy) {
+      /* The body sits in the message: reference it there. Once the
+       * adapter holds it, it frees the message, whatever happens next. */
+      int took = 0;
+      rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len,
+                       0, free_msg, m, &took);
+      if (rc != 0 && rc != TERN_ECLOSED && rc != TERN_ESTATE)
+        posted_failed(r, "tern_respond", rc);
+      if (took)
         return;
-      break;
+    } else {
+      rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len,
+                       0, m->release, m->ruser, &took_ref);
     }
-    rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len, 0,
-                     m->release, m->ruser);
-    /* The caller was told 0: the body is ours to release. */
-    if (rc != 0 && m->reported == 0 && m->release != NULL)
+    if (rc == TERN_ESTATE && held) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_respond from another thread found a response already "
+                "started; the connection is closed");
+      tern__request_fail(r, rc);
+    } else if (rc != 0 && rc != TERN_ECLOSED && held && !m->copy) {
+      posted_failed(r, "tern_respond", rc);
+    }
+    /* The caller was told 0: the body is ours to release, unless the
+     * adapter took it on (it releases it then). */
+    if (rc != 0 && !m->copy && !took_ref && m->reported == 0 &&
+        m->release != NULL)
       m->release((void *)m->body, m->ruser);
     break;
   case TERN__M_START:
-    if (!is_gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) &&
-        p->start(r, m->status, m->headers, m->nheaders, m->content_length) != 0)
+    if (is_gone(r))
+      break;
+    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_response_start from another thread dropped: a "
+                "response was already started");
+      break;
+    }
+    rc = p->start(r, m->status, m->headers, m->nheaders, m->content_length);
+    if (rc != 0) {
+      posted_failed(r, "tern_response_start", rc);
       tern__conn_close(r->conn);
+    }
     break;
   case TERN__M_WRITE:
     rc = TERN_ECLOSED;
-    if (!is_gone(r) && (r->flags & TERN__RQ_STARTED) &&
-        !(r->flags & TERN__RQ_ENDED)) {
+    if (!is_gone(r) &&
+        (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) != TERN__RQ_STARTED) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_response_write from another thread dropped: no "
+                "response in progress");
+      rc = TERN_ESTATE;
+    } else if (!is_gone(r)) {
       if (m->copy) {
         rc = p->write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
         if (rc == 0)
@@ -284,6 +445,7 @@ void tern__msg_apply(tern__msg *m) {
         if (rc == 0)
           break;
       }
+      posted_failed(r, "tern_response_write", rc);
       tern__conn_close(r->conn);
     }
     if (m->reported == 0 && m->done != NULL)
@@ -298,15 +460,23 @@ void tern__msg_apply(tern__msg *m) {
       tern__conn_close(r->conn);
     break;
   case TERN__M_END:
-    if (r->flags & TERN__RQ_ENDED)
-      break;
-    if (is_gone(r))
+    if (!held) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_response_end from another thread dropped: the "
+                "request was already finished");
+    } else if (is_gone(r)) {
       finish_user(r);
-    else if (!(r->flags & TERN__RQ_STARTED) ||
-             p->end(r, m->headers, m->nheaders) != 0)
+    } else if (!(r->flags & TERN__RQ_STARTED)) {
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_response_end from another thread found no started "
+                "response; the connection is closed");
       tern__request_fail(r, 0);
-    else
+    } else if ((rc = p->end(r, m->headers, m->nheaders)) != 0) {
+      posted_failed(r, "tern_response_end", rc);
+      tern__request_fail(r, 0);
+    } else {
       finish_user(r);
+    }
     break;
   }
   tern__free(w->srv, m);
@@ -348,31 +518,36 @@ int tern_respond_interim(tern_request *r, int status,
       tern__conn_close(r->conn);
     return rc;
   }
+  /* From another thread the order is checked against what the user has
+   * done so far, as for the other calls (user_step); the worker drops an
+   * interim answer that comes too late anyway. */
+  rc = atomic_load_explicit(&r->ustate, memory_order_acquire);
+  if (rc & TERN__U_CUT)
+    return TERN_ECLOSED;
+  if (rc & (TERN__U_STARTED | TERN__U_DONE))
+    return TERN_ESTATE;
   m = msg_new(r, TERN__M_INTERIM, headers, nheaders, NULL, 0);
   if (m == NULL)
     return TERN_ENOMEM;
   m->status = status;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+  return post(r, m, 0);
 }
 
 int tern_respond(tern_request *r, int status, const tern_header *headers,
                  size_t nheaders, const void *body, size_t len) {
   tern__msg *m;
   int rc = check_args(r, status, headers, nheaders, body, len);
-  if (rc != 0)
+  if (rc != 0 || (rc = user_step(r, CALL_RESPOND)) != 0)
     return rc;
   if (tern__on_worker(r->w))
-    return respond_now(r, status, headers, nheaders, body, len, 1, NULL, NULL);
+    return respond_now(r, status, headers, nheaders, body, len, 1, NULL, NULL,
+                       NULL);
   m = msg_new(r, TERN__M_RESPOND, headers, nheaders, body, len);
   if (m == NULL)
-    return TERN_ENOMEM;
+    return no_memory(r);
   m->status = status;
   m->copy = 1;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+  return post(r, m, 1);
 }
 
 int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
@@ -380,22 +555,20 @@ int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
                      tern_release_fn release, void *user) {
   tern__msg *m;
   int rc = check_args(r, status, headers, nheaders, body, len);
-  if (rc != 0)
+  if (rc != 0 || (rc = user_step(r, CALL_RESPOND)) != 0)
     return rc;
   if (tern__on_worker(r->w))
     return respond_now(r, status, headers, nheaders, body, len, 0, release,
-                       user);
+                       user, NULL);
   m = msg_new(r, TERN__M_RESPOND, headers, nheaders, NULL, 0);
   if (m == NULL)
-    return TERN_ENOMEM;
+    return no_memory(r);
   m->status = status;
   m->body = body;
   m->len = len;
   m->release = release;
   m->ruser = user;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+  return post(r, m, 1);
 }
 
 int tern_response_start(tern_request *r, int status, const tern_header *headers,
@@ -404,11 +577,13 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
   int rc = check_args(r, status, headers, nheaders, NULL, 0);
   if (rc != 0 || content_length < -1)
     return TERN_EINVAL;
+  if ((rc = user_step(r, CALL_START)) != 0)
+    return rc;
   if (tern__on_worker(r->w)) {
-    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
-      return TERN_ESTATE;
     if (is_gone(r))
       return TERN_ECLOSED;
+    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+      return TERN_ESTATE;
     return r->conn->proto->start(r, status, headers, nheaders, content_length);
   }
   m = msg_new(r, TERN__M_START, headers, nheaders, NULL, 0);
@@ -416,9 +591,7 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
     return TERN_ENOMEM;
   m->status = status;
   m->content_length = content_length;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+  return post(r, m, 0);
 }
 
 int tern_response_write(tern_request *r, const void *data, size_t len,
@@ -427,11 +600,13 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
   int rc;
   if (r == NULL || (len > 0 && data == NULL))
     return TERN_EINVAL;
+  if ((rc = user_step(r, CALL_WRITE)) != 0)
+    return rc;
   if (tern__on_worker(r->w)) {
-    if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
-      return TERN_ESTATE;
     if (is_gone(r))
       return TERN_ECLOSED;
+    if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+      return TERN_ESTATE;
     return r->conn->proto->write(r, data, len, done == NULL, done, user, NULL,
                                  NULL);
   }
@@ -446,9 +621,25 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
   m->copy = done == NULL;
   m->done = done;
   m->duser = user;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+  return post(r, m, 0);
+}
+
+/* End on the worker, without the user-side check: for tern_response_end
+ * and for a WebSocket ending its own request. */
+int tern__response_end(tern_request *r, const tern_header *trailers,
+                       size_t ntrailers) {
+  int rc;
+  if (is_gone(r)) {
+    finish_user(r);
+    return TERN_ECLOSED;
+  }
+  if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+    return TERN_ESTATE;
+  rc = r->conn->proto->end(r, trailers, ntrailers);
+  if (rc != 0)
+    return tern__request_fail(r, rc);
+  finish_user(r);
+  return 0;
 }
 
 int tern_response_end(tern_request *r, const tern_header *trailers,
@@ -457,23 +648,12 @@ int tern_response_end(tern_request *r, const tern_header *trailers,
   int rc;
   if (r == NULL || !fields_valid(trailers, ntrailers))
     return TERN_EINVAL;
-  if (tern__on_worker(r->w)) {
-    if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
-      return TERN_ESTATE;
-    if (is_gone(r)) {
-      finish_user(r);
-      return TERN_ECLOSED;
-    }
-    rc = r->conn->proto->end(r, trailers, ntrailers);
-    if (rc != 0)
-      return tern__request_fail(r, rc);
-    finish_user(r);
-    return 0;
-  }
+  if ((rc = user_step(r, CALL_END)) != 0)
+    return rc;
+  if (tern__on_worker(r->w))
+    return tern__response_end(r, trailers, ntrailers);
   m = msg_new(r, TERN__M_END, trailers, ntrailers, NULL, 0);
   if (m == NULL)
-    return TERN_ENOMEM;
-  rc = posted_status(r, m);
-  post(r, m);
-  return rc;
+    return no_memory(r);
+  return post(r, m, 1);
 }

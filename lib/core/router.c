@@ -286,12 +286,15 @@ static int seg_kind(const char *s, size_t len) {
 
 /* Check the pattern, counting its parameters (wildcard included) against
  * the limit, and measure the bytes its route entry needs for their names.
+ * Returns NULL, or what is wrong with it (for the caller's log line).
  */
-static int pattern_check(const char *p, size_t *names_sz) {
+static const char *pattern_problem(const char *p, size_t *names_sz) {
+  const char *names[TERN__ROUTER_MAX_PARAMS];
+  size_t lens[TERN__ROUTER_MAX_PARAMS];
   size_t np = 0, nsz = 0;
   const char *s;
   if (p[0] != '/')
-    return TERN_EINVAL;
+    return "it does not start with '/'";
   s = p + 1;
   for (;;) {
     size_t len = strcspn(s, "/");
@@ -300,21 +303,29 @@ static int pattern_check(const char *p, size_t *names_sz) {
     switch (seg_kind(s, len)) {
     case SEG_WILD:
       if (!last)
-        return TERN_EINVAL;
+        return "'*' is not its last segment";
       if (++np > TERN__ROUTER_MAX_PARAMS)
-        return TERN_EINVAL;
+        return "too many parameters";
       break;
     case SEG_PARAM:
       if (len < 2)
-        return TERN_EINVAL;
-      if (++np > TERN__ROUTER_MAX_PARAMS)
-        return TERN_EINVAL;
+        return "a parameter has no name";
+      if (np >= TERN__ROUTER_MAX_PARAMS)
+        return "too many parameters";
+      /* tern_request_param finds the first of two equal names only, so
+       * the second could never be read: a mistake, not a route. */
+      for (i = 0; i < np; i++)
+        if (names[i] != NULL && lens[i] == len - 1 &&
+            memcmp(names[i], s + 1, len - 1) == 0)
+          return "a parameter name is used twice";
+      names[np] = s + 1;
+      lens[np++] = len - 1;
       nsz += len; /* the name without ':', plus its NUL */
       break;
     default:
       for (i = 0; i < len; i++)
         if (!is_path_byte((unsigned char)s[i]))
-          return TERN_EINVAL;
+          return "a literal segment has a byte no path can contain";
       break;
     }
     if (last)
@@ -322,7 +333,7 @@ static int pattern_check(const char *p, size_t *names_sz) {
     s += len + 1;
   }
   *names_sz = nsz;
-  return 0;
+  return NULL;
 }
 
 static int method_check(const char *m) {
@@ -371,6 +382,15 @@ static rentry *entry_new(const tern__router *r, const char *method,
   return e;
 }
 
+const char *tern__router_problem(const char *method, const char *pattern) {
+  size_t names_sz;
+  if (pattern == NULL)
+    return "there is no pattern";
+  if (method != NULL && strcmp(method, "*") != 0 && method_check(method) != 0)
+    return "the method is not a token";
+  return pattern_problem(pattern, &names_sz);
+}
+
 static int method_eq(const rentry *e, const char *m, size_t len) {
   return e->method && e->method_len == len && memcmp(e->method, m, len) == 0;
 }
@@ -382,7 +402,6 @@ int tern__router_add(tern__router *r, const char *method, const char *pattern,
   rnode *n, *fresh = NULL, *fresh_parent = NULL;
   const char *s;
   uint32_t i;
-  int rc;
 
   if (!r || !pattern)
     return TERN_EINVAL;
@@ -390,9 +409,8 @@ int tern__router_add(tern__router *r, const char *method, const char *pattern,
     method = NULL;
   if (method && method_check(method) != 0)
     return TERN_EINVAL;
-  rc = pattern_check(pattern, &names_sz);
-  if (rc != 0)
-    return rc;
+  if (pattern_problem(pattern, &names_sz) != NULL)
+    return TERN_EINVAL;
   e = entry_new(r, method, pattern, names_sz, route);
   if (!e)
     return TERN_ENOMEM;

@@ -61,6 +61,11 @@ void tern__router_free(tern__router *r);
 int tern__router_add(tern__router *r, const char *method, const char *pattern,
                      void *route);
 
+/* What tern__router_add would refuse in `method` and `pattern` as
+ * TERN_EINVAL, as a static phrase ("a parameter name is used twice"), or
+ * NULL when both are acceptable. Duplicates (TERN_EEXIST) are not seen. */
+const char *tern__router_problem(const char *method, const char *pattern);
+
 /* Match a request. `path` is the raw path without the query; it is not
  * decoded (parameters are returned as the raw bytes of their segment).
  * Empty segments ("//") match nothing but an empty literal. Parameter

@@ -1,7 +1,10 @@
 /* The server object: settings, routes, listening sockets, run and stop. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +107,101 @@ static void router_free(void *p, void *u) {
   tern__free(u, p);
 }
 
+/* A log line before a server exists: through the settings' callback. */
+static void settings_log(const tern_settings *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void settings_log(const tern_settings *s, const char *fmt, ...) {
+  char buf[256];
+  va_list ap;
+  int n;
+  va_start(ap, fmt);
+  n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    return;
+  if ((size_t)n >= sizeof(buf))
+    n = sizeof(buf) - 1;
+  if (s->log != NULL)
+    s->log(TERN_LOG_ERROR, buf, (size_t)n, s->log_user);
+  else
+    fprintf(stderr, "tern error: %.*s\n", n, buf);
+}
+
+/* Every field is checked against the range that makes sense for it: a
+ * value outside it is a mistake of the embedder's, and running with a
+ * silently clamped or ignored value would hide it. The upper bounds keep
+ * per-connection and per-request allocations (which some of these size)
+ * reasonable. Returns 1, after a log line naming the field, when one is
+ * out of range. */
+static int settings_problem(const tern_settings *s) {
+  static const struct {
+    const char *name;
+    size_t off;
+    uint32_t min, max;
+  } u32[] = {
+#define F(f, lo, hi) {#f, offsetof(tern_settings, f), lo, hi}
+      F(max_head_size, 64, 1u << 24),      F(max_header_count, 1, 65535),
+      F(max_uri_length, 1, 1u << 24),      F(head_timeout_ms, 1, UINT32_MAX),
+      F(idle_timeout_ms, 1, UINT32_MAX),   F(body_timeout_ms, 1, UINT32_MAX),
+      F(max_connections, 1, 1u << 24),     F(max_pipeline, 1, 1024),
+      F(read_buffer_size, 1024, 1u << 24),
+#undef F
+  };
+  size_t i;
+
+  if (s->version != TERN_SETTINGS_VERSION) {
+    settings_log(s, "settings: unknown version %d (this library knows %d)",
+                 s->version, TERN_SETTINGS_VERSION);
+    return 1;
+  }
+  for (i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
+    uint32_t v;
+    memcpy(&v, (const char *)s + u32[i].off, sizeof(v));
+    if (v < u32[i].min || v > u32[i].max) {
+      settings_log(s, "settings: %s = %lu is outside %lu..%lu", u32[i].name,
+                   (unsigned long)v, (unsigned long)u32[i].min,
+                   (unsigned long)u32[i].max);
+      return 1;
+    }
+  }
+  if (s->workers > 1024) {
+    settings_log(s, "settings: workers = %u is outside 0..1024", s->workers);
+    return 1;
+  }
+  if (s->max_body_size == 0) {
+    settings_log(s, "settings: max_body_size = 0 (at least 1 byte)");
+    return 1;
+  }
+  if (s->tcp_nodelay != 0 && s->tcp_nodelay != 1) {
+    settings_log(s, "settings: tcp_nodelay = %d is neither 0 nor 1",
+                 s->tcp_nodelay);
+    return 1;
+  }
+  if (s->log_level < TERN_LOG_ERROR || s->log_level > TERN_LOG_DEBUG) {
+    settings_log(s, "settings: log_level = %d is outside %d..%d", s->log_level,
+                 TERN_LOG_ERROR, TERN_LOG_DEBUG);
+    return 1;
+  }
+  if (s->allocator.malloc == NULL || s->allocator.realloc == NULL ||
+      s->allocator.free == NULL) {
+    settings_log(s, "settings: the allocator needs malloc, realloc and free");
+    return 1;
+  }
+  return 0;
+}
+
+/* Threads for blocking routes: UV_THREADPOOL_SIZE, as libuv's pool (which
+ * tern used before) reads it, 4 by default, 1 to 1024. */
+static unsigned pool_size(void) {
+  const char *v = getenv("UV_THREADPOOL_SIZE");
+  long n = v != NULL ? strtol(v, NULL, 10) : 0;
+  return n < 1 ? 4 : n > 1024 ? 1024 : (unsigned)n;
+}
+
 int tern_server_new(tern_server **out, const tern_settings *s) {
   tern_settings def;
   tern_server *srv;
@@ -116,13 +214,7 @@ int tern_server_new(tern_server **out, const tern_settings *s) {
     tern_settings_init(&def);
     s = &def;
   }
-  if (s->version != TERN_SETTINGS_VERSION || s->max_head_size < 64 ||
-      s->max_header_count == 0 || s->max_uri_length == 0 ||
-      s->head_timeout_ms == 0 || s->idle_timeout_ms == 0 ||
-      s->body_timeout_ms == 0 || s->max_connections == 0 ||
-      s->max_pipeline == 0 || s->read_buffer_size < 1024 ||
-      s->allocator.malloc == NULL || s->allocator.realloc == NULL ||
-      s->allocator.free == NULL || s->workers > 1024)
+  if (settings_problem(s))
     return TERN_EINVAL;
   srv = s->allocator.malloc(sizeof(*srv), s->allocator.user);
   if (srv == NULL)
@@ -147,13 +239,27 @@ int tern_server_new(tern_server **out, const tern_settings *s) {
   memset(srv->workers, 0, srv->nworkers * sizeof(*srv->workers));
   for (i = 0; i < srv->nworkers; i++)
     srv->workers[i].srv = srv;
+  if (uv_mutex_init(&srv->bp_lock) != 0) {
+    tern__router_free(srv->router);
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
+  if (uv_cond_init(&srv->bp_cond) != 0) {
+    uv_mutex_destroy(&srv->bp_lock);
+    tern__router_free(srv->router);
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
+  srv->bp_max = pool_size();
+  atomic_init(&srv->refs, 1);
   *out = srv;
   return 0;
 }
 
 void tern_server_free(tern_server *srv) {
   size_t i, j;
-  tern_allocator a;
 
   if (srv == NULL)
     return;
@@ -174,6 +280,23 @@ void tern_server_free(tern_server *srv) {
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
   tern__tls_free_all(srv);
+  tern__pool_threads_close(srv);
+  tern__server_unref(srv);
+}
+
+/* The last reference: what threads that outlived tern_run and
+ * tern_server_free (blocking-pool threads, handlers of requests cut by the
+ * stop deadline) may still have used. */
+void tern__server_unref(tern_server *srv) {
+  tern_allocator a;
+  unsigned i;
+  if (atomic_fetch_sub(&srv->refs, 1) != 1)
+    return;
+  for (i = 0; i < srv->nworkers; i++)
+    if (srv->workers[i].inbox_ready)
+      uv_mutex_destroy(&srv->workers[i].inbox_lock);
+  uv_cond_destroy(&srv->bp_cond);
+  uv_mutex_destroy(&srv->bp_lock);
   tern__free(srv, srv->workers);
   a = srv->s.allocator;
   a.free(srv, a.user);
@@ -194,6 +317,16 @@ static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
   return TERN_EADDR;
 }
 
+/* One listening socket per address, shared by every worker (each gets a
+ * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
+ * would spread connections over the workers in the kernel, but it cannot
+ * be closed to others: any later socket of the same user that sets the
+ * option joins the group and silently takes part of the traffic, and a
+ * second server started on our port would bind without an error. A
+ * socket without the option makes every other bind of the address fail
+ * with EADDRINUSE. The workers then take turns accepting from one queue,
+ * whichever loop wakes first; SO_REUSEADDR only lets a restarted server
+ * bind over connections still in TIME_WAIT. */
 static int open_socket(const struct sockaddr_storage *ss, int dual) {
   int one = 1, zero = 0;
   socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
@@ -202,10 +335,6 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   if (fd < 0)
     return TERN_EIO;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  /* Each worker owns a socket in one SO_REUSEPORT group: the kernel
-   * spreads connections over them and no accept lock is shared. */
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0)
-    goto fail;
   if (ss->ss_family == AF_INET6)
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
   if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
@@ -213,12 +342,11 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
     close(fd);
     return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
   }
-  if (listen(fd, 1024) != 0)
-    goto fail;
+  if (listen(fd, 1024) != 0) {
+    close(fd);
+    return TERN_EIO;
+  }
   return fd;
-fail:
-  close(fd);
-  return TERN_EIO;
 }
 
 static int listen_on(tern_server *srv, const char *host, int port,
@@ -245,19 +373,22 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_ENOMEM;
   for (i = 0; i < srv->nworkers; i++)
     la->fds[i] = -1;
-  for (i = 0; i < srv->nworkers; i++) {
-    fd = open_socket(&ss, host == NULL);
-    if (fd < 0) {
-      rc = fd;
+  fd = open_socket(&ss, host == NULL);
+  if (fd < 0) {
+    rc = fd;
+    goto fail;
+  }
+  la->fds[0] = fd;
+  /* Port 0: the bind picked the port; report it. */
+  if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
+    rc = TERN_EIO;
+    goto fail;
+  }
+  for (i = 1; i < srv->nworkers; i++) {
+    la->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (la->fds[i] < 0) {
+      rc = TERN_EIO;
       goto fail;
-    }
-    la->fds[i] = fd;
-    if (i == 0) {
-      /* Port 0: the first bind picks the port, the rest join it. */
-      if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
-        rc = TERN_EIO;
-        goto fail;
-      }
     }
   }
   la->addr = ss;
@@ -292,8 +423,27 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
 
 /* ---- Routes ------------------------------------------------------ */
 
-static int valid_route_opts(const tern_route_options *o) {
-  return o == NULL || o->version == TERN_ROUTE_OPTIONS_VERSION;
+/* Route options the router would otherwise reinterpret or ignore are
+ * refused, with a log line naming the problem and the route. */
+static int route_opts_problem(tern_server *srv, const char *method,
+                              const char *pattern,
+                              const tern_route_options *o) {
+  const unsigned known = TERN_ROUTE_BLOCKING | TERN_ROUTE_STREAM_BODY;
+  const char *why = NULL;
+  if (o == NULL)
+    return 0;
+  if (o->version != TERN_ROUTE_OPTIONS_VERSION)
+    why = "unknown tern_route_options version";
+  else if (o->flags & ~known)
+    why = "unknown flag bits";
+  else if ((o->flags & known) == known)
+    /* A blocking handler cannot pace a streamed body from its thread. */
+    why = "TERN_ROUTE_BLOCKING and TERN_ROUTE_STREAM_BODY together";
+  if (why == NULL)
+    return 0;
+  tern__log(srv, TERN_LOG_ERROR, "route %s %s: %s", method ? method : "*",
+            pattern ? pattern : "(default)", why);
+  return 1;
 }
 
 static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
@@ -302,9 +452,6 @@ static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
   r->user = user;
   r->flags = o ? o->flags : 0;
   r->max_body = o && o->max_body_size ? o->max_body_size : srv->s.max_body_size;
-  /* A blocking handler cannot pace a streamed body from another thread. */
-  if (r->flags & TERN_ROUTE_BLOCKING)
-    r->flags &= ~(unsigned)TERN_ROUTE_STREAM_BODY;
 }
 
 static void note_method(tern_server *srv, const char *method) {
@@ -338,13 +485,20 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
                     tern_handler handler, void *user,
                     const tern_route_options *opts) {
   tern__route *r, **ptrs;
+  const char *why;
   int rc;
 
-  if (srv == NULL || pattern == NULL || handler == NULL ||
-      !valid_route_opts(opts))
+  if (srv == NULL || pattern == NULL || handler == NULL)
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
+  if (route_opts_problem(srv, method, pattern, opts))
+    return TERN_EINVAL;
+  if ((why = tern__router_problem(method, pattern)) != NULL) {
+    tern__log(srv, TERN_LOG_ERROR, "route %s %s: %s", method ? method : "*",
+              pattern, why);
+    return TERN_EINVAL;
+  }
   if (srv->nroutes == srv->routes_cap) {
     size_t cap = srv->routes_cap ? srv->routes_cap * 2 : 16;
     ptrs = tern__realloc(srv, srv->route_ptrs, cap * sizeof(*ptrs));
@@ -374,10 +528,12 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
 
 int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
                              const tern_route_options *opts) {
-  if (srv == NULL || handler == NULL || !valid_route_opts(opts))
+  if (srv == NULL || handler == NULL)
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
+  if (route_opts_problem(srv, NULL, NULL, opts))
+    return TERN_EINVAL;
   fill_route(srv, &srv->default_route, handler, user, opts);
   srv->has_default = 1;
   return 0;
@@ -451,6 +607,18 @@ static int start_workers(tern_server *srv, uv_loop_t *loop) {
   return 0;
 }
 
+/* Move a running server to stopping and wake its workers. Only one
+ * caller wins the exchange; the others find it done. */
+static void stop_running(tern_server *srv) {
+  int expected = TERN__S_RUNNING;
+  unsigned i;
+  if (!atomic_compare_exchange_strong(&srv->state, &expected, TERN__S_STOPPING))
+    return;
+  /* uv_async_send is async-signal-safe, so this path is too. */
+  for (i = 0; i < srv->nworkers; i++)
+    uv_async_send(&srv->workers[i].async);
+}
+
 int tern_run(tern_server *srv) {
   int expected = TERN__S_IDLE;
   unsigned i;
@@ -465,14 +633,18 @@ int tern_run(tern_server *srv) {
     atomic_store(&srv->state, TERN__S_DONE);
     return rc;
   }
-  /* Only now may tern_stop() wake the workers: their handles exist. */
+  /* Only now may tern_stop() wake the workers: their handles exist. A
+   * stop that came earlier was remembered and is carried out now. */
   atomic_store(&srv->state, TERN__S_RUNNING);
+  if (atomic_load(&srv->stop_wanted))
+    stop_running(srv);
   /* Worker 0 runs on the caller's thread; the others get their own. */
   for (i = 1; i < srv->nworkers; i++) {
     if (uv_thread_create(&srv->workers[i].thread, tern__worker_run_thread,
                          &srv->workers[i]) != 0) {
       tern__log(srv, TERN_LOG_ERROR, "cannot start worker thread %u", i);
-      tern_stop(srv, 0);
+      atomic_store(&srv->stop_deadline_ms, 0);
+      stop_running(srv);
       break;
     }
     srv->workers[i].thread_started = 1;
@@ -482,6 +654,9 @@ int tern_run(tern_server *srv) {
     if (srv->workers[i].thread_started)
       uv_thread_join(&srv->workers[i].thread);
   atomic_store(&srv->state, TERN__S_DONE);
+  /* Idle pool threads go now; one still in a handler (of a request the
+   * deadline cut) ends when the handler returns. */
+  tern__pool_threads_close(srv);
   return 0;
 }
 
@@ -495,21 +670,32 @@ int tern_attach(tern_server *srv, void *uv_loop) {
     return TERN_ESTATE;
   rc = start_workers(srv, uv_loop);
   atomic_store(&srv->state, rc != 0 ? TERN__S_DONE : TERN__S_RUNNING);
+  if (rc == 0 && atomic_load(&srv->stop_wanted))
+    stop_running(srv);
   return rc;
 }
 
+/* A stop that finds the server not yet running (before tern_run, or while
+ * it starts its workers) is remembered in stop_wanted; tern_run and
+ * tern_attach look at it right after they enter the running state, so
+ * whichever of the two sides comes second acts on it (both atomics are
+ * sequentially consistent). */
 int tern_stop(tern_server *srv, uint32_t deadline_ms) {
-  int expected = TERN__S_RUNNING;
-  unsigned i;
+  int state;
 
   if (srv == NULL)
     return TERN_EINVAL;
-  if (!atomic_compare_exchange_strong(&srv->state, &expected, TERN__S_STOPPING))
+  state = atomic_load(&srv->state);
+  if (state == TERN__S_DONE)
     return TERN_ESTATE;
-  atomic_store(&srv->stop_deadline_ms, deadline_ms);
-  /* uv_async_send is async-signal-safe, so this path is too. */
-  for (i = 0; i < srv->nworkers; i++)
-    uv_async_send(&srv->workers[i].async);
+  /* Before the workers began stopping the shortest deadline asked for
+   * counts; after, they have armed their timers and it changes nothing. */
+  if (state != TERN__S_STOPPING &&
+      (!atomic_load(&srv->stop_wanted) ||
+       deadline_ms < atomic_load(&srv->stop_deadline_ms)))
+    atomic_store(&srv->stop_deadline_ms, deadline_ms);
+  atomic_store(&srv->stop_wanted, 1);
+  stop_running(srv);
   return 0;
 }
 

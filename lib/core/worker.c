@@ -74,6 +74,9 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   }
   if (uv_mutex_init(&w->inbox_lock) != 0)
     return TERN_EIO;
+  w->inbox_ready = 1;
+  tern__list_init(&w->held);
+  tern__list_init(&w->cut);
   for (i = 0; i < TERN__T_COUNT; i++)
     tern__list_init(&w->timers[i]);
   tern__list_init(&w->dirty);
@@ -141,8 +144,39 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   return 0;
 }
 
+static void apply_all(tern__msg *m) {
+  tern__msg *next;
+  for (; m != NULL; m = next) {
+    next = m->next;
+    if (m->type == TERN__M_WS)
+      tern__ws_msg_apply(m);
+    else
+      tern__msg_apply(m);
+  }
+}
+
+/* From here on posts are refused (their callers hear TERN_ECLOSED), so no
+ * thread touches the async handle once it is closing; what was posted
+ * before is applied now. */
+static void close_inbox(tern__worker *w) {
+  tern__msg *m;
+  tern_request *aborts;
+  if (!w->inbox_ready)
+    return;
+  uv_mutex_lock(&w->inbox_lock);
+  w->inbox_closed = 1;
+  m = w->inbox_head;
+  w->inbox_head = w->inbox_tail = NULL;
+  aborts = w->aborts;
+  w->aborts = NULL;
+  uv_mutex_unlock(&w->inbox_lock);
+  apply_all(m);
+  tern__request_abort_all(aborts);
+}
+
 static void close_worker_handles(tern__worker *w) {
   size_t i;
+  close_inbox(w);
   close_handle(w, (uv_handle_t *)&w->async);
   close_handle(w, (uv_handle_t *)&w->check);
   close_handle(w, (uv_handle_t *)&w->timer);
@@ -170,6 +204,7 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__free(srv, w->listeners);
   w->listeners = NULL;
   tern__ws_run_closes(w); /* (none left once the loop ran a check phase) */
+  tern__request_cut_cleanup(w);
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
@@ -179,7 +214,8 @@ void tern__worker_cleanup(tern__worker *w) {
     tern__pool_drain(w, &w->small[i]);
   tern__free(srv, w->scratch);
   w->scratch = NULL;
-  uv_mutex_destroy(&w->inbox_lock);
+  /* inbox_lock stays: a thread may still try to post (and be refused)
+   * until the server's last reference goes. */
   w->loop = NULL;
 }
 
@@ -203,16 +239,59 @@ void tern__worker_maybe_done(tern__worker *w) {
   close_worker_handles(w);
 }
 
-static void on_deadline(uv_timer_t *t) {
+/* The second half of the deadline, one loop turn after the first (whose
+ * 503 answers the check phase has written meanwhile): whatever is still
+ * open is closed, and the requests handlers still hold are let go of, so
+ * that neither a client nor a handler that never finishes keeps the loop
+ * (and tern_run) alive. */
+static void on_deadline_close(uv_timer_t *t) {
   tern__worker *w = t->data;
   tern__list *l;
-  /* Whatever is still open past the deadline is closed now. */
+  uint32_t nconns = 0;
   while (!tern__list_empty(&w->conns)) {
     l = w->conns.next;
     tern__list_remove(l);
     tern__conn_close(TERN__CONTAINER_OF(l, tern__conn, all_link));
+    nconns++;
   }
+  /* Closing ended every WebSocket and failed every queued request; what
+   * is left on the list is held by a handler. */
+  while (!tern__list_empty(&w->held))
+    tern__request_cut(
+        TERN__CONTAINER_OF(w->held.next, tern_request, held_link));
+  if (w->cut_total > 0 || nconns > 0)
+    tern__log(w->srv, TERN_LOG_WARN,
+              "worker %u: stop deadline passed: %u connections closed, %u "
+              "requests cut (%u answered 503); their handlers' finishing "
+              "calls will return TERN_ECLOSED",
+              w->id, nconns, w->cut_total, w->cut_answered);
   tern__worker_maybe_done(w);
+}
+
+/* The deadline: no more calls from other threads are taken (what they
+ * posted before is applied now), and every request a handler still holds
+ * without having started its response is answered 503. */
+static void on_deadline(uv_timer_t *t) {
+  tern__worker *w = t->data;
+  tern__list todo, *l;
+  close_inbox(w);
+  /* Through a list of its own: an answer may run callbacks that finish
+   * (unlink) any held request, the current one included. */
+  tern__list_init(&todo);
+  while (!tern__list_empty(&w->held)) {
+    l = w->held.next;
+    tern__list_remove(l);
+    tern__list_append(&todo, l);
+  }
+  while (!tern__list_empty(&todo)) {
+    l = todo.next;
+    tern__list_remove(l);
+    tern__list_append(&w->held, l);
+    tern__request_cut_answer(TERN__CONTAINER_OF(l, tern_request, held_link));
+  }
+  /* 1 ms, not 0: libuv may run a timer due now within this same timers
+   * phase, before the check phase has written the answers. */
+  uv_timer_start(&w->deadline_timer, on_deadline_close, 1, 0);
 }
 
 static void begin_stop(tern__worker *w) {
@@ -236,33 +315,38 @@ static void begin_stop(tern__worker *w) {
 
 /* ---- Inbox --------------------------------------------------------- */
 
-void tern__worker_post(tern__worker *w, tern__msg *m) {
+int tern__worker_post(tern__worker *w, tern__msg *m) {
   m->next = NULL;
   uv_mutex_lock(&w->inbox_lock);
+  if (w->inbox_closed) {
+    uv_mutex_unlock(&w->inbox_lock);
+    return TERN_ECLOSED;
+  }
   if (w->inbox_tail != NULL)
     w->inbox_tail->next = m;
   else
     w->inbox_head = m;
   w->inbox_tail = m;
-  uv_mutex_unlock(&w->inbox_lock);
+  /* Inside the lock: close_inbox (before the handle closes) waits. */
   uv_async_send(&w->async);
+  uv_mutex_unlock(&w->inbox_lock);
+  return 0;
 }
 
 static void on_async(uv_async_t *a) {
   tern__worker *w = a->data;
-  tern__msg *m, *next;
+  tern__msg *m;
+  tern_request *aborts;
 
   uv_mutex_lock(&w->inbox_lock);
   m = w->inbox_head;
   w->inbox_head = w->inbox_tail = NULL;
+  aborts = w->aborts;
+  w->aborts = NULL;
   uv_mutex_unlock(&w->inbox_lock);
-  for (; m != NULL; m = next) {
-    next = m->next;
-    if (m->type == TERN__M_WS)
-      tern__ws_msg_apply(m);
-    else
-      tern__msg_apply(m);
-  }
+  /* Messages first: an abort comes after everything its request posted. */
+  apply_all(m);
+  tern__request_abort_all(aborts);
   if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
     begin_stop(w);
 }

@@ -385,7 +385,7 @@ static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
   ws->r = NULL;
   if (r != NULL) {
     r->flags |= TERN__RQ_CLOSE;
-    tern_response_end(r, NULL, 0);
+    tern__response_end(r, NULL, 0);
   }
   if (!defer)
     tern_ws_unref(ws); /* else tern__ws_run_closes drops it */
@@ -871,6 +871,10 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     return tern__request_fail(r, rc);
   }
   ws->r = r;
+  /* The socket owns the request from here on and ends it itself (with
+   * tern_response_end, on the worker): it is no longer the user's. */
+  atomic_fetch_or(&r->ustate, TERN__U_STARTED | TERN__U_DONE);
+  tern__request_unhold(r);
   tern__list_append(&w->ws_open, &ws->link);
   r->body_fn = on_body;
   r->body_user = ws;
@@ -904,7 +908,13 @@ static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
   m->body = f != NULL ? (const void *)f : (const void *)(m + 1);
   m->len = n;
   tern_ws_ref(ws);
-  tern__worker_post(ws->w, m);
+  if (tern__worker_post(ws->w, m) != 0) {
+    /* The worker's loop is ending: the socket is as good as closed (a
+     * shared frame's reference stays the caller's to drop). */
+    tern__free(ws->w->srv, m);
+    tern_ws_unref(ws);
+    return TERN_ECLOSED;
+  }
   return 0;
 }
 

@@ -17,8 +17,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (HELLO_BODY, Closed, Conn, Server, Skip, Suite,
-                     build_request, check, sanitized,
+from harness import (HELLO_BODY, HOST, Closed, Conn, Server, Skip, Suite,
+                     binary, build_request, check, get, sanitized,
                      connect, eq, recv_until_close, set_linger_rst,
                      shared_hello_teardown, stats_from, vmrss_kib)
 
@@ -255,6 +255,59 @@ def graceful_stop():
         s.kill()
 
 
+# ---- Listening ports ----------------------------------------------------------
+
+
+@case(timeout=30)
+def port_not_shared_with_others():
+    """Only tern's own workers share a listening port. Every listener used
+    to set SO_REUSEPORT, so a second server (or any socket of the same user
+    with SO_REUSEPORT) bound the port too and took part of its traffic."""
+    s = Server("hello", args=["--workers", "2"])
+    try:
+        second = subprocess.run(
+            [binary("hello"), "--port", str(s.port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, timeout=10)
+        check(second.returncode != 0 and
+              b"address already in use" in second.stderr,
+              "a second hello on port %d: rc %d, stdout %r, stderr %r" % (
+                  s.port, second.returncode, second.stdout, second.stderr))
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((HOST, s.port))
+        except OSError as e:
+            eq(e.errno, errno.EADDRINUSE, "SO_REUSEPORT bind error")
+        else:
+            raise AssertionError("a SO_REUSEPORT socket bound port %d, "
+                                 "which tern serves" % s.port)
+        finally:
+            sock.close()
+        # The two workers still share the port: both take connections.
+        seen = {}
+        lock = threading.Lock()
+
+        def one():
+            r = get(s.port, "/worker", timeout=5)
+            with lock:
+                seen[r.body] = seen.get(r.body, 0) + 1
+
+        for _ in range(10):
+            threads = [threading.Thread(target=one) for _ in range(20)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if len(seen) == 2:
+                break
+        eq(len(seen), 2, "workers that took connections (%r)" % seen)
+        suite.note("per-worker connections: %s" % sorted(seen.values()))
+        s.check_alive()
+    finally:
+        s.stop()
+
+
 # ---- Responses from other threads under load ------------------------------
 
 @case(timeout=60)
@@ -389,6 +442,115 @@ def cross_thread_bad_header_refused():
         eq(r.status, 200, "status")
         eq(r.body, b"deferred, bad header refused", "body")
         check(b"Injected" not in r.raw_head, "no injected field")
+
+
+@case(timeout=30)
+def cross_thread_misuse_refused():
+    """Response calls out of order from another thread are refused at once
+    with TERN_ESTATE (-3) and logged. They used to return 0 and be posted:
+    an end before start closed the connection and finished the request,
+    and the worker then applied the later calls to freed memory (a second
+    tern_respond crashed the worker in tern__msg_apply)."""
+    s = Server("hello")
+    try:
+        with Conn(s.port) as c:
+            r = c.request("GET", "/misuse")
+            eq(r.status, 200, "/misuse status")
+            eq(r.body, b"end-before-start -3 write-before-start -3 start 0 "
+               b"start-again -3 respond-after-start -3\n", "/misuse codes")
+            r = c.request("GET", "/misuse?report=1")
+            eq(r.body, b"end-again -3 write-after-end -3 "
+               b"respond-after-end -3\n", "calls after the end")
+            r = c.request("GET", "/")
+            eq((r.status, r.body), (200, HELLO_BODY), "the connection after")
+        s.check_alive()
+        err = s.stderr_text(20000)
+        for what in ("tern_response_end refused: no response was started",
+                     "tern_response_start refused: a response was already "
+                     "started",
+                     "tern_respond refused: the response is already "
+                     "finished"):
+            check(what in err, "no log line %r in %r" % (what, err[-600:]))
+    finally:
+        s.stop()
+
+
+@case(timeout=40)
+def stop_deadline_cuts_unanswered():
+    """The stop deadline is a hard one: requests still held by a handler
+    (one that never answers, a blocking-pool thread, a thread of the
+    program's own) are cut, their clients get 503 (or a close when the
+    response had started), and the process exits. It used to wait for
+    them forever (a never-answered request) or until the handler returned
+    (the blocking pool kept the loop alive)."""
+    s = Server("hello")
+    try:
+        conns = []
+        for target in ("/never", "/block?ms=30000", "/defer?ms=30000",
+                       "/tick?n=100000&ms=50"):
+            c = Conn(s.port, timeout=12)
+            c.send(build_request("GET", target))
+            conns.append((target, c))
+        time.sleep(0.3)
+        t_sig = time.monotonic()
+        s.signal(signal.SIGTERM)
+        for target, c in conns:
+            if target.startswith("/tick"):
+                r = c.head(time.monotonic() + 2)
+                eq(r.status, 200, "/tick status")
+                data = c.read_to_close(time.monotonic() + 8)
+                check(not data.endswith(b"0\r\n\r\n"),
+                      "/tick: a cut stream must not end cleanly")
+            else:
+                r = c.response(timeout=8)
+                eq(r.status, 503, target + " at the deadline")
+                check(c.at_eof(2), target + ": not closed after the 503")
+            c.close()
+        rc = s.wait(7.0 - (time.monotonic() - t_sig))
+        t_exit = time.monotonic() - t_sig
+        check(rc is not None, "still running 7 s after SIGTERM (5 s "
+              "deadline)")
+        eq(rc, 0, "exit status")
+        err = s.stderr_text(20000)
+        cut = re.findall(r"(\d+) requests cut \((\d+) answered 503\)", err)
+        eq((sum(int(a) for a, _ in cut), sum(int(b) for _, b in cut)),
+           (4, 3), "requests cut, answered 503 (log: %r)" % err[-600:])
+        suite.note("exit %.2f s after SIGTERM (deadline 5 s)" % t_exit)
+    finally:
+        s.kill()
+
+
+@case(timeout=40)
+def stop_deadline_cuts_stalled_stream():
+    """A streamed echo whose client stops reading is still in flight at the
+    deadline, with output queued: the cut must wait for that output to be
+    dropped (whose done callbacks end the response on the worker) before
+    it hands the request block over, and the server exits on time."""
+    s = Server("hello")
+    try:
+        c = connect(s.port)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 100000000\r\n\r\n")
+        c.settimeout(0.5)
+        sent = 0
+        try:
+            while sent < 30000000:
+                sent += c.send(b"x" * 65536)
+        except socket.timeout:
+            pass
+        t_sig = time.monotonic()
+        s.signal(signal.SIGTERM)
+        rc = s.wait(7.0)
+        check(rc is not None, "still running 7 s after SIGTERM")
+        eq(rc, 0, "exit status")
+        err = s.stderr_text(20000)
+        check("1 requests cut" in err, "no cut log line in %r" % err[-600:])
+        suite.note("%d bytes sent; exit %.2f s after SIGTERM"
+                   % (sent, time.monotonic() - t_sig))
+        c.close()
+    finally:
+        s.kill()
 
 
 @case(timeout=30)

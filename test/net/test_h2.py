@@ -839,6 +839,30 @@ def graceful_stop():
         s.kill()
 
 
+@case(timeout=40)
+def stop_deadline_answers_503():
+    """At the stop deadline a stream whose handler never answers gets 503
+    and the server exits; it used to wait for the handler forever."""
+    s = Server("hello")
+    try:
+        p = subprocess.Popen(["nghttp", "-v", url(s.port, "/never")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        s.signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+        text = out.decode()
+        check(":status: 503" in text, "no 503 at the deadline:\n%s"
+              % text[-1500:])
+        rc = s.wait(7.0 - (time.monotonic() - t0))
+        check(rc is not None, "still running 7 s after SIGTERM")
+        eq(rc, 0, "server exit status")
+        suite.note("exit %.2f s after SIGTERM (deadline 5 s)"
+                   % (time.monotonic() - t0))
+    finally:
+        s.kill()
+
+
 # ---------------------------------------------------------------------------
 # Defences: each closes the connection with the right GOAWAY code (or
 # refuses the stream), the next connection is served, memory stays bounded.
