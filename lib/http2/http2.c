@@ -22,12 +22,16 @@
  * loses the user's reference then too.
  *
  * Output. A response's body waits in the request's own queue (r->out); the
- * data provider frames it without a copy into nghttp2 (NO_COPY: the send
- * callback copies the bytes once, straight into the connection's queue).
- * A write's `done` runs once its bytes are in frames, outside nghttp2's
- * callbacks. Frames are pulled only while less than H2_OUT_HIGH bytes wait
- * in the connection's queue: a client that does not read leaves nghttp2's
- * own queue to fill, which is where its limits (max_outbound_ack) bite.
+ * data provider frames it without a copy (NO_COPY: the send callback
+ * writes the 9-byte frame header and moves the body's segments, blocks
+ * and references alike, into the connection's queue behind it). Markers
+ * travel with the bytes they follow, so a write's `done` runs once the
+ * socket has taken its bytes, as on HTTP/1.1, and never inside the loop
+ * that frames them. Frames are produced only while less than H2_OUT_HIGH
+ * bytes wait in the connection's queue (checked after each DATA frame
+ * too, since nghttp2 frames NO_COPY DATA in a loop of its own): a client
+ * that does not read leaves nghttp2's own queue to fill, which is where
+ * its limits (max_outbound_ack) bite.
  * Response calls never pull frames themselves; they ask for a pass of
  * on_read (the check phase runs it), so nghttp2 is never re-entered.
  *
@@ -128,7 +132,6 @@ struct h2_stream {
   size_t owed;          /* delivered while paused: consumed on resume */
   int32_t win;          /* our receive window for the stream */
   size_t consumed;      /* consumed since the window last grew */
-  size_t taken;         /* r->out bytes framed, not yet consumed */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
 };
@@ -151,6 +154,7 @@ struct h2_conn {
   unsigned urgent : 1;    /* terminating: pull past H2_OUT_HIGH */
   unsigned finished : 1;  /* the session is over */
   unsigned eof : 1;       /* the client sent FIN */
+  unsigned full : 1;      /* send_data paused nghttp2 at H2_OUT_HIGH */
   uint32_t empty_data;
   int32_t win;
   size_t consumed;
@@ -228,21 +232,21 @@ static void settle_remove(h2_conn *h, h2_stream *s) {
   s->flags &= ~(unsigned)S_SETTLE;
 }
 
-/* The framed bytes of a response leave its queue: their release and done
- * callbacks run (status 0), with markers right behind them. */
-static void settle_one(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-  size_t n = s->taken;
+/* Markers at the front of a response's queue (a write's `done`, with no
+ * bytes of its own or behind bytes already framed) move to the
+ * connection's queue, behind the frames that carry those bytes: they run
+ * when the socket has taken them, as on HTTP/1.1. Nothing runs here, so a
+ * `done` that writes again cannot make this loop spin. */
+static int settle_one(h2_conn *h, h2_stream *s) {
   settle_remove(h, s);
-  s->taken = 0;
-  r->refs++; /* a callback may drop the last other reference */
-  tern__outq_consume(h->w, &r->out, n);
-  tern__request_unref(r);
+  return tern__outq_move(h->w, &h->c->out, &s->r->out, 0);
 }
 
-static void settle_all(h2_conn *h) {
-  while (h->settle != NULL && !h->dead)
-    settle_one(h, h->settle);
+static int settle_all(h2_conn *h) {
+  while (h->settle != NULL)
+    if (settle_one(h, h->settle) != 0)
+      return TERN_ENOMEM;
+  return 0;
 }
 
 /* ---- Flow control ---------------------------------------------------- */
@@ -338,7 +342,10 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
     h->want_send = 1; /* perhaps the last one: time for the last GOAWAY */
   drop_held(h, s);
   r->refs++; /* held across the callbacks below */
-  settle_one(h, s);
+  if (!h->dead)
+    (void)settle_one(h, s); /* on failure they fail below */
+  else
+    settle_remove(h, s);
   if (s->flags & S_END_SENT) {
     TERN__STAT_ADD(w->stats.requests, 1);
     r->flags |= TERN__RQ_WRITTEN;
@@ -918,26 +925,6 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
   }
 }
 
-/* Copy `n` bytes of q, starting `skip` bytes past its head, into dst. */
-static int copy_from(tern__worker *w, tern__outq *dst, const tern__outq *q,
-                     size_t skip, size_t n) {
-  size_t i, off = q->head_off + skip;
-  for (i = 0; i < q->count && n > 0; i++) {
-    const tern__seg *g = &q->segs[q->head + i];
-    size_t m;
-    if (off >= g->len) {
-      off -= g->len;
-      continue;
-    }
-    m = g->len - off < n ? g->len - off : n;
-    if (tern__outq_copy(w, dst, g->base + off, m) != 0)
-      return TERN_ENOMEM;
-    n -= m;
-    off = 0;
-  }
-  return 0;
-}
-
 static int submit_trailers(h2_conn *h, h2_stream *s) {
   int rc = nghttp2_submit_trailer(h->ng, s->id, s->trailers, s->ntrailers);
   tern__small_free(h->w, s->trailers);
@@ -958,10 +945,10 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
   (void)buf;
   if (h->dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  avail = s->r->out.bytes - s->taken;
+  avail = s->r->out.bytes;
   if (avail == 0 && !(s->flags & S_RESP_END)) {
     s->flags |= S_DEFERRED;
-    settle_add(h, s); /* markers waiting at the front fire now */
+    settle_add(h, s); /* markers waiting at the front move on now */
     return NGHTTP2_ERR_DEFERRED;
   }
   n = avail < length ? avail : length;
@@ -979,8 +966,12 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
   return (ssize_t)n;
 }
 
-/* A DATA frame of `length` bytes from the stream's queue: its header and
- * the bytes go straight into the connection's output (one copy). */
+/* A DATA frame of `length` bytes from the stream's queue: its header is
+ * copied into the connection's output and the bytes follow by reference
+ * (the response's own segments change queues), with the markers right
+ * behind them. Past H2_OUT_HIGH nghttp2 is told to stop framing: one
+ * nghttp2_session_mem_send would otherwise frame every stream's window
+ * in one go, since a NO_COPY frame returns nothing to the caller. */
 static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
                      const uint8_t *framehd, size_t length,
                      nghttp2_data_source *source, void *user) {
@@ -1001,12 +992,14 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
     if (tern__outq_copy(w, out, &b, 1) != 0)
       return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
-  if (copy_from(w, out, &s->r->out, s->taken, length) != 0)
+  if (tern__outq_move(w, out, &s->r->out, length) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (pad > 1 && tern__outq_copy(w, out, zeros, pad - 1) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  s->taken += length;
-  settle_add(h, s);
+  if (out->bytes >= H2_OUT_HIGH && !h->urgent) {
+    h->full = 1;
+    return NGHTTP2_ERR_PAUSE;
+  }
   return 0;
 }
 
@@ -1148,16 +1141,21 @@ static void pump(h2_conn *h) {
         tern__conn_close(c);
         goto out;
       }
-      if (n == 0)
+      if (n == 0) {
+        if (h->full)
+          blocked = 1;
+        h->full = 0;
         break;
+      }
       if (tern__outq_copy(w, &c->out, p, (size_t)n) != 0) {
         tern__conn_close(c);
         goto out;
       }
     }
-    settle_all(h);
-    if (h->dead)
+    if (settle_all(h) != 0) {
+      tern__conn_close(c);
       goto out;
+    }
     if (h->flow)
       run_flows(h);
     if (h->dead)
@@ -1494,8 +1492,8 @@ static int h2_write(tern_request *r, const void *p, size_t len, int copy,
     return rc;
   if (r->resp_left > 0)
     r->resp_left -= (int64_t)len;
-  /* Markers and zero-length pieces at the front finish at the next settle;
-   * bytes wait for the data provider. */
+  /* Markers and zero-length pieces at the front move to the connection's
+   * queue at the next settle; bytes wait for the data provider. */
   settle_add(h, s);
   resume(h, s);
   schedule(h);
