@@ -841,6 +841,37 @@ def streams_never_read():
     attack(go, max_growth_kib=32 << 10)
 
 
+@case(timeout=60)
+def wide_windows_never_read():
+    """Clients that open the largest windows, ask for 100 streams of
+    /big?bytes=1048576 each and never read: referenced bodies reach the
+    socket by reference and framing stops at the 64 KiB output cap, so
+    the server holds little per connection (a single nghttp2 call once
+    framed, and copied, every stream's window)."""
+    with Server("hello", ["--workers", "1"]) as s:
+        before = vmrss_kib(s.proc.pid)
+        conns = []
+        for _ in range(10):
+            h = H2(s.port, [(S_INITIAL_WINDOW_SIZE, 0x7fffffff),
+                            (S_MAX_FRAME_SIZE, (1 << 24) - 1)], rcvbuf=4096)
+            h.send(window_update(0, 0x7fffffff - 65535) +
+                   b"".join(headers(1 + 2 * i, request_block(
+                       "GET", "/big?bytes=1048576")) for i in range(100)))
+            conns.append(h)
+        time.sleep(1.5)
+        after = vmrss_kib(s.proc.pid)
+        t0 = time.monotonic()
+        check_serves(s.port)
+        took = time.monotonic() - t0
+        for h in conns:
+            h.close()
+        suite.note("VmRSS %d -> %d KiB with 10 x 100 streams; a fresh "
+                   "client answered in %.3f s" % (before, after, took))
+        check(sanitized() or after - before < 24 << 10,
+              "RSS grew by %d KiB" % (after - before))
+        check(took < 2, "fresh client answered in %.2f s" % took)
+
+
 @case(timeout=30)
 def flow_blocked_streams_time_out():
     """Responses that a client's zero window holds back wait on the client:
