@@ -16,6 +16,7 @@ import base64
 import hashlib
 import os
 import re
+import select
 import socket
 import struct
 import subprocess
@@ -939,9 +940,13 @@ class H2WsMux:
                 st.ended = True
 
     def flush(self):
+        """Send what the windows allow, up to 128 KiB at a time: the
+        caller reads between, so neither side's socket buffers fill up
+        with both of them writing."""
         out = bytearray()
         for sid, st in self.streams.items():
-            while st.out and self.win > 0 and st.win > 0:
+            while st.out and self.win > 0 and st.win > 0 and \
+                    len(out) < 128 << 10:
                 n = min(len(st.out), self.win, st.win, 16384)
                 out += h2.frame(h2.DATA, 0, sid, bytes(st.out[:n]))
                 del st.out[:n]
@@ -950,18 +955,32 @@ class H2WsMux:
         if out:
             self.c.send(bytes(out))
 
+    def buffered(self):
+        b = self.c.buf
+        return (len(b) >= 9 and len(b) >= 9 + int.from_bytes(b[:3], "big")) \
+            or (hasattr(self.c.sock, "pending") and self.c.sock.pending())
+
     def run(self, until, timeout):
         deadline = time.monotonic() + timeout
         while not until():
             check(time.monotonic() < deadline, "timed out")
             self.flush()
-            try:
-                f = self.c.read_frame(0.05 if any(
-                    st.out for st in self.streams.values()) else 1.0)
-            except socket.timeout:
-                continue
-            check(f is not None, "connection closed")
-            self.on_frame(*f)
+            can_send = self.win > 0 and any(
+                st.out and st.win > 0 for st in self.streams.values())
+            if not self.buffered():
+                r, _, _ = select.select([self.c.sock], [self.c.sock]
+                                        if can_send else [], [], 1.0)
+                if not r:
+                    continue
+            for _ in range(256):  # what has arrived, then send again
+                try:
+                    f = self.c.read_frame(0.001)
+                except socket.timeout:
+                    break
+                check(f is not None, "connection closed")
+                self.on_frame(*f)
+                if not self.buffered():
+                    break
 
 
 class H2Tls(h2.H2):
