@@ -60,12 +60,16 @@
  * HTTP/2 connection.
  *
  * Defences. nghttp2 enforces SETTINGS_MAX_CONCURRENT_STREAMS (excess
- * streams are refused with REFUSED_STREAM), the stream reset rate
- * (CVE-2023-44487), CONTINUATION floods, SETTINGS entry counts and the
- * queue of outbound acknowledgements (PING / SETTINGS floods). The adapter
- * adds the header list limit (max_head_size and max_header_count: 431),
- * an empty DATA frame limit, and closes the connection after any GOAWAY
- * that reports an error.
+ * streams are refused with REFUSED_STREAM), CONTINUATION floods, SETTINGS
+ * entry counts and the queue of outbound acknowledgements (PING / SETTINGS
+ * floods). The adapter adds the header list limit (max_head_size and
+ * max_header_count: 431), an empty DATA frame limit, its own stream reset
+ * bucket (CVE-2023-44487, answered with ENHANCE_YOUR_CALM; nghttp2's says
+ * INTERNAL_ERROR), the RFC 9113 checks nghttp2 leaves out with priorities
+ * off and closed streams not kept (scan_input follows the input's frames
+ * ahead of nghttp2 for them), and closes the connection after any GOAWAY
+ * that reports an error. After the client's FIN, streams whose output
+ * waits for a window that can no longer open are reset (drop_stuck).
  */
 #include <nghttp2/nghttp2.h>
 #include <string.h>
