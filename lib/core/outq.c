@@ -278,8 +278,8 @@ static int share_ref(tern__worker *w, tern__seg *s, int pieces) {
   return 0;
 }
 
-int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src,
-                    size_t n) {
+int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src, size_t n,
+                    tern_request *hold) {
   while (src->count > 0) {
     tern__seg *s = &src->segs[src->head];
     size_t avail = s->len - src->head_off;
@@ -298,6 +298,10 @@ int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src,
     *d = *s;
     d->base = s->base + src->head_off;
     d->len = m;
+    if (d->kind == TERN__SEG_REF && d->release != NULL && hold != NULL) {
+      d->req = hold; /* finish() drops it after the release */
+      hold->refs++;
+    }
     if (s->kind == TERN__SEG_COPY && s->blk == src->tail) {
       /* Its block now has segments in dst: src appends elsewhere. */
       src->tail = NULL;

@@ -267,7 +267,7 @@ static void settle_remove(h2_conn *h, h2_stream *s) {
  * `done` that writes again cannot make this loop spin. */
 static int settle_one(h2_conn *h, h2_stream *s) {
   settle_remove(h, s);
-  return tern__outq_move(h->w, &h->c->out, &s->r->out, 0);
+  return tern__outq_move(h->w, &h->c->out, &s->r->out, 0, s->r);
 }
 
 static int settle_all(h2_conn *h) {
@@ -1204,7 +1204,7 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
     if (tern__outq_copy(w, out, &b, 1) != 0)
       return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
-  if (tern__outq_move(w, out, &s->r->out, length) != 0)
+  if (tern__outq_move(w, out, &s->r->out, length, s->r) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (pad > 1 && tern__outq_copy(w, out, zeros, pad - 1) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
