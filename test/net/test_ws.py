@@ -953,6 +953,7 @@ class H2WsMux:
                 self.win -= n
                 st.win -= n
         if out:
+            self.c.sock.settimeout(30)  # read_frame leaves its own
             self.c.send(bytes(out))
 
     def buffered(self):
