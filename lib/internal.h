@@ -201,6 +201,14 @@ int tern__outq_mark(tern__worker *w, tern__outq *q, int kind, tern_request *req,
                     tern_write_fn done, void *duser);
 /* Move everything from `src` to the end of `dst`. */
 int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src);
+/* Move the first `n` bytes of `src`, with the zero-length segments right
+ * behind them (markers run when dst writes them), to the end of `dst`.
+ * Bytes are not copied: blocks and references change queues, and a
+ * reference cut in two releases once both pieces are written. Moved
+ * references with a release callback hold a reference to `hold` (if not
+ * NULL) until then, so the request outlives its releases as on HTTP/1.1. */
+int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src, size_t n,
+                    tern_request *hold);
 /* Fill up to n iovecs from the pending segments; returns how many. */
 size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n);
 /* `n` bytes were written: finish segments (status 0). */

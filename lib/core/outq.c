@@ -227,6 +227,100 @@ int tern__outq_splice(tern__worker *w, tern__outq *dst, tern__outq *src) {
   return 0;
 }
 
+static void pop(tern__outq *q) {
+  q->head++;
+  q->count--;
+  q->head_off = 0;
+  if (q->count == 0)
+    q->head = 0;
+}
+
+/* A caller's release callback shared by the pieces of a referenced
+ * segment that now sit in two queues: it runs once, when the last piece
+ * is finished, with the base the caller gave. */
+typedef struct {
+  tern__worker *w;
+  tern_release_fn release;
+  void *ruser;
+  const char *base;
+  unsigned refs;
+} ref_share;
+
+static void share_release(void *data, void *user) {
+  ref_share *h = user;
+  (void)data;
+  if (--h->refs > 0)
+    return;
+  h->release((void *)(uintptr_t)h->base, h->ruser);
+  tern__small_free(h->w, h);
+}
+
+/* The segment at src's head is about to be cut at head_off or into two:
+ * make its release run only once both pieces are finished. */
+static int share_ref(tern__worker *w, tern__seg *s, int pieces) {
+  ref_share *h;
+  if (s->release == NULL)
+    return 0;
+  if (s->release == share_release) {
+    ((ref_share *)s->ruser)->refs += (unsigned)pieces - 1;
+    return 0;
+  }
+  h = tern__small_malloc(w, sizeof(*h));
+  if (h == NULL)
+    return TERN_ENOMEM;
+  h->w = w;
+  h->release = s->release;
+  h->ruser = s->ruser;
+  h->base = s->base;
+  h->refs = (unsigned)pieces;
+  s->release = share_release;
+  s->ruser = h;
+  return 0;
+}
+
+int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src, size_t n,
+                    tern_request *hold) {
+  while (src->count > 0) {
+    tern__seg *s = &src->segs[src->head];
+    size_t avail = s->len - src->head_off;
+    size_t m = avail < n ? avail : n;
+    int split = m < avail;
+    tern__seg *d;
+
+    if (n == 0 && avail > 0)
+      break; /* the next bytes are not part of this move */
+    if (reserve_segs(w, dst, 1) != 0)
+      return TERN_ENOMEM;
+    if (s->kind == TERN__SEG_REF && (split || src->head_off > 0) &&
+        share_ref(w, s, split ? 2 : 1) != 0)
+      return TERN_ENOMEM;
+    d = push(dst);
+    *d = *s;
+    d->base = s->base + src->head_off;
+    d->len = m;
+    if (d->kind == TERN__SEG_REF && d->release != NULL && hold != NULL) {
+      d->req = hold; /* finish() drops it after the release */
+      hold->refs++;
+    }
+    if (s->kind == TERN__SEG_COPY && s->blk == src->tail) {
+      /* Its block now has segments in dst: src appends elsewhere. */
+      src->tail = NULL;
+    }
+    if (split) {
+      if (s->kind == TERN__SEG_COPY)
+        s->blk->refs++;
+      src->head_off += m;
+    } else {
+      pop(src);
+    }
+    src->bytes -= m;
+    dst->bytes += m;
+    n -= m;
+  }
+  release_storage(w, src);
+  return 0;
+}
+
 size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n) {
   size_t i, k = 0, off = q->head_off;
   for (i = 0; i < q->count && k < n; i++) {
@@ -262,14 +356,6 @@ static void finish(tern__worker *w, tern__outq *q, tern__seg *s, int status) {
   }
   if (s->req != NULL)
     tern__request_unref(s->req);
-}
-
-static void pop(tern__outq *q) {
-  q->head++;
-  q->count--;
-  q->head_off = 0;
-  if (q->count == 0)
-    q->head = 0;
 }
 
 void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n) {

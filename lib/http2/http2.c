@@ -22,12 +22,16 @@
  * loses the user's reference then too.
  *
  * Output. A response's body waits in the request's own queue (r->out); the
- * data provider frames it without a copy into nghttp2 (NO_COPY: the send
- * callback copies the bytes once, straight into the connection's queue).
- * A write's `done` runs once its bytes are in frames, outside nghttp2's
- * callbacks. Frames are pulled only while less than H2_OUT_HIGH bytes wait
- * in the connection's queue: a client that does not read leaves nghttp2's
- * own queue to fill, which is where its limits (max_outbound_ack) bite.
+ * data provider frames it without a copy (NO_COPY: the send callback
+ * writes the 9-byte frame header and moves the body's segments, blocks
+ * and references alike, into the connection's queue behind it). Markers
+ * travel with the bytes they follow, so a write's `done` runs once the
+ * socket has taken its bytes, as on HTTP/1.1, and never inside the loop
+ * that frames them. Frames are produced only while less than H2_OUT_HIGH
+ * bytes wait in the connection's queue (checked after each DATA frame
+ * too, since nghttp2 frames NO_COPY DATA in a loop of its own): a client
+ * that does not read leaves nghttp2's own queue to fill, which is where
+ * its limits (max_outbound_ack) bite.
  * Response calls never pull frames themselves; they ask for a pass of
  * on_read (the check phase runs it), so nghttp2 is never re-entered.
  *
@@ -56,12 +60,16 @@
  * HTTP/2 connection.
  *
  * Defences. nghttp2 enforces SETTINGS_MAX_CONCURRENT_STREAMS (excess
- * streams are refused with REFUSED_STREAM), the stream reset rate
- * (CVE-2023-44487), CONTINUATION floods, SETTINGS entry counts and the
- * queue of outbound acknowledgements (PING / SETTINGS floods). The adapter
- * adds the header list limit (max_head_size and max_header_count: 431),
- * an empty DATA frame limit, and closes the connection after any GOAWAY
- * that reports an error.
+ * streams are refused with REFUSED_STREAM), CONTINUATION floods, SETTINGS
+ * entry counts and the queue of outbound acknowledgements (PING / SETTINGS
+ * floods). The adapter adds the header list limit (max_head_size and
+ * max_header_count: 431), an empty DATA frame limit, its own stream reset
+ * bucket (CVE-2023-44487, answered with ENHANCE_YOUR_CALM; nghttp2's says
+ * INTERNAL_ERROR), the RFC 9113 checks nghttp2 leaves out with priorities
+ * off and closed streams not kept (scan_input follows the input's frames
+ * ahead of nghttp2 for them), and closes the connection after any GOAWAY
+ * that reports an error. After the client's FIN, streams whose output
+ * waits for a window that can no longer open are reset (drop_stuck).
  */
 #include <nghttp2/nghttp2.h>
 #include <string.h>
@@ -80,16 +88,26 @@
  * at H2_RESET_RATE a second; when empty, GOAWAY (CVE-2023-44487). */
 #define H2_RESET_BURST 400
 #define H2_RESET_RATE 33
+/* Client stream ids remembered after their streams close (RFC 9113 5.1:
+ * frames on a closed stream are an error unless the server reset it),
+ * as bits over the last H2_CLOSED_IDS odd ids up to the highest opened. */
+#define H2_CLOSED_IDS 256
+#define H2_CLOSED_WORDS (H2_CLOSED_IDS / 64)
 #define H2_MAX_OUTBOUND_ACK 1000
 #define H2_MAX_SETTINGS 32
 #define H2_MAX_CONTINUATIONS 8
 #define H2_MAX_SEND_HEADERS (64 * 1024)
 #define H2_DELIVER_MAX (64 * 1024) /* one body callback's largest piece */
+/* After an early answer, a body with a length at most this much short of
+ * it is read to its end (its length checked) rather than reset. */
+#define H2_DRAIN_MAX (64 * 1024)
 /* Input is fed to nghttp2 in slices of this size with frames pulled in
  * between, so the acknowledgements a burst of PING or SETTINGS asks for
  * leave as they are made: they only pile up (to max_outbound_ack) when the
  * client does not read. */
 #define H2_RECV_SLICE 4096
+
+static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 typedef struct h2_conn h2_conn;
 typedef struct h2_stream h2_stream;
@@ -122,13 +140,13 @@ struct h2_stream {
   size_t ncookie;
   char *cookie; /* cookie crumbs joined with "; " */
   uint64_t content_length;
+  uint64_t received; /* request body bytes that arrived */
   int has_length;
   char *pend; /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
   size_t owed;          /* delivered while paused: consumed on resume */
   int32_t win;          /* our receive window for the stream */
   size_t consumed;      /* consumed since the window last grew */
-  size_t taken;         /* r->out bytes framed, not yet consumed */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
 };
@@ -151,7 +169,21 @@ struct h2_conn {
   unsigned urgent : 1;    /* terminating: pull past H2_OUT_HIGH */
   unsigned finished : 1;  /* the session is over */
   unsigned eof : 1;       /* the client sent FIN */
+  unsigned full : 1;      /* send_data paused nghttp2 at H2_OUT_HIGH */
   uint32_t empty_data;
+  uint32_t reset_tokens; /* RST_STREAM budget (H2_RESET_BURST) */
+  uint64_t reset_time;   /* when it was last refilled (loop ms) */
+  int32_t max_id;        /* the highest stream id a client HEADERS used */
+  uint64_t opened[H2_CLOSED_WORDS]; /* bit k: id max_id - 2k was opened */
+  uint64_t quiet[H2_CLOSED_WORDS];  /* bit k: we reset it: ignore frames */
+  /* The input's frame boundaries, followed ahead of nghttp2 (scan_input) */
+  uint32_t scan_left; /* bytes of the current payload (or preface) left */
+  uint8_t scan_hd[9]; /* the frame header being read */
+  uint8_t scan_have;  /* bytes of scan_hd (then of a PRIORITY's first 4) */
+  uint8_t scan_pri;   /* the current frame is a PRIORITY on a stream */
+  uint8_t scan_check; /* check_stream_frame is due before more input */
+  uint8_t scan_type;  /* the current frame's type and stream */
+  int32_t scan_id;
   int32_t win;
   size_t consumed;
   size_t held; /* bytes in all streams' pend buffers */
@@ -228,21 +260,21 @@ static void settle_remove(h2_conn *h, h2_stream *s) {
   s->flags &= ~(unsigned)S_SETTLE;
 }
 
-/* The framed bytes of a response leave its queue: their release and done
- * callbacks run (status 0), with markers right behind them. */
-static void settle_one(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-  size_t n = s->taken;
+/* Markers at the front of a response's queue (a write's `done`, with no
+ * bytes of its own or behind bytes already framed) move to the
+ * connection's queue, behind the frames that carry those bytes: they run
+ * when the socket has taken them, as on HTTP/1.1. Nothing runs here, so a
+ * `done` that writes again cannot make this loop spin. */
+static int settle_one(h2_conn *h, h2_stream *s) {
   settle_remove(h, s);
-  s->taken = 0;
-  r->refs++; /* a callback may drop the last other reference */
-  tern__outq_consume(h->w, &r->out, n);
-  tern__request_unref(r);
+  return tern__outq_move(h->w, &h->c->out, &s->r->out, 0, s->r);
 }
 
-static void settle_all(h2_conn *h) {
-  while (h->settle != NULL && !h->dead)
-    settle_one(h, h->settle);
+static int settle_all(h2_conn *h) {
+  while (h->settle != NULL)
+    if (settle_one(h, h->settle) != 0)
+      return TERN_ENOMEM;
+  return 0;
 }
 
 /* ---- Flow control ---------------------------------------------------- */
@@ -338,7 +370,10 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
     h->want_send = 1; /* perhaps the last one: time for the last GOAWAY */
   drop_held(h, s);
   r->refs++; /* held across the callbacks below */
-  settle_one(h, s);
+  if (!h->dead)
+    (void)settle_one(h, s); /* on failure they fail below */
+  else
+    settle_remove(h, s);
   if (s->flags & S_END_SENT) {
     TERN__STAT_ADD(w->stats.requests, 1);
     r->flags |= TERN__RQ_WRITTEN;
@@ -817,6 +852,177 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
   return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
+/* ---- Frame checks nghttp2 leaves to us ----------------------------------- */
+
+/* End the connection with `code` (a connection error, RFC 9113 5.4.1):
+ * the GOAWAY goes out, and input after it is dropped. */
+static int conn_error(h2_conn *h, uint32_t code) {
+  h->urgent = 1;
+  return nghttp2_session_terminate_session(h->ng, code) == 0
+             ? 0
+             : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int id_bit(const h2_conn *h, int32_t id, size_t *word, uint64_t *bit) {
+  int32_t k = (h->max_id - id) / 2;
+  if (id > h->max_id || !(id & 1) || k >= H2_CLOSED_IDS)
+    return 0;
+  *word = (size_t)k / 64;
+  *bit = (uint64_t)1 << (k % 64);
+  return 1;
+}
+
+/* A client HEADERS opens `id`: the window of remembered ids moves up. */
+static void id_opened(h2_conn *h, int32_t id) {
+  int32_t shift = h->max_id == 0 ? H2_CLOSED_IDS : (id - h->max_id) / 2;
+  size_t i;
+  if (shift >= H2_CLOSED_IDS) {
+    memset(h->opened, 0, sizeof(h->opened));
+    memset(h->quiet, 0, sizeof(h->quiet));
+  } else {
+    while (shift > 0) {
+      int n = shift > 63 ? 63 : shift;
+      for (i = H2_CLOSED_WORDS; i-- > 0;) {
+        uint64_t carry = i > 0 ? h->opened[i - 1] >> (64 - n) : 0;
+        uint64_t qcarry = i > 0 ? h->quiet[i - 1] >> (64 - n) : 0;
+        h->opened[i] = (h->opened[i] << n) | carry;
+        h->quiet[i] = (h->quiet[i] << n) | qcarry;
+      }
+      shift -= n;
+    }
+  }
+  h->max_id = id;
+  h->opened[0] |= 1;
+}
+
+/* RST_STREAM from the client: a token bucket (CVE-2023-44487). nghttp2
+ * has one too, but it answers with INTERNAL_ERROR; this one runs first
+ * and says ENHANCE_YOUR_CALM (RFC 9113 5.4.1, 7). */
+static int reset_allowed(h2_conn *h) {
+  uint64_t now = uv_now(h->w->loop);
+  uint64_t add = (now - h->reset_time) * H2_RESET_RATE / 1000;
+  if (add > 0) {
+    h->reset_tokens = add >= H2_RESET_BURST - h->reset_tokens
+                          ? H2_RESET_BURST
+                          : h->reset_tokens + (uint32_t)add;
+    h->reset_time = now;
+  }
+  if (h->reset_tokens == 0)
+    return 0;
+  h->reset_tokens--;
+  return 1;
+}
+
+/* DATA or HEADERS on a stream nghttp2 no longer has (RFC 9113 5.1):
+ * nghttp2 drops them unseen (it keeps no closed streams), so tern tells
+ * closed from never-used ids itself. They are an error, unless we reset
+ * the stream ourselves, when the client's frames may still be on their way
+ * and are ignored; beyond the ids remembered they are ignored too. Runs
+ * when nghttp2 has taken every frame before this one. */
+static void check_stream_frame(h2_conn *h) {
+  int32_t id = h->scan_id;
+  size_t word;
+  uint64_t bit;
+
+  if (h->urgent || h->finished ||
+      nghttp2_session_find_stream(h->ng, id) != NULL ||
+      !id_bit(h, id, &word, &bit) || (h->quiet[word] & bit))
+    return;
+  if (!(h->opened[word] & bit) && h->scan_type == NGHTTP2_HEADERS) {
+    /* RFC 9113 5.1.1: a new stream's id must be above all used ones. */
+    (void)conn_error(h, NGHTTP2_PROTOCOL_ERROR);
+    return;
+  }
+  (void)conn_error(h, NGHTTP2_STREAM_CLOSED);
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         p[3];
+}
+
+/* The input's frame boundaries, followed ahead of nghttp2, for what its
+ * callbacks do not show: a PRIORITY frame's dependency (dropped unread
+ * when RFC 7540 priorities are off; RFC 9113 5.3.1 makes depending on
+ * itself a PROTOCOL_ERROR) and frames on closed streams. Returns how many
+ * of the `n` bytes nghttp2 may take now: all of them, or those before a
+ * frame to check first (h->scan_check; the scan resumes past its header),
+ * or those before an offending frame (the connection is ending). */
+static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
+  size_t i = 0, start = 0;
+  while (i < n) {
+    if (h->scan_left > 0 && !h->scan_pri) {
+      size_t k = n - i < h->scan_left ? n - i : h->scan_left;
+      i += k;
+      h->scan_left -= (uint32_t)k;
+      continue;
+    }
+    if (h->scan_pri) {
+      /* A PRIORITY payload: its first 4 bytes name the dependency. */
+      h->scan_hd[h->scan_have++] = p[i++];
+      h->scan_left--;
+      if (h->scan_have == 4) {
+        h->scan_pri = 0;
+        h->scan_have = 0;
+        if ((be32(h->scan_hd) & 0x7fffffffu) == (uint32_t)h->scan_id) {
+          (void)conn_error(h, NGHTTP2_PROTOCOL_ERROR);
+          return start;
+        }
+      }
+      continue;
+    }
+    if (h->scan_have == 0)
+      start = i;
+    h->scan_hd[h->scan_have++] = p[i++];
+    if (h->scan_have == 9) {
+      uint32_t len = (uint32_t)h->scan_hd[0] << 16 |
+                     (uint32_t)h->scan_hd[1] << 8 | h->scan_hd[2];
+      int32_t id = (int32_t)(be32(h->scan_hd + 5) & 0x7fffffffu);
+      uint8_t type = h->scan_hd[3];
+      h->scan_have = 0;
+      h->scan_left = len;
+      h->scan_id = id;
+      h->scan_type = type;
+      if (type == NGHTTP2_PRIORITY && id != 0 && len == 5) {
+        h->scan_pri = 1;
+      } else if ((type == NGHTTP2_DATA || type == NGHTTP2_HEADERS) &&
+                 (id & 1)) {
+        if (type == NGHTTP2_HEADERS && id > h->max_id) {
+          id_opened(h, id); /* a new stream */
+        } else if (id <= h->max_id) {
+          /* Check once nghttp2 has the frames before this one; its
+           * header bytes are then passed over like its payload. */
+          h->scan_check = 1;
+          h->scan_left += (uint32_t)(i - start);
+          return start;
+        }
+      }
+    }
+  }
+  return n;
+}
+
+/* Called for each frame header nghttp2 acts on, before it does. */
+static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd,
+                          void *user) {
+  h2_conn *h = user;
+
+  (void)ng;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (h->urgent || h->finished)
+    return 0;
+  switch (hd->type) {
+  case NGHTTP2_RST_STREAM:
+    return reset_allowed(h) ? 0 : conn_error(h, NGHTTP2_ENHANCE_YOUR_CALM);
+  case NGHTTP2_PRIORITY:
+    /* RFC 9113 6.3: PRIORITY on stream 0 is a connection error. */
+    return hd->stream_id == 0 ? conn_error(h, NGHTTP2_PROTOCOL_ERROR) : 0;
+  default:
+    return 0;
+  }
+}
+
 static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
                          const uint8_t *data, size_t len, void *user) {
   h2_conn *h = user;
@@ -834,6 +1040,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
     return 0;
   }
   r = s->r;
+  s->received += len;
   if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
       is_gone(r)) {
     consume(h, s, len); /* answered already: the bytes are dropped */
@@ -899,6 +1106,13 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
       h->finished = 1;
     }
     return 0;
+  case NGHTTP2_RST_STREAM: {
+    size_t word;
+    uint64_t bit;
+    if (id_bit(h, frame->hd.stream_id, &word, &bit))
+      h->quiet[word] |= bit; /* the client's frames may be in flight */
+    return 0;
+  }
   case NGHTTP2_DATA:
   case NGHTTP2_HEADERS:
     if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
@@ -907,9 +1121,14 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
     if (s == NULL)
       return 0;
     s->flags |= S_END_SENT;
-    if (!(s->flags & S_REMOTE_DONE)) {
+    if (!(s->flags & S_REMOTE_DONE) &&
+        !(s->has_length && s->received <= s->content_length &&
+          s->content_length - s->received <= H2_DRAIN_MAX)) {
       /* The response is complete before the request (RFC 9113 8.1): ask
-       * the client to stop sending, without error. */
+       * the client to stop sending, without error. A short rest of a body
+       * with a length is read (and dropped) instead, so that nghttp2 can
+       * still check the length (RFC 9113 8.1.1: a mismatch is
+       * PROTOCOL_ERROR). */
       nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                 NGHTTP2_NO_ERROR);
     }
@@ -917,26 +1136,6 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
   default:
     return 0;
   }
-}
-
-/* Copy `n` bytes of q, starting `skip` bytes past its head, into dst. */
-static int copy_from(tern__worker *w, tern__outq *dst, const tern__outq *q,
-                     size_t skip, size_t n) {
-  size_t i, off = q->head_off + skip;
-  for (i = 0; i < q->count && n > 0; i++) {
-    const tern__seg *g = &q->segs[q->head + i];
-    size_t m;
-    if (off >= g->len) {
-      off -= g->len;
-      continue;
-    }
-    m = g->len - off < n ? g->len - off : n;
-    if (tern__outq_copy(w, dst, g->base + off, m) != 0)
-      return TERN_ENOMEM;
-    n -= m;
-    off = 0;
-  }
-  return 0;
 }
 
 static int submit_trailers(h2_conn *h, h2_stream *s) {
@@ -959,10 +1158,10 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
   (void)buf;
   if (h->dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  avail = s->r->out.bytes - s->taken;
+  avail = s->r->out.bytes;
   if (avail == 0 && !(s->flags & S_RESP_END)) {
     s->flags |= S_DEFERRED;
-    settle_add(h, s); /* markers waiting at the front fire now */
+    settle_add(h, s); /* markers waiting at the front move on now */
     return NGHTTP2_ERR_DEFERRED;
   }
   n = avail < length ? avail : length;
@@ -980,8 +1179,12 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
   return (ssize_t)n;
 }
 
-/* A DATA frame of `length` bytes from the stream's queue: its header and
- * the bytes go straight into the connection's output (one copy). */
+/* A DATA frame of `length` bytes from the stream's queue: its header is
+ * copied into the connection's output and the bytes follow by reference
+ * (the response's own segments change queues), with the markers right
+ * behind them. Past H2_OUT_HIGH nghttp2 is told to stop framing: one
+ * nghttp2_session_mem_send would otherwise frame every stream's window
+ * in one go, since a NO_COPY frame returns nothing to the caller. */
 static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
                      const uint8_t *framehd, size_t length,
                      nghttp2_data_source *source, void *user) {
@@ -1002,12 +1205,14 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
     if (tern__outq_copy(w, out, &b, 1) != 0)
       return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
-  if (copy_from(w, out, &s->r->out, s->taken, length) != 0)
+  if (tern__outq_move(w, out, &s->r->out, length, s->r) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (pad > 1 && tern__outq_copy(w, out, zeros, pad - 1) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  s->taken += length;
-  settle_add(h, s);
+  if (out->bytes >= H2_OUT_HIGH && !h->urgent) {
+    h->full = 1;
+    return NGHTTP2_ERR_PAUSE;
+  }
   return 0;
 }
 
@@ -1041,6 +1246,7 @@ static void ng_init(void) {
   }
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback2(cb, on_header);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
@@ -1053,7 +1259,10 @@ static void ng_init(void) {
   nghttp2_option_set_max_send_header_block_length(o, H2_MAX_SEND_HEADERS);
   nghttp2_option_set_max_outbound_ack(o, H2_MAX_OUTBOUND_ACK);
   nghttp2_option_set_max_settings(o, H2_MAX_SETTINGS);
-  nghttp2_option_set_stream_reset_rate_limit(o, H2_RESET_BURST, H2_RESET_RATE);
+  /* A backstop only: on_begin_frame's bucket of the same size runs out
+   * first and answers ENHANCE_YOUR_CALM. */
+  nghttp2_option_set_stream_reset_rate_limit(o, 2 * H2_RESET_BURST,
+                                             2 * H2_RESET_RATE);
   nghttp2_option_set_max_continuations(o, H2_MAX_CONTINUATIONS);
   nghttp2_option_set_no_closed_streams(o, 1);
   ng_cbs = cb;
@@ -1099,6 +1308,9 @@ static h2_conn *h2_new(tern__conn *c) {
   iv[5].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
   iv[5].value = 1;
   h->win = H2_CONN_WIN_INIT;
+  h->reset_tokens = H2_RESET_BURST;
+  h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
+  h->reset_time = uv_now(c->w->loop);
   if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                             h->win) != 0) {
@@ -1111,6 +1323,26 @@ static h2_conn *h2_new(tern__conn *c) {
 /* Pull frames into the connection's output while it has room, settle
  * what was framed, and repeat while callbacks add more. */
 static void on_drained(tern_request *unused, int status, void *user);
+
+/* After the client's FIN no WINDOW_UPDATE can come: a stream with bytes
+ * to send and no window left can never deliver them, so it ends now
+ * (its writes fail with TERN_ECLOSED) instead of holding the connection,
+ * with no timer, until the client's own timeout. */
+static void drop_stuck(h2_conn *h) {
+  tern__list *l;
+  int conn_shut = nghttp2_session_get_remote_window_size(h->ng) <= 0;
+again:
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
+    if (s->r->out.bytes == 0 || !(s->flags & S_PROVIDER))
+      continue;
+    if (conn_shut ||
+        nghttp2_session_get_stream_remote_window_size(h->ng, s->id) <= 0) {
+      abandon(h, s);
+      goto again;
+    }
+  }
+}
 
 static void pump(h2_conn *h) {
   tern__conn *c = h->c;
@@ -1149,18 +1381,27 @@ static void pump(h2_conn *h) {
         tern__conn_close(c);
         goto out;
       }
-      if (n == 0)
+      if (n == 0) {
+        if (h->full)
+          blocked = 1;
+        h->full = 0;
         break;
+      }
       if (tern__outq_copy(w, &c->out, p, (size_t)n) != 0) {
         tern__conn_close(c);
         goto out;
       }
     }
-    settle_all(h);
-    if (h->dead)
+    if (settle_all(h) != 0) {
+      tern__conn_close(c);
       goto out;
+    }
     if (h->flow)
       run_flows(h);
+    if (h->dead)
+      goto out;
+    if (h->eof)
+      drop_stuck(h);
     if (h->dead)
       goto out;
   } while (h->want_send);
@@ -1245,6 +1486,7 @@ again:
 
 static void h2_on_read(tern__conn *c) {
   h2_conn *h = c->h2;
+  size_t ok, fed = 0;
   ssize_t n;
 
   if ((c->flags & TERN__C_CLOSING) || c->proto != &tern__http2 || h == NULL)
@@ -1260,20 +1502,28 @@ static void h2_on_read(tern__conn *c) {
     }
     if (len > H2_RECV_SLICE)
       len = H2_RECV_SLICE;
+    ok = scan_input(h, (const uint8_t *)c->rbuf->data + c->rpos, len);
     h->in_ng++;
     n = nghttp2_session_mem_recv(h->ng,
-                                 (const uint8_t *)c->rbuf->data + c->rpos, len);
+                                 (const uint8_t *)c->rbuf->data + c->rpos, ok);
     h->in_ng--;
     if (h->dead)
       goto out;
-    c->rpos += len;
+    c->rpos += ok;
+    if (h->scan_check && n >= 0) {
+      h->scan_check = 0;
+      check_stream_frame(h);
+    }
     if (n < 0) {
       c->rpos = c->rlen;
       fatal(h, (int)n);
       break;
     }
-    if (c->rpos < c->rlen)
+    fed += ok;
+    if (fed >= H2_RECV_SLICE && c->rpos < c->rlen) {
+      fed = 0;
       pump(h);
+    }
   }
   if (!h->dead && (c->flags & TERN__C_EOF) && !h->eof)
     on_eof(h);
@@ -1503,8 +1753,8 @@ static int h2_write(tern_request *r, const void *p, size_t len, int copy,
     return rc;
   if (r->resp_left > 0)
     r->resp_left -= (int64_t)len;
-  /* Markers and zero-length pieces at the front finish at the next settle;
-   * bytes wait for the data provider. */
+  /* Markers and zero-length pieces at the front move to the connection's
+   * queue at the next settle; bytes wait for the data provider. */
   settle_add(h, s);
   resume(h, s);
   schedule(h);
@@ -1655,13 +1905,17 @@ const tern__proto tern__http2 = {
 
 /* ---- Starting HTTP/2 on a connection ------------------------------------ */
 
-static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/* HTTP/2 once the preface's request line ("PRI * HTTP/2.0\r\n", which no
+ * HTTP/1.1 request is) has arrived: nghttp2 checks the rest, and a wrong
+ * rest gets GOAWAY PROTOCOL_ERROR (RFC 9113 3.4) rather than an HTTP/1.1
+ * answer. */
+#define PREFACE_LINE 16
 
 int tern__http2_preface(const char *p, size_t n) {
-  size_t m = n < sizeof(preface) - 1 ? n : sizeof(preface) - 1;
+  size_t m = n < PREFACE_LINE ? n : PREFACE_LINE;
   if (memcmp(p, preface, m) != 0)
     return 0;
-  return n >= sizeof(preface) - 1 ? 1 : -1;
+  return n >= PREFACE_LINE ? 1 : -1;
 }
 
 void tern__http2_start(tern__conn *c) {
@@ -1758,6 +2012,7 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   r->protocol = TERN_PROTO_HTTP2;
   tern__list_append(&h->streams, &s->link);
   nghttp2_session_set_stream_user_data(h->ng, 1, s);
+  id_opened(h, 1);
   enter(h);
   route(h, s);
   schedule(h);

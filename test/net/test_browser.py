@@ -10,7 +10,7 @@ import re
 import subprocess
 import tempfile
 
-from harness import Server, Suite, check, eq
+from harness import Conn, Server, Suite, build_request, check, eq
 
 suite = Suite()
 case = suite.case
@@ -69,6 +69,27 @@ def chromium_over_http11():
     eq(r["status"], 200, "status")
     eq(r["protocol"], "http/1.1", "protocol Chromium used")
     eq(r["text"].strip(), "Hello, World!", "page text")
+
+
+@case(timeout=120)
+def chromium_websocket_sizes_over_h2():
+    """Chromium echoes WebSocket messages of 0 B to 16 MiB, text and
+    binary, some in flight together, through hello's /ws from a page it
+    loaded over h2: the socket is an RFC 8441 stream of that connection
+    (the server counts one connection for the page and the socket)."""
+    before = stats_connections()
+    r = node("wsecho.mjs", "https://127.0.0.1:%d/" % srv.tls_port)
+    eq(r["protocol"], "h2", "protocol Chromium used")
+    eq(r["bad"], [], "messages not echoed intact")
+    eq(r["ok"], 23, "messages echoed")
+    eq(stats_connections() - before, 2, "connections: the page's, and "
+       "this stats request's (no separate WebSocket connection)")
+
+
+def stats_connections():
+    with Conn(srv.port) as c:
+        c.send(build_request("GET", "/stats"))
+        return json.loads(c.response().body)["connections"]
 
 
 def talk(url, protocol, carrier):

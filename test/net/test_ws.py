@@ -15,9 +15,13 @@ import asyncio
 import base64
 import hashlib
 import os
+import re
+import select
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -42,9 +46,19 @@ srv = None
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
+tls_cert = None
+
+
 def setup():
-    global srv
+    global srv, tls_cert
     srv = Server("hello")
+    tmp = tempfile.mkdtemp(prefix="tern-ws-")
+    tls_cert = (os.path.join(tmp, "c.crt"), os.path.join(tmp, "c.key"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-days", "2", "-subj", "/CN=localhost", "-keyout",
+                    tls_cert[1], "-out", tls_cert[0]], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def teardown():
@@ -791,6 +805,337 @@ def h2_client_reset_frees_socket():
         fr = h2_stream_frames(conn, 41, lambda f: len(data_bytes(f)) >= 4,
                               timeout=10)
         eq(data_bytes(fr), b"\x82\x02ok", "echo on a new stream")
+
+
+# ---------------------------------------------------------------------------
+# A flow-controlled RFC 8441 client: WebSockets as streams of one HTTP/2
+# connection (h2c or TLS), sending within the server's windows and giving
+# credit back for what it reads, as a browser does.
+
+def mask_bytes(payload):
+    key = os.urandom(4)
+    n = len(payload)
+    if n == 0:
+        return key
+    m = (key * (n // 4 + 1))[:n]
+    return key + (int.from_bytes(payload, "big") ^
+                  int.from_bytes(m, "big")).to_bytes(n, "big")
+
+
+def ws_frame_header(b0, n):
+    if n < 126:
+        return struct.pack("!BB", b0, 0x80 | n)
+    if n < 65536:
+        return struct.pack("!BBH", b0, 0x80 | 126, n)
+    return struct.pack("!BBQ", b0, 0x80 | 127, n)
+
+
+class H2WsStream:
+    def __init__(self, mux, sid, deflate):
+        self.mux, self.sid = mux, sid
+        self.win = mux.peer_init
+        self.out = bytearray()
+        self.inbuf = bytearray()
+        self.frag = []
+        self.frag_op = None
+        self.frag_rsv = 0
+        self.messages = []
+        self.headers = False
+        self.ended = False
+        self.rsv1_seen = False
+        self.deflate = deflate
+        self.z = zlib.compressobj(6, zlib.DEFLATED, -15) if deflate else None
+        self.unz = zlib.decompressobj(-15)
+
+    def send(self, m, fragments=1):
+        op = 0x1 if isinstance(m, str) else 0x2
+        data = m.encode() if isinstance(m, str) else m
+        rsv = 0
+        if self.deflate:
+            data = self.z.compress(data) + self.z.flush(zlib.Z_SYNC_FLUSH)
+            data = data[:-4] if data.endswith(b"\x00\x00\xff\xff") else data
+            rsv = 0x40
+        k = max(1, min(fragments, len(data)))
+        cut = [len(data) * i // k for i in range(k + 1)]
+        for i in range(k):
+            piece = data[cut[i]:cut[i + 1]]
+            b0 = (0x80 if i == k - 1 else 0) | (rsv if i == 0 else 0) | \
+                (op if i == 0 else 0)
+            self.out += ws_frame_header(b0, len(piece)) + mask_bytes(piece)
+
+    def on_data(self, p):
+        self.inbuf += p
+        while True:
+            b = self.inbuf
+            if len(b) < 2:
+                return
+            check(not b[1] & 0x80, "server frames are unmasked")
+            n, off = b[1] & 0x7f, 2
+            if n == 126:
+                if len(b) < 4:
+                    return
+                n, off = struct.unpack("!H", b[2:4])[0], 4
+            elif n == 127:
+                if len(b) < 10:
+                    return
+                n, off = struct.unpack("!Q", b[2:10])[0], 10
+            if len(b) < off + n:
+                return
+            b0, payload = b[0], bytes(b[off:off + n])
+            del self.inbuf[:off + n]
+            op = b0 & 0x0f
+            if op >= 0x8:
+                self.messages.append((op, payload))
+                continue
+            if op != 0:
+                self.frag_op, self.frag_rsv, self.frag = op, b0 & 0x40, []
+            self.frag.append(payload)
+            if b0 & 0x80:
+                data = b"".join(self.frag)
+                if self.frag_rsv:
+                    self.rsv1_seen = True
+                    data = self.unz.decompress(data + b"\x00\x00\xff\xff")
+                self.messages.append((self.frag_op, data))
+
+
+# Chromium's receive windows: 6 MiB a stream, 15 MiB the connection.
+BROWSER_WINDOWS = [(h2.S_INITIAL_WINDOW_SIZE, 6 << 20)]
+
+
+def browser_h2(port):
+    conn = h2.H2(port, BROWSER_WINDOWS, timeout=30)
+    conn.send(h2.window_update(0, (15 << 20) - 65535))
+    return conn
+
+
+class H2WsMux:
+    """The connection: windows both ways, frames routed to streams."""
+
+    def __init__(self, conn):
+        self.c = conn
+        self.win = 65535
+        self.peer_init = 65535
+        self.streams = {}
+        while True:
+            t, fl, sid, p = conn.read_frame()
+            if t == h2.SETTINGS and not fl & h2.ACK:
+                self.on_settings(p)
+                conn.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
+                break
+            self.on_frame(t, fl, sid, p)
+
+    def on_settings(self, p):
+        for i in range(0, len(p), 6):
+            k, v = struct.unpack(">HI", p[i:i + 6])
+            if k == h2.S_INITIAL_WINDOW_SIZE:
+                for st in self.streams.values():
+                    st.win += v - self.peer_init
+                self.peer_init = v
+
+    def open(self, sid, path="/ws", deflate=False):
+        st = H2WsStream(self, sid, deflate)
+        self.streams[sid] = st
+        extra = [("sec-websocket-extensions", "permessage-deflate")] \
+            if deflate else []
+        h2_connect(self.c, sid, path, extra=extra)
+        self.run(lambda: st.headers, 5)
+        check(not st.ended, "stream %d refused" % sid)
+        return st
+
+    def on_frame(self, t, fl, sid, p):
+        st = self.streams.get(sid)
+        if t == h2.SETTINGS and not fl & h2.ACK:
+            self.on_settings(p)
+            self.c.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        elif t == h2.WINDOW_UPDATE:
+            inc = struct.unpack(">I", p)[0] & 0x7fffffff
+            if sid == 0:
+                self.win += inc
+            elif st is not None:
+                st.win += inc
+        elif t == h2.GOAWAY:
+            raise AssertionError("GOAWAY %r" % (p[:8],))
+        elif st is not None:
+            if t == h2.HEADERS:
+                st.headers = True
+            if t == h2.DATA and p:
+                self.c.send(h2.window_update(0, len(p)) +
+                            h2.window_update(sid, len(p)))
+                st.on_data(p)
+            if t == h2.RST_STREAM or fl & h2.END_STREAM and \
+                    t in (h2.DATA, h2.HEADERS):
+                st.ended = True
+
+    def flush(self):
+        """Send what the windows allow, up to 128 KiB at a time: the
+        caller reads between, so neither side's socket buffers fill up
+        with both of them writing."""
+        out = bytearray()
+        for sid, st in self.streams.items():
+            while st.out and self.win > 0 and st.win > 0 and \
+                    len(out) < 128 << 10:
+                n = min(len(st.out), self.win, st.win, 16384)
+                out += h2.frame(h2.DATA, 0, sid, bytes(st.out[:n]))
+                del st.out[:n]
+                self.win -= n
+                st.win -= n
+        if out:
+            self.c.sock.settimeout(30)  # read_frame leaves its own
+            self.c.send(bytes(out))
+
+    def buffered(self):
+        b = self.c.buf
+        return (len(b) >= 9 and len(b) >= 9 + int.from_bytes(b[:3], "big")) \
+            or (hasattr(self.c.sock, "pending") and self.c.sock.pending())
+
+    def run(self, until, timeout):
+        deadline = time.monotonic() + timeout
+        while not until():
+            check(time.monotonic() < deadline, "timed out")
+            self.flush()
+            can_send = self.win > 0 and any(
+                st.out and st.win > 0 for st in self.streams.values())
+            if not self.buffered():
+                r, _, _ = select.select([self.c.sock], [self.c.sock]
+                                        if can_send else [], [], 1.0)
+                if not r:
+                    continue
+            for _ in range(256):  # what has arrived, then send again
+                try:
+                    f = self.c.read_frame(0.001)
+                except socket.timeout:
+                    break
+                check(f is not None, "connection closed")
+                self.on_frame(*f)
+                if not self.buffered():
+                    break
+
+
+class H2Tls(h2.H2):
+    """The raw client over TLS, ALPN h2."""
+
+    def __init__(self, port, timeout=5.0):
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        raw = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw)
+        self.buf = bytearray()
+        self.eof = False
+        eq(self.sock.selected_alpn_protocol(), "h2", "ALPN")
+        self.send(h2.PREFACE + h2.settings(BROWSER_WINDOWS) +
+                  h2.window_update(0, (15 << 20) - 65535))
+
+
+def h2_echo_sizes(conn):
+    """Every size of the HTTP/1.1 suite, text and binary, whole and in three
+    fragments, with and without permessage-deflate, on two sockets of one
+    connection; then several messages in flight on each."""
+    mux = H2WsMux(conn)
+    sid = 1
+    for deflate in (False, True):
+        st = mux.open(sid, deflate=deflate)
+        sid += 2
+        for n in SIZES:
+            for text in (False, True):
+                for frags in (1, 3):
+                    m = payload(n, text)
+                    st.send(m, frags)
+                    mux.run(lambda: st.messages, 120)
+                    op, got = st.messages.pop(0)
+                    eq(op, 0x1 if text else 0x2, "opcode at %d" % n)
+                    want = m.encode() if text else m
+                    check(got == want, "%d-byte %s message (%d fragments, "
+                          "deflate %d) echoed intact"
+                          % (n, "text" if text else "binary", frags, deflate))
+        eq(st.rsv1_seen, deflate, "compressed replies iff negotiated")
+    a, b = mux.open(sid), mux.open(sid + 2, deflate=True)
+    msgs = [payload(n, n % 2 == 0) for n in (5, 70000, 1 << 20, 300000, 1)]
+    for st in (a, b):
+        for m in msgs:
+            st.send(m)
+    mux.run(lambda: len(a.messages) == len(b.messages) == len(msgs), 60)
+    for st in (a, b):
+        for m, (op, got) in zip(msgs, st.messages):
+            check(got == (m.encode() if isinstance(m, str) else m),
+                  "in-flight message of %d bytes" % len(m))
+
+
+@case(timeout=300)
+def h2_echo_sizes_h2c():
+    """RFC 8441 over h2c with a client that does flow control: a 1 MiB
+    message once spun the worker (every DATA of the reply was framed in
+    one nghttp2 call, then its drain marker fired and re-armed forever)."""
+    with browser_h2(srv.port) as conn:
+        h2_echo_sizes(conn)
+
+
+@case(timeout=300)
+def h2_echo_sizes_tls():
+    with Server("hello", ["--workers", "1", "--tls-port", "0", "--cert",
+                          tls_cert[0], "--key", tls_cert[1]]) as s:
+        m = re.match(r"tls listening on (\d+)$", s.next_line())
+        check(m is not None, "no tls port line")
+        with H2Tls(int(m.group(1))) as conn:
+            h2_echo_sizes(conn)
+
+
+@case(timeout=60)
+def h2_small_high_water_echo():
+    """A 5 KB echo on a socket whose high-water mark (1000) is below what
+    the connection's queue holds: the drain marker waits behind the bytes
+    in flight (it once completed in the loop that re-armed it)."""
+    with browser_h2(srv.port) as conn:
+        mux = H2WsMux(conn)
+        st = mux.open(1, "/ws?hw=1000")
+        for i in range(20):
+            m = bytes([i]) * 5000
+            st.send(m)
+            mux.run(lambda: st.messages, 10)
+            eq(st.messages.pop(0), (0x2, m), "echo %d" % i)
+
+
+@case(timeout=120)
+def h2_large_message_leaves_worker_free():
+    """With one worker, a 16 MiB message echoed over h2 does not hold up
+    other connections: GETs on new connections are answered meanwhile."""
+    with Server("hello", ["--workers", "1"]) as s:
+        done = threading.Event()
+        err = []
+
+        def big():
+            try:
+                with browser_h2(s.port) as conn:
+                    mux = H2WsMux(conn)
+                    st = mux.open(1)
+                    for _ in range(3):
+                        m = os.urandom(16 << 20)
+                        st.send(m)
+                        mux.run(lambda: st.messages, 100)
+                        check(st.messages.pop(0) == (0x2, m), "echo")
+            except Exception as e:  # reported below
+                err.append(e)
+            done.set()
+        t = threading.Thread(target=big, daemon=True)
+        t.start()
+        served = 0
+        worst = 0.0
+        while not done.is_set():
+            t0 = time.monotonic()
+            with Conn(s.port, timeout=5) as c:
+                c.send(build_request("GET", "/"))
+                eq(c.response().status, 200, "GET / meanwhile")
+            worst = max(worst, time.monotonic() - t0)
+            served += 1
+            time.sleep(0.02)
+        t.join(5)
+        check(not err, "the large echo: %r" % err)
+        suite.note("%d GETs answered meanwhile, slowest %.3f s"
+                   % (served, worst))
+        check(served >= 3 and worst < 2, "GETs served: %d, slowest %.2f s"
+              % (served, worst))
 
 
 # ---------------------------------------------------------------------------
