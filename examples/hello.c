@@ -14,6 +14,9 @@
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
  *   GET  /tick?n=N&ms=M another thread streams N chunks, one per M ms
+ *   GET  /overrun       another thread announces 5 bytes and writes 10: the
+ *                       worker aborts that request (a stream reset on
+ *                       HTTP/2, a close on HTTP/1.1)
  *   GET  /status?code=N answers status N ("status N"); &cl=L adds a
  *                       Content-Length: L field of its own (for 304s);
  *                       &thread=1 answers from another thread. A 1xx is
@@ -421,6 +424,24 @@ static void defer(tern_request *r, void *user) {
 static void tick(tern_request *r, void *user) {
   (void)user;
   hand_off(r, tick_thread);
+}
+
+/* A buggy handler: another thread announces 5 bytes and writes 10. The
+ * write is accepted when posted; the worker then finds it past the length
+ * and aborts this request alone (HTTP/2 resets its stream; HTTP/1.1 must
+ * close the connection). */
+static void *overrun_thread(void *arg) {
+  deferred *d = arg;
+  tern_response_start(d->r, 200, text_plain, 1, 5);
+  tern_response_write(d->r, "0123456789", 10, NULL, NULL);
+  tern_response_end(d->r, NULL, 0);
+  free(d);
+  return NULL;
+}
+
+static void overrun(tern_request *r, void *user) {
+  (void)user;
+  hand_off(r, overrun_thread);
 }
 
 static void status_route(tern_request *r, void *user) {
@@ -886,6 +907,7 @@ int main(int argc, char **argv) {
                   &blocking_opts);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
+  tern_route(server, "GET", "/overrun", overrun, NULL);
   tern_route(server, "GET", "/stats", stats, NULL);
   tern_route(server, "GET", "/status", status_route, NULL);
   tern_route(server, "GET", "/early-hints", early_hints_route, NULL);

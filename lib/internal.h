@@ -27,6 +27,7 @@
 typedef struct tern__worker tern__worker;
 typedef struct tern__conn tern__conn;
 typedef struct tern__proto tern__proto;
+typedef struct tern__req_ops tern__req_ops;
 typedef struct tern__tls_conn tern__tls_conn;
 
 /* ---- Intrusive doubly linked list -------------------------------- */
@@ -277,6 +278,7 @@ enum {
 
 struct tern_request {
   tern__conn *conn;
+  const tern__req_ops *ops; /* its adapter's request side */
   tern__worker *w;
   tern_request *next; /* the connection's in-flight queue */
   const tern__route *route;
@@ -290,7 +292,6 @@ struct tern_request {
   int pool_queued;          /* in that queue, handler not started yet */
   int late_done;            /* cut, finished before the worker cleaned up
                                (w->inbox_lock) */
-  const tern__proto *cut_proto; /* the adapter, kept past r->conn */
   unsigned flags;
   int protocol;
 
@@ -376,38 +377,54 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
 
 /* ---- Protocol adapters ------------------------------------------- */
 
-struct tern__proto {
-  const char *name;
-  /* New bytes are in c->rbuf[c->rpos .. c->rlen). Consume what you can. */
-  void (*on_read)(tern__conn *c);
-  /* Graceful stop: finish what is in flight, accept nothing new. */
-  void (*on_stop)(tern__conn *c);
-  /* The connection is closing: fail requests in flight. */
-  void (*on_close)(tern__conn *c);
-  /* Response calls, on the owning worker. */
+/* A protocol adapter has two tables. The connection side is called by
+ * the transport (lib/core/conn.c) for the connection as a whole; the
+ * request side is each request's `r->ops`, called by request.c,
+ * response.c and ws.c, which so never look at the connection a request
+ * rides on (an HTTP/3 request will have none of its own). */
+struct tern__req_ops {
+  /* Status and headers, with the content length if known (-1 if not). */
   int (*start)(tern_request *r, int status, const tern_header *h, size_t n,
                int64_t content_length);
+  /* A body piece, copied or referenced, with done and release. */
   int (*write)(tern_request *r, const void *p, size_t len, int copy,
                tern_write_fn done, void *duser, tern_release_fn release,
                void *ruser);
+  /* Finish, with trailers where the protocol has them. */
   int (*end)(tern_request *r, const tern_header *t, size_t n);
+  /* Queue a 1xx interim answer (status 102..199 but 101) before the
+   * final one; the caller has checked the state and the fields. */
+  int (*interim)(tern_request *r, int status, const tern_header *h, size_t n);
   /* Body flow control changed (read/pause/resume). */
   void (*body_flow)(tern_request *r);
-  /* The request is being freed: drop adapter state it holds (NULL: none).
-   * Called for every request of a connection using this adapter, also
-   * for requests an earlier adapter of the connection created. */
-  void (*release)(tern_request *r);
   /* Answer the request with `h` as a tunnel (HTTP/1.1: 101 Switching
    * Protocols with Upgrade; HTTP/2: 200 to an extended CONNECT) and from
    * then on carry raw bytes both ways: the client's through the streaming
    * body callback (never ending on its own), ours through write. End
-   * closes the tunnel. */
+   * closes the tunnel. NULL: the protocol has none. TERN_EHANDSHAKE: not
+   * now (the connection cannot become this request's). */
   int (*tunnel)(tern_request *r, const tern_header *h, size_t n);
   /* Bytes queued for the request's client and not yet written. */
   size_t (*pending)(const tern_request *r);
-  /* Queue a 1xx interim answer (status 102..199 but 101) before the
-   * final one; the caller has checked the state and the fields. */
-  int (*interim)(tern_request *r, int status, const tern_header *h, size_t n);
+  /* The response failed and cannot be finished cleanly: end this request
+   * so that its client cannot take it for complete. HTTP/1.1 closes the
+   * connection (its framing is lost); HTTP/2 resets the stream alone. */
+  void (*abort)(tern_request *r);
+  /* The request is being freed: drop adapter state it holds (NULL:
+   * none). */
+  void (*release)(tern_request *r);
+};
+
+struct tern__proto {
+  const char *name; /* also the ALPN id */
+  /* New bytes are in c->rbuf[c->rpos .. c->rlen). Consume what you can. */
+  void (*input)(tern__conn *c);
+  /* Graceful stop: finish what is in flight, accept nothing new. */
+  void (*stop)(tern__conn *c);
+  /* The connection is closing: fail requests in flight. */
+  void (*close)(tern__conn *c);
+  /* The request side of the requests this adapter creates. */
+  const tern__req_ops *ops;
 };
 
 extern const tern__proto tern__http1;

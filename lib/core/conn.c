@@ -200,7 +200,7 @@ void tern__conn_process(tern__conn *c) {
       }
     }
     c->flags |= TERN__C_IN_READ;
-    c->proto->on_read(c);
+    c->proto->input(c);
     c->flags &= ~(unsigned)TERN__C_IN_READ;
     /* TLS may hold more than the read buffer had room for: once the
      * adapter has made room, decrypt again, or those bytes wait for socket
@@ -395,7 +395,7 @@ void tern__conn_close(tern__conn *c) {
   if (tern__list_linked(&c->all_link))
     tern__list_remove(&c->all_link);
   tern__conn_read_stop(c);
-  c->proto->on_close(c);
+  c->proto->close(c);
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
 }
 

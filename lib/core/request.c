@@ -24,6 +24,7 @@ tern_request *tern__request_new(tern__conn *c) {
   r->match.nparams = 0;
   r->match.status = 404;
   r->conn = c;
+  r->ops = c->proto->ops;
   r->w = w;
   r->refs = 2;
   r->headers = (tern_header *)(void *)(r + 1);
@@ -44,8 +45,8 @@ void tern__request_unref(tern_request *r) {
     tern__outq_free(w, &r->out);
     cut_keep(r); /* the rest stays the holder's */
   } else {
-    if (c->proto->release != NULL)
-      c->proto->release(r);
+    if (r->ops->release != NULL)
+      r->ops->release(r);
     tern__rbuf_unref(w, r->rbuf);
     tern__free(w->srv, r->body_buf);
     tern__free(w->srv, r->trailers);
@@ -209,7 +210,7 @@ void tern__request_dispatch(tern_request *r) {
 void tern__request_cut_answer(tern_request *r) {
   static const tern_header text = {"content-type", 12, "text/plain", 10};
   static const char body[] = "503 Service Unavailable\n";
-  const tern__proto *p = r->conn->proto;
+  const tern__req_ops *p = r->ops;
   tern__worker *w = r->w;
 
   w->cut_total++;
@@ -247,7 +248,6 @@ void tern__request_cut(tern_request *r) {
  * (it found the inbox closed, or ran on this worker meanwhile). */
 static void cut_keep(tern_request *r) {
   tern__worker *w = r->w;
-  r->cut_proto = r->conn->proto;
   r->conn = NULL;
   r->flags = (r->flags | TERN__RQ_ENDED | TERN__RQ_CUT) &
              ~(unsigned)(TERN__RQ_READING | TERN__RQ_STREAM);
@@ -267,8 +267,8 @@ static void cut_release(tern_request *r, int worker_gone) {
   tern_server *srv = w->srv;
   size_t i;
   tern__list_remove(&r->held_link);
-  if (r->cut_proto->release != NULL)
-    r->cut_proto->release(r);
+  if (r->ops->release != NULL)
+    r->ops->release(r);
   tern__rbuf_unref(w, r->rbuf);
   tern__free(srv, r->body_buf);
   tern__free(srv, r->trailers);
@@ -525,7 +525,7 @@ int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
   r->body_fn = fn;
   r->body_user = user;
   r->flags |= TERN__RQ_READING;
-  r->conn->proto->body_flow(r);
+  r->ops->body_flow(r);
   return 0;
 }
 
@@ -537,7 +537,7 @@ int tern_request_pause(tern_request *r) {
   if (!(r->flags & TERN__RQ_READING))
     return body_call_refused(r, "tern_request_pause", 1);
   r->flags |= TERN__RQ_PAUSED;
-  r->conn->proto->body_flow(r);
+  r->ops->body_flow(r);
   return 0;
 }
 
@@ -549,6 +549,6 @@ int tern_request_resume(tern_request *r) {
   if (!(r->flags & TERN__RQ_READING))
     return body_call_refused(r, "tern_request_resume", 1);
   r->flags &= ~(unsigned)TERN__RQ_PAUSED;
-  r->conn->proto->body_flow(r);
+  r->ops->body_flow(r);
   return 0;
 }

@@ -85,11 +85,12 @@ static int is_gone(const tern_request *r) {
   return atomic_load_explicit(&r->gone, memory_order_acquire);
 }
 
-/* A finishing call that cannot queue its bytes: the client can only learn
- * of it by the connection closing. */
+/* A finishing call that cannot queue its bytes: the client learns it by
+ * the adapter's abort (the connection closing on HTTP/1.1, the stream
+ * reset on HTTP/2), never by an answer that looks complete. */
 int tern__request_fail(tern_request *r, int rc) {
-  r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
-  tern__conn_close(r->conn);
+  r->flags |= TERN__RQ_ABORT;
+  r->ops->abort(r);
   finish_user(r);
   return rc;
 }
@@ -100,7 +101,7 @@ int tern__request_fail(tern_request *r, int rc) {
 static int respond_now(tern_request *r, int status, const tern_header *h,
                        size_t n, const void *body, size_t len, int copy,
                        tern_release_fn release, void *ruser, int *took) {
-  const tern__proto *p = r->conn->proto;
+  const tern__req_ops *p = r->ops;
   int rc;
 
   if (is_gone(r)) {
@@ -360,7 +361,8 @@ void tern__request_abort_all(tern_request *r) {
 static void posted_failed(tern_request *r, const char *call, int rc) {
   tern__log(r->w->srv, TERN_LOG_ERROR,
             "%s from another thread failed on the worker: %s; the "
-            "connection is closed",
+            "request is aborted (HTTP/1.1: its connection closes; HTTP/2: "
+            "its stream is reset)",
             call, tern_strerror(rc));
 }
 
@@ -373,7 +375,7 @@ static void posted_failed(tern_request *r, const char *call, int rc) {
 void tern__msg_apply(tern__msg *m) {
   tern_request *r = m->req;
   tern__worker *w = r->w;
-  const tern__proto *p = r->conn->proto;
+  const tern__req_ops *p = r->ops;
   int held = tern__list_linked(&r->held_link);
   int rc, took_ref = 0;
 
@@ -401,7 +403,7 @@ void tern__msg_apply(tern__msg *m) {
     if (rc == TERN_ESTATE && held) {
       tern__log(w->srv, TERN_LOG_ERROR,
                 "tern_respond from another thread found a response already "
-                "started; the connection is closed");
+                "started; the request is aborted");
       tern__request_fail(r, rc);
     } else if (rc != 0 && rc != TERN_ECLOSED && held && !m->copy) {
       posted_failed(r, "tern_respond", rc);
@@ -424,7 +426,7 @@ void tern__msg_apply(tern__msg *m) {
     rc = p->start(r, m->status, m->headers, m->nheaders, m->content_length);
     if (rc != 0) {
       posted_failed(r, "tern_response_start", rc);
-      tern__conn_close(r->conn);
+      r->ops->abort(r);
     }
     break;
   case TERN__M_WRITE:
@@ -446,7 +448,7 @@ void tern__msg_apply(tern__msg *m) {
           break;
       }
       posted_failed(r, "tern_response_write", rc);
-      tern__conn_close(r->conn);
+      r->ops->abort(r);
     }
     if (m->reported == 0 && m->done != NULL)
       m->done(r, rc, m->duser);
@@ -457,7 +459,7 @@ void tern__msg_apply(tern__msg *m) {
     if (!is_gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) &&
         r->protocol != TERN_PROTO_HTTP10 &&
         p->interim(r, m->status, m->headers, m->nheaders) == TERN_ENOMEM)
-      tern__conn_close(r->conn);
+      r->ops->abort(r);
     break;
   case TERN__M_END:
     if (!held) {
@@ -469,7 +471,7 @@ void tern__msg_apply(tern__msg *m) {
     } else if (!(r->flags & TERN__RQ_STARTED)) {
       tern__log(w->srv, TERN_LOG_ERROR,
                 "tern_response_end from another thread found no started "
-                "response; the connection is closed");
+                "response; the request is aborted");
       tern__request_fail(r, 0);
     } else if ((rc = p->end(r, m->headers, m->nheaders)) != 0) {
       posted_failed(r, "tern_response_end", rc);
@@ -513,9 +515,9 @@ int tern_respond_interim(tern_request *r, int status,
     /* HTTP/1.0 has no interim responses (RFC 9110 15.2). */
     if (r->protocol == TERN_PROTO_HTTP10)
       return 0;
-    rc = r->conn->proto->interim(r, status, headers, nheaders);
+    rc = r->ops->interim(r, status, headers, nheaders);
     if (rc == TERN_ENOMEM)
-      tern__conn_close(r->conn);
+      r->ops->abort(r);
     return rc;
   }
   /* From another thread the order is checked against what the user has
@@ -584,7 +586,7 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
       return TERN_ECLOSED;
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
       return TERN_ESTATE;
-    return r->conn->proto->start(r, status, headers, nheaders, content_length);
+    return r->ops->start(r, status, headers, nheaders, content_length);
   }
   m = msg_new(r, TERN__M_START, headers, nheaders, NULL, 0);
   if (m == NULL)
@@ -607,8 +609,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
       return TERN_ECLOSED;
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
-    return r->conn->proto->write(r, data, len, done == NULL, done, user, NULL,
-                                 NULL);
+    return r->ops->write(r, data, len, done == NULL, done, user, NULL, NULL);
   }
   m = msg_new(r, TERN__M_WRITE, NULL, 0, done == NULL ? data : NULL,
               done == NULL ? len : 0);
@@ -635,7 +636,7 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
   }
   if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
     return TERN_ESTATE;
-  rc = r->conn->proto->end(r, trailers, ntrailers);
+  rc = r->ops->end(r, trailers, ntrailers);
   if (rc != 0)
     return tern__request_fail(r, rc);
   finish_user(r);

@@ -306,7 +306,7 @@ static void begin_stop(tern__worker *w) {
     tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, all_link);
     next = l->next;
     c->flags |= TERN__C_STOPPING;
-    c->proto->on_stop(c);
+    c->proto->stop(c);
   }
   uv_timer_start(&w->deadline_timer, on_deadline,
                  atomic_load(&w->srv->stop_deadline_ms), 0);

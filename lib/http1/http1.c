@@ -853,7 +853,7 @@ static void h1_on_read(tern__conn *c) {
     if (m > 0) {
       tern__http2_start(c);
       if (c->proto != &tern__http1)
-        c->proto->on_read(c);
+        c->proto->input(c);
       return;
     }
     c->h2 = &h1_not_h2;
@@ -890,7 +890,7 @@ static void h1_on_read(tern__conn *c) {
     c->head_scanned = 0;
     start_request(c, end);
     if (c->proto != &tern__http1) {
-      c->proto->on_read(c); /* upgraded to h2c: the rest is HTTP/2 */
+      c->proto->input(c); /* upgraded to h2c: the rest is HTTP/2 */
       return;
     }
   }
@@ -981,7 +981,29 @@ static void h1_on_close(tern__conn *c) {
   drop_queue(c);
 }
 
+/* One request's answer failed: the connection's framing is lost, so it
+ * closes (after nothing more of this answer). */
+static void h1_abort(tern_request *r) {
+  r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
+  tern__conn_close(r->conn);
+}
+
+static const tern__req_ops h1_ops = {
+    .start = h1_start,
+    .write = h1_write,
+    .end = h1_end,
+    .interim = h1_interim,
+    .body_flow = h1_body_flow,
+    .tunnel = h1_tunnel,
+    .pending = h1_pending,
+    .abort = h1_abort,
+    .release = NULL,
+};
+
 const tern__proto tern__http1 = {
-    "http/1.1", h1_on_read,   h1_on_stop, h1_on_close, h1_start,   h1_write,
-    h1_end,     h1_body_flow, NULL,       h1_tunnel,   h1_pending, h1_interim,
+    .name = "http/1.1",
+    .input = h1_on_read,
+    .stop = h1_on_stop,
+    .close = h1_on_close,
+    .ops = &h1_ops,
 };

@@ -397,11 +397,12 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
   tern__request_unref(r); /* the one taken above */
 }
 
-/* Forget a stream nghttp2 still has open (the connection is ending). */
-static void abandon(h2_conn *h, h2_stream *s) {
+/* Forget a stream nghttp2 still has open, resetting it with `code`
+ * (CANCEL when the connection is ending). */
+static void abandon(h2_conn *h, h2_stream *s, uint32_t code) {
   if (!h->dead && !h->finished) {
     nghttp2_session_set_stream_user_data(h->ng, s->id, NULL);
-    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id, code);
   }
   stream_closed(h, s);
 }
@@ -409,7 +410,7 @@ static void abandon(h2_conn *h, h2_stream *s) {
 static void drop_streams(h2_conn *h) {
   while (!tern__list_empty(&h->streams)) {
     h2_stream *s = TERN__CONTAINER_OF(h->streams.next, h2_stream, link);
-    abandon(h, s);
+    abandon(h, s, NGHTTP2_CANCEL);
   }
 }
 
@@ -1338,7 +1339,7 @@ again:
       continue;
     if (conn_shut ||
         nghttp2_session_get_stream_remote_window_size(h->ng, s->id) <= 0) {
-      abandon(h, s);
+      abandon(h, s, NGHTTP2_CANCEL);
       goto again;
     }
   }
@@ -1468,13 +1469,13 @@ again:
      * a stream the client reset. */
     if ((r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED)) == TERN__RQ_HANDLED &&
         !(r->flags & TERN__RQ_TUNNEL)) {
-      abandon(h, s);
+      abandon(h, s, NGHTTP2_CANCEL);
       goto again;
     }
     if (s->flags & S_REMOTE_DONE)
       continue;
     if (!(r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED))) {
-      abandon(h, s); /* its body will never come */
+      abandon(h, s, NGHTTP2_CANCEL); /* its body will never come */
       goto again;
     }
     if ((r->flags & TERN__RQ_STREAM) && !(s->flags & S_FLOW)) {
@@ -1898,9 +1899,39 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
   return rc;
 }
 
+/* One stream's answer failed (a call the worker could not carry out, no
+ * memory): that stream is reset, INTERNAL_ERROR, and the connection's
+ * other streams go on. */
+static void h2_abort(tern_request *r) {
+  h2_stream *s;
+  h2_conn *h = live(r, &s);
+  r->flags |= TERN__RQ_ABORT;
+  if (h == NULL)
+    return; /* its stream has ended already */
+  enter(h);
+  abandon(h, s, NGHTTP2_INTERNAL_ERROR);
+  schedule(h);
+  leave(h);
+}
+
+static const tern__req_ops h2_ops = {
+    .start = h2_start,
+    .write = h2_write,
+    .end = h2_end,
+    .interim = h2_interim,
+    .body_flow = h2_body_flow,
+    .tunnel = h2_tunnel,
+    .pending = h2_pending,
+    .abort = h2_abort,
+    .release = h2_release,
+};
+
 const tern__proto tern__http2 = {
-    "h2",   h2_on_read,   h2_on_stop, h2_on_close, h2_start,   h2_write,
-    h2_end, h2_body_flow, h2_release, h2_tunnel,   h2_pending, h2_interim,
+    .name = "h2",
+    .input = h2_on_read,
+    .stop = h2_on_stop,
+    .close = h2_on_close,
+    .ops = &h2_ops,
 };
 
 /* ---- Starting HTTP/2 on a connection ------------------------------------ */
@@ -2007,8 +2038,10 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   s->win = H2_STREAM_WIN_INIT;
   c->proto = &tern__http2;
   c->h2 = h;
-  /* The HTTP/1.1 adapter's queue reference becomes the stream's. */
+  /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
+   * request is HTTP/2's from here on. */
   r->proto_data = s;
+  r->ops = tern__http2.ops;
   r->protocol = TERN_PROTO_HTTP2;
   tern__list_append(&h->streams, &s->link);
   nghttp2_session_set_stream_user_data(h->ng, 1, s);

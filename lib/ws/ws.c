@@ -158,7 +158,7 @@ static int is_open(const tern_ws *ws) {
 }
 
 static size_t pending(const tern_ws *ws) {
-  return ws->r != NULL ? ws->r->conn->proto->pending(ws->r) : 0;
+  return ws->r != NULL ? ws->r->ops->pending(ws->r) : 0;
 }
 
 static void set_hint(tern_ws *ws) {
@@ -180,7 +180,7 @@ static void apply_pause(tern_ws *ws) {
 
 static int put(tern_ws *ws, const void *p, size_t n) {
   tern_request *r = ws->r;
-  return r->conn->proto->write(r, p, n, 1, NULL, NULL, NULL, NULL);
+  return r->ops->write(r, p, n, 1, NULL, NULL, NULL, NULL);
 }
 
 static int put_frame(tern_ws *ws, int opcode, int fin, int rsv1, const void *p,
@@ -202,7 +202,7 @@ static void arm_drain(tern_ws *ws) {
   if (ws->marked || r == NULL)
     return;
   tern_ws_ref(ws);
-  if (r->conn->proto->write(r, NULL, 0, 0, on_mark, ws, NULL, NULL) != 0) {
+  if (r->ops->write(r, NULL, 0, 0, on_mark, ws, NULL, NULL) != 0) {
     tern_ws_unref(ws);
     return;
   }
@@ -335,8 +335,8 @@ static int do_shared(tern_ws *ws, shared_frame *f) {
   if (!is_open(ws) || ws->send_type != 0 || refuse_full(ws))
     return TERN_ECLOSED;
   atomic_fetch_add(&f->refs, 1);
-  if (r->conn->proto->write(r, f->data, f->len, 0, NULL, NULL, release_shared,
-                            f) != 0) {
+  if (r->ops->write(r, f->data, f->len, 0, NULL, NULL, release_shared, f) !=
+      0) {
     release_shared(f->data, f);
     fail(ws, TERN__WS_CLOSE_INTERNAL);
     return TERN_ENOMEM;
@@ -795,7 +795,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   if (!tern__on_worker(w) || (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
     return TERN_ESTATE;
   status = validate(r, accept, &accept_len);
-  if (status == 0 && r->conn->proto->tunnel == NULL)
+  if (status == 0 && r->ops->tunnel == NULL)
     status = 400;
   if (status == 426) {
     static const tern_header v13 = {"Sec-WebSocket-Version", 21, "13", 2};
@@ -856,7 +856,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     h[nh].value = ext;
     h[nh++].value_len = ext_len;
   }
-  rc = r->conn->proto->tunnel(r, h, nh);
+  rc = r->ops->tunnel(r, h, nh);
   if (rc != 0) {
     ws_free(ws);
     if (rc == TERN_EHANDSHAKE) {
@@ -879,7 +879,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   r->body_fn = on_body;
   r->body_user = ws;
   r->flags |= TERN__RQ_READING;
-  r->conn->proto->body_flow(r);
+  r->ops->body_flow(r);
   if (out != NULL)
     *out = ws;
   if (opts->on_open != NULL)

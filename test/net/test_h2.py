@@ -332,6 +332,24 @@ def h2c_upgrade_raw():
 
 
 @case
+def failed_stream_reset_alone():
+    """One handler's answer fails on the worker (another thread writes
+    past the length it announced): its stream is reset with
+    INTERNAL_ERROR, and the stream beside it on the same connection is
+    still answered. The whole connection used to close, without GOAWAY,
+    taking the other stream's answer with it."""
+    with H2(srv.port) as h:
+        h.send(headers(1, request_block("GET", "/defer?ms=200")) +
+               headers(3, request_block("GET", "/overrun")))
+        got = collect_streams(h, [1, 3])
+        eq(got[3], (b"", INTERNAL_ERROR), "the failed stream")
+        eq(got[1], (b"deferred", None), "the other stream")
+        h.send(headers(5, request_block()))
+        eq(collect_streams(h, [5])[5], (HELLO_BODY, None),
+           "the connection still serves")
+
+
+@case
 def preface_trickled_and_late():
     # The preface one byte at a time: the server waits for all of it.
     with H2(srv.port, preface=False) as h:
