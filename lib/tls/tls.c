@@ -546,6 +546,10 @@ size_t tern__tls_buffered(const tern__conn *c) {
   return c->tls != NULL ? c->tls->out.bytes : 0;
 }
 
+int tern__tls_handshaking(const tern__conn *c) {
+  return c->tls != NULL && !c->tls->hs_done;
+}
+
 int tern__tls_pending(tern__conn *c) {
   tern__tls_conn *t = c->tls;
   return t->hs_done && ((t->in != NULL && t->in_pos < t->in_len) ||

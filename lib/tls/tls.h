@@ -25,6 +25,8 @@ int tern__tls_decrypt(tern__conn *c);
  * of ciphertext to write; it stops at a bound so that a client that does
  * not read holds little memory. */
 tern__outq *tern__tls_encrypt(tern__conn *c, int *err);
+/* Is the connection's TLS handshake still under way? 0 without TLS. */
+int tern__tls_handshaking(const tern__conn *c);
 /* Does TLS hold input not yet decrypted (ciphertext or a record's rest)? */
 int tern__tls_pending(tern__conn *c);
 /* The ciphertext queue the socket writes from. */

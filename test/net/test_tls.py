@@ -5,6 +5,7 @@ traffic, configuration errors, and bad clients."""
 import hashlib
 import os
 import re
+import select
 import signal
 import socket
 import ssl
@@ -315,6 +316,53 @@ def handshake_timeout_and_garbage():
             pass
         check(b"Hello" not in data, "plain HTTP was answered over TLS port")
         raw.close()
+        with tls_connect(s.tls_port) as t:
+            t.sendall(GET)
+            eq(read_response(t)[1], b"Hello, World!", "served afterwards")
+    finally:
+        eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def handshake_trickled_cut_by_head_timeout():
+    """Slowloris before the handshake: a ClientHello a byte every 100 ms
+    must not keep the connection past the head timeout (each byte used to
+    re-arm the idle timeout instead)."""
+    cert, key = make_cert("t", "t.test", ["t.test"])
+    s = start(cert, key, "--head-timeout-ms", "500")
+    try:
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = client_ctx().wrap_bio(inc, out, server_hostname="t.test")
+        try:
+            obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = out.read()
+        raw = socket.create_connection(("127.0.0.1", s.tls_port), timeout=5)
+        t0 = time.monotonic()
+        got = None
+        for i in range(len(hello)):
+            if time.monotonic() - t0 > 5:
+                break  # ten times the timeout: it is not going to close
+            try:
+                raw.sendall(hello[i:i + 1])
+            except OSError:
+                got = time.monotonic() - t0
+                break
+            r, _, _ = select.select([raw], [], [], 0.1)
+            if r:
+                try:
+                    data = raw.recv(100)
+                except ConnectionResetError:
+                    data = b""
+                check(data == b"", "bytes before the ClientHello ended")
+                got = time.monotonic() - t0
+                break
+        raw.close()
+        check(got is not None, "still open after %.1f s of trickling"
+              % (time.monotonic() - t0))
+        suite.note("closed after %.3f s of trickling" % got)
+        check(0.3 <= got <= 2.0, "closed after %.3f s (timeout 0.5 s)" % got)
         with tls_connect(s.tls_port) as t:
             t.sendall(GET)
             eq(read_response(t)[1], b"Hello, World!", "served afterwards")
