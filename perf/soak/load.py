@@ -245,8 +245,8 @@ def h2_session(make, scheme, proto, batches):
 
 
 def h2load_runs():
-    """h2load, bounded by request count and time: h2c and h2 over TLS in
-    turn. Its 2xx count against the requests asked for gives the losses."""
+    """h2load, bounded by request count, rate and time: h2c and h2 over
+    TLS in turn. Its 2xx count against the requests asked for gives the losses."""
     tls = False
     while running():
         n = 1000
@@ -254,8 +254,11 @@ def h2load_runs():
             ("http://127.0.0.1:%d/" % A.port)
         proto = "h2load-tls" if tls else "h2load-h2c"
         try:
+            # --rps bounds the burst (4 clients, 100 requests a second
+            # each): unbounded, h2load would take whole cores for itself.
             p = subprocess.run(["h2load", "-n", str(n), "-c", "4", "-m", "16",
-                                "-t", "1", "-T", "20", target],
+                                "-t", "1", "-T", "20", "--rps", "100",
+                                target],
                                capture_output=True, timeout=60)
             out = p.stdout.decode(errors="replace")
             m = re.search(r"status codes: (\d+) 2xx", out)
@@ -268,7 +271,7 @@ def h2load_runs():
         except subprocess.TimeoutExpired:
             tally.loss(proto, "h2load ran past 60 s", n)
         tls = not tls
-        nap(8)
+        nap(5)
 
 
 def kind_h2():
@@ -600,12 +603,18 @@ def slowloris():
 
 def flood():
     """Every 12 s: 200 plain connections (half with a partial request
-    line) and 30 to the TLS port, opened at once, held a second, closed."""
+    line) and 30 to the TLS port, opened in bursts of ten 10 ms apart (a
+    quarter of a second in all: a flood, at a rate bounded so that the
+    fresh-client criterion still measures the server), held a second, and
+    closed."""
+    nap(4)
     while running():
         socks = []
         for i in range(230):
             if not running():
                 break
+            if i % 10 == 9:
+                time.sleep(0.01)
             try:
                 s = socket.create_connection(
                     (C.HOST, A.port if i < 200 else A.tls_port), timeout=5)
