@@ -24,7 +24,9 @@ def _panel(parts, y, samples, key, scale, label, color, duration, warm,
     top_v = max([v for _, v in pts] + [limit or 0, 1e-9])
     if log:
         lo = 0.1
-        top_v = 10 ** math.ceil(math.log10(max(top_v, 1)))
+        # A decade above the limit at least, so that the limit's line
+        # sits inside the panel rather than on its edge.
+        top_v = 10 ** math.ceil(math.log10(max(top_v, (limit or 1) * 10)))
         fy = lambda v: y + PANEL_H - PANEL_H * (  # noqa: E731
             math.log10(max(v, lo)) - math.log10(lo)) / (
             math.log10(top_v) - math.log10(lo))

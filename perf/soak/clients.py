@@ -21,7 +21,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "test",
                                                  "net")))
-from harness import Conn, Closed, ProtocolError, build_request  # noqa: E402,F401
+from harness import (Conn, Closed, ProtocolError,  # noqa: E402,F401
+                     build_request)
 import test_h2 as h2  # noqa: E402 (frame and HPACK literal helpers)
 
 HOST = "127.0.0.1"

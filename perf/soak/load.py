@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -246,7 +247,8 @@ def h2_session(make, scheme, proto, batches):
 
 def h2load_runs():
     """h2load, bounded by request count, rate and time: h2c and h2 over
-    TLS in turn. Its 2xx count against the requests asked for gives the losses."""
+    TLS in turn. Its 2xx count against the requests asked for gives the
+    losses."""
     tls = False
     while running():
         n = 1000
@@ -738,7 +740,20 @@ def main():
     # the process.
     signal.alarm(int(A.seconds) + 60)
     random.seed(os.getpid())
-    threads = [threading.Thread(target=fn, daemon=True)
+    crashed = []
+
+    def guarded(fn):
+        # A client thread that dies of a bug of its own would only make
+        # the load lighter, unseen: count it, and the soak fails on it.
+        def go():
+            try:
+                fn()
+            except BaseException:  # noqa: B902
+                crashed.append(traceback.format_exc())
+                sys.stderr.write(crashed[-1])
+        return go
+
+    threads = [threading.Thread(target=guarded(fn), daemon=True)
                for fn in KINDS[A.kind]()]
     for t in threads:
         t.start()
@@ -747,6 +762,7 @@ def main():
     res = tally.as_dict()
     res["kind"] = A.kind
     res["stuck_threads"] = sum(t.is_alive() for t in threads)
+    res["crashed_threads"] = crashed
     with open(A.out + ".tmp", "w") as f:
         json.dump(res, f, indent=1)
     os.rename(A.out + ".tmp", A.out)
