@@ -415,7 +415,8 @@ void tern__conn_update_timer(tern__conn *c) {
                                                             : TERN__T_NONE;
   } else if (c->nq > 0) {
     kind = TERN__T_NONE;
-  } else if (c->rpos < c->rlen || tern__tls_handshaking(c)) {
+  } else if (c->rpos < c->rlen ||
+             (c->tls != NULL && tern__tls_handshaking(c))) {
     /* The handshake counts as part of the first head: its timer runs from
      * the accept, and a ClientHello trickled a byte at a time must not
      * turn it into an idle timeout re-armed by every byte. */
