@@ -5,8 +5,8 @@ traffic, configuration errors, and bad clients."""
 import hashlib
 import os
 import re
-import signal
 import select
+import signal
 import socket
 import ssl
 import subprocess
