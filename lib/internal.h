@@ -423,6 +423,16 @@ struct tern__proto {
   void (*stop)(tern__conn *c);
   /* The connection is closing: fail requests in flight. */
   void (*close)(tern__conn *c);
+  /* Which fixed-kind timer applies now (TERN__T_*), with TERN__T_DRAINED
+   * added when nothing in the read buffer is needed any more, so that a
+   * waiting connection gives it back. The transport keeps a timer of the
+   * same kind running rather than re-arming it, and runs a TLS handshake
+   * under the head timer before asking. */
+  int (*timer)(const tern__conn *c);
+  /* A timer of the kind the adapter chose fired. Return 1 when the
+   * adapter ends the connection its own way (HTTP/1.1's 408, then a
+   * close), 0 to have it closed now. */
+  int (*timeout)(tern__conn *c, int kind);
   /* The request side of the requests this adapter creates. */
   const tern__req_ops *ops;
 };
@@ -458,6 +468,7 @@ enum {
   TERN__T_WRITE,  /* output pending, no progress */
   TERN__T_LINGER, /* closing: drain the peer's bytes after shutdown */
   TERN__T_COUNT,
+  TERN__T_DRAINED = 0x100, /* with a kind, from an adapter's timer() */
 };
 
 enum {

@@ -412,39 +412,26 @@ void tern__conn_timer(tern__conn *c, int kind) {
   tern__list_append(&w->timers[kind], &c->timer_link);
 }
 
-/* Choose the timeout that fits the connection's state. A head timeout is
- * not re-armed while it runs: a client trickling a head byte by byte must
- * not extend it (slowloris). */
+/* Arm the timeout the adapter says fits the connection's state. A head
+ * timeout is not re-armed while it runs: a client trickling a head byte by
+ * byte must not extend it (slowloris). */
 void tern__conn_update_timer(tern__conn *c) {
   tern__worker *w = c->w;
-  int kind, tunnel;
+  int kind;
 
   if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
     return;
-  tunnel = c->body_req != NULL && (c->body_req->flags & TERN__RQ_TUNNEL);
-  if (tunnel) {
-    kind = TERN__T_NONE; /* a tunnel (WebSocket) has no timeout of its own */
-  } else if (c->body_req != NULL) {
-    unsigned f = c->body_req->flags;
-    kind = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED) ? TERN__T_BODY
-                                                            : TERN__T_NONE;
-  } else if (c->nq > 0) {
-    kind = TERN__T_NONE;
-  } else if (c->rpos < c->rlen || tern__tls_handshaking(c)) {
-    /* A TLS handshake is part of the head: it runs under the head timer
-     * from accept, which its bytes do not re-arm, so that a client
-     * trickling handshake records is closed like one trickling a head. */
-    kind = TERN__T_HEAD;
-  } else {
-    kind = TERN__T_IDLE;
-  }
-  if (kind == c->timer_kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
+  /* A TLS handshake is part of the head: it runs under the head timer
+   * from accept, which its bytes do not re-arm, so that a client trickling
+   * handshake records is closed like one trickling a head. */
+  kind = tern__tls_handshaking(c) ? TERN__T_HEAD : c->proto->timer(c);
+  if ((kind & ~TERN__T_DRAINED) == c->timer_kind &&
+      (c->timer_kind == TERN__T_HEAD || c->timer_kind == TERN__T_BODY))
     return; /* HEAD runs from the head's first byte; BODY re-arms on data */
-  tern__conn_timer(c, kind);
-  if ((kind == TERN__T_IDLE || (tunnel && c->rpos == c->rlen)) &&
-      c->rbuf != NULL && c->rbuf->refs == 1) {
-    /* An idle keep-alive connection, or a tunnel with nothing buffered,
-     * holds no read buffer. */
+  tern__conn_timer(c, kind & ~TERN__T_DRAINED);
+  if ((kind & TERN__T_DRAINED) && c->rbuf != NULL && c->rbuf->refs == 1) {
+    /* A waiting connection (idle keep-alive, a drained tunnel) holds no
+     * read buffer. */
     tern__rbuf_unref(w, c->rbuf);
     c->rbuf = NULL;
     c->rpos = c->rlen = 0;
@@ -452,21 +439,7 @@ void tern__conn_update_timer(tern__conn *c) {
 }
 
 void tern__conn_timeout(tern__conn *c, int kind) {
-  static const char timeout_408[] =
-      "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-      "Content-Length: 0\r\n\r\n";
-
-  if (kind == TERN__T_HEAD && c->nq == 0 && c->rpos < c->rlen &&
-      !(c->flags & TERN__C_WRITING)) {
-    /* A partial head timed out: say so, then close. */
-    tern__conn_read_stop(c);
-    c->rpos = c->rlen;
-    if (tern__outq_copy(c->w, &c->out, timeout_408, sizeof(timeout_408) - 1) ==
-        0) {
-      c->flags |= TERN__C_CLOSE_AFTER;
-      tern__conn_flush(c);
-      return;
-    }
-  }
+  if (c->proto->timeout != NULL && c->proto->timeout(c, kind))
+    return;
   tern__conn_close(c);
 }

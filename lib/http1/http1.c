@@ -981,6 +981,44 @@ static void h1_on_close(tern__conn *c) {
   drop_queue(c);
 }
 
+/* The timeout for the connection's state: a request body arriving (while
+ * the handler reads), a head being received, or keep-alive idle; none
+ * while requests are in flight or a tunnel (WebSocket) has the
+ * connection, which has no timeout of its own. */
+static int h1_timer(const tern__conn *c) {
+  const tern_request *b = c->body_req;
+  if (b != NULL && (b->flags & TERN__RQ_TUNNEL))
+    return TERN__T_NONE | (c->rpos == c->rlen ? TERN__T_DRAINED : 0);
+  if (b != NULL)
+    return (b->flags & TERN__RQ_READING) && !(b->flags & TERN__RQ_PAUSED)
+               ? TERN__T_BODY
+               : TERN__T_NONE;
+  if (c->nq > 0)
+    return TERN__T_NONE;
+  if (c->rpos < c->rlen)
+    return TERN__T_HEAD;
+  return TERN__T_IDLE | TERN__T_DRAINED;
+}
+
+/* A partial head that timed out is told so (408), then the connection
+ * closes; any other timeout closes it at once. */
+static int h1_timeout(tern__conn *c, int kind) {
+  static const char timeout_408[] =
+      "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+      "Content-Length: 0\r\n\r\n";
+
+  if (kind != TERN__T_HEAD || c->nq != 0 || c->rpos >= c->rlen ||
+      (c->flags & TERN__C_WRITING))
+    return 0;
+  tern__conn_read_stop(c);
+  c->rpos = c->rlen;
+  if (tern__outq_copy(c->w, &c->out, timeout_408, sizeof(timeout_408) - 1) != 0)
+    return 0;
+  c->flags |= TERN__C_CLOSE_AFTER;
+  tern__conn_flush(c);
+  return 1;
+}
+
 /* One request's answer failed: the connection's framing is lost, so it
  * closes (after nothing more of this answer). */
 static void h1_abort(tern_request *r) {
@@ -1005,5 +1043,7 @@ const tern__proto tern__http1 = {
     .input = h1_on_read,
     .stop = h1_on_stop,
     .close = h1_on_close,
+    .timer = h1_timer,
+    .timeout = h1_timeout,
     .ops = &h1_ops,
 };

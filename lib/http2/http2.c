@@ -1899,6 +1899,17 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
   return rc;
 }
 
+/* HTTP/2's connection timer: none while streams are in flight (each is
+ * bounded by its own flow and the write timeout), the head timer while a
+ * frame is half received, else keep-alive idle. */
+static int h2_timer(const tern__conn *c) {
+  if (c->nq > 0)
+    return TERN__T_NONE;
+  if (c->rpos < c->rlen)
+    return TERN__T_HEAD;
+  return TERN__T_IDLE | TERN__T_DRAINED;
+}
+
 /* One stream's answer failed (a call the worker could not carry out, no
  * memory): that stream is reset, INTERNAL_ERROR, and the connection's
  * other streams go on. */
@@ -1931,6 +1942,8 @@ const tern__proto tern__http2 = {
     .input = h2_on_read,
     .stop = h2_on_stop,
     .close = h2_on_close,
+    .timer = h2_timer,
+    .timeout = NULL,
     .ops = &h2_ops,
 };
 
