@@ -28,7 +28,7 @@ typedef struct tern__worker tern__worker;
 typedef struct tern__conn tern__conn;
 typedef struct tern__proto tern__proto;
 typedef struct tern__req_ops tern__req_ops;
-typedef struct tern__tls_conn tern__tls_conn;
+typedef struct tern__filter tern__filter;
 
 /* ---- Intrusive doubly linked list -------------------------------- */
 
@@ -433,14 +433,59 @@ struct tern__proto {
    * adapter ends the connection its own way (HTTP/1.1's 408, then a
    * close), 0 to have it closed now. */
   int (*timeout)(tern__conn *c, int kind);
+  /* Take over a connection whose filter chose this protocol (ALPN); NULL
+   * for HTTP/1.1, which every connection starts with. */
+  void (*attach)(tern__conn *c);
   /* The request side of the requests this adapter creates. */
   const tern__req_ops *ops;
 };
 
 extern const tern__proto tern__http1;
-int tern__tls_ready(const tern_tls *t);
-/* Ciphertext queued for the socket (0 on plain TCP). */
-size_t tern__tls_buffered(const tern__conn *c);
+/* The adapters the build has, NULL-terminated (lib/protocols.c). */
+extern const tern__proto *const tern__protocols[];
+
+/* ---- Byte-stream filters (TLS; later the PROXY protocol) -------------
+ *
+ * A filter sits between a connection's socket and its adapter (in the
+ * spirit of curl's connection filters): it is handed the connection's
+ * buffers and answers by return value, never calling the adapter. The
+ * transport (conn.c) drives it; the adapter sees plaintext in c->rbuf
+ * and writes plaintext to c->out as on plain TCP. */
+enum { TERN__F_READY = 1 }; /* input(): the handshake has just finished */
+
+struct tern__filter {
+  const char *name;
+  /* Per-connection state (c->filt) from the listener's configuration. */
+  int (*attach)(tern__conn *c, void *cfg);
+  void (*detach)(tern__conn *c);
+  /* Where the socket's next read goes, and how much arrived there; with
+   * n == 0 on a lingering connection, what is buffered is dropped. */
+  void (*read_buf)(tern__conn *c, uv_buf_t *buf);
+  void (*received)(tern__conn *c, size_t n);
+  /* Run the handshake, then put plaintext into c->rbuf as far as it has
+   * room. 0, TERN__F_READY (the handshake finished now: the transport
+   * picks the adapter by alpn()), TERN_ECLOSED (the end of the peer's
+   * input) or another error (the connection must close). */
+  int (*input)(tern__conn *c);
+  /* Is there input for another input() without a socket read? */
+  int (*has_input)(tern__conn *c);
+  /* Turn pending plaintext of c->out into the wire queue and return it
+   * (bounded, so that a client that does not read holds little). */
+  tern__outq *(*output)(tern__conn *c, int *err);
+  /* The wire queue the socket writes from, and its size. */
+  tern__outq *(*wire)(tern__conn *c);
+  size_t (*buffered)(const tern__conn *c);
+  /* Is the handshake still running? */
+  int (*handshaking)(const tern__conn *c);
+  /* Before a graceful close: queue the filter's goodbye (TLS
+   * close_notify) once. 1 if something was queued (flush first). */
+  int (*shutdown)(tern__conn *c);
+  /* The protocol the handshake chose (ALPN), or NULL. */
+  const char *(*alpn)(const tern__conn *c);
+};
+
+/* Bytes below the adapter not yet on the wire (a filter's queue). */
+size_t tern__conn_buffered(const tern__conn *c);
 
 /* HTTP/2 (lib/http2/http2.c). */
 extern const tern__proto tern__http2;
@@ -505,8 +550,9 @@ struct tern__conn {
   tern__rbuf *rbuf;
   size_t rpos, rlen; /* consumed / filled */
 
-  tern__tls_conn *tls; /* the TLS filter; NULL on plain TCP */
-  tern__outq out;      /* plaintext from the adapter */
+  const tern__filter *filter; /* NULL on plain TCP */
+  void *filt;                 /* the filter's state */
+  tern__outq out;             /* plaintext from the adapter */
   uv_write_t wreq;
   uv_shutdown_t sreq;
   size_t wlen; /* bytes in the uv_write in flight */
@@ -607,8 +653,9 @@ struct tern__worker {
 typedef struct {
   int fd_family;
   struct sockaddr_storage addr;
-  int *fds;      /* one per worker */
-  tern_tls *tls; /* NULL: plain TCP */
+  int *fds;                   /* one per worker */
+  const tern__filter *filter; /* NULL: plain TCP */
+  void *filter_cfg;           /* its configuration (a tern_tls) */
 } tern__listen_addr;
 
 struct tern_server {

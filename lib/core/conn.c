@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "tls/tls.h"
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
@@ -14,7 +13,8 @@ static void on_conn_handle_closed(uv_handle_t *h) {
   tern__conn *c = h->data;
   tern__worker *w = c->w;
   tern__outq_free(w, &c->out);
-  tern__tls_conn_free(c);
+  if (c->filter != NULL)
+    c->filter->detach(c);
   tern__rbuf_unref(w, c->rbuf);
   c->rbuf = NULL;
   TERN__STAT_ADD(w->stats.active, (uint64_t)-1);
@@ -51,7 +51,7 @@ static void reject_pending(uv_stream_t *l) {
 void tern__worker_accept(uv_stream_t *l, int status) {
   tern__worker *w = l->data;
   tern_server *srv = w->srv;
-  tern_tls *tls;
+  const tern__listen_addr *la;
   tern__conn *c;
 
   if (status < 0) {
@@ -91,8 +91,9 @@ void tern__worker_accept(uv_stream_t *l, int status) {
   }
   c->proto = &tern__http1;
   c->refs = 1;
-  tls = srv->addrs[(uv_tcp_t *)l - w->listeners].tls;
-  if (tls != NULL && tern__tls_conn_new(c, tls) != 0) {
+  la = &srv->addrs[(uv_tcp_t *)l - w->listeners];
+  c->filter = la->filter;
+  if (c->filter != NULL && c->filter->attach(c, la->filter_cfg) != 0) {
     uv_close((uv_handle_t *)&c->tcp, on_rejected_closed);
     return;
   }
@@ -154,8 +155,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   char *p;
 
   (void)suggested;
-  if (c->tls != NULL) {
-    tern__tls_read_buf(c, buf);
+  if (c->filter != NULL) {
+    c->filter->read_buf(c, buf);
     return;
   }
   p = tern__conn_rbuf_room(c, &room);
@@ -176,6 +177,26 @@ void tern__conn_read_stop(tern__conn *c) {
   c->flags &= ~(unsigned)TERN__C_READING;
 }
 
+/* The filter's handshake has finished: the protocol it agreed on (ALPN)
+ * picks the adapter among those the build has. HTTP/1.1, already in
+ * place, serves a client that offered none. */
+static void select_protocol(tern__conn *c) {
+  const char *alpn = c->filter->alpn(c);
+  const tern__proto *const *p;
+  if (alpn == NULL)
+    return;
+  for (p = tern__protocols; *p != NULL; p++)
+    if (*p != c->proto && (*p)->attach != NULL &&
+        strcmp((*p)->name, alpn) == 0) {
+      (*p)->attach(c);
+      return;
+    }
+}
+
+size_t tern__conn_buffered(const tern__conn *c) {
+  return c->filter != NULL ? c->filter->buffered(c) : 0;
+}
+
 void tern__conn_process(tern__conn *c) {
   /* A lingering connection only drains the client's bytes until its FIN;
    * the adapter has nothing more to do with it (and must not stop the
@@ -189,10 +210,14 @@ void tern__conn_process(tern__conn *c) {
   }
   for (;;) {
     size_t before = c->rpos, had = c->rlen;
-    if (c->tls != NULL) {
+    if (c->filter != NULL) {
       /* Plaintext first: the adapter may have made room since. */
-      int rc = tern__tls_decrypt(c);
-      if (rc == TERN_ECLOSED) {
+      int rc = c->filter->input(c);
+      if (rc == TERN__F_READY) {
+        select_protocol(c);
+        if (c->flags & TERN__C_CLOSING)
+          return;
+      } else if (rc == TERN_ECLOSED) {
         c->flags |= TERN__C_EOF;
       } else if (rc != 0) {
         tern__conn_close(c);
@@ -205,8 +230,8 @@ void tern__conn_process(tern__conn *c) {
     /* TLS may hold more than the read buffer had room for: once the
      * adapter has made room, decrypt again, or those bytes wait for socket
      * input that a client blocked on flow control never sends. */
-    if (c->tls == NULL || (c->flags & (TERN__C_CLOSING | TERN__C_LINGER)) ||
-        !tern__tls_pending(c) || (c->rpos == before && c->rlen == had))
+    if (c->filter == NULL || (c->flags & (TERN__C_CLOSING | TERN__C_LINGER)) ||
+        !c->filter->has_input(c) || (c->rpos == before && c->rlen == had))
       break;
   }
   if (!(c->flags & TERN__C_CLOSING)) {
@@ -226,8 +251,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       c->rpos = c->rlen = 0; /* closing: the bytes are dropped */
       return;
     }
-    if (c->tls != NULL)
-      tern__tls_received(c, (size_t)nread); /* decrypted below */
+    if (c->filter != NULL)
+      c->filter->received(c, (size_t)nread); /* decrypted below */
     else
       c->rlen += (size_t)nread;
     if (c->timer_kind == TERN__T_BODY)
@@ -286,7 +311,8 @@ static void linger(tern__conn *c) {
   }
   c->flags |= TERN__C_LINGER;
   c->rpos = c->rlen = 0;
-  tern__tls_received(c, 0); /* (TLS) drop buffered ciphertext too */
+  if (c->filter != NULL)
+    c->filter->received(c, 0); /* drop buffered ciphertext too */
   tern__conn_read_start(c);
   tern__conn_timer(c, TERN__T_LINGER);
 }
@@ -300,8 +326,8 @@ static void on_write(uv_write_t *req, int status);
  * adapter's own output. */
 static tern__outq *wire_queue(tern__conn *c, int *err) {
   *err = 0;
-  if (c->tls != NULL)
-    return tern__tls_encrypt(c, err);
+  if (c->filter != NULL)
+    return c->filter->output(c, err);
   return &c->out;
 }
 
@@ -353,7 +379,7 @@ void tern__conn_flush(tern__conn *c) {
   }
   if ((c->flags & TERN__C_CLOSE_AFTER) && c->nq == 0 && c->out.count == 0) {
     /* Over TLS, the close_notify alert goes out before our FIN. */
-    if (tern__tls_close_notify(c)) {
+    if (c->filter != NULL && c->filter->shutdown(c)) {
       tern__conn_flush(c);
       return;
     }
@@ -373,7 +399,8 @@ static void on_write(uv_write_t *req, int status) {
     return;
   }
   TERN__STAT_ADD(w->stats.bytes_out, c->wlen);
-  tern__outq_consume(w, c->tls != NULL ? tern__tls_wire(c) : &c->out, c->wlen);
+  tern__outq_consume(w, c->filter != NULL ? c->filter->wire(c) : &c->out,
+                     c->wlen);
   c->wlen = 0;
   if (c->flags & TERN__C_CLOSING)
     return;
@@ -424,7 +451,8 @@ void tern__conn_update_timer(tern__conn *c) {
   /* A TLS handshake is part of the head: it runs under the head timer
    * from accept, which its bytes do not re-arm, so that a client trickling
    * handshake records is closed like one trickling a head. */
-  kind = tern__tls_handshaking(c) ? TERN__T_HEAD : c->proto->timer(c);
+  kind = c->filter != NULL && c->filter->handshaking(c) ? TERN__T_HEAD
+                                                        : c->proto->timer(c);
   if ((kind & ~TERN__T_DRAINED) == c->timer_kind &&
       (c->timer_kind == TERN__T_HEAD || c->timer_kind == TERN__T_BODY))
     return; /* HEAD runs from the head's first byte; BODY re-arms on data */

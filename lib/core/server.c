@@ -393,7 +393,8 @@ static int listen_on(tern_server *srv, const char *host, int port,
   }
   la->addr = ss;
   la->fd_family = ss.ss_family;
-  la->tls = tls;
+  la->filter = tls != NULL ? &tern__tls_filter : NULL;
+  la->filter_cfg = tls;
   srv->naddrs++;
   if (bound_port != NULL)
     *bound_port = ntohs(ss.ss_family == AF_INET

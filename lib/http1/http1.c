@@ -461,7 +461,7 @@ static int replace_answer(tern__conn *c, tern_request *r, int status) {
      * cannot be taken back. */
     q = &c->out;
     left = q->consumed +
-           (c->tls == NULL && (c->flags & TERN__C_WRITING) ? c->wlen : 0);
+           (c->filter == NULL && (c->flags & TERN__C_WRITING) ? c->wlen : 0);
     if (left > state(r)->out_start)
       return -1;
     keep = (size_t)(state(r)->out_start - q->consumed);
@@ -658,7 +658,7 @@ static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
   const char *settings = NULL;
   size_t i, settings_len = 0;
 
-  if (c->tls != NULL || (h->flags & TERN__H1_F_CLOSE) ||
+  if (c->filter != NULL || (h->flags & TERN__H1_F_CLOSE) ||
       !(r->flags & TERN__RQ_BODY_DONE) || c->q_head != r || r->next != NULL ||
       (c->flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
       !(method_is(r, "GET") || method_is(r, "HEAD") ||
@@ -843,9 +843,9 @@ static void h1_on_read(tern__conn *c) {
   /* HTTP/2 with prior knowledge (h2c): a cleartext connection whose first
    * bytes are the client preface (or a prefix of it: wait for more). */
   if (c->h2 == NULL && c->rpos < c->rlen) {
-    int m = c->tls == NULL ? tern__http2_preface(c->rbuf->data + c->rpos,
-                                                 c->rlen - c->rpos)
-                           : 0;
+    int m = c->filter == NULL ? tern__http2_preface(c->rbuf->data + c->rpos,
+                                                    c->rlen - c->rpos)
+                              : 0;
     if (m < 0 && !(c->flags & TERN__C_EOF)) {
       tern__conn_read_start(c);
       return;
@@ -966,7 +966,7 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
 static size_t h1_pending(const tern_request *r) {
   const tern__conn *c = r->conn;
   size_t n = c->q_head == r ? c->out.bytes : r->out.bytes;
-  return n + tern__tls_buffered(c);
+  return n + tern__conn_buffered(c);
 }
 
 static void h1_on_stop(tern__conn *c) {
@@ -1045,5 +1045,6 @@ const tern__proto tern__http1 = {
     .close = h1_on_close,
     .timer = h1_timer,
     .timeout = h1_timeout,
+    .attach = NULL,
     .ops = &h1_ops,
 };

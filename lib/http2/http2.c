@@ -1834,7 +1834,7 @@ static int h2_tunnel(tern_request *r, const tern_header *h, size_t n) {
 
 static size_t h2_pending(const tern_request *r) {
   const tern__conn *c = r->conn;
-  return r->out.bytes + c->out.bytes + tern__tls_buffered(c);
+  return r->out.bytes + c->out.bytes + tern__conn_buffered(c);
 }
 
 static void h2_release(tern_request *r) {
@@ -1944,6 +1944,7 @@ const tern__proto tern__http2 = {
     .close = h2_on_close,
     .timer = h2_timer,
     .timeout = NULL,
+    .attach = tern__http2_start,
     .ops = &h2_ops,
 };
 

@@ -44,7 +44,7 @@ struct tern_tls {
   mbedtls_ssl_ticket_context ticket;
 };
 
-struct tern__tls_conn {
+typedef struct tls_conn {
   mbedtls_ssl_context ssl;
   tls_cfg *cfg;
   tern__conn *c;
@@ -53,7 +53,7 @@ struct tern__tls_conn {
   tern__outq out; /* records to write */
   int hs_done;
   int notified; /* close_notify queued */
-};
+} tls_conn;
 
 /* Encryption stops while this much ciphertext waits for the socket. */
 #define TLS_OUT_HIGH (64u * 1024)
@@ -357,14 +357,14 @@ void tern__tls_free_all(tern_server *srv) {
 /* ---- The filter ---------------------------------------------------- */
 
 static int bio_send(void *ctx, const unsigned char *buf, size_t len) {
-  tern__tls_conn *t = ctx;
+  tls_conn *t = ctx;
   if (tern__outq_copy(t->c->w, &t->out, buf, len) != 0)
     return MBEDTLS_ERR_SSL_ALLOC_FAILED;
   return (int)len;
 }
 
 static int bio_recv(void *ctx, unsigned char *buf, size_t len) {
-  tern__tls_conn *t = ctx;
+  tls_conn *t = ctx;
   size_t avail = t->in_len - t->in_pos;
   if (avail == 0)
     return MBEDTLS_ERR_SSL_WANT_READ;
@@ -375,9 +375,10 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len) {
   return (int)len;
 }
 
-int tern__tls_conn_new(tern__conn *c, tern_tls *tls) {
+static int tls_attach(tern__conn *c, void *cfg_arg) {
+  tern_tls *tls = cfg_arg;
   tern_server *srv = c->w->srv;
-  tern__tls_conn *t;
+  tls_conn *t;
   tls_cfg *cfg;
 
   t = tern__malloc(srv, sizeof(*t));
@@ -399,12 +400,12 @@ int tern__tls_conn_new(tern__conn *c, tern_tls *tls) {
     return TERN_ENOMEM;
   }
   mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
-  c->tls = t;
+  c->filt = t;
   return 0;
 }
 
-void tern__tls_conn_free(tern__conn *c) {
-  tern__tls_conn *t = c->tls;
+static void tls_detach(tern__conn *c) {
+  tls_conn *t = c->filt;
   tern__worker *w = c->w;
   if (t == NULL)
     return;
@@ -413,11 +414,11 @@ void tern__tls_conn_free(tern__conn *c) {
   mbedtls_ssl_free(&t->ssl);
   cfg_release(t->cfg);
   tern__free(w->srv, t);
-  c->tls = NULL;
+  c->filt = NULL;
 }
 
-void tern__tls_read_buf(tern__conn *c, uv_buf_t *buf) {
-  tern__tls_conn *t = c->tls;
+static void tls_read_buf(tern__conn *c, uv_buf_t *buf) {
+  tls_conn *t = c->filt;
   if (t->in == NULL) {
     t->in = tern__rbuf_get(c->w);
     t->in_pos = t->in_len = 0;
@@ -435,20 +436,16 @@ void tern__tls_read_buf(tern__conn *c, uv_buf_t *buf) {
       uv_buf_init(t->in->data + t->in_len, (unsigned)(t->in->cap - t->in_len));
 }
 
-/* After the handshake, ALPN picks the adapter (HTTP/1.1 when the client
- * offered nothing). */
-static void select_protocol(tern__conn *c) {
-#ifdef TERN_HAVE_HTTP2
-  const char *p = mbedtls_ssl_get_alpn_protocol(&c->tls->ssl);
-  if (p != NULL && strcmp(p, "h2") == 0)
-    tern__http2_start(c);
-#else
-  (void)c;
-#endif
+/* The protocol the client and we agreed on (NULL: none offered); the
+ * transport picks the adapter by it. */
+static const char *tls_alpn(const tern__conn *c) {
+  return mbedtls_ssl_get_alpn_protocol(&((tls_conn *)c->filt)->ssl);
 }
 
-int tern__tls_decrypt(tern__conn *c) {
-  tern__tls_conn *t = c->tls;
+static int tls_decrypt(tern__conn *c);
+
+static int tls_input(tern__conn *c) {
+  tls_conn *t = c->filt;
   int rc;
 
   if (!t->hs_done) {
@@ -464,8 +461,17 @@ int tern__tls_decrypt(tern__conn *c) {
       return TERN_ETLS;
     }
     t->hs_done = 1;
-    select_protocol(c);
+    rc = tls_decrypt(c);
+    return rc == 0 ? TERN__F_READY : rc;
   }
+  return tls_decrypt(c);
+}
+
+/* Decrypt what is buffered into c->rbuf, as far as it has room. */
+static int tls_decrypt(tern__conn *c) {
+  tls_conn *t = c->filt;
+  int rc;
+
   for (;;) {
     size_t room;
     char *p = tern__conn_rbuf_room(c, &room);
@@ -492,8 +498,8 @@ int tern__tls_decrypt(tern__conn *c) {
   return 0;
 }
 
-tern__outq *tern__tls_encrypt(tern__conn *c, int *err) {
-  tern__tls_conn *t = c->tls;
+static tern__outq *tls_output(tern__conn *c, int *err) {
+  tls_conn *t = c->filt;
   tern__worker *w = c->w;
   tern__outq *q = &c->out;
 
@@ -539,22 +545,22 @@ tern__outq *tern__tls_encrypt(tern__conn *c, int *err) {
   return &t->out;
 }
 
-tern__outq *tern__tls_wire(tern__conn *c) {
-  return &c->tls->out;
+static tern__outq *tls_wire(tern__conn *c) {
+  return &((tls_conn *)c->filt)->out;
 }
 
-size_t tern__tls_buffered(const tern__conn *c) {
-  return c->tls != NULL ? c->tls->out.bytes : 0;
+static size_t tls_buffered(const tern__conn *c) {
+  return ((tls_conn *)c->filt)->out.bytes;
 }
 
-int tern__tls_pending(tern__conn *c) {
-  tern__tls_conn *t = c->tls;
+static int tls_has_input(tern__conn *c) {
+  tls_conn *t = c->filt;
   return t->hs_done && ((t->in != NULL && t->in_pos < t->in_len) ||
                         mbedtls_ssl_get_bytes_avail(&t->ssl) > 0);
 }
 
-void tern__tls_received(tern__conn *c, size_t n) {
-  tern__tls_conn *t = c->tls;
+static void tls_received(tern__conn *c, size_t n) {
+  tls_conn *t = c->filt;
   if (t == NULL)
     return;
   if (n == 0 && (c->flags & TERN__C_LINGER))
@@ -562,12 +568,12 @@ void tern__tls_received(tern__conn *c, size_t n) {
   t->in_len += n;
 }
 
-int tern__tls_handshaking(const tern__conn *c) {
-  return c->tls != NULL && !c->tls->hs_done;
+static int tls_handshaking(const tern__conn *c) {
+  return !((tls_conn *)c->filt)->hs_done;
 }
 
-int tern__tls_close_notify(tern__conn *c) {
-  tern__tls_conn *t = c->tls;
+static int tls_shutdown(tern__conn *c) {
+  tls_conn *t = c->filt;
   if (t == NULL || !t->hs_done || t->notified)
     return 0;
   t->notified = 1;
@@ -576,3 +582,19 @@ int tern__tls_close_notify(tern__conn *c) {
   mbedtls_ssl_close_notify(&t->ssl);
   return t->out.count > 0;
 }
+
+const tern__filter tern__tls_filter = {
+    .name = "tls-mbedtls",
+    .attach = tls_attach,
+    .detach = tls_detach,
+    .read_buf = tls_read_buf,
+    .received = tls_received,
+    .input = tls_input,
+    .has_input = tls_has_input,
+    .output = tls_output,
+    .wire = tls_wire,
+    .buffered = tls_buffered,
+    .handshaking = tls_handshaking,
+    .shutdown = tls_shutdown,
+    .alpn = tls_alpn,
+};
