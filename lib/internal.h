@@ -620,6 +620,8 @@ struct tern__worker {
   uv_mutex_t inbox_lock; /* lives until the server's last reference */
   int inbox_ready;       /* inbox_lock initialised */
   int inbox_closed;      /* posts are refused (the loop is ending) */
+  int inbox_dropping;    /* shutting down: messages are dropped, not applied
+                            (the worker's own) */
   tern__msg *inbox_head, *inbox_tail;
   tern_request *aborts; /* finishing calls that had no memory to post */
   tern__list held;      /* requests a handler holds (tern_request.held_link) */
@@ -710,44 +712,38 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
 void tern__worker_run_thread(void *arg);
 /* Close the worker's handles, run its loop dry, free its pools. */
 void tern__worker_cleanup(tern__worker *w);
-/* Post a cross-thread message to the worker (takes ownership). Returns
- * TERN_ECLOSED, keeping nothing, once the worker's loop is ending. */
+/* Post a cross-thread message to the worker. It always takes ownership:
+ * once the worker's loop is ending the post is refused, the message is
+ * dropped (m->ops->drop with `refused` set) and TERN_ECLOSED returned. */
 int tern__worker_post(tern__worker *w, tern__msg *m);
 void tern__worker_accept(uv_stream_t *listener, int status);
 void tern__worker_maybe_done(tern__worker *w);
 void tern__date_update(tern__worker *w);
 
-/* Cross-thread response messages. */
-enum {
-  TERN__M_RESPOND = 1,
-  TERN__M_START,
-  TERN__M_WRITE,
-  TERN__M_END,
-  TERN__M_WS, /* a WebSocket call from another thread (lib/ws/ws.c) */
-  TERN__M_INTERIM,
-};
+/* A message to a worker's inbox: a call made on another thread, to be
+ * carried out on the worker. The inbox knows no kinds of message: each
+ * brings its own operations. This header comes first in the message's one
+ * allocation, which also holds the kind's own fields and copied bytes
+ * (response calls: lib/core/response.c; WebSocket calls: lib/ws/ws.c). */
+typedef struct {
+  /* On the worker, in posting order: carry the call out, then free the
+   * message (or hand it to whatever now references its bytes). */
+  void (*apply)(tern__msg *m);
+  /* Let the message go without carrying it out: release what it holds
+   * and free it. `refused`: the post itself was refused (on the posting
+   * thread), so the call returns TERN_ECLOSED and the caller keeps what
+   * it passed. Otherwise the worker's loop is ending (on the worker, or
+   * on the thread cleaning it up): the caller was told the call was taken,
+   * so whatever it handed over is released as for a client gone. Never
+   * touches a connection or the loop. */
+  void (*drop)(tern__msg *m, int refused);
+} tern__msg_ops;
 
 struct tern__msg {
   tern__msg *next;
-  int type;
-  tern_request *req;
-  int status;
-  int64_t content_length;
-  tern_header *headers;
-  size_t nheaders;
-  const void *body;
-  size_t len;
-  int copy;
-  tern_release_fn release;
-  void *ruser;
-  tern_write_fn done;
-  void *duser;
-  int reported; /* what the posting call returned */
-  void *ws;     /* TERN__M_WS: the socket */
-  /* headers and copied bytes follow */
+  const tern__msg_ops *ops;
 };
 
-void tern__msg_apply(tern__msg *m);
 /* Close the connections of requests on an aborts list (their finishing
  * call found no memory to post itself). */
 void tern__request_abort_all(tern_request *r);
@@ -755,10 +751,9 @@ void tern__request_abort_all(tern_request *r);
 int tern__response_end(tern_request *r, const tern_header *trailers,
                        size_t ntrailers);
 
-/* WebSocket (lib/ws/ws.c), on the worker: apply a posted call; send 1001
- * to every open socket (graceful stop); end close handshakes that timed
- * out; run deferred on_close callbacks. */
-void tern__ws_msg_apply(tern__msg *m);
+/* WebSocket (lib/ws/ws.c), on the worker: send 1001 to every open socket
+ * (graceful stop); end close handshakes that timed out; run deferred
+ * on_close callbacks. */
 void tern__ws_stop_all(tern__worker *w);
 void tern__ws_sweep(tern__worker *w, uint64_t now);
 /* Run the on_close callbacks that ended inside a tern_ws_* call. */

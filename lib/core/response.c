@@ -265,10 +265,38 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
 
 /* ---- Cross-thread posting ------------------------------------------ */
 
-static tern__msg *msg_new(tern_request *r, int type, const tern_header *h,
-                          size_t n, const void *data, size_t len) {
-  size_t i, size = sizeof(tern__msg) + n * sizeof(tern_header) + len;
-  tern__msg *m;
+/* Kinds of posted response calls. */
+enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM };
+
+/* A posted response call: the inbox's header, the call's arguments, then
+ * (in the same allocation) its fields and copied bytes. */
+typedef struct {
+  tern__msg base;
+  int type;
+  tern_request *req;
+  int status;
+  int64_t content_length;
+  tern_header *headers;
+  size_t nheaders;
+  const void *body;
+  size_t len;
+  int copy;
+  tern_release_fn release;
+  void *ruser;
+  tern_write_fn done;
+  void *duser;
+  int reported; /* what the posting call returned */
+  /* headers and copied bytes follow */
+} resp_msg;
+
+static void msg_apply(tern__msg *base);
+static void msg_drop(tern__msg *base, int refused);
+static const tern__msg_ops resp_ops = {msg_apply, msg_drop};
+
+static resp_msg *msg_new(tern_request *r, int type, const tern_header *h,
+                         size_t n, const void *data, size_t len) {
+  size_t i, size = sizeof(resp_msg) + n * sizeof(tern_header) + len;
+  resp_msg *m;
   char *p;
 
   for (i = 0; i < n; i++)
@@ -277,6 +305,7 @@ static tern__msg *msg_new(tern_request *r, int type, const tern_header *h,
   if (m == NULL)
     return NULL;
   memset(m, 0, sizeof(*m));
+  m->base.ops = &resp_ops;
   m->type = type;
   m->req = r;
   m->headers = (tern_header *)(void *)(m + 1);
@@ -300,9 +329,13 @@ static tern__msg *msg_new(tern_request *r, int type, const tern_header *h,
 }
 
 static void free_msg(void *data, void *user) {
-  tern__msg *m = user;
+  resp_msg *m = user;
   (void)data;
   tern__free(m->req->w->srv, m);
+}
+
+static int is_finishing(const resp_msg *m) {
+  return m->type == M_RESPOND || m->type == M_END;
 }
 
 /* Post a call and say what it returns: the client may go later, but if
@@ -312,19 +345,37 @@ static void free_msg(void *data, void *user) {
  * worker may finish and free the request at any moment.
  *
  * A worker whose loop is ending (the stop deadline passed) refuses the
- * message: the call returns TERN_ECLOSED. For a finishing call the
- * request is then handed over: the worker cuts it, and whichever of the
- * two comes second frees it. */
-static int post(tern_request *r, tern__msg *m, int finishing) {
-  tern_server *srv = r->w->srv;
+ * message and drops it (msg_drop): the call returns TERN_ECLOSED. */
+static int post(tern_request *r, resp_msg *m) {
   int rc = is_gone(r) ? TERN_ECLOSED : 0;
   m->reported = rc;
-  if (tern__worker_post(r->w, m) == 0)
+  if (tern__worker_post(r->w, &m->base) == 0)
     return rc; /* not m->reported: m may be freed already */
-  tern__free(srv, m);
+  return TERN_ECLOSED;
+}
+
+/* A posted call let go of without being carried out. Its callbacks run
+ * only if its caller was told it was taken (and then with TERN_ECLOSED,
+ * as for a client gone): a refused call returned an error, so what it
+ * passed stays the caller's. A finishing call hands the request over,
+ * as the stop deadline requires: the worker cut it (or will find it
+ * given up), and whichever of the two comes second frees it. (At
+ * shutdown no response call is left to drop: until its request is
+ * finished it keeps a connection, and so the loop, alive; the stop
+ * deadline applies what was posted before it and refuses the rest.) */
+static void msg_drop(tern__msg *base, int refused) {
+  resp_msg *m = (resp_msg *)(void *)base;
+  tern_request *r = m->req;
+  int finishing = is_finishing(m);
+  if (!refused && m->reported == 0) {
+    if (m->type == M_WRITE && m->done != NULL)
+      m->done(r, TERN_ECLOSED, m->duser);
+    else if (m->type == M_RESPOND && !m->copy && m->release != NULL)
+      m->release((void *)m->body, m->ruser);
+  }
+  tern__free(r->w->srv, m);
   if (finishing)
     tern__request_give_up(r);
-  return TERN_ECLOSED;
 }
 
 /* A finishing call from another thread that cannot allocate its message
@@ -372,7 +423,8 @@ static void posted_failed(tern_request *r, const char *call, int rc) {
  * is still there exactly while the request is on the worker's held list;
  * a finishing call that finds it gone is refused rather than dropping a
  * reference twice. */
-void tern__msg_apply(tern__msg *m) {
+static void msg_apply(tern__msg *base) {
+  resp_msg *m = (resp_msg *)(void *)base;
   tern_request *r = m->req;
   tern__worker *w = r->w;
   const tern__req_ops *p = r->ops;
@@ -380,7 +432,7 @@ void tern__msg_apply(tern__msg *m) {
   int rc, took_ref = 0;
 
   switch (m->type) {
-  case TERN__M_RESPOND:
+  case M_RESPOND:
     if (!held) {
       tern__log(w->srv, TERN_LOG_ERROR,
                 "tern_respond from another thread dropped: the request "
@@ -414,7 +466,7 @@ void tern__msg_apply(tern__msg *m) {
         m->release != NULL)
       m->release((void *)m->body, m->ruser);
     break;
-  case TERN__M_START:
+  case M_START:
     if (is_gone(r))
       break;
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) {
@@ -429,7 +481,7 @@ void tern__msg_apply(tern__msg *m) {
       r->ops->abort(r);
     }
     break;
-  case TERN__M_WRITE:
+  case M_WRITE:
     rc = TERN_ECLOSED;
     if (!is_gone(r) &&
         (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) != TERN__RQ_STARTED) {
@@ -453,7 +505,7 @@ void tern__msg_apply(tern__msg *m) {
     if (m->reported == 0 && m->done != NULL)
       m->done(r, rc, m->duser);
     break;
-  case TERN__M_INTERIM:
+  case M_INTERIM:
     /* Too late once the final answer has begun: dropped, like a posted
      * start in the wrong order. */
     if (!is_gone(r) && !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) &&
@@ -461,7 +513,7 @@ void tern__msg_apply(tern__msg *m) {
         p->interim(r, m->status, m->headers, m->nheaders) == TERN_ENOMEM)
       r->ops->abort(r);
     break;
-  case TERN__M_END:
+  case M_END:
     if (!held) {
       tern__log(w->srv, TERN_LOG_ERROR,
                 "tern_response_end from another thread dropped: the "
@@ -500,7 +552,7 @@ static int check_args(tern_request *r, int status, const tern_header *h,
 
 int tern_respond_interim(tern_request *r, int status,
                          const tern_header *headers, size_t nheaders) {
-  tern__msg *m;
+  resp_msg *m;
   int rc;
   /* 100 is sent by tern itself when a body with Expect: 100-continue is
    * read, and 101 only by the upgrade it belongs to. */
@@ -528,41 +580,41 @@ int tern_respond_interim(tern_request *r, int status,
     return TERN_ECLOSED;
   if (rc & (TERN__U_STARTED | TERN__U_DONE))
     return TERN_ESTATE;
-  m = msg_new(r, TERN__M_INTERIM, headers, nheaders, NULL, 0);
+  m = msg_new(r, M_INTERIM, headers, nheaders, NULL, 0);
   if (m == NULL)
     return TERN_ENOMEM;
   m->status = status;
-  return post(r, m, 0);
+  return post(r, m);
 }
 
 int tern_respond(tern_request *r, int status, const tern_header *headers,
                  size_t nheaders, const void *body, size_t len) {
-  tern__msg *m;
+  resp_msg *m;
   int rc = check_args(r, status, headers, nheaders, body, len);
   if (rc != 0 || (rc = user_step(r, CALL_RESPOND)) != 0)
     return rc;
   if (tern__on_worker(r->w))
     return respond_now(r, status, headers, nheaders, body, len, 1, NULL, NULL,
                        NULL);
-  m = msg_new(r, TERN__M_RESPOND, headers, nheaders, body, len);
+  m = msg_new(r, M_RESPOND, headers, nheaders, body, len);
   if (m == NULL)
     return no_memory(r);
   m->status = status;
   m->copy = 1;
-  return post(r, m, 1);
+  return post(r, m);
 }
 
 int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
                      size_t nheaders, const void *body, size_t len,
                      tern_release_fn release, void *user) {
-  tern__msg *m;
+  resp_msg *m;
   int rc = check_args(r, status, headers, nheaders, body, len);
   if (rc != 0 || (rc = user_step(r, CALL_RESPOND)) != 0)
     return rc;
   if (tern__on_worker(r->w))
     return respond_now(r, status, headers, nheaders, body, len, 0, release,
                        user, NULL);
-  m = msg_new(r, TERN__M_RESPOND, headers, nheaders, NULL, 0);
+  m = msg_new(r, M_RESPOND, headers, nheaders, NULL, 0);
   if (m == NULL)
     return no_memory(r);
   m->status = status;
@@ -570,12 +622,12 @@ int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
   m->len = len;
   m->release = release;
   m->ruser = user;
-  return post(r, m, 1);
+  return post(r, m);
 }
 
 int tern_response_start(tern_request *r, int status, const tern_header *headers,
                         size_t nheaders, int64_t content_length) {
-  tern__msg *m;
+  resp_msg *m;
   int rc = check_args(r, status, headers, nheaders, NULL, 0);
   if (rc != 0 || content_length < -1)
     return TERN_EINVAL;
@@ -588,17 +640,17 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
       return TERN_ESTATE;
     return r->ops->start(r, status, headers, nheaders, content_length);
   }
-  m = msg_new(r, TERN__M_START, headers, nheaders, NULL, 0);
+  m = msg_new(r, M_START, headers, nheaders, NULL, 0);
   if (m == NULL)
     return TERN_ENOMEM;
   m->status = status;
   m->content_length = content_length;
-  return post(r, m, 0);
+  return post(r, m);
 }
 
 int tern_response_write(tern_request *r, const void *data, size_t len,
                         tern_write_fn done, void *user) {
-  tern__msg *m;
+  resp_msg *m;
   int rc;
   if (r == NULL || (len > 0 && data == NULL))
     return TERN_EINVAL;
@@ -611,7 +663,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
       return TERN_ESTATE;
     return r->ops->write(r, data, len, done == NULL, done, user, NULL, NULL);
   }
-  m = msg_new(r, TERN__M_WRITE, NULL, 0, done == NULL ? data : NULL,
+  m = msg_new(r, M_WRITE, NULL, 0, done == NULL ? data : NULL,
               done == NULL ? len : 0);
   if (m == NULL)
     return TERN_ENOMEM;
@@ -622,7 +674,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
   m->copy = done == NULL;
   m->done = done;
   m->duser = user;
-  return post(r, m, 0);
+  return post(r, m);
 }
 
 /* End on the worker, without the user-side check: for tern_response_end
@@ -645,7 +697,7 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
 
 int tern_response_end(tern_request *r, const tern_header *trailers,
                       size_t ntrailers) {
-  tern__msg *m;
+  resp_msg *m;
   int rc;
   if (r == NULL || !fields_valid(trailers, ntrailers))
     return TERN_EINVAL;
@@ -653,8 +705,8 @@ int tern_response_end(tern_request *r, const tern_header *trailers,
     return rc;
   if (tern__on_worker(r->w))
     return tern__response_end(r, trailers, ntrailers);
-  m = msg_new(r, TERN__M_END, trailers, ntrailers, NULL, 0);
+  m = msg_new(r, M_END, trailers, ntrailers, NULL, 0);
   if (m == NULL)
     return no_memory(r);
-  return post(r, m, 1);
+  return post(r, m);
 }

@@ -144,21 +144,28 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   return 0;
 }
 
-static void apply_all(tern__msg *m) {
+/* Carry out a list taken from the inbox, in order. Once the worker is
+ * shutting down what is left is dropped instead: a message applied then
+ * could find its socket or request torn down. The check is per message
+ * because applying one may itself end the worker's last connection. */
+static void run_msgs(tern__worker *w, tern__msg *m) {
   tern__msg *next;
   for (; m != NULL; m = next) {
     next = m->next;
-    if (m->type == TERN__M_WS)
-      tern__ws_msg_apply(m);
+    if (w->inbox_dropping)
+      m->ops->drop(m, 0);
     else
-      tern__msg_apply(m);
+      m->ops->apply(m);
   }
 }
 
 /* From here on posts are refused (their callers hear TERN_ECLOSED), so no
- * thread touches the async handle once it is closing; what was posted
- * before is applied now. */
-static void close_inbox(tern__worker *w) {
+ * thread touches the async handle once it is closing. What was posted
+ * before is applied now at the stop deadline (the loop still runs the
+ * connections it concerns), and dropped at shutdown: then no connection
+ * is left to carry it out, and every message still holds something (a
+ * socket reference, a body to release) that must not leak. */
+static void close_inbox(tern__worker *w, int shutdown) {
   tern__msg *m;
   tern_request *aborts;
   if (!w->inbox_ready)
@@ -170,13 +177,15 @@ static void close_inbox(tern__worker *w) {
   aborts = w->aborts;
   w->aborts = NULL;
   uv_mutex_unlock(&w->inbox_lock);
-  apply_all(m);
+  if (shutdown)
+    w->inbox_dropping = 1;
+  run_msgs(w, m);
   tern__request_abort_all(aborts);
 }
 
 static void close_worker_handles(tern__worker *w) {
   size_t i;
-  close_inbox(w);
+  close_inbox(w, 1);
   close_handle(w, (uv_handle_t *)&w->async);
   close_handle(w, (uv_handle_t *)&w->check);
   close_handle(w, (uv_handle_t *)&w->timer);
@@ -203,6 +212,9 @@ void tern__worker_cleanup(tern__worker *w) {
   }
   tern__free(srv, w->listeners);
   w->listeners = NULL;
+  /* Closing the handles closed the inbox; this finds it empty, and is
+   * here so that no path out of the loop can leave a message behind. */
+  close_inbox(w, 1);
   tern__ws_run_closes(w); /* (none left once the loop ran a check phase) */
   tern__request_cut_cleanup(w);
   tern__pool_drain(w, &w->rbuf_pool);
@@ -274,7 +286,7 @@ static void on_deadline_close(uv_timer_t *t) {
 static void on_deadline(uv_timer_t *t) {
   tern__worker *w = t->data;
   tern__list todo, *l;
-  close_inbox(w);
+  close_inbox(w, 0);
   /* Through a list of its own: an answer may run callbacks that finish
    * (unlink) any held request, the current one included. */
   tern__list_init(&todo);
@@ -320,6 +332,9 @@ int tern__worker_post(tern__worker *w, tern__msg *m) {
   uv_mutex_lock(&w->inbox_lock);
   if (w->inbox_closed) {
     uv_mutex_unlock(&w->inbox_lock);
+    /* Outside the lock: a drop may hand a request over, which takes the
+     * lock itself. */
+    m->ops->drop(m, 1);
     return TERN_ECLOSED;
   }
   if (w->inbox_tail != NULL)
@@ -345,7 +360,7 @@ static void on_async(uv_async_t *a) {
   w->aborts = NULL;
   uv_mutex_unlock(&w->inbox_lock);
   /* Messages first: an abort comes after everything its request posted. */
-  apply_all(m);
+  run_msgs(w, m);
   tern__request_abort_all(aborts);
   if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
     begin_stop(w);

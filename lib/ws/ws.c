@@ -35,7 +35,7 @@ enum {
   PAUSE_FULL = 1u << 1, /* the send queue is over high_water */
 };
 
-/* Kinds of posted calls (tern__msg.status). */
+/* Kinds of posted calls (ws_msg.kind). */
 enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED, P_PAUSE };
 
 /* Whole messages larger than this do not keep their buffer afterwards:
@@ -889,67 +889,92 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
 
 /* ---- Calls from any thread ---------------------------------------------- */
 
+/* A posted call: the inbox's header, the call, and (in the same
+ * allocation) its copied bytes. It holds a reference on the socket, and
+ * a P_SHARED one on the shared frame, until it is applied or dropped. */
+typedef struct {
+  tern__msg base;
+  tern_ws *ws;
+  int kind; /* P_* */
+  int type; /* TERN_WS_TEXT or TERN_WS_BINARY */
+  int64_t arg;
+  shared_frame *f; /* P_SHARED */
+  size_t len;
+  /* the bytes follow */
+} ws_msg;
+
+static void msg_apply(tern__msg *base);
+static void msg_drop(tern__msg *base, int refused);
+static const tern__msg_ops ws_msg_ops = {msg_apply, msg_drop};
+
 static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
                 size_t n, shared_frame *f) {
-  tern__msg *m;
+  ws_msg *m;
   if (atomic_load(&ws->closed))
     return TERN_ECLOSED;
   m = tern__malloc(ws->w->srv, sizeof(*m) + n);
   if (m == NULL)
     return TERN_ENOMEM;
   memset(m, 0, sizeof(*m));
-  m->type = TERN__M_WS;
+  m->base.ops = &ws_msg_ops;
   m->ws = ws;
-  m->status = kind;
-  m->copy = type;
-  m->content_length = arg;
+  m->kind = kind;
+  m->type = type;
+  m->arg = arg;
   if (n > 0)
     memcpy(m + 1, p, n);
-  m->body = f != NULL ? (const void *)f : (const void *)(m + 1);
   m->len = n;
+  m->f = f;
+  if (f != NULL)
+    atomic_fetch_add(&f->refs, 1);
   tern_ws_ref(ws);
-  if (tern__worker_post(ws->w, m) != 0) {
-    /* The worker's loop is ending: the socket is as good as closed (a
-     * shared frame's reference stays the caller's to drop). */
-    tern__free(ws->w->srv, m);
-    tern_ws_unref(ws);
-    return TERN_ECLOSED;
-  }
-  return 0;
+  /* A worker whose loop is ending refuses the call and drops it: the
+   * socket is as good as closed. */
+  return tern__worker_post(ws->w, &m->base);
+}
+
+/* What the message holds goes; nothing else is to be told (a posted
+ * WebSocket call has no callback), whether the post was refused or the
+ * worker shut down with the message still queued. */
+static void msg_drop(tern__msg *base, int refused) {
+  ws_msg *m = (ws_msg *)(void *)base;
+  tern_ws *ws = m->ws;
+  (void)refused;
+  if (m->f != NULL)
+    release_shared(m->f->data, m->f);
+  tern__free(srv_of(ws), m);
+  tern_ws_unref(ws);
 }
 
 static int set_user_pause(tern_ws *ws, int on);
 
-void tern__ws_msg_apply(tern__msg *m) {
+static void msg_apply(tern__msg *base) {
+  ws_msg *m = (ws_msg *)(void *)base;
   tern_ws *ws = m->ws;
-  tern_server *srv = srv_of(ws);
+  const void *p = m + 1;
 
-  switch (m->status) {
+  switch (m->kind) {
   case P_SEND:
-    do_send(ws, m->copy, m->body, m->len, 0, 1);
+    do_send(ws, m->type, p, m->len, 0, 1);
     break;
   case P_FRAGMENT:
-    do_send(ws, m->copy, m->body, m->len, 1, (int)m->content_length);
+    do_send(ws, m->type, p, m->len, 1, (int)m->arg);
     break;
   case P_PING:
     if (is_open(ws))
-      do_control(ws, TERN__WS_OP_PING, m->body, m->len);
+      do_control(ws, TERN__WS_OP_PING, p, m->len);
     break;
   case P_CLOSE:
-    do_close(ws, (int)m->content_length, m->body, m->len);
+    do_close(ws, (int)m->arg, p, m->len);
     break;
   case P_PAUSE:
-    set_user_pause(ws, (int)m->content_length);
+    set_user_pause(ws, (int)m->arg);
     break;
-  case P_SHARED: {
-    shared_frame *f = (shared_frame *)(uintptr_t)m->body;
-    do_shared(ws, f);
-    release_shared(f->data, f);
+  case P_SHARED:
+    do_shared(ws, m->f);
     break;
   }
-  }
-  tern_ws_unref(ws);
-  tern__free(srv, m);
+  msg_drop(base, 0);
 }
 
 /* The public calls on the owning worker count themselves in ws_calls
@@ -1073,12 +1098,8 @@ int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
       IN_CALL(ws, do_shared(ws, f), rc);
       if (rc == 0)
         sent++;
-    } else if (!full_hint(ws)) {
-      atomic_fetch_add(&f->refs, 1);
-      if (post(ws, P_SHARED, type, 0, NULL, 0, f) == 0)
-        sent++;
-      else
-        release_shared(f->data, f);
+    } else if (!full_hint(ws) && post(ws, P_SHARED, type, 0, NULL, 0, f) == 0) {
+      sent++;
     }
   }
   release_shared(f->data, f);

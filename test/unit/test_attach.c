@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -329,6 +330,204 @@ static void test_ws_close_not_inside_calls(void) {
   pthread_mutex_destroy(&room);
 }
 
+/* ---- An inbox message posted at shutdown is freed ---- */
+
+/* Calls posted from another thread race the last connection's close and
+ * tern_stop: whatever is still in the worker's inbox when its loop ends,
+ * or comes after, must be dropped with everything it holds (the socket's
+ * reference, a shared frame, a write's done callback, a referenced body's
+ * release), never leaked: tern_server_free then leaves nothing live. */
+static pthread_mutex_t race_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t race_cond = PTHREAD_COND_INITIALIZER;
+static tern_ws *race_ws;
+static tern_request *race_req;
+static int race_iter;
+static _Atomic long race_done_calls, race_writes_ok, race_releases;
+
+static void race_open(tern_ws *ws, void *user) {
+  (void)user;
+  tern_ws_ref(ws); /* the poster's, dropped before tern_server_free */
+  pthread_mutex_lock(&race_lock);
+  race_ws = ws;
+  pthread_cond_signal(&race_cond);
+  pthread_mutex_unlock(&race_lock);
+}
+
+static void race_ws_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_open = race_open;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
+static void race_http_route(tern_request *r, void *user) {
+  (void)user;
+  pthread_mutex_lock(&race_lock);
+  race_req = r;
+  pthread_cond_signal(&race_cond);
+  pthread_mutex_unlock(&race_lock);
+}
+
+static void *race_wait(void **slot) {
+  struct timespec ts;
+  void *p;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 3;
+  pthread_mutex_lock(&race_lock);
+  while (*slot == NULL &&
+         pthread_cond_timedwait(&race_cond, &race_lock, &ts) == 0)
+    ;
+  p = *slot;
+  pthread_mutex_unlock(&race_lock);
+  return p;
+}
+
+/* Sends, pings, broadcasts and pauses until the socket or the worker is
+ * gone (bounded: a stuck run fails the count, not the test's time). */
+static void *ws_poster(void *arg) {
+  tern_ws *ws = race_wait((void **)(void *)&race_ws);
+  long i;
+  (void)arg;
+  for (i = 0; ws != NULL && i < 200000; i++) {
+    int rc;
+    switch (i % 4) {
+    case 0:
+      rc = tern_ws_send(ws, TERN_WS_TEXT, "tick", 4);
+      break;
+    case 1:
+      rc = tern_ws_ping(ws, "p", 1);
+      break;
+    case 2:
+      rc = tern_ws_broadcast(&ws, 1, TERN_WS_BINARY, "b", 1) == 1
+               ? 0
+               : TERN_ECLOSED;
+      break;
+    default:
+      rc = i % 8 == 3 ? tern_ws_pause(ws) : tern_ws_resume(ws);
+      break;
+    }
+    if (rc == TERN_ECLOSED)
+      break;
+  }
+  return NULL;
+}
+
+static void race_written(tern_request *r, int status, void *user) {
+  (void)r;
+  (void)status;
+  (void)user;
+  race_done_calls++;
+}
+
+static void race_release(void *data, void *user) {
+  (void)data;
+  (void)user;
+  race_releases++;
+}
+
+/* A streamed answer whose writes carry done callbacks, or one answer by
+ * reference: each call told 0 must see its callback exactly once. */
+static void *http_poster(void *arg) {
+  static const char body[] = "referenced body";
+  tern_request *r = race_wait((void **)(void *)&race_req);
+  int i;
+  (void)arg;
+  if (r == NULL)
+    return NULL;
+  if (race_iter % 3 == 0) {
+    if (tern_respond_ref(r, 200, NULL, 0, body, sizeof(body) - 1, race_release,
+                         NULL) != 0)
+      race_releases++; /* refused: never released, the body stays ours */
+    return NULL;
+  }
+  if (tern_response_start(r, 200, NULL, 0, -1) != 0) {
+    tern_response_end(r, NULL, 0);
+    return NULL;
+  }
+  for (i = 0; i < 2000; i++) {
+    if (tern_response_write(r, "chunk", 5, race_written, NULL) != 0)
+      break;
+    race_writes_ok++;
+    if (i % 2 == 0 && tern_response_write(r, "copy", 4, NULL, NULL) != 0)
+      break;
+  }
+  tern_response_end(r, NULL, 0);
+  return NULL;
+}
+
+/* Send the opening request, read a little, then (varying the order by
+ * iteration) close the connection and stop, or stop with the connection
+ * still open, with a deadline of 0 or a short one. */
+static void *race_client(void *arg) {
+  static const char ws_head[] =
+      "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  static const char get[] = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+  const char *req = arg != NULL ? ws_head : get;
+  size_t len = arg != NULL ? sizeof(ws_head) - 1 : sizeof(get) - 1;
+  char buf[4096];
+  int fd = connect_loopback(), k;
+  if (fd >= 0 && write(fd, req, len) == (ssize_t)len)
+    for (k = 0; k < 1 + race_iter % 3; k++)
+      if (read(fd, buf, sizeof(buf)) <= 0)
+        break;
+  if (race_iter % 2 == 0 && fd >= 0) {
+    close(fd);
+    fd = -1;
+  }
+  tern_stop(srv, race_iter % 4 < 2 ? 0 : 20);
+  if (fd >= 0)
+    close(fd);
+  return NULL;
+}
+
+static void race_run(int ws, int iterations) {
+  int it;
+  for (it = 0; it < iterations; it++) {
+    tern_settings s;
+    uv_loop_t loop;
+    pthread_t client_t, poster_t;
+
+    race_iter = it;
+    race_ws = NULL;
+    race_req = NULL;
+    tern_settings_init(&s);
+    s.workers = 1;
+    ca_use(&s);
+    T_ASSERT(uv_loop_init(&loop) == 0);
+    T_ASSERT(tern_server_new(&srv, &s) == 0);
+    T_ASSERT(tern_route(srv, "GET", "/ws", race_ws_route, NULL) == 0);
+    T_ASSERT(tern_route(srv, "GET", "/slow", race_http_route, NULL) == 0);
+    T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
+    T_EQ_INT(tern_attach(srv, &loop), 0);
+    T_ASSERT(pthread_create(&poster_t, NULL, ws ? ws_poster : http_poster,
+                            NULL) == 0);
+    T_ASSERT(pthread_create(&client_t, NULL, race_client,
+                            ws ? (void *)&race_ws : NULL) == 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    pthread_join(client_t, NULL);
+    pthread_join(poster_t, NULL);
+    T_ASSERT(ws ? race_ws != NULL : race_req != NULL);
+    if (race_ws != NULL)
+      tern_ws_unref(race_ws);
+    tern_server_free(srv);
+    T_EQ_INT(ca_live, 0);
+    T_EQ_INT(uv_loop_close(&loop), 0);
+  }
+}
+
+static void test_inbox_message_posted_at_shutdown_freed(void) {
+  race_done_calls = race_writes_ok = race_releases = 0;
+  race_run(1, 60);
+  race_run(0, 60);
+  /* Every write told 0 heard its done callback; every referenced body was
+   * released, or refused to its caller. */
+  T_EQ_INT(race_done_calls, race_writes_ok);
+  T_EQ_INT(race_releases, 20);
+}
+
 static void test_attach_needs_one_worker(void) {
   tern_settings s;
   tern_server *two;
@@ -356,6 +555,7 @@ int main(void) {
   T_RUN(test_every_allocation_may_fail);
   T_RUN(test_ws_every_allocation_may_fail);
   T_RUN(test_ws_close_not_inside_calls);
+  T_RUN(test_inbox_message_posted_at_shutdown_freed);
   T_RUN(test_attach_needs_one_worker);
   T_RUN(test_errors_have_messages);
   return T_DONE();
