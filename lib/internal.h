@@ -97,6 +97,13 @@ void tern__log(tern_server *srv, int level, const char *fmt, ...)
 int tern__abi_read(void *dst, size_t dst_size, const void *src,
                    const size_t *ends, int nversions, char *why,
                    size_t why_len);
+/* Write the library's filled-in struct `src` (its version's head is
+ * overwritten) into the caller's `dst`, only up to where the caller's
+ * version ends, or all of ours for a newer caller; dst's version becomes
+ * the one written, its size stays. Returns 0, or -1 with `why` filled and
+ * `dst` untouched for a version below 1 or a size too small for it. */
+int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
+                    char *why, size_t why_len);
 
 /* ---- Text (lib/core/text.c) --------------------------------------- */
 

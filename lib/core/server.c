@@ -142,6 +142,38 @@ int tern__abi_read(void *dst, size_t dst_size, const void *src,
   return 0;
 }
 
+/* The caller's struct may be an older, shorter one: nothing past the end
+ * of its version is ours to write. A newer caller gets what this library
+ * has and learns which part from the version written back, which an
+ * output struct can tell it, unlike an input one. */
+int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
+                    char *why, size_t why_len) {
+  int version;
+  uint32_t size;
+
+  read_head(dst, &version, &size);
+  if (version < 1) {
+    snprintf(why, why_len,
+             "version %d is unknown (fill the struct with its _init "
+             "function)",
+             version);
+    return -1;
+  }
+  if (version > nversions)
+    version = nversions;
+  if (size < ends[version - 1]) {
+    snprintf(why, why_len,
+             "size %lu is smaller than version %d's %lu bytes (fill the "
+             "struct with its _init function)",
+             (unsigned long)size, version, (unsigned long)ends[version - 1]);
+    return -1;
+  }
+  memcpy((char *)src + offsetof(abi_head, version), &version, sizeof(version));
+  memcpy((char *)src + offsetof(abi_head, size), &size, sizeof(size));
+  memcpy(dst, src, ends[version - 1]);
+  return 0;
+}
+
 void tern_settings_init(tern_settings *s) {
   memset(s, 0, sizeof(*s));
   s->version = TERN_SETTINGS_VERSION;
@@ -804,41 +836,15 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
 }
 
 /* The counters are summed into the library's own struct and only the
- * caller's version's part is copied out: the caller's struct may be an
- * older, shorter one, and nothing past its end is ours to write. */
+ * caller's version's part is copied out (tern__abi_write). */
 int tern_server_stats(const tern_server *srv, tern_stats *out) {
   tern_stats st;
-  int version;
-  uint32_t size;
-  size_t n;
+  char why[160];
   unsigned i;
 
   if (srv == NULL || out == NULL)
     return TERN_EINVAL;
-  read_head(out, &version, &size);
-  if (version < 1) {
-    tern__log((tern_server *)srv, TERN_LOG_ERROR,
-              "tern_server_stats: version %d is unknown (fill the struct "
-              "with tern_stats_init)",
-              version);
-    return TERN_EINVAL;
-  }
-  /* A newer caller gets what this library has, and learns which part from
-   * the version written back; an output struct can say so, unlike an
-   * input one. */
-  if (version > NVERSIONS(stats_ends))
-    version = NVERSIONS(stats_ends);
-  n = stats_ends[version - 1];
-  if (size < n) {
-    tern__log((tern_server *)srv, TERN_LOG_ERROR,
-              "tern_server_stats: size %lu is smaller than version %d's %lu "
-              "bytes (fill the struct with tern_stats_init)",
-              (unsigned long)size, version, (unsigned long)n);
-    return TERN_EINVAL;
-  }
   memset(&st, 0, sizeof(st));
-  st.version = version;
-  st.size = size;
   for (i = 0; i < srv->nworkers; i++) {
     const tern__wstats *w = &srv->workers[i].stats;
     st.requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
@@ -852,6 +858,10 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
   st.allocations = atomic_load(&srv->allocs);
   st.bytes_allocated = atomic_load(&srv->alloc_bytes);
   st.frees = atomic_load(&srv->frees);
-  memcpy(out, &st, n);
+  if (tern__abi_write(out, &st, stats_ends, NVERSIONS(stats_ends), why,
+                      sizeof(why)) != 0) {
+    tern__log((tern_server *)srv, TERN_LOG_ERROR, "tern_server_stats: %s", why);
+    return TERN_EINVAL;
+  }
   return 0;
 }
