@@ -505,6 +505,7 @@ static void stats(tern_request *r, void *user) {
   char body[512];
   int n;
   (void)user;
+  tern_stats_init(&s);
   tern_server_stats(server, &s);
   n = snprintf(
       body, sizeof(body),

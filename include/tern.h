@@ -21,8 +21,24 @@
  * tern_run() or tern_attach(), from one thread.
  *
  * ABI: the shared library's soname carries TERN_VERSION_MAJOR. Within one
- * major version functions are only added and structs are only extended at
- * their end, guarded by their `version` field.
+ * major version functions are only added, and the structs a caller lays
+ * out (tern_settings, tern_route_options, tern_ws_options and the output
+ * struct tern_stats) only grow at their end. Each begins with `version`
+ * and `size`, which its _init function sets to the header's
+ * TERN_*_VERSION and sizeof. The rule: every field added bumps the
+ * struct's version, and each version ends with a known field (listed
+ * beside each struct), so that a program built against an older header
+ * keeps working with a newer library. The library starts from its own
+ * defaults and reads only the fields of the caller's version: a field the
+ * caller's header did not have keeps its default. It refuses (TERN_EINVAL,
+ * with a log line) a version below 1 or above its own, and a size smaller
+ * than the caller's version's layout (a struct not filled by its _init).
+ * An output struct is written only up to the end of the caller's version.
+ * A struct nested by value is part of its container's layout and can
+ * never grow, so nested structs go by pointer; the one exception is
+ * tern_settings' allocator, which is version 1's and stays. tern_header
+ * (passed in arrays) never changes; tern_error_info is laid out by the
+ * library and only read.
  */
 #ifndef TERN_H
 #define TERN_H
@@ -98,9 +114,12 @@ typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 #define TERN_SETTINGS_VERSION 1
 
 /* Server settings. Initialise with tern_settings_init(), change what you
- * need, pass to tern_server_new(). Every limit has a safe default. */
+ * need, pass to tern_server_new(). Every limit has a safe default.
+ * Versions (see ABI above), each ending with the field named: 1 with
+ * log_level. */
 typedef struct {
   int version;               /* TERN_SETTINGS_VERSION */
+  uint32_t size;             /* sizeof(tern_settings) */
   unsigned workers;          /* worker threads; 0 = CPU count */
   uint32_t max_head_size;    /* request head bytes (16384): 431 */
   uint32_t max_header_count; /* header fields (100): 431 */
@@ -115,13 +134,14 @@ typedef struct {
   uint32_t max_pipeline;     /* requests in flight per conn (32) */
   int tcp_nodelay;           /* 1 = set TCP_NODELAY (default 1) */
   uint32_t read_buffer_size; /* per connection while busy (16384) */
-  tern_allocator allocator;  /* malloc/realloc/free by default */
+  tern_allocator allocator;  /* malloc/realloc/free by default (nested by
+                                value: version 1's, it never grows) */
   tern_log_fn log;           /* NULL: errors and warnings to stderr */
   void *log_user;
   int log_level; /* most verbose level passed (WARN) */
 } tern_settings;
 
-/* Fill `s` with the defaults above. */
+/* Fill `s` with the defaults above, its version and its size. */
 TERN_EXTERN void tern_settings_init(tern_settings *s);
 
 /* ---------------------------------------------------------------------
@@ -133,13 +153,14 @@ typedef struct tern_request tern_request;
 
 /* Create a server. `settings` may be NULL for the defaults; it is copied.
  * Every field is checked: TERN_EINVAL, with a log line (through the
- * settings' log callback, or stderr) naming the field, for an unknown
- * settings version or a field outside its range: max_head_size 64 to
- * 16 MiB, max_header_count 1 to 65535, max_uri_length 1 to 16 MiB,
- * max_body_size at least 1, every timeout at least 1 ms, max_connections
- * 1 to 2^24, max_pipeline 1 to 1024, read_buffer_size 1 KiB to 16 MiB,
- * workers at most 1024, tcp_nodelay 0 or 1, log_level TERN_LOG_ERROR to
- * TERN_LOG_DEBUG, and an allocator with all three functions. */
+ * settings' log callback, or stderr) naming the field, for a version or
+ * size refused by the ABI rule (see the top) or a field outside its
+ * range: max_head_size 64 to 16 MiB, max_header_count 1 to 65535,
+ * max_uri_length 1 to 16 MiB, max_body_size at least 1, every timeout at
+ * least 1 ms, max_connections 1 to 2^24, max_pipeline 1 to 1024,
+ * read_buffer_size 1 KiB to 16 MiB, workers at most 1024, tcp_nodelay 0
+ * or 1, log_level TERN_LOG_ERROR to TERN_LOG_DEBUG, and an allocator with
+ * all three functions. */
 TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
 
 /* Free a server that is not running (never ran, or tern_run() returned, or
@@ -277,13 +298,17 @@ enum {
 
 #define TERN_ROUTE_OPTIONS_VERSION 1
 
+/* Versions (see ABI above), each ending with the field named: 1 with
+ * max_body_size. */
 typedef struct {
   int version;            /* TERN_ROUTE_OPTIONS_VERSION */
+  uint32_t size;          /* sizeof(tern_route_options) */
   unsigned flags;         /* TERN_ROUTE_* */
   uint64_t max_body_size; /* collected-body limit; 0 = the server's */
 } tern_route_options;
 
-/* Fill `o` with defaults (no flags, the server's body limit). */
+/* Fill `o` with defaults (no flags, the server's body limit), its version
+ * and its size. */
 TERN_EXTERN void tern_route_options_init(tern_route_options *o);
 
 /* Add a route. `method` is a C string token ("GET") or NULL / "*" for any
@@ -696,11 +721,14 @@ typedef void (*tern_ws_close_fn)(tern_ws *ws, int code, const char *reason,
  * (TERN_WS_FAIL_SEND). */
 typedef void (*tern_ws_drain_fn)(tern_ws *ws, void *user);
 
-#define TERN_WS_OPTIONS_VERSION 1
+#define TERN_WS_OPTIONS_VERSION 2
 
-/* Options for tern_ws_accept(). Initialise with tern_ws_options_init(). */
+/* Options for tern_ws_accept(). Initialise with tern_ws_options_init().
+ * Versions (see ABI above), each ending with the field named: 1 with
+ * subprotocol_len, 2 with deflate_level. */
 typedef struct {
   int version;                   /* TERN_WS_OPTIONS_VERSION */
+  uint32_t size;                 /* sizeof(tern_ws_options) */
   tern_ws_open_fn on_open;       /* may be NULL */
   tern_ws_message_fn on_message; /* may be NULL: messages are dropped */
   tern_ws_close_fn on_close;     /* may be NULL */
@@ -720,11 +748,11 @@ typedef struct {
   size_t subprotocol_len;
   /* zlib compression level for messages sent, 0-9 (1: fastest; a socket
    * echoing 128-byte messages spends about a quarter less CPU than at
-   * zlib's default 6, for a slightly lower ratio). */
+   * zlib's default 6, for a slightly lower ratio). Version 2. */
   int deflate_level;
 } tern_ws_options;
 
-/* Fill `o` with the defaults above. */
+/* Fill `o` with the defaults above, its version and its size. */
 TERN_EXTERN void tern_ws_options_init(tern_ws_options *o);
 
 /* Is `r` a WebSocket handshake (HTTP/1.1 Upgrade: websocket or an HTTP/2
@@ -745,7 +773,8 @@ TERN_EXTERN int tern_ws_protocol_offered(const tern_request *r,
  *   body is still arriving; 503 while the server stops); tern answered
  *   400 (or 426 with Sec-WebSocket-Version: 13 for a version other than
  *   13, or that 503) and the request is finished.
- * - TERN_EINVAL (bad options), TERN_ESTATE (not on the owning worker, or a
+ * - TERN_EINVAL (bad options, or a version or size refused by the ABI
+ *   rule; logged), TERN_ESTATE (not on the owning worker, or a
  *   response was started): nothing happened, respond as usual.
  * - TERN_ECLOSED, TERN_ENOMEM: the request is finished (the connection is
  *   closed). */
@@ -815,8 +844,13 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
 
 #define TERN_STATS_VERSION 1
 
+/* Server counters, filled by tern_server_stats(). Initialise with
+ * tern_stats_init() (or set version and size); a call leaves both valid
+ * for the next. Versions (see ABI above), each ending with the field
+ * named: 1 with frees. */
 typedef struct {
-  int version;
+  int version;          /* TERN_STATS_VERSION */
+  uint32_t size;        /* sizeof(tern_stats) */
   uint64_t requests;    /* responses finished */
   uint64_t connections; /* accepted */
   uint64_t active_connections;
@@ -827,9 +861,18 @@ typedef struct {
   uint64_t frees;
 } tern_stats;
 
+/* Zero `st` and set its version and size. */
+TERN_EXTERN void tern_stats_init(tern_stats *st);
+
 /* Sum the workers' counters into *out (any thread, any time; the figures
- * of a running server are a consistent-enough snapshot, not atomic). */
-TERN_EXTERN void tern_server_stats(const tern_server *srv, tern_stats *out);
+ * of a running server are a consistent-enough snapshot, not atomic).
+ * `out` must carry version and size (tern_stats_init). Only the fields of
+ * out->version are written, nothing past them; a version newer than the
+ * library's gets the library's fields, and out->version is set to the
+ * library's so the caller knows which were filled. Returns 0, or
+ * TERN_EINVAL (srv or out NULL; a version below 1, or a size smaller than
+ * the version's layout, logged), writing nothing. */
+TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
 
 #ifdef __cplusplus
 }

@@ -81,6 +81,31 @@ void tern__log(tern_server *srv, int level, const char *fmt, ...)
 #endif
     ;
 
+/* ---- Versioned public structs (lib/core/server.c) ----------------- */
+
+/* The end of field `f` of struct `t`: where a struct version that ends
+ * with `f` ends, its minimum size. */
+#define TERN__END(t, f) (offsetof(t, f) + sizeof(((t *)0)->f))
+
+/* Read a struct the caller laid out after an older, the same or a newer
+ * header (tern.h's ABI rule). `dst` holds the library's defaults and is
+ * `dst_size` bytes; `ends[v - 1]` is where version v ends, for the
+ * `nversions` versions this library knows. On success the caller's
+ * fields of its version replace the defaults, dst's version and size
+ * become the library's, and 0 is returned. Otherwise `dst` is untouched,
+ * `why` (`why_len` bytes) says what is wrong, and -1 is returned. Every
+ * such struct starts with `int version; uint32_t size;`. */
+int tern__abi_read(void *dst, size_t dst_size, const void *src,
+                   const size_t *ends, int nversions, char *why,
+                   size_t why_len);
+/* Write the library's filled-in struct `src` (its version's head is
+ * overwritten) into the caller's `dst`, only up to where the caller's
+ * version ends, or all of ours for a newer caller; dst's version becomes
+ * the one written, its size stays. Returns 0, or -1 with `why` filled and
+ * `dst` untouched for a version below 1 or a size too small for it. */
+int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
+                    char *why, size_t why_len);
+
 /* ---- Text (lib/core/text.c) --------------------------------------- */
 
 /* ASCII case-insensitive equality of n bytes. */

@@ -71,9 +71,113 @@ static void std_free(void *p, void *u) {
   free(p);
 }
 
+/* ---- Versioned structs ------------------------------------------- */
+
+/* Every versioned public struct begins like this, so that its version
+ * and size can be read before anything else of it is known. */
+typedef struct {
+  int version;
+  uint32_t size;
+} abi_head;
+
+#define SAME_HEAD(t)                                                           \
+  _Static_assert(offsetof(t, version) == offsetof(abi_head, version) &&        \
+                     offsetof(t, size) == offsetof(abi_head, size),            \
+                 #t " must begin with version and size")
+SAME_HEAD(tern_settings);
+SAME_HEAD(tern_route_options);
+SAME_HEAD(tern_ws_options);
+SAME_HEAD(tern_stats);
+#undef SAME_HEAD
+
+/* Where each version of a struct ends (tern.h lists them beside the
+ * structs). A new field gets a new entry here, never a longer old one. */
+static const size_t settings_ends[] = {TERN__END(tern_settings, log_level)};
+static const size_t route_ends[] = {
+    TERN__END(tern_route_options, max_body_size)};
+static const size_t stats_ends[] = {TERN__END(tern_stats, frees)};
+#define NVERSIONS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+_Static_assert(NVERSIONS(settings_ends) == TERN_SETTINGS_VERSION,
+               "one end per tern_settings version");
+_Static_assert(NVERSIONS(route_ends) == TERN_ROUTE_OPTIONS_VERSION,
+               "one end per tern_route_options version");
+_Static_assert(NVERSIONS(stats_ends) == TERN_STATS_VERSION,
+               "one end per tern_stats version");
+
+static void read_head(const void *p, int *version, uint32_t *size) {
+  memcpy(version, (const char *)p + offsetof(abi_head, version),
+         sizeof(*version));
+  memcpy(size, (const char *)p + offsetof(abi_head, size), sizeof(*size));
+}
+
+/* Only the caller's version's fields are read, not min(its size, ours):
+ * the trailing padding of an older layout may be where a newer version
+ * put a field, and the older caller's bytes there are not a value. A
+ * newer version is refused, since the caller set fields this library
+ * would silently ignore. */
+int tern__abi_read(void *dst, size_t dst_size, const void *src,
+                   const size_t *ends, int nversions, char *why,
+                   size_t why_len) {
+  int version;
+  uint32_t size;
+
+  read_head(src, &version, &size);
+  if (version < 1 || version > nversions) {
+    snprintf(why, why_len, "version %d is unknown (this library knows 1 to %d)",
+             version, nversions);
+    return -1;
+  }
+  if (size < ends[version - 1]) {
+    snprintf(why, why_len,
+             "size %lu is smaller than version %d's %lu bytes (fill the "
+             "struct with its _init function)",
+             (unsigned long)size, version, (unsigned long)ends[version - 1]);
+    return -1;
+  }
+  memcpy(dst, src, ends[version - 1]);
+  version = nversions;
+  size = (uint32_t)dst_size;
+  memcpy((char *)dst + offsetof(abi_head, version), &version, sizeof(version));
+  memcpy((char *)dst + offsetof(abi_head, size), &size, sizeof(size));
+  return 0;
+}
+
+/* The caller's struct may be an older, shorter one: nothing past the end
+ * of its version is ours to write. A newer caller gets what this library
+ * has and learns which part from the version written back, which an
+ * output struct can tell it, unlike an input one. */
+int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
+                    char *why, size_t why_len) {
+  int version;
+  uint32_t size;
+
+  read_head(dst, &version, &size);
+  if (version < 1) {
+    snprintf(why, why_len,
+             "version %d is unknown (fill the struct with its _init "
+             "function)",
+             version);
+    return -1;
+  }
+  if (version > nversions)
+    version = nversions;
+  if (size < ends[version - 1]) {
+    snprintf(why, why_len,
+             "size %lu is smaller than version %d's %lu bytes (fill the "
+             "struct with its _init function)",
+             (unsigned long)size, version, (unsigned long)ends[version - 1]);
+    return -1;
+  }
+  memcpy((char *)src + offsetof(abi_head, version), &version, sizeof(version));
+  memcpy((char *)src + offsetof(abi_head, size), &size, sizeof(size));
+  memcpy(dst, src, ends[version - 1]);
+  return 0;
+}
+
 void tern_settings_init(tern_settings *s) {
   memset(s, 0, sizeof(*s));
   s->version = TERN_SETTINGS_VERSION;
+  s->size = sizeof(*s);
   s->workers = 0;
   s->max_head_size = 16384;
   s->max_header_count = 100;
@@ -95,6 +199,13 @@ void tern_settings_init(tern_settings *s) {
 void tern_route_options_init(tern_route_options *o) {
   memset(o, 0, sizeof(*o));
   o->version = TERN_ROUTE_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+}
+
+void tern_stats_init(tern_stats *st) {
+  memset(st, 0, sizeof(*st));
+  st->version = TERN_STATS_VERSION;
+  st->size = sizeof(*st);
 }
 
 static void *router_malloc(size_t n, void *u) {
@@ -153,11 +264,6 @@ static int settings_problem(const tern_settings *s) {
   };
   size_t i;
 
-  if (s->version != TERN_SETTINGS_VERSION) {
-    settings_log(s, "settings: unknown version %d (this library knows %d)",
-                 s->version, TERN_SETTINGS_VERSION);
-    return 1;
-  }
   for (i = 0; i < sizeof(u32) / sizeof(u32[0]); i++) {
     uint32_t v;
     memcpy(&v, (const char *)s + u32[i].off, sizeof(v));
@@ -202,17 +308,38 @@ static unsigned pool_size(void) {
   return n < 1 ? 4 : n > 1024 ? 1024 : (unsigned)n;
 }
 
-int tern_server_new(tern_server **out, const tern_settings *s) {
+/* The caller's settings refused by the ABI rule: the log line goes through
+ * the caller's log callback when its struct has version 1's fields (every
+ * version has them, where version 1 put them), else to stderr. */
+static void settings_refused(const tern_settings *caller, const char *why) {
+  tern_settings l;
+  int version;
+  uint32_t size;
+  tern_settings_init(&l);
+  read_head(caller, &version, &size);
+  if (version >= 1 && size >= settings_ends[0])
+    memcpy(&l, caller, settings_ends[0]);
+  settings_log(&l, "settings: %s", why);
+}
+
+int tern_server_new(tern_server **out, const tern_settings *caller) {
   tern_settings def;
+  const tern_settings *s = &def;
   tern_server *srv;
   tern__router_alloc ra;
+  char why[160];
   unsigned i;
 
   if (out == NULL)
     return TERN_EINVAL;
-  if (s == NULL) {
-    tern_settings_init(&def);
-    s = &def;
+  /* The caller's struct may be shorter or longer than ours: it is read
+   * into the defaults, and only the library's copy is used after. */
+  tern_settings_init(&def);
+  if (caller != NULL &&
+      tern__abi_read(&def, sizeof(def), caller, settings_ends,
+                     NVERSIONS(settings_ends), why, sizeof(why)) != 0) {
+    settings_refused(caller, why);
+    return TERN_EINVAL;
   }
   if (settings_problem(s))
     return TERN_EINVAL;
@@ -424,18 +551,25 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
 
 /* ---- Routes ------------------------------------------------------ */
 
-/* Route options the router would otherwise reinterpret or ignore are
- * refused, with a log line naming the problem and the route. */
-static int route_opts_problem(tern_server *srv, const char *method,
-                              const char *pattern,
-                              const tern_route_options *o) {
+/* Read the caller's route options (NULL: the defaults) into `o`, the
+ * library's layout. Options the router would otherwise reinterpret or
+ * ignore are refused, with a log line naming the problem and the route. */
+static int route_opts_read(tern_server *srv, const char *method,
+                           const char *pattern, const tern_route_options *in,
+                           tern_route_options *o) {
   const unsigned known = TERN_ROUTE_BLOCKING | TERN_ROUTE_STREAM_BODY;
   const char *why = NULL;
-  if (o == NULL)
+  char abi[160];
+  tern_route_options_init(o);
+  if (in == NULL)
     return 0;
-  if (o->version != TERN_ROUTE_OPTIONS_VERSION)
-    why = "unknown tern_route_options version";
-  else if (o->flags & ~known)
+  if (tern__abi_read(o, sizeof(*o), in, route_ends, NVERSIONS(route_ends), abi,
+                     sizeof(abi)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "route %s %s: tern_route_options %s",
+              method ? method : "*", pattern ? pattern : "(default)", abi);
+    return 1;
+  }
+  if (o->flags & ~known)
     why = "unknown flag bits";
   else if ((o->flags & known) == known)
     /* A blocking handler cannot pace a streamed body from its thread. */
@@ -451,8 +585,8 @@ static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
                        void *user, const tern_route_options *o) {
   r->handler = h;
   r->user = user;
-  r->flags = o ? o->flags : 0;
-  r->max_body = o && o->max_body_size ? o->max_body_size : srv->s.max_body_size;
+  r->flags = o->flags;
+  r->max_body = o->max_body_size ? o->max_body_size : srv->s.max_body_size;
 }
 
 static void note_method(tern_server *srv, const char *method) {
@@ -486,6 +620,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
                     tern_handler handler, void *user,
                     const tern_route_options *opts) {
   tern__route *r, **ptrs;
+  tern_route_options o;
   const char *why;
   int rc;
 
@@ -493,7 +628,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
-  if (route_opts_problem(srv, method, pattern, opts))
+  if (route_opts_read(srv, method, pattern, opts, &o))
     return TERN_EINVAL;
   if ((why = tern__router_problem(method, pattern)) != NULL) {
     tern__log(srv, TERN_LOG_ERROR, "route %s %s: %s", method ? method : "*",
@@ -511,7 +646,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
   r = tern__malloc(srv, sizeof(*r));
   if (r == NULL)
     return TERN_ENOMEM;
-  fill_route(srv, r, handler, user, opts);
+  fill_route(srv, r, handler, user, &o);
   rc = tern__router_add(srv->router, method, pattern, r);
   if (rc != 0) {
     tern__free(srv, r);
@@ -529,13 +664,14 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
 
 int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
                              const tern_route_options *opts) {
+  tern_route_options o;
   if (srv == NULL || handler == NULL)
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
-  if (route_opts_problem(srv, NULL, NULL, opts))
+  if (route_opts_read(srv, NULL, NULL, opts, &o))
     return TERN_EINVAL;
-  fill_route(srv, &srv->default_route, handler, user, opts);
+  fill_route(srv, &srv->default_route, handler, user, &o);
   srv->has_default = 1;
   return 0;
 }
@@ -700,21 +836,33 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
   return 0;
 }
 
-void tern_server_stats(const tern_server *srv, tern_stats *out) {
+/* The counters are summed into the library's own struct and only the
+ * caller's version's part is copied out (tern__abi_write). */
+int tern_server_stats(const tern_server *srv, tern_stats *out) {
+  tern_stats st;
+  char why[160];
   unsigned i;
-  memset(out, 0, sizeof(*out));
-  out->version = TERN_STATS_VERSION;
+
+  if (srv == NULL || out == NULL)
+    return TERN_EINVAL;
+  memset(&st, 0, sizeof(st));
   for (i = 0; i < srv->nworkers; i++) {
     const tern__wstats *w = &srv->workers[i].stats;
-    out->requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
-    out->connections +=
+    st.requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
+    st.connections +=
         atomic_load_explicit(&w->connections, memory_order_relaxed);
-    out->active_connections +=
+    st.active_connections +=
         atomic_load_explicit(&w->active, memory_order_relaxed);
-    out->bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
-    out->bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
+    st.bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
+    st.bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
   }
-  out->allocations = atomic_load(&srv->allocs);
-  out->bytes_allocated = atomic_load(&srv->alloc_bytes);
-  out->frees = atomic_load(&srv->frees);
+  st.allocations = atomic_load(&srv->allocs);
+  st.bytes_allocated = atomic_load(&srv->alloc_bytes);
+  st.frees = atomic_load(&srv->frees);
+  if (tern__abi_write(out, &st, stats_ends, NVERSIONS(stats_ends), why,
+                      sizeof(why)) != 0) {
+    tern__log((tern_server *)srv, TERN_LOG_ERROR, "tern_server_stats: %s", why);
+    return TERN_EINVAL;
+  }
+  return 0;
 }

@@ -609,6 +609,7 @@ static void on_body(tern_request *r, int event, const char *data, size_t len,
 void tern_ws_options_init(tern_ws_options *o) {
   memset(o, 0, sizeof(*o));
   o->version = TERN_WS_OPTIONS_VERSION;
+  o->size = sizeof(*o);
   o->max_message_size = 16u << 20;
   o->high_water = 1u << 20;
   o->on_full = TERN_WS_PAUSE_READING;
@@ -711,16 +712,42 @@ static int validate(const tern_request *r, char *accept, size_t *accept_len) {
   return 0;
 }
 
-static int check_options(const tern_ws_options *o) {
-  return o->version >= 1 && o->version <= TERN_WS_OPTIONS_VERSION &&
-         o->max_message_size > 0 && o->high_water > 0 &&
-         (o->on_full == TERN_WS_PAUSE_READING ||
-          o->on_full == TERN_WS_FAIL_SEND) &&
-         o->deflate_window_bits >= 9 && o->deflate_window_bits <= 15 &&
-         o->deflate_mem_level >= 1 && o->deflate_mem_level <= 9 &&
-         o->deflate_level >= 0 && o->deflate_level <= 9 &&
-         (o->subprotocol_len == 0 || o->subprotocol != NULL) &&
-         o->subprotocol_len < sizeof(((tern_ws *)0)->subprotocol);
+/* Where each version of tern_ws_options ends (tern.h lists them): 2
+ * added deflate_level. A new field gets a new entry, never a longer old
+ * one. */
+static const size_t options_ends[] = {
+    TERN__END(tern_ws_options, subprotocol_len),
+    TERN__END(tern_ws_options, deflate_level)};
+_Static_assert(sizeof(options_ends) / sizeof(options_ends[0]) ==
+                   TERN_WS_OPTIONS_VERSION,
+               "one end per tern_ws_options version");
+
+/* Read the caller's options (of any version this library knows) into
+ * `o`, which holds the defaults, and check them: 1 when usable, else 0
+ * after a log line saying why. */
+static int read_options(tern_server *srv, const tern_ws_options *in,
+                        tern_ws_options *o) {
+  char why[160];
+  tern_ws_options_init(o);
+  if (in == NULL)
+    return 1;
+  if (tern__abi_read(o, sizeof(*o), in, options_ends, TERN_WS_OPTIONS_VERSION,
+                     why, sizeof(why)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_ws_accept: tern_ws_options %s", why);
+    return 0;
+  }
+  if (o->max_message_size > 0 && o->high_water > 0 &&
+      (o->on_full == TERN_WS_PAUSE_READING ||
+       o->on_full == TERN_WS_FAIL_SEND) &&
+      o->deflate_window_bits >= 9 && o->deflate_window_bits <= 15 &&
+      o->deflate_mem_level >= 1 && o->deflate_mem_level <= 9 &&
+      o->deflate_level >= 0 && o->deflate_level <= 9 &&
+      (o->subprotocol_len == 0 || o->subprotocol != NULL) &&
+      o->subprotocol_len < sizeof(((tern_ws *)0)->subprotocol))
+    return 1;
+  tern__log(srv, TERN_LOG_ERROR,
+            "tern_ws_accept: tern_ws_options has a value out of range");
+  return 0;
 }
 
 static void *z_malloc(size_t n, void *user) {
@@ -775,7 +802,7 @@ static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
 
 int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
                    tern_ws **out) {
-  tern_ws_options defaults;
+  tern_ws_options o;
   tern__worker *w;
   tern_ws *ws;
   tern_header h[4];
@@ -785,12 +812,11 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
 
   if (r == NULL)
     return TERN_EINVAL;
-  if (opts == NULL) {
-    tern_ws_options_init(&defaults);
-    opts = &defaults;
-  }
-  if (!check_options(opts))
+  /* From here on only the library's own copy is read: the caller's struct
+   * may be an older, shorter layout. */
+  if (!read_options(r->w->srv, opts, &o))
     return TERN_EINVAL;
+  opts = &o;
   w = r->w;
   if (!tern__on_worker(w) || (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
     return TERN_ESTATE;

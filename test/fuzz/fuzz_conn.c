@@ -354,6 +354,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   double t0;
   tern_stats st;
 
+  tern_stats_init(&st);
   if (srv == NULL)
     start_server();
   if (size < 1)

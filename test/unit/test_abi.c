@@ -1,0 +1,525 @@
+/* The versioned structs of tern.h, as a program built against an older
+ * (or newer) header lays them out: the library must read only the
+ * caller's version's fields (defaults for the rest), refuse what it
+ * cannot honour with a log line, and write an output struct only up to
+ * the caller's end.
+ *
+ * Input structs are placed so that their last byte is the last one
+ * before an inaccessible page: a library that read the fields its own
+ * header has but the caller's lacks would fault. Output structs are
+ * followed by guard bytes that must stay as they were. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "t.h"
+
+/* ---- Layouts from "older" and "newer" headers ---------------------- */
+
+/* tern_settings as version 1 laid it out. */
+typedef struct {
+  int version;
+  uint32_t size;
+  unsigned workers;
+  uint32_t max_head_size, max_header_count, max_uri_length;
+  uint64_t max_body_size;
+  uint32_t head_timeout_ms, idle_timeout_ms, body_timeout_ms;
+  uint32_t max_connections, max_pipeline;
+  int tcp_nodelay;
+  uint32_t read_buffer_size;
+  tern_allocator allocator;
+  tern_log_fn log;
+  void *log_user;
+  int log_level;
+} settings_v1;
+
+/* A header one version ahead of this library's. */
+typedef struct {
+  settings_v1 v1;
+  uint64_t future;
+} settings_v2;
+
+typedef struct {
+  int version;
+  uint32_t size;
+  unsigned flags;
+  uint64_t max_body_size;
+} route_options_v1;
+
+/* tern_ws_options before deflate_level. */
+typedef struct {
+  int version;
+  uint32_t size;
+  tern_ws_open_fn on_open;
+  tern_ws_message_fn on_message;
+  tern_ws_close_fn on_close;
+  tern_ws_drain_fn on_drain;
+  uint64_t max_message_size;
+  size_t high_water;
+  int on_full, stream_messages, deflate, deflate_window_bits;
+  int deflate_mem_level;
+  uint32_t close_timeout_ms;
+  const char *subprotocol;
+  size_t subprotocol_len;
+} ws_options_v1;
+
+typedef struct {
+  int version;
+  uint32_t size;
+  uint64_t requests, connections, active_connections, bytes_in, bytes_out;
+  uint64_t allocations, bytes_allocated, frees;
+} stats_v1;
+
+/* Fewer fields than version 1 ever had: must be refused. */
+typedef struct {
+  int version;
+  uint32_t size;
+  uint64_t requests, connections;
+} stats_short;
+
+typedef struct {
+  stats_v1 v1;
+  uint64_t future;
+} stats_v2;
+
+/* The old layouts are the current header's prefixes, field for field. */
+_Static_assert(offsetof(settings_v1, log_level) ==
+                   offsetof(tern_settings, log_level),
+               "settings v1");
+_Static_assert(offsetof(route_options_v1, max_body_size) ==
+                   offsetof(tern_route_options, max_body_size),
+               "route options v1");
+_Static_assert(sizeof(ws_options_v1) ==
+                   offsetof(tern_ws_options, deflate_level),
+               "ws options v1 ends where deflate_level begins");
+_Static_assert(offsetof(stats_v1, frees) == offsetof(tern_stats, frees),
+               "stats v1");
+
+/* `n` bytes whose end is the start of a PROT_NONE page. */
+static void *at_page_end(size_t n) {
+  long pg = sysconf(_SC_PAGESIZE);
+  char *m = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED || mprotect(m + pg, (size_t)pg, PROT_NONE) != 0)
+    abort();
+  return m + pg - n;
+}
+
+static void page_free(void *p) {
+  long pg = sysconf(_SC_PAGESIZE);
+  munmap((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), (size_t)pg * 2);
+}
+
+static char last_log[512];
+static int nlogs;
+
+static void capture(int level, const char *msg, size_t len, void *user) {
+  (void)level;
+  (void)user;
+  if (len >= sizeof(last_log))
+    len = sizeof(last_log) - 1;
+  memcpy(last_log, msg, len);
+  last_log[len] = '\0';
+  nlogs++;
+}
+
+#define T_LOGGED(what)                                                         \
+  do {                                                                         \
+    if (strstr(last_log, what) == NULL)                                        \
+      T_FAIL("log line \"%s\" does not say \"%s\"", last_log, what);           \
+  } while (0)
+
+static void old_settings(settings_v1 *o) {
+  tern_settings cur;
+  tern_settings_init(&cur);
+  memcpy(o, &cur, sizeof(*o));
+  o->version = 1;
+  o->size = sizeof(*o);
+  o->workers = 1;
+  o->log = capture;
+  nlogs = 0;
+  last_log[0] = '\0';
+}
+
+/* ---- The mechanism, on a struct with three versions ----------------- */
+
+/* Version 3 put `c` into the tail padding of version 2's layout. */
+typedef struct {
+  int version;
+  uint32_t size;
+  int a;  /* version 1 */
+  char b; /* version 2 */
+  char c; /* version 3 */
+} lib3;
+
+typedef struct {
+  int version;
+  uint32_t size;
+  int a;
+  char b;
+} lib3_v2;
+
+static const size_t lib3_ends[] = {TERN__END(lib3, a), TERN__END(lib3, b),
+                                   TERN__END(lib3, c)};
+
+static void lib3_defaults(lib3 *d) {
+  memset(d, 0, sizeof(*d));
+  d->version = 3;
+  d->size = sizeof(*d);
+  d->a = -1;
+  d->b = 'B';
+  d->c = 'C';
+}
+
+static void test_read_older_versions(void) {
+  lib3 d;
+  lib3_v2 *v2 = at_page_end(sizeof(lib3_v2));
+  char why[160];
+
+  /* Version 2 from an older header, its tail padding not a value: the
+   * caller's a and b, and c's default rather than the padding byte. */
+  memset(v2, 0xEE, sizeof(*v2));
+  v2->version = 2;
+  v2->size = sizeof(*v2);
+  v2->a = 7;
+  v2->b = 'x';
+  lib3_defaults(&d);
+  T_EQ_INT(tern__abi_read(&d, sizeof(d), v2, lib3_ends, 3, why, sizeof(why)),
+           0);
+  T_EQ_INT(d.a, 7);
+  T_EQ_INT(d.b, 'x');
+  T_EQ_INT(d.c, 'C');
+  T_EQ_INT(d.version, 3);
+  T_EQ_INT(d.size, sizeof(lib3));
+
+  /* Version 1: only a is the caller's. */
+  v2->version = 1;
+  lib3_defaults(&d);
+  T_EQ_INT(tern__abi_read(&d, sizeof(d), v2, lib3_ends, 3, why, sizeof(why)),
+           0);
+  T_EQ_INT(d.a, 7);
+  T_EQ_INT(d.b, 'B');
+
+  /* Refused, the defaults untouched: too small for its version, version
+   * 0 (never filled), and a newer version than the library knows. */
+  v2->version = 2;
+  v2->size = (uint32_t)lib3_ends[1] - 1;
+  lib3_defaults(&d);
+  T_EQ_INT(tern__abi_read(&d, sizeof(d), v2, lib3_ends, 3, why, sizeof(why)),
+           -1);
+  T_ASSERT(strstr(why, "smaller than version 2") != NULL);
+  T_EQ_INT(d.a, -1);
+  v2->version = 0;
+  v2->size = sizeof(*v2);
+  T_EQ_INT(tern__abi_read(&d, sizeof(d), v2, lib3_ends, 3, why, sizeof(why)),
+           -1);
+  v2->version = 4;
+  T_EQ_INT(tern__abi_read(&d, sizeof(d), v2, lib3_ends, 3, why, sizeof(why)),
+           -1);
+  T_ASSERT(strstr(why, "version 4 is unknown") != NULL);
+  T_EQ_INT(d.a, -1);
+  page_free(v2);
+}
+
+static void test_write_older_versions(void) {
+  union {
+    lib3_v2 s;
+    unsigned char b[sizeof(lib3_v2) + 16];
+  } out;
+  lib3 d;
+  char why[160];
+  size_t i;
+
+  memset(&out, 0xEE, sizeof(out));
+  out.s.version = 2;
+  out.s.size = sizeof(out.s);
+  lib3_defaults(&d);
+  d.a = 42;
+  T_EQ_INT(tern__abi_write(&out, &d, lib3_ends, 3, why, sizeof(why)), 0);
+  T_EQ_INT(out.s.version, 2);
+  T_EQ_INT(out.s.size, sizeof(lib3_v2));
+  T_EQ_INT(out.s.a, 42);
+  T_EQ_INT(out.s.b, 'B');
+  /* Version 2's padding (where version 3 put c) and what follows. */
+  for (i = TERN__END(lib3_v2, b); i < sizeof(out.b); i++)
+    T_EQ_INT(out.b[i], 0xEE);
+}
+
+/* ---- tern_settings --------------------------------------------------- */
+
+static void test_settings_v1(void) {
+  settings_v1 *o = at_page_end(sizeof(settings_v1));
+  tern_server *srv = NULL;
+
+  old_settings(o);
+  o->max_head_size = 4096;
+  o->max_body_size = 12345;
+  o->idle_timeout_ms = 777;
+  o->log_level = TERN_LOG_INFO;
+  o->log_user = o;
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)o), 0);
+  T_EQ_INT(srv->s.workers, 1);
+  T_EQ_INT(srv->s.max_head_size, 4096);
+  T_EQ_INT(srv->s.max_body_size, 12345);
+  T_EQ_INT(srv->s.idle_timeout_ms, 777);
+  T_EQ_INT(srv->s.max_header_count, 100); /* the caller's copy of the default */
+  T_ASSERT(srv->s.log == capture && srv->s.log_user == o);
+  T_EQ_INT(srv->s.log_level, TERN_LOG_INFO);
+  T_EQ_INT(srv->s.version, TERN_SETTINGS_VERSION);
+  T_EQ_INT(srv->s.size, sizeof(tern_settings));
+  T_EQ_INT(nlogs, 0);
+  tern_server_free(srv);
+  page_free(o);
+}
+
+static void test_settings_refused(void) {
+  settings_v2 n;
+  settings_v1 o;
+  tern_server *srv = NULL;
+
+  /* From a header newer than the library: its new field would be
+   * ignored, so it is refused, logged through its own callback. */
+  old_settings(&n.v1);
+  n.v1.version = 2;
+  n.v1.size = sizeof(n);
+  n.future = 1;
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&n),
+           TERN_EINVAL);
+  T_ASSERT(srv == NULL);
+  T_EQ_INT(nlogs, 1);
+  T_LOGGED("version 2 is unknown");
+
+  /* Version 1 but smaller than its layout (a size set by hand): its log
+   * callback cannot be trusted to be where version 1 has it, so the line
+   * goes to stderr. */
+  old_settings(&o);
+  o.size = 16;
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&o),
+           TERN_EINVAL);
+  T_ASSERT(srv == NULL);
+  T_EQ_INT(nlogs, 0);
+}
+
+/* ---- tern_route_options --------------------------------------------- */
+
+static void nop(tern_request *r, void *user) {
+  (void)user;
+  tern_respond(r, 204, NULL, 0, NULL, 0);
+}
+
+static void test_route_options_v1(void) {
+  settings_v1 s;
+  route_options_v1 *o = at_page_end(sizeof(route_options_v1));
+  tern_server *srv = NULL;
+
+  old_settings(&s);
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+  o->version = 1;
+  o->size = sizeof(*o);
+  o->flags = TERN_ROUTE_STREAM_BODY;
+  o->max_body_size = 999;
+  T_EQ_INT(tern_route_with(srv, "GET", "/a", nop, NULL,
+                           (const tern_route_options *)(void *)o),
+           0);
+  T_EQ_INT(srv->nroutes, 1);
+  T_EQ_INT(srv->route_ptrs[0]->flags, TERN_ROUTE_STREAM_BODY);
+  T_EQ_INT(srv->route_ptrs[0]->max_body, 999);
+  T_EQ_INT(nlogs, 0);
+  o->size = 8;
+  T_EQ_INT(tern_route_with(srv, "GET", "/b", nop, NULL,
+                           (const tern_route_options *)(void *)o),
+           TERN_EINVAL);
+  T_EQ_INT(nlogs, 1);
+  T_LOGGED("route GET /b: tern_route_options size 8 is smaller");
+  tern_server_free(srv);
+  page_free(o);
+}
+
+/* ---- tern_stats ------------------------------------------------------ */
+
+static void test_stats(void) {
+  settings_v1 s;
+  tern_server *srv = NULL;
+  union {
+    stats_v1 s;
+    unsigned char b[sizeof(stats_v1) + 32];
+  } v1;
+  union {
+    stats_short s;
+    unsigned char b[sizeof(stats_short) + 32];
+  } sh;
+  union {
+    stats_v2 s;
+    unsigned char b[sizeof(stats_v2) + 32];
+  } v2;
+  unsigned char ref[sizeof(sh)];
+  size_t i;
+
+  old_settings(&s);
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+
+  /* Version 1: every field written, nothing after it. */
+  memset(&v1, 0xAB, sizeof(v1));
+  v1.s.version = 1;
+  v1.s.size = sizeof(v1.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v1), 0);
+  T_EQ_INT(v1.s.version, 1);
+  T_EQ_INT(v1.s.size, sizeof(stats_v1));
+  T_EQ_INT(v1.s.requests, 0);
+  T_EQ_INT(v1.s.active_connections, 0);
+  T_ASSERT(v1.s.allocations > 0 && v1.s.allocations < 1000);
+  for (i = sizeof(stats_v1); i < sizeof(v1.b); i++)
+    T_EQ_INT(v1.b[i], 0xAB);
+
+  /* Fewer fields than version 1: refused, nothing written, logged. */
+  memset(&sh, 0xAB, sizeof(sh));
+  sh.s.version = 1;
+  sh.s.size = sizeof(sh.s);
+  memcpy(ref, &sh, sizeof(sh));
+  nlogs = 0;
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&sh), TERN_EINVAL);
+  T_ASSERT(memcmp(ref, &sh, sizeof(sh)) == 0);
+  T_EQ_INT(nlogs, 1);
+  T_LOGGED("tern_server_stats: size 24 is smaller than version 1");
+
+  /* Never filled (zeroed): refused. */
+  memset(&v1, 0, sizeof(v1));
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v1), TERN_EINVAL);
+  T_EQ_INT(v1.s.requests, 0);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v2, 0xAB, sizeof(v2));
+  v2.s.v1.version = 2;
+  v2.s.v1.size = sizeof(v2.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v2), 0);
+  T_EQ_INT(v2.s.v1.version, 1);
+  T_EQ_INT(v2.s.v1.size, sizeof(stats_v2));
+  T_EQ_INT(v2.s.v1.frees, v1.s.frees);
+  for (i = sizeof(stats_v1); i < sizeof(v2.b); i++)
+    T_EQ_INT(v2.b[i], 0xAB);
+  tern_server_free(srv);
+}
+
+/* ---- tern_ws_options version 1, over a real socket -------------------- */
+
+static ws_options_v1 *ws_opts;
+static _Atomic int accept_rc = 1;
+static char big[300];
+
+static void ws_open(tern_ws *ws, void *user) {
+  (void)user;
+  tern_ws_send(ws, TERN_WS_TEXT, big, sizeof(big));
+}
+
+static void ws_route(tern_request *r, void *user) {
+  (void)user;
+  atomic_store(
+      &accept_rc,
+      tern_ws_accept(r, (const tern_ws_options *)(void *)ws_opts, NULL, NULL));
+}
+
+static void *run_thread(void *arg) {
+  tern_run(arg);
+  return NULL;
+}
+
+static int read_some(int fd, char *buf, size_t cap, size_t *len,
+                     const char *until, size_t need_after) {
+  ssize_t n;
+  while (*len < cap) {
+    char *e;
+    buf[*len] = '\0';
+    e = strstr(buf, until);
+    if (e != NULL && (size_t)(buf + *len - (e + strlen(until))) >= need_after)
+      return (int)(e + strlen(until) - buf);
+    n = read(fd, buf + *len, cap - *len - 1);
+    if (n <= 0)
+      return -1;
+    *len += (size_t)n;
+  }
+  return -1;
+}
+
+static void test_ws_options_v1(void) {
+  static const char hs[] =
+      "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+      "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: other, chat\r\n"
+      "Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+  settings_v1 s;
+  tern_server *srv = NULL;
+  struct sockaddr_in sa;
+  struct timeval tv = {5, 0};
+  pthread_t th;
+  char buf[2048];
+  size_t len = 0;
+  int port, fd, head;
+
+  memset(big, 'a', sizeof(big));
+  ws_opts = at_page_end(sizeof(ws_options_v1));
+  {
+    tern_ws_options cur;
+    tern_ws_options_init(&cur);
+    memcpy(ws_opts, &cur, sizeof(*ws_opts));
+  }
+  ws_opts->version = 1;
+  ws_opts->size = sizeof(*ws_opts);
+  ws_opts->on_open = ws_open;
+  ws_opts->subprotocol = "chat";
+  ws_opts->subprotocol_len = 4;
+
+  old_settings(&s);
+  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+  T_EQ_INT(tern_route(srv, "GET", "/ws", ws_route, NULL), 0);
+  T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, &port), 0);
+  T_EQ_INT(pthread_create(&th, NULL, run_thread, srv), 0);
+
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  T_EQ_INT(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  T_EQ_INT(write(fd, hs, sizeof(hs) - 1), (long)(sizeof(hs) - 1));
+  head = read_some(fd, buf, sizeof(buf), &len, "\r\n\r\n", 2);
+  close(fd);
+  tern_stop(srv, 1000);
+  pthread_join(th, NULL);
+  tern_server_free(srv);
+  page_free(ws_opts);
+
+  T_EQ_INT(accept_rc, 0);
+  T_ASSERT(head > 0);
+  T_ASSERT(strncmp(buf, "HTTP/1.1 101", 12) == 0);
+  /* The caller's subprotocol, the last field of version 1. */
+  T_ASSERT(strstr(buf, "Sec-WebSocket-Protocol: chat\r\n") != NULL);
+  T_ASSERT(strstr(buf, "permessage-deflate") != NULL);
+  /* deflate_level, which version 1 lacks, is the default 1: 300 equal
+   * bytes compress to a short frame (RSV1 set), where level 0 would
+   * store them (over 125 bytes). */
+  T_EQ_INT((unsigned char)buf[head], 0xC1);
+  T_ASSERT(((unsigned char)buf[head + 1] & 0x7F) < 32);
+}
+
+int main(void) {
+  T_RUN(test_read_older_versions);
+  T_RUN(test_write_older_versions);
+  T_RUN(test_settings_v1);
+  T_RUN(test_settings_refused);
+  T_RUN(test_route_options_v1);
+  T_RUN(test_stats);
+  T_RUN(test_ws_options_v1);
+  return T_DONE();
+}
