@@ -387,6 +387,16 @@ void tern__server_unref(tern_server *srv);
 int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */
 void tern__request_dispatch(tern_request *r);
+/* The routing decision every adapter makes once a request's head is
+ * complete: `asterisk` is OPTIONS with the target "*"; `length` the
+ * body's declared length (-1 when unknown or none). Returns 0 with
+ * r->route set (and TERN__RQ_STREAM when its body goes to the handler as
+ * it arrives: a streaming route or a WebSocket extended CONNECT), or the
+ * status tern answers itself: 204 for OPTIONS * and 404 or 405 when no
+ * route or default handler takes it, with the Allow list in *allow, or
+ * 413 when a collected body is declared larger than the route takes. */
+int tern__request_route(tern_request *r, int asterisk, int64_t length,
+                        const char **allow, size_t *allow_len);
 /* Is the calling thread the request's worker? */
 int tern__on_worker(const tern__worker *w);
 /* Finish the user's part of a request whose answer cannot be queued: the

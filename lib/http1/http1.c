@@ -694,7 +694,8 @@ static void start_request(tern__conn *c, size_t head_len) {
   tern__h1_limits lim;
   tern__h1_head h;
   tern_request *r;
-  const tern__route *route;
+  const char *allow;
+  size_t allow_len;
   size_t avail;
   int rc;
 
@@ -759,36 +760,28 @@ static void start_request(tern__conn *c, size_t head_len) {
     r->flags |= TERN__RQ_UPGRADE;
 
   /* Route. */
-  if (h.flags & TERN__H1_F_ASTERISK) {
-    if (!(r->flags & TERN__RQ_BODY_DONE))
-      r->flags |= TERN__RQ_CLOSE;
-    tern__respond_status(r, 204, srv->allow_all, srv->allow_all_len);
+  rc = tern__request_route(
+      r, (h.flags & TERN__H1_F_ASTERISK) != 0,
+      h.body == TERN__H1_BODY_LENGTH ? (int64_t)h.content_length : -1, &allow,
+      &allow_len);
+  if (rc == 413) {
+    reject(c, r, 413);
     return;
   }
-  tern__router_match(srv->router, r->method, r->method_len, r->path,
-                     r->path_len, &r->match);
-  if (r->match.status == 0) {
-    route = r->match.route;
-  } else if (srv->has_default) {
-    route = &srv->default_route;
-  } else {
+  if (rc != 0) {
     /* tern answers itself. A body that is already here is skipped;
      * otherwise the connection closes after the answer. */
     avail = c->rlen - c->rpos;
-    if (h.body == TERN__H1_BODY_LENGTH && r->body_left <= avail) {
+    if (rc != 204 && h.body == TERN__H1_BODY_LENGTH && r->body_left <= avail) {
       c->rpos += r->body_left;
       r->flags |= TERN__RQ_BODY_DONE;
     } else if (!(r->flags & TERN__RQ_BODY_DONE)) {
       r->flags |= TERN__RQ_CLOSE;
     }
-    if (r->match.status == 405)
-      tern__respond_status(r, 405, r->match.allow, r->match.allow_len);
-    else
-      tern__respond_status(r, 404, NULL, 0);
+    tern__respond_status(r, rc, allow, allow_len);
     return;
   }
-  r->route = route;
-  if (route->flags & TERN_ROUTE_STREAM_BODY) {
+  if (r->flags & TERN__RQ_STREAM) {
     /* Even an empty body is delivered, as TERN_BODY_END, once the
      * handler asks for it. */
     r->flags |= TERN__RQ_STREAM;
@@ -806,10 +799,6 @@ static void start_request(tern__conn *c, size_t head_len) {
     return;
   }
   /* Collected body. */
-  if (h.body == TERN__H1_BODY_LENGTH && h.content_length > route->max_body) {
-    reject(c, r, 413);
-    return;
-  }
   avail = c->rlen - c->rpos;
   if (h.body == TERN__H1_BODY_LENGTH && h.content_length <= avail) {
     /* The whole body is here: hand it over in place. */

@@ -513,7 +513,9 @@ static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
 static void route(h2_conn *h, h2_stream *s) {
   tern_server *srv = h->w->srv;
   tern_request *r = s->r;
-  const tern__route *rt;
+  const char *allow;
+  size_t allow_len;
+  int rc;
 
   if (s->status != 0) {
     answer(h, s, s->status, NULL, 0);
@@ -523,27 +525,18 @@ static void route(h2_conn *h, h2_stream *s) {
     answer(h, s, 414, NULL, 0);
     return;
   }
-  if (r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
-      memcmp(r->method, "OPTIONS", 7) == 0) {
-    answer(h, s, 204, srv->allow_all, srv->allow_all_len);
+  rc = tern__request_route(
+      r,
+      r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
+          memcmp(r->method, "OPTIONS", 7) == 0,
+      s->has_length && !(s->flags & S_REMOTE_DONE) ? (int64_t)s->content_length
+                                                   : -1,
+      &allow, &allow_len);
+  if (rc != 0) {
+    answer(h, s, rc, allow, allow_len);
     return;
   }
-  tern__router_match(srv->router, r->method, r->method_len, r->path,
-                     r->path_len, &r->match);
-  if (r->match.status == 0) {
-    rt = r->match.route;
-  } else if (srv->has_default) {
-    rt = &srv->default_route;
-  } else {
-    if (r->match.status == 405)
-      answer(h, s, 405, r->match.allow, r->match.allow_len);
-    else
-      answer(h, s, 404, NULL, 0);
-    return;
-  }
-  r->route = rt;
-  if ((rt->flags & TERN_ROUTE_STREAM_BODY) ||
-      (r->flags & TERN__RQ_WS_CONNECT)) {
+  if (r->flags & TERN__RQ_STREAM) {
     /* Even an empty body is delivered, as TERN_BODY_END, once the handler
      * reads. */
     r->flags |= TERN__RQ_STREAM;
@@ -557,8 +550,6 @@ static void route(h2_conn *h, h2_stream *s) {
     tern__request_dispatch(r);
     return;
   }
-  if (s->has_length && s->content_length > rt->max_body)
-    answer(h, s, 413, NULL, 0);
   /* Otherwise the body is collected as DATA arrives. */
 }
 
