@@ -12,6 +12,7 @@
 
 #include "tern.h"
 #include "core/router.h"
+#include "core/sha1.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TERN__ASAN 1
@@ -116,26 +117,6 @@ int tern__ieq_lit(const char *a, size_t n, const char *lower);
  * how many. */
 size_t tern__fmt_u64(char *buf, uint64_t v);
 size_t tern__fmt_hex(char *buf, uint64_t v);
-/* Base64 (RFC 4648, the standard alphabet, with padding). encode writes
- * 4 * ceil(n / 3) bytes and returns that; decode accepts only canonical
- * input (length a multiple of 4, padding only at the end, unused bits
- * zero), writes at most `cap` bytes and returns how many, or -1. */
-size_t tern__base64_encode(char *out, const void *p, size_t n);
-long tern__base64_decode(unsigned char *out, size_t cap, const char *p,
-                         size_t n);
-
-/* ---- SHA-1 (lib/core/sha1.c), for the WebSocket handshake ---------- */
-
-typedef struct {
-  uint32_t h[5];
-  uint64_t len;
-  unsigned char buf[64];
-  size_t used;
-} tern__sha1;
-
-void tern__sha1_init(tern__sha1 *s);
-void tern__sha1_update(tern__sha1 *s, const void *data, size_t n);
-void tern__sha1_final(tern__sha1 *s, unsigned char out[20]);
 
 /* ---- Fixed-size object pools (per worker, no locks) -------------- */
 

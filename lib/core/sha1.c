@@ -1,10 +1,8 @@
-/* SHA-1 (FIPS 180-4), for the one place HTTP needs it: the WebSocket
- * handshake's Sec-WebSocket-Accept (RFC 6455 4.2.2), which is a fixed
- * transform, not a security property. It lives in the core so that a
- * WebSocket build needs no TLS library. */
-#include <string.h>
+/* SHA-1 and base64 for the WebSocket handshake (sha1.h). SHA-1 here is a
+ * fixed transform the protocol names, not a security property. */
+#include "core/sha1.h"
 
-#include "internal.h"
+#include <string.h>
 
 static uint32_t rol(uint32_t x, unsigned n) {
   return (x << n) | (x >> (32 - n));
@@ -95,4 +93,64 @@ void tern__sha1_final(tern__sha1 *s, unsigned char out[20]) {
   block(s, s->buf);
   for (i = 0; i < 20; i++)
     out[i] = (unsigned char)(s->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t tern__base64_encode(char *out, const void *data, size_t n) {
+  const unsigned char *p = data;
+  size_t i, o = 0;
+  for (i = 0; i + 2 < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+    out[o++] = b64[v >> 18];
+    out[o++] = b64[(v >> 12) & 63];
+    out[o++] = b64[(v >> 6) & 63];
+    out[o++] = b64[v & 63];
+  }
+  if (i < n) {
+    uint32_t v =
+        (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0);
+    out[o++] = b64[v >> 18];
+    out[o++] = b64[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+    out[o++] = '=';
+  }
+  return o;
+}
+
+static int b64_value(char c) {
+  const char *q = c != '\0' ? strchr(b64, c) : NULL;
+  return q != NULL ? (int)(q - b64) : -1;
+}
+
+long tern__base64_decode(unsigned char *out, size_t cap, const char *p,
+                         size_t n) {
+  size_t i, o = 0;
+  if (n % 4 != 0)
+    return -1;
+  for (i = 0; i < n; i += 4) {
+    int v[4], k, pad = 0;
+    uint32_t x = 0;
+    for (k = 0; k < 4; k++) {
+      if (p[i + k] == '=' && i + 4 == n && k >= 2) {
+        v[k] = 0;
+        pad++;
+      } else if (pad > 0 || (v[k] = b64_value(p[i + k])) < 0) {
+        return -1; /* a bad byte, or data after padding */
+      }
+      x = x << 6 | (uint32_t)v[k];
+    }
+    /* The bits padding leaves unused must be zero (canonical form). */
+    if ((pad == 1 && (x & 0xff) != 0) || (pad == 2 && (x & 0xffff) != 0))
+      return -1;
+    if (o + 3 - (size_t)pad > cap)
+      return -1;
+    out[o++] = (unsigned char)(x >> 16);
+    if (pad < 2)
+      out[o++] = (unsigned char)(x >> 8);
+    if (pad < 1)
+      out[o++] = (unsigned char)x;
+  }
+  return (long)o;
 }

@@ -75,6 +75,7 @@
 #include <zlib.h>
 
 #include "common.h"
+#include "core/sha1.h"
 
 #define PROG "wsload"
 #define MAX_EVENTS 256
@@ -174,112 +175,15 @@ static void usage(void) {
   exit(2);
 }
 
-/* ---- SHA-1 (FIPS 180-4), for Sec-WebSocket-Accept only ---- */
-
-static uint32_t rol32(uint32_t x, int k) {
-  return (x << k) | (x >> (32 - k));
-}
-
-static void sha1_block(uint32_t h[5], const unsigned char *p) {
-  uint32_t w[80], a, b, c, d, e;
-  int i;
-  for (i = 0; i < 16; i++)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-           (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
-  for (; i < 80; i++)
-    w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-  a = h[0];
-  b = h[1];
-  c = h[2];
-  d = h[3];
-  e = h[4];
-  for (i = 0; i < 80; i++) {
-    uint32_t f, k, t;
-    if (i < 20) {
-      f = (b & c) | (~b & d);
-      k = 0x5a827999u;
-    } else if (i < 40) {
-      f = b ^ c ^ d;
-      k = 0x6ed9eba1u;
-    } else if (i < 60) {
-      f = (b & c) | (b & d) | (c & d);
-      k = 0x8f1bbcdcu;
-    } else {
-      f = b ^ c ^ d;
-      k = 0xca62c1d6u;
-    }
-    t = rol32(a, 5) + f + e + k + w[i];
-    e = d;
-    d = c;
-    c = rol32(b, 30);
-    b = a;
-    a = t;
-  }
-  h[0] += a;
-  h[1] += b;
-  h[2] += c;
-  h[3] += d;
-  h[4] += e;
-}
-
-static void sha1(const unsigned char *data, size_t len, unsigned char out[20]) {
-  uint32_t h[5] = {0x67452301u, 0xefcdab89u, 0x98badcfeu, 0x10325476u,
-                   0xc3d2e1f0u};
-  unsigned char tail[128];
-  uint64_t bits = (uint64_t)len * 8;
-  size_t i, rem, tl;
-  int j;
-  for (i = 0; i + 64 <= len; i += 64)
-    sha1_block(h, data + i);
-  rem = len - i;
-  memcpy(tail, data + i, rem);
-  tail[rem] = 0x80;
-  tl = rem + 1 + 8 <= 64 ? 64 : 128;
-  memset(tail + rem + 1, 0, tl - rem - 1);
-  for (j = 0; j < 8; j++)
-    tail[tl - 1 - (size_t)j] = (unsigned char)(bits >> (8 * j));
-  sha1_block(h, tail);
-  if (tl == 128)
-    sha1_block(h, tail + 64);
-  for (j = 0; j < 20; j++)
-    out[j] = (unsigned char)(h[j / 4] >> (24 - 8 * (j % 4)));
-}
-
-static void base64(const unsigned char *in, size_t n, char *out) {
-  static const char tab[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t i;
-  for (i = 0; i + 3 <= n; i += 3) {
-    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-    *out++ = tab[v >> 18];
-    *out++ = tab[(v >> 12) & 63];
-    *out++ = tab[(v >> 6) & 63];
-    *out++ = tab[v & 63];
-  }
-  if (n - i == 1) {
-    uint32_t v = (uint32_t)in[i] << 16;
-    *out++ = tab[v >> 18];
-    *out++ = tab[(v >> 12) & 63];
-    *out++ = '=';
-    *out++ = '=';
-  } else if (n - i == 2) {
-    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-    *out++ = tab[v >> 18];
-    *out++ = tab[(v >> 12) & 63];
-    *out++ = tab[(v >> 6) & 63];
-    *out++ = '=';
-  }
-  *out = '\0';
-}
-
 /* accept = base64(SHA-1(key ++ GUID)); key is 24 characters. */
 static void ws_accept(const char *key, char out[29]) {
-  unsigned char buf[64], dig[20];
-  size_t k = strlen(key);
-  memcpy(buf, key, k);
-  memcpy(buf + k, WS_GUID, sizeof(WS_GUID) - 1);
-  sha1(buf, k + sizeof(WS_GUID) - 1, dig);
-  base64(dig, 20, out);
+  unsigned char dig[20];
+  tern__sha1 s;
+  tern__sha1_init(&s);
+  tern__sha1_update(&s, key, strlen(key));
+  tern__sha1_update(&s, WS_GUID, sizeof(WS_GUID) - 1);
+  tern__sha1_final(&s, dig);
+  out[tern__base64_encode(out, dig, sizeof(dig))] = '\0';
 }
 
 /* ---- Randomness: keys from getrandom, masks from xorshift64* ---- */
@@ -928,7 +832,7 @@ static void send_upgrade(conn *c) {
   char key[25], req[1024];
   int n;
   random_bytes(raw, sizeof(raw));
-  base64(raw, sizeof(raw), key);
+  key[tern__base64_encode(key, raw, sizeof(raw))] = '\0';
   ws_accept(key, c->accept);
   n = snprintf(req, sizeof(req),
                "GET %s HTTP/1.1\r\n"
