@@ -76,6 +76,10 @@ void *tern__malloc(tern_server *srv, size_t size);
 void *tern__realloc(tern_server *srv, void *p, size_t size);
 void tern__free(tern_server *srv, void *p);
 
+/* Format a line and hand it to `fn` (stderr when NULL): tern__log for a
+ * server, or with a settings struct's callback before a server exists. */
+void tern__vlog(tern_log_fn fn, void *user, int level, const char *fmt,
+                va_list ap);
 void tern__log(tern_server *srv, int level, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

@@ -115,6 +115,18 @@ static void read_head(const void *p, int *version, uint32_t *size) {
  * put a field, and the older caller's bytes there are not a value. A
  * newer version is refused, since the caller set fields this library
  * would silently ignore. */
+/* A struct of `version` must hold at least that version's fields. */
+static int too_small(uint32_t size, int version, const size_t *ends, char *why,
+                     size_t why_len) {
+  if (size >= ends[version - 1])
+    return 0;
+  snprintf(why, why_len,
+           "size %lu is smaller than version %d's %lu bytes (fill the "
+           "struct with its _init function)",
+           (unsigned long)size, version, (unsigned long)ends[version - 1]);
+  return 1;
+}
+
 int tern__abi_read(void *dst, size_t dst_size, const void *src,
                    const size_t *ends, int nversions, char *why,
                    size_t why_len) {
@@ -127,13 +139,8 @@ int tern__abi_read(void *dst, size_t dst_size, const void *src,
              version, nversions);
     return -1;
   }
-  if (size < ends[version - 1]) {
-    snprintf(why, why_len,
-             "size %lu is smaller than version %d's %lu bytes (fill the "
-             "struct with its _init function)",
-             (unsigned long)size, version, (unsigned long)ends[version - 1]);
+  if (too_small(size, version, ends, why, why_len))
     return -1;
-  }
   memcpy(dst, src, ends[version - 1]);
   version = nversions;
   size = (uint32_t)dst_size;
@@ -161,13 +168,8 @@ int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
   }
   if (version > nversions)
     version = nversions;
-  if (size < ends[version - 1]) {
-    snprintf(why, why_len,
-             "size %lu is smaller than version %d's %lu bytes (fill the "
-             "struct with its _init function)",
-             (unsigned long)size, version, (unsigned long)ends[version - 1]);
+  if (too_small(size, version, ends, why, why_len))
     return -1;
-  }
   memcpy((char *)src + offsetof(abi_head, version), &version, sizeof(version));
   memcpy((char *)src + offsetof(abi_head, size), &size, sizeof(size));
   memcpy(dst, src, ends[version - 1]);
@@ -226,20 +228,10 @@ static void settings_log(const tern_settings *s, const char *fmt, ...)
     ;
 
 static void settings_log(const tern_settings *s, const char *fmt, ...) {
-  char buf[256];
   va_list ap;
-  int n;
   va_start(ap, fmt);
-  n = vsnprintf(buf, sizeof(buf), fmt, ap);
+  tern__vlog(s->log, s->log_user, TERN_LOG_ERROR, fmt, ap);
   va_end(ap);
-  if (n < 0)
-    return;
-  if ((size_t)n >= sizeof(buf))
-    n = sizeof(buf) - 1;
-  if (s->log != NULL)
-    s->log(TERN_LOG_ERROR, buf, (size_t)n, s->log_user);
-  else
-    fprintf(stderr, "tern error: %.*s\n", n, buf);
 }
 
 /* Every field is checked against the range that makes sense for it: a
