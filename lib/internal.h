@@ -121,6 +121,14 @@ int tern__ieq_lit(const char *a, size_t n, const char *lower);
  * how many. */
 size_t tern__fmt_u64(char *buf, uint64_t v);
 size_t tern__fmt_hex(char *buf, uint64_t v);
+/* Comma-separated lists (RFC 9110 5.6.1), shared by every protocol's
+ * header handling. list_next steps to the next non-empty element,
+ * trimming OWS (empty elements are skipped, as the RFC requires), and
+ * returns 0 at the end; has_token says whether the list holds `tok`,
+ * compared ASCII case-insensitively. */
+int tern__list_next(const char *v, size_t n, size_t *pos, const char **e,
+                    size_t *elen);
+int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
 
 /* ---- Fixed-size object pools (per worker, no locks) -------------- */
 

@@ -42,3 +42,42 @@ size_t tern__fmt_u64(char *buf, uint64_t v) {
 size_t tern__fmt_hex(char *buf, uint64_t v) {
   return fmt_base(buf, v, 16);
 }
+
+/* ---- Lists (RFC 9110 5.6.1) ------------------------------------------ */
+
+static int ows(char c) {
+  return c == ' ' || c == '\t';
+}
+
+int tern__list_next(const char *v, size_t n, size_t *pos, const char **e,
+                    size_t *elen) {
+  size_t i = *pos, s, end;
+
+  while (i < n && (ows(v[i]) || v[i] == ','))
+    i++;
+  if (i == n) {
+    *pos = i;
+    return 0;
+  }
+  s = i;
+  while (i < n && v[i] != ',')
+    i++;
+  end = i;
+  while (end > s && ows(v[end - 1]))
+    end--;
+  *e = v + s;
+  *elen = end - s;
+  *pos = i;
+  return 1;
+}
+
+int tern__has_token(const char *v, size_t vlen, const char *tok,
+                    size_t toklen) {
+  size_t pos = 0, elen;
+  const char *e;
+
+  while (tern__list_next(v, vlen, &pos, &e, &elen))
+    if (elen == toklen && tern__ieq(e, tok, elen))
+      return 1;
+  return 0;
+}

@@ -644,7 +644,7 @@ static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
   for (i = 0; i < r->nheaders; i++) {
     const tern_header *f = &r->headers[i];
     if (tern__ieq_lit(f->name, f->name_len, "connection") &&
-        tern__h1_has_token(f->value, f->value_len, tok, n))
+        tern__has_token(f->value, f->value_len, tok, n))
       return 1;
   }
   return 0;
@@ -663,7 +663,7 @@ static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
       (c->flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
       !(method_is(r, "GET") || method_is(r, "HEAD") ||
         method_is(r, "OPTIONS")) ||
-      !tern__h1_has_token(h->upgrade, h->upgrade_len, "h2c", 3) ||
+      !tern__has_token(h->upgrade, h->upgrade_len, "h2c", 3) ||
       !conn_has_token(r, "http2-settings", 14))
     return 0;
   for (i = 0; i < r->nheaders; i++) {

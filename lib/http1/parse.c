@@ -6,6 +6,8 @@
  */
 #include "parse.h"
 
+#include "internal.h"
+
 #include <limits.h>
 #include <string.h>
 
@@ -329,47 +331,8 @@ static int classify_target(tern__h1_head *h) {
 /* ------------------------------------------------------------------ */
 /* Lists                                                                */
 
-/* Step to the next non-empty element of a comma-separated list (RFC 9110
- * 5.6.1), trimming OWS; empty elements are skipped as the RFC requires.
- * Returns 0 at the end of the list. */
-static int next_elem(const char *v, size_t n, size_t *pos, const char **e,
-                     size_t *elen) {
-  size_t i = *pos, s, end;
-
-  while (i < n && (IS_WS(v[i]) || v[i] == ','))
-    i++;
-  if (i == n) {
-    *pos = i;
-    return 0;
-  }
-  s = i;
-  while (i < n && v[i] != ',')
-    i++;
-  end = i;
-  while (end > s && IS_WS(v[end - 1]))
-    end--;
-  *e = v + s;
-  *elen = end - s;
-  *pos = i;
-  return 1;
-}
-
-int tern__h1_has_token(const char *v, size_t vlen, const char *tok,
-                       size_t toklen) {
-  size_t pos = 0, elen, i;
-  const char *e;
-
-  while (next_elem(v, vlen, &pos, &e, &elen)) {
-    if (elen != toklen)
-      continue;
-    for (i = 0; i < elen; i++)
-      if (lower((unsigned char)e[i]) != lower((unsigned char)tok[i]))
-        break;
-    if (i == elen)
-      return 1;
-  }
-  return 0;
-}
+/* Elements and tokens of lists: tern__list_next and tern__has_token, in
+ * lib/core/text.c (shared with the other protocols' header handling). */
 
 /* ------------------------------------------------------------------ */
 /* Head                                                                 */
@@ -409,7 +372,7 @@ static int parse_transfer_encoding(hstate *s, const char *v, size_t n) {
   const char *e;
 
   s->te_seen = 1;
-  while (next_elem(v, n, &pos, &e, &elen)) {
+  while (tern__list_next(v, n, &pos, &e, &elen)) {
     /* transfer-coding = token *( OWS ";" OWS transfer-parameter ). The
      * parameters of codings other than chunked are not ours to judge. */
     size_t tl;
@@ -438,7 +401,7 @@ static int parse_connection(hstate *s, const char *v, size_t n) {
   size_t pos = 0, elen;
   const char *e;
 
-  while (next_elem(v, n, &pos, &e, &elen)) {
+  while (tern__list_next(v, n, &pos, &e, &elen)) {
     if (IEQ_LIT(e, elen, "close"))
       s->close = 1;
     else if (IEQ_LIT(e, elen, "keep-alive"))
@@ -464,7 +427,7 @@ static int take_field(hstate *s, const char *name, size_t nl, const char *v,
     s->host_len = vl;
     break;
   case 6:
-    if (ieq(name, "expect", 6) && tern__h1_has_token(v, vl, "100-continue", 12))
+    if (ieq(name, "expect", 6) && tern__has_token(v, vl, "100-continue", 12))
       s->expect100 = 1;
     break;
   case 7:

@@ -182,11 +182,4 @@ int tern__h1_chunked_decode(tern__h1_chunked *c, const char *in, size_t len,
                             size_t *consumed, size_t *data_off,
                             size_t *data_len);
 
-/* Case-insensitive ASCII compare of a token list value: does the
- * comma-separated list `v` contain `tok` as a whole element? Elements are
- * trimmed of SP and HTAB; empty elements never match (nor does an empty
- * `tok`). */
-int tern__h1_has_token(const char *v, size_t vlen, const char *tok,
-                       size_t toklen);
-
 #endif

@@ -626,7 +626,7 @@ static int header_has_token(const tern_request *r, const char *name,
   for (i = 0; i < r->nheaders; i++) {
     const tern_header *f = &r->headers[i];
     if (f->name_len == nl && tern__ieq_lit(f->name, nl, name) &&
-        tern__h1_has_token(f->value, f->value_len, tok, tl))
+        tern__has_token(f->value, f->value_len, tok, tl))
       return 1;
   }
   return 0;
@@ -669,7 +669,7 @@ int tern_ws_protocol_offered(const tern_request *r, const char *name,
     const tern_header *f = &r->headers[i];
     if (f->name_len == 22 &&
         tern__ieq_lit(f->name, 22, "sec-websocket-protocol") &&
-        tern__h1_has_token(f->value, f->value_len, name, len))
+        tern__has_token(f->value, f->value_len, name, len))
       return 1;
   }
   return 0;

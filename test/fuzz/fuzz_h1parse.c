@@ -17,6 +17,7 @@
  * Run:   ./a.out -dict=test/fuzz/h1.dict test/fuzz/corpus_h1
  */
 #include "http1/parse.h"
+#include "internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -341,7 +342,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_chunked(b + end, size - end, (split > end ? split - end : 0),
                   max_line);
 
-  CHECK(tern__h1_has_token(b + split, size - split, b, split) ==
+  CHECK(tern__has_token(b + split, size - split, b, split) ==
         ref_has_token(b + split, size - split, b, split));
   return 0;
 }
