@@ -512,6 +512,11 @@ struct tern__filter {
   const char *(*alpn)(const tern__conn *c);
 };
 
+/* Listen on host:port, each connection through `filter` (NULL: plain
+ * TCP) with `filter_cfg`; tern_listen and tern_listen_tls's body. */
+int tern__listen_on(tern_server *srv, const char *host, int port,
+                    const tern__filter *filter, void *filter_cfg,
+                    int *bound_port);
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__conn_buffered(const tern__conn *c);
 
@@ -711,6 +716,9 @@ struct tern_server {
 
   _Atomic uint64_t allocs, alloc_bytes, frees;
   tern_tls *tls_list;
+  /* Frees tls_list (set by lib/tls once a tern_tls exists), so that the
+   * core names no TLS code. */
+  void (*tls_free)(tern_server *srv);
 
   /* tern_server_free drops one reference; each blocking-pool thread and
    * each request cut by the stop deadline holds one, so that the memory

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "tls/tls.h"
 
 /* The header's version macros; meson.build checks at configure time that
  * they are the project's version, so the string cannot drift from the
@@ -398,7 +397,8 @@ void tern_server_free(tern_server *srv) {
     tern__free(srv, srv->route_ptrs[i]);
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
-  tern__tls_free_all(srv);
+  if (srv->tls_free != NULL)
+    srv->tls_free(srv);
   tern__pool_threads_close(srv);
   tern__server_unref(srv);
 }
@@ -468,8 +468,9 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   return fd;
 }
 
-static int listen_on(tern_server *srv, const char *host, int port,
-                     tern_tls *tls, int *bound_port) {
+int tern__listen_on(tern_server *srv, const char *host, int port,
+                    const tern__filter *filter, void *filter_cfg,
+                    int *bound_port) {
   struct sockaddr_storage ss;
   tern__listen_addr *addrs, *la;
   socklen_t slen = sizeof(ss);
@@ -512,8 +513,8 @@ static int listen_on(tern_server *srv, const char *host, int port,
   }
   la->addr = ss;
   la->fd_family = ss.ss_family;
-  la->filter = tls != NULL ? &tern__tls_filter : NULL;
-  la->filter_cfg = tls;
+  la->filter = filter;
+  la->filter_cfg = filter_cfg;
   srv->naddrs++;
   if (bound_port != NULL)
     *bound_port = ntohs(ss.ss_family == AF_INET
@@ -529,16 +530,7 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, bound_port);
-}
-
-int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
-                    int *bound_port) {
-  if (tls == NULL)
-    return TERN_EINVAL;
-  if (!tern__tls_ready(tls))
-    return TERN_ESTATE;
-  return listen_on(srv, host, port, tls, bound_port);
+  return tern__listen_on(srv, host, port, NULL, NULL, bound_port);
 }
 
 /* ---- Routes ------------------------------------------------------ */

@@ -127,6 +127,7 @@ int tern_tls_new(tern_server *srv, tern_tls **out) {
   }
   t->next = srv->tls_list;
   srv->tls_list = t;
+  srv->tls_free = tern__tls_free_all; /* the server frees what it owns */
   *out = t;
   return 0;
 }
@@ -331,6 +332,16 @@ int tern_tls_commit(tern_tls *t) {
   uv_mutex_unlock(&t->lock);
   cfg_release(old);
   return 0;
+}
+
+/* A listener whose connections this filter serves with `tls`. */
+int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
+                    int *bound_port) {
+  if (tls == NULL)
+    return TERN_EINVAL;
+  if (!tern__tls_ready(tls))
+    return TERN_ESTATE;
+  return tern__listen_on(srv, host, port, &tern__tls_filter, tls, bound_port);
 }
 
 int tern__tls_ready(const tern_tls *t) {
