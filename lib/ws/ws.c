@@ -19,7 +19,6 @@
  */
 #include <string.h>
 
-#include "http1/parse.h"
 #include "internal.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
