@@ -380,16 +380,7 @@ void tern__server_unref(tern_server *srv);
 int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */
 void tern__request_dispatch(tern_request *r);
-/* The routing decision every adapter makes once a request's head is
- * complete: `asterisk` is OPTIONS with the target "*"; `length` the
- * body's declared length (-1 when unknown or none). Returns 0 with
- * r->route set (and TERN__RQ_STREAM when its body goes to the handler as
- * it arrives: a streaming route or a WebSocket extended CONNECT), or the
- * status tern answers itself: 204 for OPTIONS * and 404 or 405 when no
- * route or default handler takes it, with the Allow list in *allow, or
- * 413 when a collected body is declared larger than the route takes. */
-int tern__request_route(tern_request *r, int asterisk, int64_t length,
-                        const char **allow, size_t *allow_len);
+
 /* Is the calling thread the request's worker? */
 int tern__on_worker(const tern__worker *w);
 /* Finish the user's part of a request whose answer cannot be queued: the
@@ -591,9 +582,12 @@ struct tern__conn {
   size_t wlen; /* bytes in the uv_write in flight */
 
   tern__list timer_link;
-  uint64_t deadline;
-  int timer_kind;
-  uint64_t head_started; /* for TERN__T_HEAD, when the head began */
+  /* Timers are lazy (conn.c, tern__conn_timer): timer_kind is the kind
+   * that applies; the node sits on the list of timer_list (or none,
+   * TERN__T_NONE) at the position `listed` gave it, and `deadline` is
+   * when the applying kind expires. */
+  uint64_t deadline, listed;
+  int timer_kind, timer_list;
   tern__list dirty_link;
   tern__list all_link;
   /* Stored at accept: any thread holding a request may read them, also
@@ -626,6 +620,8 @@ void tern__conn_read_stop(tern__conn *c);
 void tern__conn_close(tern__conn *c);
 void tern__conn_flush(tern__conn *c);
 void tern__conn_timer(tern__conn *c, int kind);
+/* Take the connection off its timer list (closing: nothing may fire). */
+void tern__conn_timer_stop(tern__conn *c);
 void tern__conn_unref(tern__conn *c);
 
 /* ---- Workers and the server --------------------------------------- */
@@ -797,5 +793,51 @@ void tern__ws_run_closes(tern__worker *w);
 /* The reason phrase for a status code ("Not Found"), "Unknown" for an
  * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);
+
+/* ---- The routing decision ---------------------------------------- */
+
+/* The routing decision every adapter makes once a request's head is
+ * complete: `asterisk` is OPTIONS with the target "*"; `length` the
+ * body's declared length (-1 when unknown or none). Returns 0 with
+ * r->route set (and TERN__RQ_STREAM when its body goes to the handler as
+ * it arrives: a streaming route or a WebSocket extended CONNECT), or the
+ * status tern answers itself: 204 for OPTIONS * and 404 or 405 when no
+ * route or default handler takes it, with the Allow list in *allow, or
+ * 413 when a collected body is declared larger than the route takes.
+ * Inline: it runs once per request on every protocol. */
+static inline int tern__request_route(tern_request *r, int asterisk,
+                                      int64_t length, const char **allow,
+                                      size_t *allow_len) {
+  tern_server *srv = r->w->srv;
+  const tern__route *rt;
+
+  *allow = NULL;
+  *allow_len = 0;
+  if (asterisk) {
+    *allow = srv->allow_all;
+    *allow_len = srv->allow_all_len;
+    return 204;
+  }
+  tern__router_match(srv->router, r->method, r->method_len, r->path,
+                     r->path_len, &r->match);
+  if (r->match.status == 0) {
+    rt = r->match.route;
+  } else if (srv->has_default) {
+    rt = &srv->default_route;
+  } else {
+    if (r->match.status == 405) {
+      *allow = r->match.allow;
+      *allow_len = r->match.allow_len;
+    }
+    return r->match.status;
+  }
+  r->route = rt;
+  if ((rt->flags & TERN_ROUTE_STREAM_BODY) || (r->flags & TERN__RQ_WS_CONNECT))
+    r->flags |= TERN__RQ_STREAM;
+  else if (!(r->flags & TERN__RQ_BODY_DONE) && length >= 0 &&
+           (uint64_t)length > rt->max_body)
+    return 413;
+  return 0;
+}
 
 #endif

@@ -414,7 +414,7 @@ void tern__conn_close(tern__conn *c) {
   if (c->flags & TERN__C_CLOSING)
     return;
   c->flags |= TERN__C_CLOSING;
-  tern__conn_timer(c, TERN__T_NONE);
+  tern__conn_timer_stop(c);
   if (c->flags & TERN__C_DIRTY) {
     tern__list_remove(&c->dirty_link);
     c->flags &= ~(unsigned)TERN__C_DIRTY;
@@ -428,15 +428,34 @@ void tern__conn_close(tern__conn *c) {
 
 /* ---- Timers -------------------------------------------------------- */
 
+/* Arming, disarming and re-arming happen several times per keep-alive
+ * request (idle while waiting, none while a handler works, idle again),
+ * so they move no list node when they can avoid it. Disarming only marks
+ * the connection; its node stays on its list until the sweep meets it.
+ * Arming the kind whose list holds the node already only moves the
+ * deadline; the sweep, finding a node whose place in the list (`listed`)
+ * has passed but whose deadline has not, appends it again. Each list
+ * stays sorted by `listed`, since all its entries share one timeout. */
 void tern__conn_timer(tern__conn *c, int kind) {
   tern__worker *w = c->w;
-  if (c->timer_kind != TERN__T_NONE)
-    tern__list_remove(&c->timer_link);
   c->timer_kind = kind;
   if (kind == TERN__T_NONE)
     return;
   c->deadline = uv_now(w->loop) + w->timeout_ms[kind];
+  if (c->timer_list == kind)
+    return;
+  if (c->timer_list != TERN__T_NONE)
+    tern__list_remove(&c->timer_link);
+  c->timer_list = kind;
+  c->listed = c->deadline;
   tern__list_append(&w->timers[kind], &c->timer_link);
+}
+
+void tern__conn_timer_stop(tern__conn *c) {
+  c->timer_kind = TERN__T_NONE;
+  if (c->timer_list != TERN__T_NONE)
+    tern__list_remove(&c->timer_link);
+  c->timer_list = TERN__T_NONE;
 }
 
 /* Arm the timeout the adapter says fits the connection's state. A head

@@ -192,40 +192,6 @@ void tern__pool_threads_close(tern_server *srv) {
   uv_mutex_unlock(&srv->bp_lock);
 }
 
-int tern__request_route(tern_request *r, int asterisk, int64_t length,
-                        const char **allow, size_t *allow_len) {
-  tern_server *srv = r->w->srv;
-  const tern__route *rt;
-
-  *allow = NULL;
-  *allow_len = 0;
-  if (asterisk) {
-    *allow = srv->allow_all;
-    *allow_len = srv->allow_all_len;
-    return 204;
-  }
-  tern__router_match(srv->router, r->method, r->method_len, r->path,
-                     r->path_len, &r->match);
-  if (r->match.status == 0) {
-    rt = r->match.route;
-  } else if (srv->has_default) {
-    rt = &srv->default_route;
-  } else {
-    if (r->match.status == 405) {
-      *allow = r->match.allow;
-      *allow_len = r->match.allow_len;
-    }
-    return r->match.status;
-  }
-  r->route = rt;
-  if ((rt->flags & TERN_ROUTE_STREAM_BODY) || (r->flags & TERN__RQ_WS_CONNECT))
-    r->flags |= TERN__RQ_STREAM;
-  else if (!(r->flags & TERN__RQ_BODY_DONE) && length >= 0 &&
-           (uint64_t)length > rt->max_body)
-    return 413;
-  return 0;
-}
-
 void tern__request_dispatch(tern_request *r) {
   const tern__route *route = r->route;
   r->flags |= TERN__RQ_HANDLED;

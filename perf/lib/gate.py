@@ -311,7 +311,8 @@ def run_gate(args):
     finally:
         common.stop_all()
         import shutil
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not os.environ.get("TERN_GATE_KEEP"):
+            shutil.rmtree(workdir, ignore_errors=True)
     elapsed = time.monotonic() - t0
     env = common.machine()
     env["valgrind"] = common.first_line([args.valgrind, "--version"])
