@@ -7,7 +7,8 @@
 #
 # A campaign runs every target of the fuzz suite for longer and records
 # what it did:
-#   run.sh --long [MINUTES] [BUILDDIR]     (default 20 minutes, build/)
+#   run.sh --long [MINUTES] [BUILDDIR] [TARGET...]
+#                       (default 20 minutes, build/, every target)
 # It runs the suite with TERN_FUZZ_SECONDS set (two targets at a time on
 # this machine's cores) and writes BUILDDIR/fuzz/campaign.md: per target
 # the executions, the coverage reached, the corpus size and any finding
@@ -15,11 +16,15 @@
 set -uo pipefail
 if [ "${1:-}" = --long ]; then
   mins=${2:-20} build=${3:-build}
+  shift $(($# < 3 ? $# : 3))
   cd "$(dirname "$0")/../.."
   [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null || exit 1
   start=$(date -u +%FT%TZ)
+  # Only this campaign's logs are summed up below.
+  for t in "${@:-}"; do [ -n "$t" ] && rm -f "$build/fuzz/$t.log"; done
+  [ $# -eq 0 ] && rm -f "$build"/fuzz/fuzz_*.log
   TERN_FUZZ_SECONDS=$((mins * 60)) meson test -C "$build" --suite fuzz \
-    --timeout-multiplier 0 --num-processes "$(nproc)" --print-errorlogs
+    --timeout-multiplier 0 --num-processes "$(nproc)" --print-errorlogs "$@"
   rc=$?
   {
     echo "# Fuzz campaign"
@@ -30,7 +35,13 @@ if [ "${1:-}" = --long ]; then
     echo
     echo "| target | executions | exec/s | coverage | features | corpus | result |"
     echo "|---|---:|---:|---:|---:|---:|---|"
-    for log in "$build"/fuzz/fuzz_*.log; do
+    if [ $# -gt 0 ]; then
+      logs=()
+      for t in "$@"; do logs+=("$build/fuzz/$t.log"); done
+    else
+      logs=("$build"/fuzz/fuzz_*.log)
+    fi
+    for log in "${logs[@]}"; do
       name=$(basename "$log" .log)
       runs=$(grep -ao 'number_of_executed_units: *[0-9]*' "$log" |
         grep -o '[0-9]*$' | tail -1)

@@ -4,9 +4,11 @@
 It runs the hello of the build under test (TERN_BUILD): the normal build
 in the normal suite, build-asan/ in the sanitizer suite, where the soak
 also fails on any AddressSanitizer or UndefinedBehaviorSanitizer report.
-Every criterion of the long soak applies (docs/testing.md, "Soak"); the
-summary goes to TERN_BUILD/soak-ci/. TERN_SOAK_SECONDS changes the
-duration.
+Every criterion of the long soak applies (docs/testing.md, "Soak") but
+one: a test asserts no speed on a shared machine, so a fresh client must be
+answered within 2 s here (a stalled worker), not 100 ms; the worst
+fresh-client latency is reported under the result. The summary goes to
+TERN_BUILD/soak-ci/. TERN_SOAK_SECONDS changes the duration.
 """
 
 import os
@@ -28,7 +30,7 @@ def soak_60s():
     p = subprocess.run(
         [sys.executable, os.path.join(REPO, "perf", "soak", "soak"),
          "--duration", str(SECONDS), "--build", BUILD, "--no-build",
-         "--out", out], cwd=REPO, stdout=subprocess.PIPE,
+         "--latency-ms", "2000", "--out", out], cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, timeout=SECONDS + 140)
     text = p.stdout.decode(errors="replace")
     # The criteria table and the first problems, under the result.
