@@ -1627,6 +1627,47 @@ static h2_conn *live(tern_request *r, h2_stream **sp) {
   return s->h;
 }
 
+/* A head as nghttp2 takes it: :status, then the caller's fields, with
+ * room for `extra` more; on the stack when it fits, as nearly every head
+ * does. head_close frees what head_open allocated, also after a failure. */
+typedef struct {
+  nghttp2_nv stack[24], *nv;
+  char buf_stack[1024], *buf;
+  char st[3];
+  size_t k; /* entries filled */
+} h2_head;
+
+static int head_open(tern__worker *w, h2_head *hd, int status,
+                     const tern_header *f, size_t n, size_t extra) {
+  size_t names = fields_bytes(f, n, 0);
+  hd->nv = hd->stack;
+  hd->buf = hd->buf_stack;
+  hd->k = 0;
+  if (n + 1 + extra > sizeof(hd->stack) / sizeof(hd->stack[0]))
+    hd->nv = tern__malloc(w->srv, (n + 1 + extra) * sizeof(*hd->nv));
+  if (names > sizeof(hd->buf_stack))
+    hd->buf = tern__malloc(w->srv, names);
+  if (hd->nv == NULL || hd->buf == NULL)
+    return TERN_ENOMEM;
+  hd->st[0] = (char)('0' + status / 100);
+  hd->st[1] = (char)('0' + status / 10 % 10);
+  hd->st[2] = (char)('0' + status % 10);
+  hd->nv[0].name = (uint8_t *)":status";
+  hd->nv[0].namelen = 7;
+  hd->nv[0].value = (uint8_t *)hd->st;
+  hd->nv[0].valuelen = 3;
+  hd->nv[0].flags = NGHTTP2_NV_FLAG_NONE;
+  hd->k = 1 + put_fields(hd->nv + 1, hd->buf, f, n, 0);
+  return 0;
+}
+
+static void head_close(tern__worker *w, h2_head *hd) {
+  if (hd->nv != hd->stack)
+    tern__free(w->srv, hd->nv);
+  if (hd->buf != hd->buf_stack)
+    tern__free(w->srv, hd->buf);
+}
+
 static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
                     int64_t cl) {
   h2_stream *s;
@@ -1635,32 +1676,19 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
   int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 || status == 204 ||
                  status == 304;
   int no_length = status < 200 || status == 204 || status == 304;
-  nghttp2_nv nv_stack[24], *nv = nv_stack;
-  char buf_stack[1024], *buf = buf_stack;
-  char st[3], len[20];
-  size_t k, names = fields_bytes(f, n, 0);
+  h2_head hd;
+  nghttp2_nv *nv;
+  char len[20];
+  size_t k;
   nghttp2_data_provider prd;
   int rc;
 
   if (h == NULL)
     return TERN_ECLOSED;
-  if (n + 3 > sizeof(nv_stack) / sizeof(nv_stack[0]))
-    nv = tern__malloc(w->srv, (n + 3) * sizeof(*nv));
-  if (names > sizeof(buf_stack))
-    buf = tern__malloc(w->srv, names);
-  if (nv == NULL || buf == NULL) {
-    rc = TERN_ENOMEM;
+  if ((rc = head_open(w, &hd, status, f, n, 2)) != 0)
     goto done;
-  }
-  st[0] = (char)('0' + status / 100);
-  st[1] = (char)('0' + status / 10 % 10);
-  st[2] = (char)('0' + status % 10);
-  nv[0].name = (uint8_t *)":status";
-  nv[0].namelen = 7;
-  nv[0].value = (uint8_t *)st;
-  nv[0].valuelen = 3;
-  nv[0].flags = NGHTTP2_NV_FLAG_NONE;
-  k = 1 + put_fields(nv + 1, buf, f, n, 0);
+  nv = hd.nv;
+  k = hd.k;
   if (w->date_len > 8) { /* "Date: " value "\r\n" */
     nv[k].name = (uint8_t *)"date";
     nv[k].namelen = 4;
@@ -1692,10 +1720,7 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
   count(h, s);
   schedule(h);
 done:
-  if (nv != nv_stack)
-    tern__free(w->srv, nv);
-  if (buf != buf_stack)
-    tern__free(w->srv, buf);
+  head_close(w, &hd);
   return rc;
 }
 
@@ -1853,40 +1878,21 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
   h2_stream *s;
   h2_conn *h = live(r, &s);
   tern__worker *w = r->w;
-  nghttp2_nv nv_stack[24], *nv = nv_stack;
-  char buf_stack[1024], *buf = buf_stack;
-  char st[3];
-  size_t names = fields_bytes(f, n, 0);
-  int rc = 0;
+  h2_head hd;
+  int rc;
 
   if (h == NULL)
     return TERN_ECLOSED;
-  if (n + 1 > sizeof(nv_stack) / sizeof(nv_stack[0]))
-    nv = tern__malloc(w->srv, (n + 1) * sizeof(*nv));
-  if (names > sizeof(buf_stack))
-    buf = tern__malloc(w->srv, names);
-  if (nv == NULL || buf == NULL) {
-    rc = TERN_ENOMEM;
-  } else {
-    st[0] = (char)('0' + status / 100);
-    st[1] = (char)('0' + status / 10 % 10);
-    st[2] = (char)('0' + status % 10);
-    nv[0].name = (uint8_t *)":status";
-    nv[0].namelen = 7;
-    nv[0].value = (uint8_t *)st;
-    nv[0].valuelen = 3;
-    nv[0].flags = NGHTTP2_NV_FLAG_NONE;
-    rc = nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, s->id, NULL, nv,
-                                1 + put_fields(nv + 1, buf, f, n, 0), NULL);
+  rc = head_open(w, &hd, status, f, n, 0);
+  if (rc == 0) {
+    rc = nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, s->id, NULL, hd.nv,
+                                hd.k, NULL);
     if (rc == 0)
       schedule(h);
     else
       rc = rc == NGHTTP2_ERR_NOMEM ? TERN_ENOMEM : TERN_ECLOSED;
   }
-  if (nv != nv_stack)
-    tern__free(w->srv, nv);
-  if (buf != buf_stack)
-    tern__free(w->srv, buf);
+  head_close(w, &hd);
   return rc;
 }
 
