@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "capture_log.h"
 #include "t.h"
 
 /* ---- Layouts from "older" and "newer" headers ---------------------- */
@@ -118,19 +119,6 @@ static void *at_page_end(size_t n) {
 static void page_free(void *p) {
   long pg = sysconf(_SC_PAGESIZE);
   munmap((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), (size_t)pg * 2);
-}
-
-static char last_log[512];
-static int nlogs;
-
-static void capture(int level, const char *msg, size_t len, void *user) {
-  (void)level;
-  (void)user;
-  if (len >= sizeof(last_log))
-    len = sizeof(last_log) - 1;
-  memcpy(last_log, msg, len);
-  last_log[len] = '\0';
-  nlogs++;
 }
 
 #define T_LOGGED(what)                                                         \

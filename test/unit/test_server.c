@@ -13,21 +13,9 @@
 #include <time.h>
 
 #include "count_alloc.h"
+#include "capture_log.h"
 #include "t.h"
 #include "tern.h"
-
-static char last_log[512];
-static int nlogs;
-
-static void capture(int level, const char *msg, size_t len, void *user) {
-  (void)level;
-  (void)user;
-  if (len >= sizeof(last_log))
-    len = sizeof(last_log) - 1;
-  memcpy(last_log, msg, len);
-  last_log[len] = '\0';
-  nlogs++;
-}
 
 static void settings(tern_settings *s) {
   tern_settings_init(s);
