@@ -397,10 +397,10 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
 /* ---- Protocol adapters ------------------------------------------- */
 
 /* A protocol adapter has two tables. The connection side is called by
- * the transport (lib/core/conn.c) for the connection as a whole; the
- * request side is each request's `r->ops`, called by request.c,
- * response.c and ws.c, which so never look at the connection a request
- * rides on (an HTTP/3 request will have none of its own). */
+ * the transport for the connection as a whole; the request side is each
+ * request's `r->ops`, called by request.c, response.c and ws.c, which so
+ * never look at the connection a request rides on (an HTTP/3 request
+ * will have none of its own). */
 struct tern__req_ops {
   /* Status and headers, with the content length if known (-1 if not). */
   int (*start)(tern_request *r, int status, const tern_header *h, size_t n,
@@ -429,128 +429,128 @@ struct tern__req_ops {
    * so that its client cannot take it for complete. HTTP/1.1 closes the
    * connection (its framing is lost); HTTP/2 resets the stream alone. */
   void (*abort)(tern_request *r);
-  /* The request is being freed: drop adapter state it holds (NULL:
-   * none). */
+  /* The request is being freed, and its connection may have more to do
+   * now (an HTTP/1.1 pipeline below its bound reads on): drop adapter
+   * state it holds, look again. r->conn is NULL for a request the stop
+   * deadline cut, whose connection is gone. */
   void (*release)(tern_request *r);
 };
 
 struct tern__proto {
   const char *name; /* also the ALPN id */
-  /* New bytes are in c->rbuf[c->rpos .. c->rlen). Consume what you can. */
+  /* Take over connection `c` (its transport and the protocol's own
+   * switch: ALPN, the HTTP/2 preface, an h2c upgrade request in `arg`).
+   * 0, or an error with nothing changed. NULL for HTTP/1.1, which every
+   * byte-stream connection starts with. */
+  int (*attach)(tern__conn *c, void *arg);
+  /* New input is waiting in the transport: consume what you can. */
   void (*input)(tern__conn *c);
+  /* The adapter asked for output (TERN__C_OUTPUT) and the check phase
+   * has come: produce what it has, before the transport writes. NULL:
+   * the adapter writes as it goes. */
+  void (*output)(tern__conn *c);
   /* Graceful stop: finish what is in flight, accept nothing new. */
   void (*stop)(tern__conn *c);
   /* The connection is closing: fail requests in flight. */
   void (*close)(tern__conn *c);
+  /* Requests still being answered: a connection marked
+   * TERN__C_CLOSE_AFTER closes once there are none and its output is
+   * written. */
+  size_t (*busy)(const tern__conn *c);
   /* Which fixed-kind timer applies now (TERN__T_*), with TERN__T_DRAINED
-   * added when nothing in the read buffer is needed any more, so that a
-   * waiting connection gives it back. The transport keeps a timer of the
-   * same kind running rather than re-arming it, and runs a TLS handshake
-   * under the head timer before asking. */
+   * added when nothing buffered is needed any more, so that a waiting
+   * connection gives it back. The core keeps a timer of the same kind
+   * running rather than re-arming it; a transport's own need (a TLS
+   * handshake under the head timer) comes first. */
   int (*timer)(const tern__conn *c);
   /* A timer of the kind the adapter chose fired. Return 1 when the
    * adapter ends the connection its own way (HTTP/1.1's 408, then a
    * close), 0 to have it closed now. */
   int (*timeout)(tern__conn *c, int kind);
-  /* Take over a connection whose filter chose this protocol (ALPN); NULL
-   * for HTTP/1.1, which every connection starts with. */
-  void (*attach)(tern__conn *c);
   /* The request side of the requests this adapter creates. */
   const tern__req_ops *ops;
 };
 
-extern const tern__proto tern__http1;
-/* The adapters the build has, NULL-terminated (lib/protocols.c). */
+/* The adapters the build has, NULL-terminated (lib/protocols.c), and the
+ * one of them called `name` (an ALPN id), or NULL. */
 extern const tern__proto *const tern__protocols[];
+const tern__proto *tern__proto_find(const char *name, size_t len);
+
+/* What an HTTP/1.1 request that asked for h2c hands the HTTP/2 adapter's
+ * attach: the request, no longer HTTP/1.1's, becomes stream 1; `settings`
+ * is its HTTP2-Settings value. */
+typedef struct {
+  tern_request *r;
+  const char *settings;
+  size_t settings_len;
+} tern__h2c_upgrade;
 
 /* ---- Byte-stream filters (TLS; later the PROXY protocol) -------------
  *
- * A filter sits between a connection's socket and its adapter (in the
- * spirit of curl's connection filters): it is handed the connection's
- * buffers and answers by return value, never calling the adapter. The
- * transport (conn.c) drives it; the adapter sees plaintext in c->rbuf
- * and writes plaintext to c->out as on plain TCP. */
+ * A filter sits between a byte-stream connection's socket and its
+ * adapter (in the spirit of curl's connection filters). It sees neither
+ * the connection nor the adapter: it is handed its own state and the
+ * buffers it works on, and answers by return value. The byte-stream
+ * transport (lib/net) drives it; the adapter reads and writes plaintext
+ * as on plain TCP. */
 enum { TERN__F_READY = 1 }; /* input(): the handshake has just finished */
 
 struct tern__filter {
   const char *name;
-  /* Per-connection state (c->filt) from the listener's configuration. */
-  int (*attach)(tern__conn *c, void *cfg);
-  void (*detach)(tern__conn *c);
-  /* Where the socket's next read goes, and how much arrived there; with
-   * n == 0 on a lingering connection, what is buffered is dropped. */
-  void (*read_buf)(tern__conn *c, uv_buf_t *buf);
-  void (*received)(tern__conn *c, size_t n);
-  /* Run the handshake, then put plaintext into c->rbuf as far as it has
-   * room. 0, TERN__F_READY (the handshake finished now: the transport
-   * picks the adapter by alpn()), TERN_ECLOSED (the end of the peer's
-   * input) or another error (the connection must close). */
-  int (*input)(tern__conn *c);
+  /* Per-connection state (*st) from the listener's configuration. */
+  int (*attach)(void **st, tern__worker *w, void *cfg);
+  void (*detach)(void *st, tern__worker *w);
+  /* Where the socket's next read goes, and how much arrived there;
+   * received(st, 0) drops what is buffered (a lingering close). */
+  void (*read_buf)(void *st, tern__worker *w, uv_buf_t *buf);
+  void (*received)(void *st, size_t n);
+  /* Run the handshake, then put plaintext into dst[0 .. room), *got
+   * bytes of it. 0, TERN__F_READY (the handshake finished now: the
+   * transport picks the adapter by alpn()), TERN_ECLOSED (the end of the
+   * peer's input) or another error (the connection must close). */
+  int (*input)(void *st, tern__worker *w, char *dst, size_t room, size_t *got);
   /* Is there input for another input() without a socket read? */
-  int (*has_input)(tern__conn *c);
-  /* Turn pending plaintext of c->out into the wire queue and return it
+  int (*has_input)(void *st);
+  /* Turn pending plaintext of `plain` into the wire queue and return it
    * (bounded, so that a client that does not read holds little). */
-  tern__outq *(*output)(tern__conn *c, int *err);
+  tern__outq *(*output)(void *st, tern__worker *w, tern__outq *plain, int *err);
   /* The wire queue the socket writes from, and its size. */
-  tern__outq *(*wire)(tern__conn *c);
-  size_t (*buffered)(const tern__conn *c);
+  tern__outq *(*wire)(void *st);
+  size_t (*buffered)(const void *st);
   /* Is the handshake still running? */
-  int (*handshaking)(const tern__conn *c);
+  int (*handshaking)(const void *st);
   /* Before a graceful close: queue the filter's goodbye (TLS
    * close_notify) once. 1 if something was queued (flush first). */
-  int (*shutdown)(tern__conn *c);
+  int (*shutdown)(void *st);
   /* The protocol the handshake chose (ALPN), or NULL. */
-  const char *(*alpn)(const tern__conn *c);
+  const char *(*alpn)(const void *st);
 };
 
-/* Listen on host:port, each connection through `filter` (NULL: plain
- * TCP) with `filter_cfg`; tern_listen and tern_listen_tls's body. */
-int tern__listen_on(tern_server *srv, const char *host, int port,
-                    const tern__filter *filter, void *filter_cfg,
-                    int *bound_port);
-/* Bytes below the adapter not yet on the wire (a filter's queue). */
-size_t tern__conn_buffered(const tern__conn *c);
-
-/* HTTP/2 (lib/http2/http2.c). */
-extern const tern__proto tern__http2;
-/* Does p[0..n) open with the HTTP/2 client preface? 1: yes, 0: no, -1: it
- * is a proper prefix of the preface (wait for more bytes). */
-int tern__http2_preface(const char *p, size_t n);
-/* Switch the connection to HTTP/2 (prior knowledge or ALPN "h2"); the
- * preface and what follows are read from c->rbuf by its on_read. Closes the
- * connection when the session cannot be created. */
-void tern__http2_start(tern__conn *c);
-/* h2c upgrade (RFC 7540 3.2): `r`, an HTTP/1.1 request without a body that
- * the HTTP/1.1 adapter no longer holds, becomes stream 1 and is routed;
- * `settings` is the HTTP2-Settings value. Queues the 101 answer. On error
- * nothing has changed and the request stays HTTP/1.1. */
-int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
-                        size_t len);
-
-/* ---- Connections -------------------------------------------------- */
+/* ---- Connections: the head every transport's connection embeds ---- */
 
 enum {
   TERN__T_NONE = 0,
   TERN__T_HEAD,   /* waiting for (the rest of) a request head */
   TERN__T_IDLE,   /* keep-alive, nothing pending */
   TERN__T_BODY,   /* waiting for request body bytes */
-  TERN__T_WRITE,  /* output pending, no progress */
-  TERN__T_LINGER, /* closing: drain the peer's bytes after shutdown */
+  TERN__T_WRITE,  /* output pending, no progress (the transport's) */
+  TERN__T_LINGER, /* closing: drain the peer's bytes (the transport's) */
   TERN__T_COUNT,
   TERN__T_DRAINED = 0x100, /* with a kind, from an adapter's timer() */
 };
 
+/* The head's flags. The low byte is the core's; bits from
+ * TERN__C_TRANSPORT up are the transport's own (lib/net/stream.h). */
 enum {
-  TERN__C_CLOSING = 1u << 0,     /* uv_close called */
-  TERN__C_READING = 1u << 1,     /* uv_read_start active */
-  TERN__C_WRITING = 1u << 2,     /* a uv_write is in flight */
-  TERN__C_DIRTY = 1u << 3,       /* on the worker's dirty list */
-  TERN__C_CLOSE_AFTER = 1u << 4, /* close once output is written */
-  TERN__C_EOF = 1u << 5,         /* the peer finished sending */
-  TERN__C_REPROCESS = 1u << 6,   /* run on_read again from the check cb */
-  TERN__C_IN_READ = 1u << 7,     /* inside the adapter's on_read */
-  TERN__C_STOPPING = 1u << 8,    /* graceful stop seen */
-  TERN__C_LINGER = 1u << 9,      /* shut down for writing, draining */
+  TERN__C_CLOSING = 1u << 0,     /* closing: nothing more happens */
+  TERN__C_DIRTY = 1u << 1,       /* on the worker's dirty list */
+  TERN__C_CLOSE_AFTER = 1u << 2, /* close once output is written */
+  TERN__C_STOPPING = 1u << 3,    /* graceful stop seen */
+  TERN__C_REPROCESS = 1u << 4,   /* run the adapter's input again */
+  TERN__C_IN_READ = 1u << 5,     /* inside the adapter's input */
+  TERN__C_OUTPUT = 1u << 6,      /* run the adapter's output */
+  TERN__C_EOF = 1u << 7,         /* the peer finished sending */
+  TERN__C_TRANSPORT = 1u << 8,
 };
 
 /* A socket address kept small (an idle connection holds two): the family
@@ -564,23 +564,44 @@ typedef struct {
 
 void tern__addr_set(tern__addr *a, const struct sockaddr *sa);
 
+/* A transport family (lib/net: a byte stream over TCP; later QUIC over
+ * UDP): what the core asks of a connection it counts, times, flushes and
+ * closes without knowing how its bytes move. */
+typedef struct {
+  const char *name; /* "tcp" */
+  /* Its connections come from the worker's pool `pool` (tern__transports
+   * lists them, for the worker to set its pools up). */
+  unsigned pool;
+  size_t conn_size;
+  /* Run the adapter over input waiting below it (TERN__C_REPROCESS). */
+  void (*process)(tern__conn *c);
+  /* Put pending output on the wire (from the check phase). */
+  void (*flush)(tern__conn *c);
+  /* Start (on) or stop reading. */
+  void (*input)(tern__conn *c, int on);
+  /* Bytes below the adapter not yet on the wire. */
+  size_t (*buffered)(const tern__conn *c);
+  /* One of the transport's own timers (WRITE, LINGER) fired. */
+  void (*timeout)(tern__conn *c, int kind);
+  /* Close now: the core has failed what was in flight. */
+  void (*close)(tern__conn *c);
+  /* The last reference went: back to the pool. */
+  void (*free)(tern__conn *c);
+} tern__transport;
+
+enum { TERN__POOL_STREAM = 0, TERN__POOL_COUNT };
+
+/* The transports the build has, NULL-terminated (lib/protocols.c). */
+extern const tern__transport *const tern__transports[];
+
+/* The connection head. The core counts, refcounts, times, flushes and
+ * closes connections through it and never reads or writes their bytes. */
 struct tern__conn {
-  uv_tcp_t tcp;
   tern__worker *w;
+  const tern__transport *tp;
   const tern__proto *proto;
   unsigned flags;
   int refs; /* the connection itself + each live request */
-
-  tern__rbuf *rbuf;
-  size_t rpos, rlen; /* consumed / filled */
-
-  const tern__filter *filter; /* NULL on plain TCP */
-  void *filt;                 /* the filter's state */
-  tern__outq out;             /* plaintext from the adapter */
-  uv_write_t wreq;
-  uv_shutdown_t sreq;
-  size_t wlen; /* bytes in the uv_write in flight */
-
   tern__list timer_link;
   /* Timers are lazy (conn.c, tern__conn_timer): timer_kind is the kind
    * that applies; the node sits on the list of timer_list (or none,
@@ -593,36 +614,88 @@ struct tern__conn {
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;
-
-  /* HTTP/1.1 adapter state. */
-  tern_request *q_head, *q_tail; /* in-flight requests, in order */
-  size_t nq;
-  tern_request *body_req; /* request whose body is arriving */
-  size_t head_scanned;
-
-  /* HTTP/2 adapter state while proto is &tern__http2; before that the
-   * HTTP/1.1 adapter may leave a marker here (see h1_on_read). */
-  void *h2;
 };
 
+/* A new connection of transport `tp` on worker `w`, taken into the
+ * worker's counts (NULL: no memory). The transport fills in the rest
+ * and starts it with tern__conn_start. */
+tern__conn *tern__conn_new(tern__worker *w, const tern__transport *tp);
+/* Give back a connection that never started. */
+void tern__conn_discard(tern__conn *c);
+/* The connection is ready: count it, start its head timer. */
+void tern__conn_start(tern__conn *c);
 void tern__conn_mark_dirty(tern__conn *c);
-/* Free space at the end of the read buffer (getting or compacting it);
- * NULL when no buffer can be had. */
-char *tern__conn_rbuf_room(tern__conn *c, size_t *room);
-/* Run the adapter over buffered input (not re-entrantly). */
-void tern__conn_process(tern__conn *c);
-void tern__conn_update_timer(tern__conn *c);
-void tern__conn_timeout(tern__conn *c, int kind);
-/* Ask for on_read to run again soon (after resume). */
+/* The transport is flushing now: a connection marked dirty only to be
+ * flushed leaves the dirty list. */
+static inline void tern__conn_clean(tern__conn *c) {
+  if ((c->flags & (TERN__C_DIRTY | TERN__C_REPROCESS | TERN__C_OUTPUT)) ==
+      TERN__C_DIRTY) {
+    tern__list_remove(&c->dirty_link);
+    c->flags &= ~(unsigned)TERN__C_DIRTY;
+  }
+}
+/* Ask for the adapter's input (REPROCESS) or output to run soon. */
 void tern__conn_reprocess(tern__conn *c);
-void tern__conn_read_start(tern__conn *c);
-void tern__conn_read_stop(tern__conn *c);
+void tern__conn_want_output(tern__conn *c);
+static inline void tern__conn_process(tern__conn *c) {
+  c->tp->process(c);
+}
+static inline void tern__conn_flush(tern__conn *c) {
+  c->tp->flush(c);
+}
+static inline size_t tern__conn_buffered(const tern__conn *c) {
+  return c->tp->buffered(c);
+}
+/* Close now: the adapter fails what is in flight, the transport lets go
+ * of the socket. */
 void tern__conn_close(tern__conn *c);
-void tern__conn_flush(tern__conn *c);
+/* The transport has let go of the closed connection's socket: it no
+ * longer counts as active, and drops its own reference. */
+void tern__conn_closed(tern__conn *c);
+/* Is a connection marked TERN__C_CLOSE_AFTER done (nothing in flight)? */
+static inline int tern__conn_done(const tern__conn *c) {
+  return (c->flags & TERN__C_CLOSE_AFTER) && c->proto->busy(c) == 0;
+}
 void tern__conn_timer(tern__conn *c, int kind);
+/* Arm `kind`, as an adapter's timer() chose it for the connection's
+ * state, unless a timer of that kind runs already and must not be
+ * re-armed: HEAD runs from the head's first byte (a client trickling a
+ * head must not extend it), BODY re-arms only on data. 1 when it was
+ * armed. */
+static inline int tern__conn_timer_choose(tern__conn *c, int kind) {
+  if (kind == c->timer_kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
+    return 0;
+  tern__conn_timer(c, kind);
+  return 1;
+}
+void tern__conn_timeout(tern__conn *c, int kind);
 /* Take the connection off its timer list (closing: nothing may fire). */
 void tern__conn_timer_stop(tern__conn *c);
 void tern__conn_unref(tern__conn *c);
+
+/* ---- Listeners ----------------------------------------------------- */
+
+/* An address tern accepts on, and the transport that serves it (lib/net:
+ * TCP). The transport embeds this first in its own listener. */
+typedef struct tern__listener tern__listener;
+typedef struct {
+  const char *name;
+  /* Start accepting on worker `w`. A handle it opens on w's loop counts
+   * in w->handles_open and is closed with tern__worker_close_handle. */
+  int (*start)(tern__listener *l, tern__worker *w);
+  /* Stop accepting on `w` (graceful stop, cleanup); again is harmless. */
+  void (*stop)(tern__listener *l, tern__worker *w);
+  /* Free the listener once no worker uses it. */
+  void (*free)(tern__listener *l, tern_server *srv);
+} tern__listener_ops;
+
+struct tern__listener {
+  const tern__listener_ops *ops;
+};
+
+/* Take `l` into the server (idle only); TERN_ENOMEM leaves it the
+ * caller's. */
+int tern__server_add_listener(tern_server *srv, tern__listener *l);
 
 /* ---- Workers and the server --------------------------------------- */
 
@@ -640,8 +713,6 @@ struct tern__worker {
   uv_check_t check;
   uv_timer_t timer;
   uv_timer_t deadline_timer;
-  uv_tcp_t *listeners;
-  size_t nlisteners;
   int thread_started;
   int handles_open; /* worker handles not yet closed */
   size_t nconns;    /* connection objects alive (open or referenced) */
@@ -671,7 +742,8 @@ struct tern__worker {
   uint32_t max_conns;     /* max_connections, fitted to the fd limit */
   uint64_t accept_warned; /* loop time of the last accept warning */
 
-  tern__pool rbuf_pool, wblk_pool, req_pool, conn_pool, seg_pool;
+  tern__pool rbuf_pool, wblk_pool, req_pool, seg_pool;
+  tern__pool conn_pools[TERN__POOL_COUNT]; /* one per transport */
   tern__pool small[TERN__SMALL_CLASSES];
   tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
   tern__list ws_closing; /* WebSockets waiting for the client's close */
@@ -680,14 +752,6 @@ struct tern__worker {
   char *scratch;         /* one TLS record's worth, for gathering */
   tern__wstats stats;
 };
-
-typedef struct {
-  int fd_family;
-  struct sockaddr_storage addr;
-  int *fds;                   /* one per worker */
-  const tern__filter *filter; /* NULL: plain TCP */
-  void *filter_cfg;           /* its configuration (a tern_tls) */
-} tern__listen_addr;
 
 struct tern_server {
   tern_settings s;
@@ -702,8 +766,8 @@ struct tern_server {
   char allow_all[128]; /* union of route methods, for OPTIONS * */
   size_t allow_all_len;
 
-  tern__listen_addr *addrs;
-  size_t naddrs;
+  tern__listener **listeners;
+  size_t nlisteners;
   tern__worker *workers;
   unsigned nworkers;
   _Atomic int state; /* 0 idle, 1 running, 2 stopping, 3 done */
@@ -748,8 +812,13 @@ void tern__worker_cleanup(tern__worker *w);
  * once the worker's loop is ending the post is refused, the message is
  * dropped (m->ops->drop with `refused` set) and TERN_ECLOSED returned. */
 int tern__worker_post(tern__worker *w, tern__msg *m);
-void tern__worker_accept(uv_stream_t *listener, int status);
+/* Close a handle of the worker's loop, counted in handles_open. */
+void tern__worker_close_handle(tern__worker *w, uv_handle_t *h);
 void tern__worker_maybe_done(tern__worker *w);
+/* Wake the worker's loop (on the worker), so that a check phase follows
+ * even when the call came from a timer of an attached loop, before its
+ * poll. */
+void tern__worker_wake(tern__worker *w);
 void tern__date_update(tern__worker *w);
 
 /* A message to a worker's inbox: a call made on another thread, to be

@@ -53,11 +53,6 @@ void tern__request_unref(tern_request *r) {
     tern__outq_free(w, &r->out);
     tern__pool_put(w, &w->req_pool, r);
   }
-  /* Parsing (or reading) may have stopped at the per-connection request
-   * bound: let the adapter look again. */
-  if ((c->rpos < c->rlen || !(c->flags & TERN__C_READING)) &&
-      !(c->flags & (TERN__C_IN_READ | TERN__C_CLOSING)))
-    tern__conn_reprocess(c);
   tern__conn_unref(c);
 }
 

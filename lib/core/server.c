@@ -1,16 +1,10 @@
 /* The server object: settings, routes, listening sockets, run and stop. */
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -377,7 +371,7 @@ int tern_server_new(tern_server **out, const tern_settings *caller) {
 }
 
 void tern_server_free(tern_server *srv) {
-  size_t i, j;
+  size_t i;
 
   if (srv == NULL)
     return;
@@ -386,13 +380,9 @@ void tern_server_free(tern_server *srv) {
   for (i = 0; i < srv->nworkers; i++)
     if (srv->workers[i].loop != NULL)
       tern__worker_cleanup(&srv->workers[i]);
-  for (i = 0; i < srv->naddrs; i++) {
-    for (j = 0; j < srv->nworkers; j++)
-      if (srv->addrs[i].fds[j] >= 0)
-        close(srv->addrs[i].fds[j]);
-    tern__free(srv, srv->addrs[i].fds);
-  }
-  tern__free(srv, srv->addrs);
+  for (i = 0; i < srv->nlisteners; i++)
+    srv->listeners[i]->ops->free(srv->listeners[i], srv);
+  tern__free(srv, srv->listeners);
   for (i = 0; i < srv->nroutes; i++)
     tern__free(srv, srv->route_ptrs[i]);
   tern__free(srv, srv->route_ptrs);
@@ -421,116 +411,16 @@ void tern__server_unref(tern_server *srv) {
   a.free(srv, a.user);
 }
 
-/* ---- Listening --------------------------------------------------- */
+/* ---- Listeners ------------------------------------------------- */
 
-static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
-  memset(ss, 0, sizeof(*ss));
-  if (host == NULL)
-    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
-  if (strcmp(host, "localhost") == 0)
-    host = "127.0.0.1";
-  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-    return 0;
-  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-    return 0;
-  return TERN_EADDR;
-}
-
-/* One listening socket per address, shared by every worker (each gets a
- * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
- * would spread connections over the workers in the kernel, but it cannot
- * be closed to others: any later socket of the same user that sets the
- * option joins the group and silently takes part of the traffic, and a
- * second server started on our port would bind without an error. A
- * socket without the option makes every other bind of the address fail
- * with EADDRINUSE. The workers then take turns accepting from one queue,
- * whichever loop wakes first; SO_REUSEADDR only lets a restarted server
- * bind over connections still in TIME_WAIT. */
-static int open_socket(const struct sockaddr_storage *ss, int dual) {
-  int one = 1, zero = 0;
-  socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                           : sizeof(struct sockaddr_in6);
-  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return TERN_EIO;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (ss->ss_family == AF_INET6)
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
-  if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
-    int e = errno;
-    close(fd);
-    return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
-  }
-  if (listen(fd, 1024) != 0) {
-    close(fd);
-    return TERN_EIO;
-  }
-  return fd;
-}
-
-int tern__listen_on(tern_server *srv, const char *host, int port,
-                    const tern__filter *filter, void *filter_cfg,
-                    int *bound_port) {
-  struct sockaddr_storage ss;
-  tern__listen_addr *addrs, *la;
-  socklen_t slen = sizeof(ss);
-  unsigned i;
-  int rc, fd;
-
-  if (srv == NULL || port < 0 || port > 65535)
-    return TERN_EINVAL;
-  if (atomic_load(&srv->state) != TERN__S_IDLE)
-    return TERN_ESTATE;
-  if ((rc = parse_host(host, port, &ss)) != 0)
-    return rc;
-  addrs = tern__realloc(srv, srv->addrs, (srv->naddrs + 1) * sizeof(*addrs));
-  if (addrs == NULL)
+int tern__server_add_listener(tern_server *srv, tern__listener *l) {
+  tern__listener **ls =
+      tern__realloc(srv, srv->listeners, (srv->nlisteners + 1) * sizeof(*ls));
+  if (ls == NULL)
     return TERN_ENOMEM;
-  srv->addrs = addrs;
-  la = &addrs[srv->naddrs];
-  la->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
-  if (la->fds == NULL)
-    return TERN_ENOMEM;
-  for (i = 0; i < srv->nworkers; i++)
-    la->fds[i] = -1;
-  fd = open_socket(&ss, host == NULL);
-  if (fd < 0) {
-    rc = fd;
-    goto fail;
-  }
-  la->fds[0] = fd;
-  /* Port 0: the bind picked the port; report it. */
-  if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
-    rc = TERN_EIO;
-    goto fail;
-  }
-  for (i = 1; i < srv->nworkers; i++) {
-    la->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (la->fds[i] < 0) {
-      rc = TERN_EIO;
-      goto fail;
-    }
-  }
-  la->addr = ss;
-  la->fd_family = ss.ss_family;
-  la->filter = filter;
-  la->filter_cfg = filter_cfg;
-  srv->naddrs++;
-  if (bound_port != NULL)
-    *bound_port = ntohs(ss.ss_family == AF_INET
-                            ? ((struct sockaddr_in *)&ss)->sin_port
-                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  srv->listeners = ls;
+  ls[srv->nlisteners++] = l;
   return 0;
-fail:
-  for (i = 0; i < srv->nworkers; i++)
-    if (la->fds[i] >= 0)
-      close(la->fds[i]);
-  tern__free(srv, la->fds);
-  return rc;
-}
-
-int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return tern__listen_on(srv, host, port, NULL, NULL, bound_port);
 }
 
 /* ---- Routes ------------------------------------------------------ */
@@ -713,7 +603,7 @@ static int start_workers(tern_server *srv, uv_loop_t *loop) {
     sigaction(SIGPIPE, &sa, NULL);
   }
 
-  if (srv->naddrs == 0)
+  if (srv->nlisteners == 0)
     return TERN_ESTATE;
   for (i = 0; i < srv->nworkers; i++) {
     srv->workers[i].max_conns = max_conns;

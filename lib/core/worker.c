@@ -17,7 +17,7 @@ static void on_handle_closed(uv_handle_t *h) {
   w->handles_open--;
 }
 
-static void close_handle(tern__worker *w, uv_handle_t *h) {
+void tern__worker_close_handle(tern__worker *w, uv_handle_t *h) {
   if (h->loop != NULL && !uv_is_closing(h)) {
     h->data = w;
     uv_close(h, on_handle_closed);
@@ -101,7 +101,9 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
                   sizeof(tern_request) +
                       srv->s.max_header_count * sizeof(tern_header),
                   1024);
-  tern__pool_init(&w->conn_pool, sizeof(tern__conn), 1024);
+  for (i = 0; tern__transports[i] != NULL; i++)
+    tern__pool_init(&w->conn_pools[tern__transports[i]->pool],
+                    tern__transports[i]->conn_size, 1024);
   for (i = 0; i < TERN__SMALL_CLASSES; i++)
     tern__pool_init(&w->small[i], (size_t)64 << i, i < 5 ? 1024 : 256);
   tern__date_update(w);
@@ -122,24 +124,10 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   w->deadline_timer.data = w;
   w->handles_open++;
 
-  w->listeners = tern__malloc(srv, srv->naddrs * sizeof(uv_tcp_t));
-  if (w->listeners == NULL)
-    return TERN_ENOMEM;
-  for (i = 0; i < srv->naddrs; i++) {
-    uv_tcp_t *l = &w->listeners[i];
-    uv_tcp_init(w->loop, l);
-    l->data = w;
-    w->nlisteners++;
-    w->handles_open++;
-    rc = uv_tcp_open(l, srv->addrs[i].fds[id]);
+  for (i = 0; i < srv->nlisteners; i++) {
+    rc = srv->listeners[i]->ops->start(srv->listeners[i], w);
     if (rc != 0)
-      return TERN_EIO;
-    srv->addrs[i].fds[id] = -1; /* the handle owns it now */
-    rc = uv_listen((uv_stream_t *)l, 1024, tern__worker_accept);
-    if (rc != 0) {
-      tern__log(srv, TERN_LOG_ERROR, "listen: %s", uv_strerror(rc));
-      return TERN_EIO;
-    }
+      return rc;
   }
   return 0;
 }
@@ -186,12 +174,12 @@ static void close_inbox(tern__worker *w, int shutdown) {
 static void close_worker_handles(tern__worker *w) {
   size_t i;
   close_inbox(w, 1);
-  close_handle(w, (uv_handle_t *)&w->async);
-  close_handle(w, (uv_handle_t *)&w->check);
-  close_handle(w, (uv_handle_t *)&w->timer);
-  close_handle(w, (uv_handle_t *)&w->deadline_timer);
-  for (i = 0; i < w->nlisteners; i++)
-    close_handle(w, (uv_handle_t *)&w->listeners[i]);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->async);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->check);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->timer);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->deadline_timer);
+  for (i = 0; i < w->srv->nlisteners; i++)
+    w->srv->listeners[i]->ops->stop(w->srv->listeners[i], w);
 }
 
 void tern__worker_cleanup(tern__worker *w) {
@@ -210,8 +198,6 @@ void tern__worker_cleanup(tern__worker *w) {
     while (w->handles_open > 0 && uv_run(w->loop, UV_RUN_NOWAIT) != 0)
       ;
   }
-  tern__free(srv, w->listeners);
-  w->listeners = NULL;
   /* Closing the handles closed the inbox; this finds it empty, and is
    * here so that no path out of the loop can leave a message behind. */
   close_inbox(w, 1);
@@ -220,7 +206,8 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
-  tern__pool_drain(w, &w->conn_pool);
+  for (i = 0; i < TERN__POOL_COUNT; i++)
+    tern__pool_drain(w, &w->conn_pools[i]);
   tern__pool_drain(w, &w->seg_pool);
   for (i = 0; i < TERN__SMALL_CLASSES; i++)
     tern__pool_drain(w, &w->small[i]);
@@ -312,8 +299,8 @@ static void begin_stop(tern__worker *w) {
 
   w->stopping = 1;
   tern__ws_stop_all(w);
-  for (i = 0; i < w->nlisteners; i++)
-    close_handle(w, (uv_handle_t *)&w->listeners[i]);
+  for (i = 0; i < w->srv->nlisteners; i++)
+    w->srv->listeners[i]->ops->stop(w->srv->listeners[i], w);
   for (l = w->conns.next; l != &w->conns; l = next) {
     tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, all_link);
     next = l->next;
@@ -326,6 +313,11 @@ static void begin_stop(tern__worker *w) {
 }
 
 /* ---- Inbox --------------------------------------------------------- */
+
+void tern__worker_wake(tern__worker *w) {
+  if (!uv_is_closing((uv_handle_t *)&w->async))
+    uv_async_send(&w->async);
+}
 
 int tern__worker_post(tern__worker *w, tern__msg *m) {
   m->next = NULL;
@@ -392,6 +384,10 @@ static void flush_dirty(tern__worker *w) {
     if (c->flags & TERN__C_REPROCESS) {
       c->flags &= ~(unsigned)TERN__C_REPROCESS;
       tern__conn_process(c);
+    }
+    if ((c->flags & (TERN__C_OUTPUT | TERN__C_CLOSING)) == TERN__C_OUTPUT) {
+      c->flags &= ~(unsigned)TERN__C_OUTPUT;
+      c->proto->output(c);
     }
     if (!(c->flags & TERN__C_CLOSING))
       tern__conn_flush(c);

@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "http1/parse.h"
-#include "internal.h"
+#include "net/stream.h"
+
+extern const tern__proto tern__http1;
 
 _Static_assert(sizeof(tern__h1_field) == sizeof(tern_header) &&
                    offsetof(tern__h1_field, value_len) ==
@@ -38,15 +40,15 @@ static h1_state *state(tern_request *r) {
 }
 
 static tern__outq *outq(tern_request *r) {
-  tern__conn *c = r->conn;
+  tern__stream *c = tern__stream_of(r->conn);
   if (c->q_head == r) {
-    tern__conn_mark_dirty(c);
+    tern__conn_mark_dirty(&c->head);
     return &c->out;
   }
   return &r->out;
 }
 
-static void enqueue(tern__conn *c, tern_request *r) {
+static void enqueue(tern__stream *c, tern_request *r) {
   if (c->q_tail != NULL)
     c->q_tail->next = r;
   else
@@ -55,7 +57,7 @@ static void enqueue(tern__conn *c, tern_request *r) {
   c->nq++;
 }
 
-static tern_request *dequeue(tern__conn *c) {
+static tern_request *dequeue(tern__stream *c) {
   tern_request *r = c->q_head;
   c->q_head = r->next;
   if (c->q_head == NULL)
@@ -69,7 +71,7 @@ static tern_request *dequeue(tern__conn *c) {
 
 /* Requests queued behind one that closes the connection will never be
  * answered: they are gone, and their handlers learn it when responding. */
-static void drop_queue(tern__conn *c) {
+static void drop_queue(tern__stream *c) {
   tern_request *r;
   /* All are gone before any callback runs: a callback that answers
    * another request of this connection learns it is gone too. */
@@ -91,7 +93,7 @@ static void drop_queue(tern__conn *c) {
      * connection) would never be freed. That output can never be sent
      * now: fail it, which runs its callbacks with TERN_ECLOSED and drops
      * the references. */
-    tern__outq_fail(c->w, &r->out, TERN_ECLOSED);
+    tern__outq_fail(c->head.w, &r->out, TERN_ECLOSED);
     if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
       /* Never handed to the user: drop the user's reference too. */
       r->flags |= TERN__RQ_ENDED;
@@ -110,8 +112,8 @@ static int body_unread(const tern_request *r) {
 
 /* Retire finished requests from the head of the queue and let the next
  * one's buffered output follow. */
-static void advance(tern__conn *c) {
-  tern__worker *w = c->w;
+static void advance(tern__stream *c) {
+  tern__worker *w = c->head.w;
   while (c->q_head != NULL && (c->q_head->flags & TERN__RQ_ENDED)) {
     tern_request *r = dequeue(c);
     /* Only a request that ends the connection drops those behind it. The
@@ -120,7 +122,7 @@ static void advance(tern__conn *c) {
      * sending): the requests already queued before that are answered. */
     int last = (r->flags & TERN__RQ_CLOSE) || body_unread(r);
     if (last)
-      c->flags |= TERN__C_CLOSE_AFTER;
+      c->head.flags |= TERN__C_CLOSE_AFTER;
     tern__request_unref(r);
     if (last) {
       drop_queue(c);
@@ -130,13 +132,13 @@ static void advance(tern__conn *c) {
       continue;
     state(c->q_head)->out_start = c->out.consumed + c->out.bytes;
     if (tern__outq_splice(w, &c->out, &c->q_head->out) != 0) {
-      tern__conn_close(c);
+      tern__conn_close(&c->head);
       return;
     }
   }
-  tern__conn_mark_dirty(c);
-  if (!(c->flags & TERN__C_CLOSE_AFTER) && c->rpos < c->rlen)
-    tern__conn_reprocess(c);
+  tern__conn_mark_dirty(&c->head);
+  if (!(c->head.flags & TERN__C_CLOSE_AFTER) && c->rpos < c->rlen)
+    tern__conn_reprocess(&c->head);
 }
 
 /* ---- Responses ------------------------------------------------------ */
@@ -219,8 +221,8 @@ static int wbuf_close(tern__worker *w, tern__outq *q, wbuf *b, char *end) {
 
 static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
                     int64_t cl) {
-  tern__conn *c = r->conn;
-  tern__worker *w = c->w;
+  tern__stream *c = tern__stream_of(r->conn);
+  tern__worker *w = c->head.w;
   tern__outq *q;
   int minor = state(r)->version_minor;
   int tunnel = (r->flags & TERN__RQ_TUNNEL) != 0;
@@ -234,7 +236,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   char *o;
   wbuf b;
 
-  if (c->flags & TERN__C_STOPPING)
+  if (c->head.flags & TERN__C_STOPPING)
     r->flags |= TERN__RQ_CLOSE;
   if (cl < 0 && !bodyless && !tunnel) {
     if (minor == 0)
@@ -345,7 +347,7 @@ static int h1_write(tern_request *r, const void *p, size_t len, int copy,
 
 static int h1_end(tern_request *r, const tern_header *t, size_t n) {
   tern__worker *w = r->w;
-  tern__conn *c = r->conn;
+  tern__stream *c = tern__stream_of(r->conn);
   tern__outq *q = outq(r);
   int rc = 0;
 
@@ -372,7 +374,7 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
   if (rc == 0)
     rc = tern__outq_mark(w, q, TERN__SEG_END, r, NULL, NULL);
   if (rc != 0) {
-    tern__conn_close(c);
+    tern__conn_close(&c->head);
     return rc;
   }
   r->flags |= TERN__RQ_ENDED;
@@ -384,20 +386,20 @@ static int h1_end(tern_request *r, const tern_header *t, size_t n) {
 /* ---- Requests -------------------------------------------------------- */
 
 /* Reject before or instead of a request: answer `status` and close. */
-static void reject(tern__conn *c, tern_request *r, int status) {
+static void reject(tern__stream *c, tern_request *r, int status) {
   if (r == NULL) {
-    r = tern__request_new(c);
+    r = tern__request_new(&c->head);
     if (r == NULL) {
-      tern__conn_close(c);
+      tern__conn_close(&c->head);
       return;
     }
     state(r)->version_minor = 1;
     enqueue(c, r);
   }
   r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE;
-  c->flags |= TERN__C_CLOSE_AFTER;
+  c->head.flags |= TERN__C_CLOSE_AFTER;
   c->rpos = c->rlen;
-  tern__conn_read_stop(c);
+  tern__stream_read_stop(c);
   tern__respond_status(r, status, NULL, 0);
 }
 
@@ -410,7 +412,7 @@ static void send_continue(tern_request *r) {
     tern__conn_close(r->conn);
 }
 
-static void body_complete(tern__conn *c, tern_request *r) {
+static void body_complete(tern__stream *c, tern_request *r) {
   r->flags |= TERN__RQ_BODY_DONE;
   c->body_req = NULL;
   if (r->flags & TERN__RQ_STREAM) {
@@ -443,9 +445,9 @@ static int method_is(const tern_request *r, const char *m);
  * a success. Later body writes of the handler are swallowed (as for a
  * bodyless answer); its end still ends the exchange. Returns 0 when the
  * 400 replaced the answer. */
-static int replace_answer(tern__conn *c, tern_request *r, int status) {
+static int replace_answer(tern__stream *c, tern_request *r, int status) {
   static const tern_header ct = {"Content-Type", 12, "text/plain", 10};
-  tern__worker *w = c->w;
+  tern__worker *w = c->head.w;
   tern__outq *q = &r->out;
   size_t keep = 0, ncut;
   uint64_t left;
@@ -460,8 +462,9 @@ static int replace_answer(tern__conn *c, tern_request *r, int status) {
     /* Bytes handed to the kernel (or to TLS, which has encrypted them)
      * cannot be taken back. */
     q = &c->out;
-    left = q->consumed +
-           (c->filter == NULL && (c->flags & TERN__C_WRITING) ? c->wlen : 0);
+    left =
+        q->consumed +
+        (c->filter == NULL && (c->head.flags & TERN__C_WRITING) ? c->wlen : 0);
     if (left > state(r)->out_start)
       return -1;
     keep = (size_t)(state(r)->out_start - q->consumed);
@@ -482,20 +485,20 @@ static int replace_answer(tern__conn *c, tern_request *r, int status) {
    * replacement is queued, so that anything they do comes after it. */
   tern__outq_fail_cut(w, q, cut, ncut, TERN_ECLOSED);
   if (rc != 0)
-    tern__conn_close(c);
+    tern__conn_close(&c->head);
   return 0;
 }
 
-static int body_error(tern__conn *c, tern_request *r, int status) {
+static int body_error(tern__stream *c, tern_request *r, int status) {
   if (r->flags & TERN__RQ_HANDLED) {
     /* The handler has the request: answer 400 in its place if its
      * answer has not begun to leave, tell it, then drop the connection
      * once it has answered, since the framing is lost. */
     r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
     c->body_req = NULL;
-    c->flags |= TERN__C_CLOSE_AFTER;
+    c->head.flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
-    tern__conn_read_stop(c);
+    tern__stream_read_stop(c);
     replace_answer(c, r, status);
     if (!(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL)
       r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
@@ -558,7 +561,7 @@ static int copy_trailers(tern_request *r, const char *p, size_t n) {
 /* Feed buffered bytes to the request whose body is arriving. Returns 1 if
  * the body completed (parsing can go on), 0 if more input is needed or
  * delivery is paused. */
-static int feed_body(tern__conn *c) {
+static int feed_body(tern__stream *c) {
   tern_request *r = c->body_req;
   const char *buf = c->rbuf ? c->rbuf->data : NULL;
   int rc;
@@ -635,9 +638,20 @@ static int method_is(const tern_request *r, const char *m) {
  * Upgrade: h2c request (RFC 7540 3.2), handled here. lib/http2 does the
  * rest. */
 
-/* The marker left in c->h2 once a connection's first bytes were seen not
- * to be the preface: later requests are HTTP/1.1 whatever they hold. */
-static char h1_not_h2;
+/* HTTP/2 once the preface's request line ("PRI * HTTP/2.0\r\n", which no
+ * HTTP/1.1 request is) has arrived: the HTTP/2 adapter checks the rest,
+ * and a wrong rest gets GOAWAY PROTOCOL_ERROR (RFC 9113 3.4) rather than
+ * an HTTP/1.1 answer. 1: it is the preface, 0: it is not, -1: a proper
+ * prefix of its line (wait for more). Once a connection's first bytes
+ * were seen not to be it (c->not_h2), later requests are HTTP/1.1
+ * whatever they hold. */
+static int h2_preface(const char *p, size_t n) {
+  static const char line[] = "PRI * HTTP/2.0\r\n";
+  size_t len = sizeof(line) - 1, m = n < len ? n : len;
+  if (memcmp(p, line, m) != 0)
+    return 0;
+  return n >= len ? 1 : -1;
+}
 
 static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
   size_t i;
@@ -654,13 +668,16 @@ static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
  * 1. Only a GET, HEAD or OPTIONS without a body, alone in the pipeline,
  * on cleartext TCP; anything else is served as HTTP/1.1 and the upgrade
  * ignored. Returns 1 when the connection is HTTP/2 now. */
-static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
+static int h2c_upgrade(tern__stream *c, tern_request *r,
+                       const tern__h1_head *h) {
   const char *settings = NULL;
   size_t i, settings_len = 0;
+  const tern__proto *h2;
+  tern__h2c_upgrade up;
 
   if (c->filter != NULL || (h->flags & TERN__H1_F_CLOSE) ||
       !(r->flags & TERN__RQ_BODY_DONE) || c->q_head != r || r->next != NULL ||
-      (c->flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
+      (c->head.flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
       !(method_is(r, "GET") || method_is(r, "HEAD") ||
         method_is(r, "OPTIONS")) ||
       !tern__has_token(h->upgrade, h->upgrade_len, "h2c", 3) ||
@@ -677,8 +694,14 @@ static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
   }
   if (settings == NULL)
     return 0;
+  h2 = tern__proto_find("h2", 2);
+  if (h2 == NULL)
+    return 0;
+  up.r = r;
+  up.settings = settings;
+  up.settings_len = settings_len;
   dequeue(c);
-  if (tern__http2_upgrade(c, r, settings, settings_len) != 0) {
+  if (h2->attach(&c->head, &up) != 0) {
     enqueue(c, r);
     return 0;
   }
@@ -687,8 +710,8 @@ static int h2c_upgrade(tern__conn *c, tern_request *r, const tern__h1_head *h) {
 
 /* A head arrived: build the request, route it, and decide how its body
  * is read. */
-static void start_request(tern__conn *c, size_t head_len) {
-  tern__worker *w = c->w;
+static void start_request(tern__stream *c, size_t head_len) {
+  tern__worker *w = c->head.w;
   tern_server *srv = w->srv;
   const char *buf = c->rbuf->data + c->rpos;
   tern__h1_limits lim;
@@ -699,9 +722,9 @@ static void start_request(tern__conn *c, size_t head_len) {
   size_t avail;
   int rc;
 
-  r = tern__request_new(c);
+  r = tern__request_new(&c->head);
   if (r == NULL) {
-    tern__conn_close(c);
+    tern__conn_close(&c->head);
     return;
   }
   enqueue(c, r);
@@ -739,7 +762,7 @@ static void start_request(tern__conn *c, size_t head_len) {
     r->flags |= TERN__RQ_HEAD;
   if (h.flags & TERN__H1_F_CLOSE) {
     r->flags |= TERN__RQ_CLOSE;
-    c->flags |= TERN__C_CLOSE_AFTER; /* nothing follows this request */
+    c->head.flags |= TERN__C_CLOSE_AFTER; /* nothing follows this request */
   }
   if ((h.flags & TERN__H1_F_EXPECT100) && h.version_minor == 1)
     r->flags |= TERN__RQ_CONTINUE;
@@ -817,12 +840,13 @@ static void start_request(tern__conn *c, size_t head_len) {
 /* Requests of this connection still allocated: in the pipeline, or
  * answered but not yet written. Bounding them bounds the memory a client
  * can tie up by pipelining many tiny requests. */
-static size_t live_requests(const tern__conn *c) {
-  return (size_t)c->refs - 1;
+static size_t live_requests(const tern__stream *c) {
+  return (size_t)c->head.refs - 1;
 }
 
-static void h1_on_read(tern__conn *c) {
-  tern_server *srv = c->w->srv;
+static void h1_on_read(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
+  tern_server *srv = conn->w->srv;
   tern__h1_limits lim;
   int want;
 
@@ -831,37 +855,39 @@ static void h1_on_read(tern__conn *c) {
   lim.max_uri = srv->s.max_uri_length;
   /* HTTP/2 with prior knowledge (h2c): a cleartext connection whose first
    * bytes are the client preface (or a prefix of it: wait for more). */
-  if (c->h2 == NULL && c->rpos < c->rlen) {
-    int m = c->filter == NULL ? tern__http2_preface(c->rbuf->data + c->rpos,
-                                                    c->rlen - c->rpos)
-                              : 0;
-    if (m < 0 && !(c->flags & TERN__C_EOF)) {
-      tern__conn_read_start(c);
+  if (!c->not_h2 && c->rpos < c->rlen) {
+    const tern__proto *h2 = NULL;
+    int m = c->filter == NULL
+                ? h2_preface(c->rbuf->data + c->rpos, c->rlen - c->rpos)
+                : 0;
+    if (m < 0 && !(conn->flags & TERN__C_EOF)) {
+      tern__stream_read_start(c);
       return;
     }
-    if (m > 0) {
-      tern__http2_start(c);
-      if (c->proto != &tern__http1)
-        c->proto->input(c);
+    if (m > 0 && (h2 = tern__proto_find("h2", 2)) != NULL) {
+      if (h2->attach(conn, NULL) != 0)
+        tern__conn_close(conn);
+      else
+        conn->proto->input(conn);
       return;
     }
-    c->h2 = &h1_not_h2;
+    c->not_h2 = 1;
   }
   for (;;) {
     size_t end;
-    if (c->flags & TERN__C_CLOSING)
+    if (c->head.flags & TERN__C_CLOSING)
       return;
     if (c->body_req != NULL) {
       if (!feed_body(c))
         break;
       continue;
     }
-    if (c->flags & TERN__C_CLOSE_AFTER) {
+    if (c->head.flags & TERN__C_CLOSE_AFTER) {
       c->rpos = c->rlen; /* nothing after a closing request is read */
       break;
     }
     if (c->rpos == c->rlen || live_requests(c) >= srv->s.max_pipeline ||
-        (c->flags & TERN__C_STOPPING))
+        (c->head.flags & TERN__C_STOPPING))
       break;
     if (c->q_tail != NULL &&
         (c->q_tail->flags & (TERN__RQ_UPGRADE | TERN__RQ_ENDED)) ==
@@ -878,19 +904,20 @@ static void h1_on_read(tern__conn *c) {
     }
     c->head_scanned = 0;
     start_request(c, end);
-    if (c->proto != &tern__http1) {
-      c->proto->input(c); /* upgraded to h2c: the rest is HTTP/2 */
+    if (c->head.proto != &tern__http1) {
+      /* upgraded to h2c: the rest is HTTP/2 */
+      c->head.proto->input(&c->head);
       return;
     }
   }
-  if (c->flags & TERN__C_CLOSING)
+  if (c->head.flags & TERN__C_CLOSING)
     return;
-  if (c->flags & TERN__C_EOF) {
+  if (c->head.flags & TERN__C_EOF) {
     if (c->body_req != NULL && !(c->body_req->flags & TERN__RQ_BODY_DONE)) {
-      tern__conn_close(c); /* the client left in the middle of a body */
+      tern__conn_close(&c->head); /* the client left in the middle of a body */
       return;
     }
-    c->flags |= TERN__C_CLOSE_AFTER;
+    c->head.flags |= TERN__C_CLOSE_AFTER;
     c->rpos = c->rlen;
     /* A handler still working for a client that has closed would answer
      * nobody (HTTP/1.1 gives a half-closed client no way to ask for it):
@@ -904,19 +931,19 @@ static void h1_on_read(tern__conn *c) {
     unsigned f = c->body_req->flags;
     want = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED);
   } else {
-    want = !(c->flags & (TERN__C_CLOSE_AFTER | TERN__C_STOPPING)) &&
+    want = !(c->head.flags & (TERN__C_CLOSE_AFTER | TERN__C_STOPPING)) &&
            live_requests(c) < srv->s.max_pipeline;
   }
   if (want)
-    tern__conn_read_start(c);
+    tern__stream_read_start(c);
   else
-    tern__conn_read_stop(c);
+    tern__stream_read_stop(c);
 }
 
 static void h1_body_flow(tern_request *r) {
   if (r->flags & TERN__RQ_READING)
     send_continue(r);
-  if (r->conn->body_req == r)
+  if (tern__stream_of(r->conn)->body_req == r)
     tern__conn_reprocess(r->conn);
 }
 
@@ -924,14 +951,14 @@ static void h1_body_flow(tern_request *r) {
  * tunnel's. The request's head is no longer needed (the caller has copied
  * what it keeps), so its read buffer can go back once drained. */
 static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
-  tern__conn *c = r->conn;
+  tern__stream *c = tern__stream_of(r->conn);
   int rc;
 
   /* The connection cannot become this request's: it ends after the
    * request (the client said Connection: close, or the server stops), or
    * another request's body is still arriving. The client's handshake is
    * then unusable; the caller answers it. */
-  if (c->body_req != NULL || (c->flags & TERN__C_CLOSE_AFTER))
+  if (c->body_req != NULL || (c->head.flags & TERN__C_CLOSE_AFTER))
     return TERN_EHANDSHAKE;
   r->flags |= TERN__RQ_TUNNEL;
   rc = h1_start(r, 101, h, n, -1);
@@ -943,7 +970,7 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
   r->flags &= ~(unsigned)(TERN__RQ_BODY_DONE | TERN__RQ_UPGRADE);
   r->body_kind = H1_BODY_TUNNEL;
   c->body_req = r;
-  tern__rbuf_unref(c->w, r->rbuf);
+  tern__rbuf_unref(c->head.w, r->rbuf);
   r->rbuf = NULL;
   r->nheaders = 0;
   r->method = r->target = r->path = r->query = r->authority = NULL;
@@ -953,20 +980,22 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
 }
 
 static size_t h1_pending(const tern_request *r) {
-  const tern__conn *c = r->conn;
+  const tern__stream *c = tern__stream_cof(r->conn);
   size_t n = c->q_head == r ? c->out.bytes : r->out.bytes;
-  return n + tern__conn_buffered(c);
+  return n + tern__stream_buffered(c);
 }
 
-static void h1_on_stop(tern__conn *c) {
-  c->flags |= TERN__C_CLOSE_AFTER;
-  if (c->nq == 0 && !(c->flags & TERN__C_WRITING) && c->out.count == 0)
-    tern__conn_close(c);
+static void h1_on_stop(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
+  c->head.flags |= TERN__C_CLOSE_AFTER;
+  if (c->nq == 0 && !(c->head.flags & TERN__C_WRITING) && c->out.count == 0)
+    tern__conn_close(&c->head);
   else
-    tern__conn_mark_dirty(c);
+    tern__conn_mark_dirty(&c->head);
 }
 
-static void h1_on_close(tern__conn *c) {
+static void h1_on_close(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
   drop_queue(c);
 }
 
@@ -974,7 +1003,8 @@ static void h1_on_close(tern__conn *c) {
  * the handler reads), a head being received, or keep-alive idle; none
  * while requests are in flight or a tunnel (WebSocket) has the
  * connection, which has no timeout of its own. */
-static int h1_timer(const tern__conn *c) {
+static int h1_timer(const tern__conn *conn) {
+  const tern__stream *c = tern__stream_cof(conn);
   const tern_request *b = c->body_req;
   if (b != NULL && (b->flags & TERN__RQ_TUNNEL))
     return TERN__T_NONE | (c->rpos == c->rlen ? TERN__T_DRAINED : 0);
@@ -991,20 +1021,22 @@ static int h1_timer(const tern__conn *c) {
 
 /* A partial head that timed out is told so (408), then the connection
  * closes; any other timeout closes it at once. */
-static int h1_timeout(tern__conn *c, int kind) {
+static int h1_timeout(tern__conn *conn, int kind) {
+  tern__stream *c = tern__stream_of(conn);
   static const char timeout_408[] =
       "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
       "Content-Length: 0\r\n\r\n";
 
   if (kind != TERN__T_HEAD || c->nq != 0 || c->rpos >= c->rlen ||
-      (c->flags & TERN__C_WRITING))
+      (c->head.flags & TERN__C_WRITING))
     return 0;
-  tern__conn_read_stop(c);
+  tern__stream_read_stop(c);
   c->rpos = c->rlen;
-  if (tern__outq_copy(c->w, &c->out, timeout_408, sizeof(timeout_408) - 1) != 0)
+  if (tern__outq_copy(c->head.w, &c->out, timeout_408,
+                      sizeof(timeout_408) - 1) != 0)
     return 0;
-  c->flags |= TERN__C_CLOSE_AFTER;
-  tern__conn_flush(c);
+  c->head.flags |= TERN__C_CLOSE_AFTER;
+  tern__conn_flush(&c->head);
   return 1;
 }
 
@@ -1013,6 +1045,18 @@ static int h1_timeout(tern__conn *c, int kind) {
 static void h1_abort(tern_request *r) {
   r->flags |= TERN__RQ_CLOSE | TERN__RQ_ABORT;
   tern__conn_close(r->conn);
+}
+
+/* A request is being freed: parsing (or reading) may have stopped at the
+ * per-connection request bound, so look again. */
+static void h1_release(tern_request *r) {
+  tern__stream *c;
+  if (r->conn == NULL)
+    return; /* cut by the stop deadline: its connection is gone */
+  c = tern__stream_of(r->conn);
+  if ((c->rpos < c->rlen || !(c->head.flags & TERN__C_READING)) &&
+      !(c->head.flags & (TERN__C_IN_READ | TERN__C_CLOSING)))
+    tern__conn_reprocess(&c->head);
 }
 
 static const tern__req_ops h1_ops = {
@@ -1024,16 +1068,23 @@ static const tern__req_ops h1_ops = {
     .tunnel = h1_tunnel,
     .pending = h1_pending,
     .abort = h1_abort,
-    .release = NULL,
+    .release = h1_release,
 };
+
+/* Requests in the pipeline: answered, or not yet. */
+static size_t h1_busy(const tern__conn *conn) {
+  return tern__stream_cof(conn)->nq;
+}
 
 const tern__proto tern__http1 = {
     .name = "http/1.1",
+    .attach = NULL,
     .input = h1_on_read,
+    .output = NULL,
     .stop = h1_on_stop,
     .close = h1_on_close,
+    .busy = h1_busy,
     .timer = h1_timer,
     .timeout = h1_timeout,
-    .attach = NULL,
     .ops = &h1_ops,
 };

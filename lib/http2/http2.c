@@ -74,7 +74,9 @@
 #include <nghttp2/nghttp2.h>
 #include <string.h>
 
-#include "internal.h"
+#include "net/stream.h"
+
+extern const tern__proto tern__http2;
 
 #define H2_MAX_STREAMS 100
 #define H2_STREAM_WIN_INIT 65535
@@ -114,7 +116,7 @@ typedef struct h2_stream h2_stream;
 
 enum {
   S_OPEN = 1u << 0,        /* nghttp2's stream is open; we hold a ref */
-  S_COUNTED = 1u << 1,     /* counted in c->nq */
+  S_COUNTED = 1u << 1,     /* counted in h->nq */
   S_HEAD_DONE = 1u << 2,   /* the request header block is complete */
   S_REMOTE_DONE = 1u << 3, /* the client's END_STREAM arrived */
   S_PROVIDER = 1u << 4,    /* the response has a body to frame */
@@ -152,7 +154,7 @@ struct h2_stream {
 };
 
 struct h2_conn {
-  tern__conn *c;
+  tern__stream *c;
   tern__worker *w;
   nghttp2_session *ng;
   tern__list streams; /* open streams (each holds a request) */
@@ -187,6 +189,7 @@ struct h2_conn {
   int32_t win;
   size_t consumed;
   size_t held; /* bytes in all streams' pend buffers */
+  size_t nq;   /* streams the server is working on (S_COUNTED) */
 };
 
 /* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
@@ -233,10 +236,10 @@ static int lit_eq(const uint8_t *p, size_t n, const char *lit) {
 /* Ask for frames to be pulled: at the end of the current on_read, or in a
  * pass of on_read that the check phase runs. */
 static void schedule(h2_conn *h) {
-  tern__conn *c = h->c;
+  tern__stream *c = h->c;
   h->want_send = 1;
-  if (!h->pumping && !(c->flags & TERN__C_IN_READ))
-    tern__conn_reprocess(c);
+  if (!h->pumping && !(c->head.flags & TERN__C_IN_READ))
+    tern__conn_want_output(&c->head);
 }
 
 static void settle_add(h2_conn *h, h2_stream *s) {
@@ -344,14 +347,14 @@ static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
 static void count(h2_conn *h, h2_stream *s) {
   if (!(s->flags & S_COUNTED)) {
     s->flags |= S_COUNTED;
-    h->c->nq++;
+    h->nq++;
   }
 }
 
 static void uncount(h2_conn *h, h2_stream *s) {
   if (s->flags & S_COUNTED) {
     s->flags &= ~(unsigned)S_COUNTED;
-    h->c->nq--;
+    h->nq--;
   }
 }
 
@@ -684,7 +687,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s = tern__small_malloc(h->w, sizeof(*s));
   if (s == NULL)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-  r = tern__request_new(h->c);
+  r = tern__request_new(&h->c->head);
   if (r == NULL) {
     tern__small_free(h->w, s);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -1261,8 +1264,8 @@ static void ng_init(void) {
   ng_opts = o;
 }
 
-static h2_conn *h2_new(tern__conn *c) {
-  tern_server *srv = c->w->srv;
+static h2_conn *h2_new(tern__stream *c) {
+  tern_server *srv = c->head.w->srv;
   nghttp2_settings_entry iv[6];
   nghttp2_mem mem;
   h2_conn *h;
@@ -1275,9 +1278,9 @@ static h2_conn *h2_new(tern__conn *c) {
     return NULL;
   memset(h, 0, sizeof(*h));
   h->c = c;
-  h->w = c->w;
+  h->w = c->head.w;
   tern__list_init(&h->streams);
-  mem.mem_user_data = c->w;
+  mem.mem_user_data = c->head.w;
   mem.malloc = ng_malloc;
   mem.free = ng_free;
   mem.calloc = ng_calloc;
@@ -1302,7 +1305,7 @@ static h2_conn *h2_new(tern__conn *c) {
   h->win = H2_CONN_WIN_INIT;
   h->reset_tokens = H2_RESET_BURST;
   h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
-  h->reset_time = uv_now(c->w->loop);
+  h->reset_time = uv_now(c->head.w->loop);
   if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                             h->win) != 0) {
@@ -1337,7 +1340,7 @@ again:
 }
 
 static void pump(h2_conn *h) {
-  tern__conn *c = h->c;
+  tern__stream *c = h->c;
   tern__worker *w = h->w;
   int blocked;
 
@@ -1370,7 +1373,7 @@ static void pump(h2_conn *h) {
       if (n < 0) {
         tern__log(w->srv, TERN_LOG_DEBUG, "http2: %s",
                   nghttp2_strerror((int)n));
-        tern__conn_close(c);
+        tern__conn_close(&c->head);
         goto out;
       }
       if (n == 0) {
@@ -1380,12 +1383,12 @@ static void pump(h2_conn *h) {
         break;
       }
       if (tern__outq_copy(w, &c->out, p, (size_t)n) != 0) {
-        tern__conn_close(c);
+        tern__conn_close(&c->head);
         goto out;
       }
     }
     if (settle_all(h) != 0) {
-      tern__conn_close(c);
+      tern__conn_close(&c->head);
       goto out;
     }
     if (h->flow)
@@ -1406,18 +1409,18 @@ static void pump(h2_conn *h) {
     drop_streams(h);
     if (h->dead)
       goto out;
-    c->flags |= TERN__C_CLOSE_AFTER;
-    tern__conn_read_stop(c);
+    c->head.flags |= TERN__C_CLOSE_AFTER;
+    tern__stream_read_stop(c);
   } else if (blocked && !h->wake) {
     /* Resume when what is queued has been written (on_drained). */
     if (tern__outq_mark(w, &c->out, TERN__SEG_MARK, NULL, on_drained, h) == 0)
       h->wake = 1;
   }
-  tern__conn_mark_dirty(c);
+  tern__conn_mark_dirty(&c->head);
 out:
   h->pumping = 0;
   if (h->want_send && !h->dead && !h->finished)
-    tern__conn_reprocess(c); /* asked for while we were finishing */
+    tern__conn_want_output(&c->head); /* asked for while finishing */
   leave(h);
 }
 
@@ -1438,11 +1441,11 @@ static void fatal(h2_conn *h, int rv) {
     code = NGHTTP2_PROTOCOL_ERROR;
   tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: %s", nghttp2_strerror(rv));
   if (nghttp2_session_terminate_session(h->ng, code) != 0) {
-    tern__conn_close(h->c);
+    tern__conn_close(&h->c->head);
     return;
   }
   h->urgent = 1;
-  tern__conn_read_stop(h->c);
+  tern__stream_read_stop(h->c);
 }
 
 /* The client finished sending: requests still waiting for body bytes get
@@ -1450,7 +1453,7 @@ static void fatal(h2_conn *h, int rv) {
 static void on_eof(h2_conn *h) {
   tern__list *l;
   h->eof = 1;
-  h->c->flags |= TERN__C_CLOSE_AFTER;
+  h->c->head.flags |= TERN__C_CLOSE_AFTER;
 again:
   for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
     h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
@@ -1476,12 +1479,14 @@ again:
   }
 }
 
-static void h2_on_read(tern__conn *c) {
+static void h2_on_read(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
   size_t ok, fed = 0;
   ssize_t n;
 
-  if ((c->flags & TERN__C_CLOSING) || c->proto != &tern__http2 || h == NULL)
+  if ((c->head.flags & TERN__C_CLOSING) || c->head.proto != &tern__http2 ||
+      h == NULL)
     return;
   enter(h);
   if (h->flow)
@@ -1517,19 +1522,19 @@ static void h2_on_read(tern__conn *c) {
       pump(h);
     }
   }
-  if (!h->dead && (c->flags & TERN__C_EOF) && !h->eof)
+  if (!h->dead && (c->head.flags & TERN__C_EOF) && !h->eof)
     on_eof(h);
   if (!h->dead)
     pump(h);
-  if (!h->dead && !(c->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
+  if (!h->dead && !(c->head.flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
       !h->urgent)
-    tern__conn_read_start(c);
+    tern__stream_read_start(c);
 out:
   leave(h);
 }
 
-static void h2_on_stop(tern__conn *c) {
-  h2_conn *h = c->h2;
+static void h2_on_stop(tern__conn *conn) {
+  h2_conn *h = tern__stream_of(conn)->h2;
   if (h == NULL || h->dead)
     return;
   h->stopping = 1;
@@ -1539,7 +1544,8 @@ static void h2_on_stop(tern__conn *c) {
   schedule(h);
 }
 
-static void h2_on_close(tern__conn *c) {
+static void h2_on_close(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
   if (h == NULL)
     return;
@@ -1849,8 +1855,8 @@ static int h2_tunnel(tern_request *r, const tern_header *h, size_t n) {
 }
 
 static size_t h2_pending(const tern_request *r) {
-  const tern__conn *c = r->conn;
-  return r->out.bytes + c->out.bytes + tern__conn_buffered(c);
+  const tern__stream *c = tern__stream_cof(r->conn);
+  return r->out.bytes + c->out.bytes + tern__stream_buffered(c);
 }
 
 static void h2_release(tern_request *r) {
@@ -1899,8 +1905,10 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
 /* HTTP/2's connection timer: none while streams are in flight (each is
  * bounded by its own flow and the write timeout), the head timer while a
  * frame is half received, else keep-alive idle. */
-static int h2_timer(const tern__conn *c) {
-  if (c->nq > 0)
+static int h2_timer(const tern__conn *conn) {
+  const tern__stream *c = tern__stream_cof(conn);
+  const h2_conn *h = c->h2;
+  if (h != NULL && h->nq > 0)
     return TERN__T_NONE;
   if (c->rpos < c->rlen)
     return TERN__T_HEAD;
@@ -1934,42 +1942,7 @@ static const tern__req_ops h2_ops = {
     .release = h2_release,
 };
 
-const tern__proto tern__http2 = {
-    .name = "h2",
-    .input = h2_on_read,
-    .stop = h2_on_stop,
-    .close = h2_on_close,
-    .timer = h2_timer,
-    .timeout = NULL,
-    .attach = tern__http2_start,
-    .ops = &h2_ops,
-};
-
 /* ---- Starting HTTP/2 on a connection ------------------------------------ */
-
-/* HTTP/2 once the preface's request line ("PRI * HTTP/2.0\r\n", which no
- * HTTP/1.1 request is) has arrived: nghttp2 checks the rest, and a wrong
- * rest gets GOAWAY PROTOCOL_ERROR (RFC 9113 3.4) rather than an HTTP/1.1
- * answer. */
-#define PREFACE_LINE 16
-
-int tern__http2_preface(const char *p, size_t n) {
-  size_t m = n < PREFACE_LINE ? n : PREFACE_LINE;
-  if (memcmp(p, preface, m) != 0)
-    return 0;
-  return n >= PREFACE_LINE ? 1 : -1;
-}
-
-void tern__http2_start(tern__conn *c) {
-  h2_conn *h = h2_new(c);
-  if (h == NULL) {
-    tern__conn_close(c);
-    return;
-  }
-  c->proto = &tern__http2;
-  c->h2 = h;
-  schedule(h); /* our SETTINGS go out even before the client's arrive */
-}
 
 /* base64url (RFC 4648 5), padding optional; the standard alphabet's two
  * characters are accepted too. */
@@ -2011,8 +1984,13 @@ static int b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap,
   return 0;
 }
 
-int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
-                        size_t len) {
+/* h2c upgrade (RFC 7540 3.2): the request, which the HTTP/1.1 adapter no
+ * longer holds, becomes stream 1 and is routed; the 101 answer is queued.
+ * On error nothing has changed and the request stays HTTP/1.1. */
+static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
+  tern_request *r = up->r;
+  const char *settings = up->settings;
+  size_t len = up->settings_len;
   static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\n"
                                   "Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
   uint8_t payload[6 * 32];
@@ -2031,13 +2009,14 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
     destroy(h);
     return TERN_EINVAL;
   }
-  s = tern__small_malloc(c->w, sizeof(*s));
+  s = tern__small_malloc(c->head.w, sizeof(*s));
   if (s == NULL) {
     destroy(h);
     return TERN_ENOMEM;
   }
-  if (tern__outq_copy(c->w, &c->out, switching, sizeof(switching) - 1) != 0) {
-    tern__small_free(c->w, s);
+  if (tern__outq_copy(c->head.w, &c->out, switching, sizeof(switching) - 1) !=
+      0) {
+    tern__small_free(c->head.w, s);
     destroy(h);
     return TERN_ENOMEM;
   }
@@ -2047,7 +2026,7 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
   s->win = H2_STREAM_WIN_INIT;
-  c->proto = &tern__http2;
+  c->head.proto = &tern__http2;
   c->h2 = h;
   /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
    * request is HTTP/2's from here on. */
@@ -2063,3 +2042,52 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   leave(h);
   return 0;
 }
+
+/* HTTP/2 takes the connection: prior knowledge (HTTP/1.1 saw the
+ * preface), ALPN "h2", or an h2c upgrade (`arg`). Our SETTINGS go out
+ * even before the client's arrive. */
+static int h2_attach(tern__conn *conn, void *arg) {
+  tern__stream *c = tern__stream_of(conn);
+  h2_conn *h;
+  if (arg != NULL)
+    return upgrade(c, arg);
+  h = h2_new(c);
+  if (h == NULL)
+    return TERN_ENOMEM;
+  conn->proto = &tern__http2;
+  c->h2 = h;
+  schedule(h);
+  return 0;
+}
+
+/* Output was asked for outside input (a response call, a drained queue):
+ * frame it now, in the check phase, never inside a response call. */
+static void h2_output(tern__conn *conn) {
+  tern__stream *c = tern__stream_of(conn);
+  h2_conn *h = c->h2;
+  if (h == NULL || h->dead)
+    return;
+  pump(h);
+  if (!h->dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
+      !h->urgent)
+    tern__stream_read_start(c);
+}
+
+/* Streams the server is working on. */
+static size_t h2_busy(const tern__conn *conn) {
+  const h2_conn *h = tern__stream_cof(conn)->h2;
+  return h != NULL ? h->nq : 0;
+}
+
+const tern__proto tern__http2 = {
+    .name = "h2",
+    .attach = h2_attach,
+    .input = h2_on_read,
+    .output = h2_output,
+    .stop = h2_on_stop,
+    .close = h2_on_close,
+    .busy = h2_busy,
+    .timer = h2_timer,
+    .timeout = NULL,
+    .ops = &h2_ops,
+};

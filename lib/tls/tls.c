@@ -47,7 +47,7 @@ struct tern_tls {
 typedef struct tls_conn {
   mbedtls_ssl_context ssl;
   tls_cfg *cfg;
-  tern__conn *c;
+  tern__worker *w;
   tern__rbuf *in; /* ciphertext read from the socket */
   size_t in_pos, in_len;
   tern__outq out; /* records to write */
@@ -335,15 +335,6 @@ int tern_tls_commit(tern_tls *t) {
 }
 
 /* A listener whose connections this filter serves with `tls`. */
-int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
-                    int *bound_port) {
-  if (tls == NULL)
-    return TERN_EINVAL;
-  if (!tern__tls_ready(tls))
-    return TERN_ESTATE;
-  return tern__listen_on(srv, host, port, &tern__tls_filter, tls, bound_port);
-}
-
 int tern__tls_ready(const tern_tls *t) {
   return t->current != NULL;
 }
@@ -369,7 +360,7 @@ void tern__tls_free_all(tern_server *srv) {
 
 static int bio_send(void *ctx, const unsigned char *buf, size_t len) {
   tls_conn *t = ctx;
-  if (tern__outq_copy(t->c->w, &t->out, buf, len) != 0)
+  if (tern__outq_copy(t->w, &t->out, buf, len) != 0)
     return MBEDTLS_ERR_SSL_ALLOC_FAILED;
   return (int)len;
 }
@@ -386,9 +377,9 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len) {
   return (int)len;
 }
 
-static int tls_attach(tern__conn *c, void *cfg_arg) {
+static int tls_attach(void **st, tern__worker *w, void *cfg_arg) {
   tern_tls *tls = cfg_arg;
-  tern_server *srv = c->w->srv;
+  tern_server *srv = w->srv;
   tls_conn *t;
   tls_cfg *cfg;
 
@@ -396,7 +387,7 @@ static int tls_attach(tern__conn *c, void *cfg_arg) {
   if (t == NULL)
     return TERN_ENOMEM;
   memset(t, 0, sizeof(*t));
-  t->c = c;
+  t->w = w;
   tern__outq_init(&t->out);
   uv_mutex_lock(&tls->lock);
   cfg = tls->current;
@@ -411,13 +402,12 @@ static int tls_attach(tern__conn *c, void *cfg_arg) {
     return TERN_ENOMEM;
   }
   mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
-  c->filt = t;
+  *st = t;
   return 0;
 }
 
-static void tls_detach(tern__conn *c) {
-  tls_conn *t = c->filt;
-  tern__worker *w = c->w;
+static void tls_detach(void *st, tern__worker *w) {
+  tls_conn *t = st;
   if (t == NULL)
     return;
   tern__outq_free(w, &t->out);
@@ -425,13 +415,12 @@ static void tls_detach(tern__conn *c) {
   mbedtls_ssl_free(&t->ssl);
   cfg_release(t->cfg);
   tern__free(w->srv, t);
-  c->filt = NULL;
 }
 
-static void tls_read_buf(tern__conn *c, uv_buf_t *buf) {
-  tls_conn *t = c->filt;
+static void tls_read_buf(void *st, tern__worker *w, uv_buf_t *buf) {
+  tls_conn *t = st;
   if (t->in == NULL) {
-    t->in = tern__rbuf_get(c->w);
+    t->in = tern__rbuf_get(w);
     t->in_pos = t->in_len = 0;
     if (t->in == NULL) {
       *buf = uv_buf_init(NULL, 0);
@@ -449,48 +438,47 @@ static void tls_read_buf(tern__conn *c, uv_buf_t *buf) {
 
 /* The protocol the client and we agreed on (NULL: none offered); the
  * transport picks the adapter by it. */
-static const char *tls_alpn(const tern__conn *c) {
-  return mbedtls_ssl_get_alpn_protocol(&((tls_conn *)c->filt)->ssl);
+static const char *tls_alpn(const void *st) {
+  return mbedtls_ssl_get_alpn_protocol(&((const tls_conn *)st)->ssl);
 }
 
-static int tls_decrypt(tern__conn *c);
+static int tls_decrypt(tls_conn *t, char *dst, size_t room, size_t *got);
 
-static int tls_input(tern__conn *c) {
-  tls_conn *t = c->filt;
+/* The handshake records it produces wait in the wire queue, which the
+ * transport writes after input. */
+static int tls_input(void *st, tern__worker *w, char *dst, size_t room,
+                     size_t *got) {
+  tls_conn *t = st;
   int rc;
 
+  *got = 0;
   if (!t->hs_done) {
     rc = mbedtls_ssl_handshake(&t->ssl);
-    if (t->out.count > 0)
-      tern__conn_mark_dirty(c); /* handshake records to send */
     if (rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE)
       return 0;
     if (rc != 0) {
       char msg[120];
       mbedtls_strerror(rc, msg, sizeof(msg));
-      tern__log(c->w->srv, TERN_LOG_DEBUG, "tls handshake: %s", msg);
+      tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: %s", msg);
       return TERN_ETLS;
     }
     t->hs_done = 1;
-    rc = tls_decrypt(c);
+    rc = tls_decrypt(t, dst, room, got);
     return rc == 0 ? TERN__F_READY : rc;
   }
-  return tls_decrypt(c);
+  return tls_decrypt(t, dst, room, got);
 }
 
-/* Decrypt what is buffered into c->rbuf, as far as it has room. */
-static int tls_decrypt(tern__conn *c) {
-  tls_conn *t = c->filt;
+/* Decrypt what is buffered into dst, as far as it has room. */
+static int tls_decrypt(tls_conn *t, char *dst, size_t room, size_t *got) {
   int rc;
 
   for (;;) {
-    size_t room;
-    char *p = tern__conn_rbuf_room(c, &room);
-    if (p == NULL || room == 0)
+    if (dst == NULL || *got == room)
       break; /* the adapter must consume first */
-    rc = mbedtls_ssl_read(&t->ssl, (unsigned char *)p, room);
+    rc = mbedtls_ssl_read(&t->ssl, (unsigned char *)dst + *got, room - *got);
     if (rc > 0) {
-      c->rlen += (size_t)rc;
+      *got += (size_t)rc;
       continue;
     }
     if (rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE)
@@ -502,17 +490,16 @@ static int tls_decrypt(tern__conn *c) {
   if (t->in != NULL && t->in_pos == t->in_len &&
       mbedtls_ssl_get_bytes_avail(&t->ssl) == 0) {
     /* Nothing buffered: an idle connection holds no ciphertext buffer. */
-    tern__rbuf_unref(c->w, t->in);
+    tern__rbuf_unref(t->w, t->in);
     t->in = NULL;
     t->in_pos = t->in_len = 0;
   }
   return 0;
 }
 
-static tern__outq *tls_output(tern__conn *c, int *err) {
-  tls_conn *t = c->filt;
-  tern__worker *w = c->w;
-  tern__outq *q = &c->out;
+static tern__outq *tls_output(void *st, tern__worker *w, tern__outq *q,
+                              int *err) {
+  tls_conn *t = st;
 
   *err = 0;
   while (t->hs_done && q->count > 0 && t->out.bytes < TLS_OUT_HIGH) {
@@ -556,35 +543,35 @@ static tern__outq *tls_output(tern__conn *c, int *err) {
   return &t->out;
 }
 
-static tern__outq *tls_wire(tern__conn *c) {
-  return &((tls_conn *)c->filt)->out;
+static tern__outq *tls_wire(void *st) {
+  return &((tls_conn *)st)->out;
 }
 
-static size_t tls_buffered(const tern__conn *c) {
-  return ((tls_conn *)c->filt)->out.bytes;
+static size_t tls_buffered(const void *st) {
+  return ((const tls_conn *)st)->out.bytes;
 }
 
-static int tls_has_input(tern__conn *c) {
-  tls_conn *t = c->filt;
+static int tls_has_input(void *st) {
+  tls_conn *t = st;
   return t->hs_done && ((t->in != NULL && t->in_pos < t->in_len) ||
                         mbedtls_ssl_get_bytes_avail(&t->ssl) > 0);
 }
 
-static void tls_received(tern__conn *c, size_t n) {
-  tls_conn *t = c->filt;
+static void tls_received(void *st, size_t n) {
+  tls_conn *t = st;
   if (t == NULL)
     return;
-  if (n == 0 && (c->flags & TERN__C_LINGER))
-    t->in_pos = t->in_len = 0;
+  if (n == 0)
+    t->in_pos = t->in_len = 0; /* a lingering close drops it */
   t->in_len += n;
 }
 
-static int tls_handshaking(const tern__conn *c) {
-  return !((tls_conn *)c->filt)->hs_done;
+static int tls_handshaking(const void *st) {
+  return !((const tls_conn *)st)->hs_done;
 }
 
-static int tls_shutdown(tern__conn *c) {
-  tls_conn *t = c->filt;
+static int tls_shutdown(void *st) {
+  tls_conn *t = st;
   if (t == NULL || !t->hs_done || t->notified)
     return 0;
   t->notified = 1;

@@ -376,8 +376,7 @@ static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
     tern__list_append(&w->ws_ended, &ws->link);
     /* The check phase follows this turn's callbacks; the wake-up covers
      * a call made from a timer of an attached loop, before the poll. */
-    if (!uv_is_closing((uv_handle_t *)&w->async))
-      uv_async_send(&w->async);
+    tern__worker_wake(w);
   } else if (ws->o.on_close != NULL) {
     ws->o.on_close(ws, code, reason, len, ws->user);
   }

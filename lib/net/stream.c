@@ -1,0 +1,453 @@
+/* The byte-stream transport: a TCP connection's socket, its read buffer
+ * and output queue, the filter between them (TLS), and lingering close.
+ * Input is read into refcounted buffers that requests may keep viewing;
+ * output is gathered through the loop turn and written at once.
+ */
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/stream.h"
+
+static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf);
+
+static void on_handle_closed(uv_handle_t *h) {
+  tern__stream *s = h->data;
+  tern__worker *w = s->head.w;
+  tern__outq_free(w, &s->out);
+  if (s->filter != NULL)
+    s->filter->detach(s->filt, w);
+  s->filt = NULL;
+  tern__rbuf_unref(w, s->rbuf);
+  s->rbuf = NULL;
+  tern__conn_closed(&s->head);
+}
+
+static void on_rejected_closed(uv_handle_t *h) {
+  tern__stream *s = h->data;
+  tern__conn_discard(&s->head);
+}
+
+/* Accept even when there is no memory or no room, so that the kernel's
+ * backlog drains and the client sees a close instead of a hang. */
+static void reject_pending(uv_stream_t *l) {
+  uv_os_fd_t fd;
+  int cfd;
+  if (uv_fileno((uv_handle_t *)l, &fd) != 0)
+    return;
+  cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+  if (cfd >= 0)
+    close(cfd);
+}
+
+void tern__stream_accept(tern__worker *w, uv_stream_t *l,
+                         const tern__filter *filter, void *cfg) {
+  tern_server *srv = w->srv;
+  tern__conn *c = tern__conn_new(w, &tern__stream_transport);
+  tern__stream *s;
+
+  if (c == NULL) {
+    reject_pending(l);
+    return;
+  }
+  s = tern__stream_of(c);
+  memset((char *)s + sizeof(s->head), 0, sizeof(*s) - sizeof(s->head));
+  uv_tcp_init(w->loop, &s->tcp);
+  s->tcp.data = s;
+  if (uv_accept(l, (uv_stream_t *)&s->tcp) != 0 || w->stopping ||
+      atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
+          w->max_conns) {
+    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    return;
+  }
+  if (srv->s.tcp_nodelay)
+    uv_tcp_nodelay(&s->tcp, 1);
+  {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+      tern__addr_set(&c->peer, (struct sockaddr *)&ss);
+    len = sizeof(ss);
+    if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+      tern__addr_set(&c->local, (struct sockaddr *)&ss);
+  }
+  c->proto = tern__protocols[0]; /* HTTP/1.1 */
+  s->filter = filter;
+  if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
+    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    return;
+  }
+  tern__outq_init(&s->out);
+  tern__conn_start(c);
+  tern__stream_read_start(s);
+}
+
+/* ---- Reading ------------------------------------------------------- */
+
+char *tern__stream_rbuf_room(tern__stream *s, size_t *room) {
+  tern__worker *w = s->head.w;
+  tern__rbuf *b = s->rbuf;
+  size_t unparsed;
+
+  if (b == NULL) {
+    b = s->rbuf = tern__rbuf_get(w);
+    s->rpos = s->rlen = 0;
+    if (b == NULL) {
+      *room = 0;
+      return NULL;
+    }
+  }
+  if (s->rpos == s->rlen && b->refs == 1)
+    s->rpos = s->rlen = 0;
+  if (b->cap - s->rlen < b->cap / 4 && s->rpos > 0) {
+    /* Little room left: move the unparsed tail to the front. Requests
+     * still point into this buffer when refs > 1; then the tail moves to
+     * a fresh buffer and the old one lives until they finish. */
+    unparsed = s->rlen - s->rpos;
+    if (b->refs == 1) {
+      memmove(b->data, b->data + s->rpos, unparsed);
+      s->rpos = 0;
+      s->rlen = unparsed;
+    } else {
+      tern__rbuf *nb = tern__rbuf_get(w);
+      if (nb != NULL) {
+        memcpy(nb->data, b->data + s->rpos, unparsed);
+        tern__rbuf_unref(w, b);
+        s->rbuf = b = nb;
+        s->rpos = 0;
+        s->rlen = unparsed;
+      }
+    }
+  }
+  *room = b->cap - s->rlen;
+  return b->data + s->rlen;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  tern__stream *s = h->data;
+  size_t room;
+  char *p;
+
+  (void)suggested;
+  if (s->filter != NULL) {
+    s->filter->read_buf(s->filt, s->head.w, buf);
+    return;
+  }
+  p = tern__stream_rbuf_room(s, &room);
+  *buf = uv_buf_init(p, (unsigned)room); /* 0: read_cb gets UV_ENOBUFS */
+}
+
+void tern__stream_read_start(tern__stream *s) {
+  if (s->head.flags & (TERN__C_READING | TERN__C_CLOSING | TERN__C_EOF))
+    return;
+  if (uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read) == 0)
+    s->head.flags |= TERN__C_READING;
+}
+
+void tern__stream_read_stop(tern__stream *s) {
+  if (!(s->head.flags & TERN__C_READING))
+    return;
+  uv_read_stop((uv_stream_t *)&s->tcp);
+  s->head.flags &= ~(unsigned)TERN__C_READING;
+}
+
+static void stream_input(tern__conn *c, int on) {
+  if (on)
+    tern__stream_read_start(tern__stream_of(c));
+  else
+    tern__stream_read_stop(tern__stream_of(c));
+}
+
+/* The filter's handshake has finished: the protocol it agreed on (ALPN)
+ * picks the adapter among those the build has. HTTP/1.1, already in
+ * place, serves a client that offered none. */
+static void select_protocol(tern__stream *s) {
+  const char *alpn = s->filter->alpn(s->filt);
+  const tern__proto *p;
+  if (alpn == NULL)
+    return;
+  p = tern__proto_find(alpn, strlen(alpn));
+  if (p != NULL && p != s->head.proto && p->attach != NULL &&
+      p->attach(&s->head, NULL) != 0)
+    tern__conn_close(&s->head);
+}
+
+size_t tern__stream_buffered(const tern__stream *s) {
+  return s->filter != NULL ? s->filter->buffered(s->filt) : 0;
+}
+
+static size_t stream_buffered(const tern__conn *c) {
+  return tern__stream_buffered(tern__stream_cof(c));
+}
+
+/* Arm the timeout that fits the connection's state: the adapter's
+ * choice, but the head timer while a TLS handshake runs (it is part of the
+ * head: its bytes do not re-arm it, so a client trickling handshake
+ * records is closed like one trickling a head), and nothing over the
+ * transport's own write and linger timers. A waiting connection (idle
+ * keep-alive, a drained tunnel) gives its read buffer back. */
+static void update_timer(tern__stream *s) {
+  tern__conn *c = &s->head;
+  int kind;
+
+  if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
+    return;
+  kind = s->filter != NULL && s->filter->handshaking(s->filt)
+             ? TERN__T_HEAD
+             : c->proto->timer(c);
+  if (tern__conn_timer_choose(c, kind & ~TERN__T_DRAINED) &&
+      (kind & TERN__T_DRAINED) && s->rbuf != NULL && s->rbuf->refs == 1) {
+    tern__rbuf_unref(c->w, s->rbuf);
+    s->rbuf = NULL;
+    s->rpos = s->rlen = 0;
+  }
+}
+
+/* Decrypt into the read buffer as far as it has room. */
+static int filter_input(tern__stream *s) {
+  size_t room, got = 0;
+  char *p = tern__stream_rbuf_room(s, &room);
+  int rc;
+  if (p == NULL)
+    room = 0; /* the handshake may still progress */
+  rc = s->filter->input(s->filt, s->head.w, p, room, &got);
+  s->rlen += got;
+  return rc;
+}
+
+static void stream_process(tern__conn *c) {
+  tern__stream *s = tern__stream_of(c);
+  /* A lingering connection only drains the client's bytes until its FIN;
+   * the adapter has nothing more to do with it (and must not stop the
+   * reading that sees the FIN). */
+  if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER))
+    return;
+  if (c->flags & TERN__C_IN_READ) {
+    tern__conn_reprocess(c);
+    return;
+  }
+  for (;;) {
+    size_t before = s->rpos, had = s->rlen;
+    if (s->filter != NULL) {
+      /* Plaintext first: the adapter may have made room since. */
+      int rc = filter_input(s);
+      if (rc == TERN__F_READY) {
+        select_protocol(s);
+        if (c->flags & TERN__C_CLOSING)
+          return;
+      } else if (rc == TERN_ECLOSED) {
+        c->flags |= TERN__C_EOF;
+      } else if (rc != 0) {
+        tern__conn_close(c);
+        return;
+      }
+    }
+    c->flags |= TERN__C_IN_READ;
+    c->proto->input(c);
+    c->flags &= ~(unsigned)TERN__C_IN_READ;
+    /* TLS may hold more than the read buffer had room for: once the
+     * adapter has made room, decrypt again, or those bytes wait for socket
+     * input that a client blocked on flow control never sends. */
+    if (s->filter == NULL || (c->flags & (TERN__C_CLOSING | TERN__C_LINGER)) ||
+        !s->filter->has_input(s->filt) || (s->rpos == before && s->rlen == had))
+      break;
+  }
+  if (!(c->flags & TERN__C_CLOSING)) {
+    update_timer(s);
+    tern__conn_mark_dirty(c);
+  }
+}
+
+static void stream_flush(tern__conn *c);
+
+static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
+  tern__stream *s = h->data;
+  tern__conn *c = &s->head;
+
+  (void)buf;
+  if (nread > 0) {
+    TERN__STAT_ADD(c->w->stats.bytes_in, (uint64_t)nread);
+    if (c->flags & TERN__C_LINGER) {
+      s->rpos = s->rlen = 0; /* closing: the bytes are dropped */
+      return;
+    }
+    if (s->filter != NULL)
+      s->filter->received(s->filt, (size_t)nread); /* decrypted below */
+    else
+      s->rlen += (size_t)nread;
+    if (c->timer_kind == TERN__T_BODY)
+      tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
+    stream_process(c);
+    /* Everything this read produced leaves now, in one write: waiting for
+     * the end of the loop turn would only add latency. */
+    if (!(c->flags & (TERN__C_CLOSING | TERN__C_REPROCESS)))
+      stream_flush(c);
+    return;
+  }
+  if (nread == 0)
+    return;
+  if (nread == UV_ENOBUFS) {
+    /* No room: the adapter cannot consume now. It restarts reading. */
+    tern__stream_read_stop(s);
+    return;
+  }
+  if (nread == UV_EOF && !(c->flags & TERN__C_LINGER)) {
+    c->flags |= TERN__C_EOF;
+    tern__stream_read_stop(s);
+    stream_process(c);
+    return;
+  }
+  tern__conn_close(c);
+}
+
+/* ---- Writing ------------------------------------------------------- */
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)req;
+  (void)status;
+}
+
+/* Close after the last byte has been written: shut down our side and drain
+ * what the client still sends for a while. Closing with unread input would
+ * make the kernel answer with a reset that can destroy the response before
+ * the client has read it. */
+static void linger(tern__stream *s) {
+  tern__conn *c = &s->head;
+  if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
+      uv_shutdown(&s->sreq, (uv_stream_t *)&s->tcp, on_shutdown) != 0) {
+    tern__conn_close(c);
+    return;
+  }
+  c->flags |= TERN__C_LINGER;
+  s->rpos = s->rlen = 0;
+  if (s->filter != NULL)
+    s->filter->received(s->filt, 0); /* drop buffered ciphertext too */
+  tern__stream_read_start(s);
+  tern__conn_timer(c, TERN__T_LINGER);
+}
+
+#define TERN__IOV_MAX 64
+
+static void on_write(uv_write_t *req, int status);
+
+/* The queue the socket writes from: ciphertext when TLS filters the
+ * connection (after encrypting what the adapter produced), else the
+ * adapter's own output. */
+static tern__outq *wire_queue(tern__stream *s, int *err) {
+  *err = 0;
+  if (s->filter != NULL)
+    return s->filter->output(s->filt, s->head.w, &s->out, err);
+  return &s->out;
+}
+
+static void stream_flush(tern__conn *c) {
+  tern__stream *s = tern__stream_of(c);
+  tern__worker *w = c->w;
+  uv_buf_t iov[TERN__IOV_MAX];
+  size_t n, i, total;
+  tern__outq *q;
+  int r, err;
+
+  if (c->flags & (TERN__C_CLOSING | TERN__C_WRITING | TERN__C_LINGER))
+    return;
+  /* This flush does what the check phase would: no need to come again. */
+  tern__conn_clean(c);
+  for (;;) {
+    q = wire_queue(s, &err);
+    if (err != 0) {
+      tern__conn_close(c);
+      return;
+    }
+    if (q->count == 0)
+      break;
+    n = tern__outq_iov(q, iov, TERN__IOV_MAX);
+    if (n == 0) {
+      tern__outq_consume(w, q, 0); /* markers only */
+      continue;
+    }
+    r = uv_try_write((uv_stream_t *)&s->tcp, iov, (unsigned)n);
+    if (r > 0) {
+      TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
+      tern__outq_consume(w, q, (size_t)r);
+      if (c->flags & TERN__C_CLOSING)
+        return;
+      continue;
+    }
+    if (r != UV_EAGAIN) {
+      tern__conn_close(c);
+      return;
+    }
+    for (i = 0, total = 0; i < n; i++)
+      total += iov[i].len;
+    if (uv_write(&s->wreq, (uv_stream_t *)&s->tcp, iov, (unsigned)n,
+                 on_write) != 0) {
+      tern__conn_close(c);
+      return;
+    }
+    s->wlen = total;
+    c->flags |= TERN__C_WRITING;
+    tern__conn_timer(c, TERN__T_WRITE);
+    return;
+  }
+  if (s->out.count == 0 && tern__conn_done(c)) {
+    /* Over TLS, the close_notify alert goes out before our FIN. */
+    if (s->filter != NULL && s->filter->shutdown(s->filt)) {
+      stream_flush(c);
+      return;
+    }
+    linger(s);
+  } else {
+    update_timer(s); /* and give back an idle read buffer */
+  }
+}
+
+static void on_write(uv_write_t *req, int status) {
+  tern__stream *s = TERN__CONTAINER_OF(req, tern__stream, wreq);
+  tern__conn *c = &s->head;
+  tern__worker *w = c->w;
+
+  c->flags &= ~(unsigned)TERN__C_WRITING;
+  if (status < 0 || (c->flags & TERN__C_CLOSING)) {
+    tern__conn_close(c);
+    return;
+  }
+  TERN__STAT_ADD(w->stats.bytes_out, s->wlen);
+  tern__outq_consume(w, s->filter != NULL ? s->filter->wire(s->filt) : &s->out,
+                     s->wlen);
+  s->wlen = 0;
+  if (c->flags & TERN__C_CLOSING)
+    return;
+  tern__conn_timer(c, TERN__T_NONE);
+  stream_flush(c);
+}
+
+/* ---- Timers, closing ---------------------------------------------- */
+
+static void stream_timeout(tern__conn *c, int kind) {
+  (void)kind; /* a write that made no progress, or a linger that ended */
+  tern__conn_close(c);
+}
+
+static void stream_close(tern__conn *c) {
+  tern__stream *s = tern__stream_of(c);
+  tern__stream_read_stop(s);
+  uv_close((uv_handle_t *)&s->tcp, on_handle_closed);
+}
+
+static void stream_free(tern__conn *c) {
+  tern__worker *w = c->w;
+  tern__pool_put(w, &w->conn_pools[TERN__POOL_STREAM], tern__stream_of(c));
+}
+
+const tern__transport tern__stream_transport = {
+    .name = "tcp",
+    .pool = TERN__POOL_STREAM,
+    .conn_size = sizeof(tern__stream),
+    .process = stream_process,
+    .flush = stream_flush,
+    .input = stream_input,
+    .buffered = stream_buffered,
+    .timeout = stream_timeout,
+    .close = stream_close,
+    .free = stream_free,
+};

@@ -1,0 +1,216 @@
+/* TCP listeners: one listening socket per address, a handle on it per
+ * worker, and accept, which hands each new socket to the byte-stream
+ * transport with the listener's filter (TLS) and its configuration.
+ * tern_listen and tern_listen_tls live here.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/stream.h"
+#include "tls/tls.h"
+
+typedef struct {
+  tern__listener base; /* first: the core's part */
+  tern_server *srv;
+  int *fds;                   /* one per worker until its handle owns it */
+  uv_tcp_t *handles;          /* one per worker */
+  unsigned char *open;        /* handles[i] was initialised */
+  const tern__filter *filter; /* NULL: plain TCP */
+  void *filter_cfg;           /* its configuration (a tern_tls) */
+} tcp_listener;
+
+static void on_connection(uv_stream_t *h, int status) {
+  tcp_listener *l = h->data;
+  tern__worker *w = &l->srv->workers[(uv_tcp_t *)h - l->handles];
+
+  if (status < 0) {
+    /* Out of descriptors the listener stays readable and this runs again
+     * at once: say so at most once a second, not once per attempt. */
+    if (uv_now(w->loop) - w->accept_warned >= 1000 || w->accept_warned == 0) {
+      w->accept_warned = uv_now(w->loop);
+      tern__log(w->srv, TERN_LOG_WARN, "accept: %s", uv_strerror(status));
+    }
+    return;
+  }
+  tern__stream_accept(w, h, l->filter, l->filter_cfg);
+}
+
+static int tcp_start(tern__listener *base, tern__worker *w) {
+  tcp_listener *l = (tcp_listener *)base;
+  uv_tcp_t *h = &l->handles[w->id];
+  int rc;
+
+  uv_tcp_init(w->loop, h);
+  h->data = l;
+  l->open[w->id] = 1;
+  w->handles_open++;
+  rc = uv_tcp_open(h, l->fds[w->id]);
+  if (rc != 0)
+    return TERN_EIO;
+  l->fds[w->id] = -1; /* the handle owns it now */
+  rc = uv_listen((uv_stream_t *)h, 1024, on_connection);
+  if (rc != 0) {
+    tern__log(w->srv, TERN_LOG_ERROR, "listen: %s", uv_strerror(rc));
+    return TERN_EIO;
+  }
+  return 0;
+}
+
+static void tcp_stop(tern__listener *base, tern__worker *w) {
+  tcp_listener *l = (tcp_listener *)base;
+  if (l->open[w->id])
+    tern__worker_close_handle(w, (uv_handle_t *)&l->handles[w->id]);
+}
+
+static void tcp_free(tern__listener *base, tern_server *srv) {
+  tcp_listener *l = (tcp_listener *)base;
+  unsigned i;
+  for (i = 0; i < srv->nworkers; i++)
+    if (l->fds[i] >= 0)
+      close(l->fds[i]);
+  tern__free(srv, l->fds);
+  tern__free(srv, l->handles);
+  tern__free(srv, l->open);
+  tern__free(srv, l);
+}
+
+static const tern__listener_ops tcp_ops = {
+    .name = "tcp",
+    .start = tcp_start,
+    .stop = tcp_stop,
+    .free = tcp_free,
+};
+
+static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof(*ss));
+  if (host == NULL)
+    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+    return 0;
+  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+    return 0;
+  return TERN_EADDR;
+}
+
+/* One listening socket per address, shared by every worker (each gets a
+ * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
+ * would spread connections over the workers in the kernel, but it cannot
+ * be closed to others: any later socket of the same user that sets the
+ * option joins the group and silently takes part of the traffic, and a
+ * second server started on our port would bind without an error. A
+ * socket without the option makes every other bind of the address fail
+ * with EADDRINUSE. The workers then take turns accepting from one queue,
+ * whichever loop wakes first; SO_REUSEADDR only lets a restarted server
+ * bind over connections still in TIME_WAIT. */
+static int open_socket(const struct sockaddr_storage *ss, int dual) {
+  int one = 1, zero = 0;
+  socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                           : sizeof(struct sockaddr_in6);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return TERN_EIO;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (ss->ss_family == AF_INET6)
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
+  if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
+    int e = errno;
+    close(fd);
+    return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
+  }
+  if (listen(fd, 1024) != 0) {
+    close(fd);
+    return TERN_EIO;
+  }
+  return fd;
+}
+
+/* Listen on host:port, each connection through `filter` (NULL: plain
+ * TCP) with `cfg`. */
+static int listen_on(tern_server *srv, const char *host, int port,
+                     const tern__filter *filter, void *cfg, int *bound_port) {
+  struct sockaddr_storage ss;
+  socklen_t slen = sizeof(ss);
+  tcp_listener *l;
+  unsigned i;
+  int rc, fd;
+
+  if (srv == NULL || port < 0 || port > 65535)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  if ((rc = parse_host(host, port, &ss)) != 0)
+    return rc;
+  l = tern__malloc(srv, sizeof(*l));
+  if (l == NULL)
+    return TERN_ENOMEM;
+  memset(l, 0, sizeof(*l));
+  l->base.ops = &tcp_ops;
+  l->srv = srv;
+  l->filter = filter;
+  l->filter_cfg = cfg;
+  l->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
+  l->handles = tern__malloc(srv, srv->nworkers * sizeof(uv_tcp_t));
+  l->open = tern__malloc(srv, srv->nworkers);
+  if (l->fds == NULL || l->handles == NULL || l->open == NULL) {
+    tern__free(srv, l->fds);
+    l->fds = NULL;
+    rc = TERN_ENOMEM;
+    goto fail;
+  }
+  memset(l->open, 0, srv->nworkers);
+  for (i = 0; i < srv->nworkers; i++)
+    l->fds[i] = -1;
+  fd = open_socket(&ss, host == NULL);
+  if (fd < 0) {
+    rc = fd;
+    goto fail;
+  }
+  l->fds[0] = fd;
+  /* Port 0: the bind picked the port; report it. */
+  if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
+    rc = TERN_EIO;
+    goto fail;
+  }
+  for (i = 1; i < srv->nworkers; i++) {
+    l->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (l->fds[i] < 0) {
+      rc = TERN_EIO;
+      goto fail;
+    }
+  }
+  if ((rc = tern__server_add_listener(srv, &l->base)) != 0)
+    goto fail;
+  if (bound_port != NULL)
+    *bound_port = ntohs(ss.ss_family == AF_INET
+                            ? ((struct sockaddr_in *)&ss)->sin_port
+                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  return 0;
+fail:
+  if (l->fds == NULL) {
+    tern__free(srv, l->handles);
+    tern__free(srv, l->open);
+    tern__free(srv, l);
+  } else {
+    tcp_free(&l->base, srv);
+  }
+  return rc;
+}
+
+int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
+  return listen_on(srv, host, port, NULL, NULL, bound_port);
+}
+
+int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
+                    int *bound_port) {
+  if (tls == NULL)
+    return TERN_EINVAL;
+  if (!tern__tls_ready(tls))
+    return TERN_ESTATE;
+  return listen_on(srv, host, port, &tern__tls_filter, tls, bound_port);
+}
