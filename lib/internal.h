@@ -540,6 +540,34 @@ enum {
   TERN__T_DRAINED = 0x100, /* with a kind, from an adapter's timer() */
 };
 
+/* A timer: a node that embeds in what it times (a connection, an HTTP/2
+ * stream) and sits on its worker's list for one fixed kind, whose timeout
+ * is w->timeout_ms[kind]; the worker's tick sweeps the lists
+ * (lib/core/timer.c). Timers are lazy: `kind` is the kind that applies
+ * (TERN__T_NONE: disarmed); the node sits on the list of `list` (or none)
+ * at the position `listed` gave it, and `deadline` is when the applying
+ * kind expires. Arming the kind whose list holds the node only moves the
+ * deadline; disarming only marks it. When it expires the node is stopped,
+ * then `fire` runs with the kind, on the worker, outside any adapter
+ * call; it may free the node's owner. All of it is the worker's alone. */
+typedef struct tern__timer tern__timer;
+typedef void (*tern__timer_fn)(tern__timer *t, int kind);
+struct tern__timer {
+  tern__list link;
+  uint64_t deadline, listed;
+  int kind, list;
+  tern__timer_fn fire;
+};
+
+void tern__timer_init(tern__timer *t, tern__timer_fn fire);
+/* Arm `t` with `kind` for w->timeout_ms[kind] from now (re-arming moves
+ * the deadline), or disarm it with TERN__T_NONE. */
+void tern__timer_set(tern__worker *w, tern__timer *t, int kind);
+/* Off every list: it will not fire. Before its owner is freed. */
+void tern__timer_stop(tern__timer *t);
+/* Fire the timers that expired by `now` (the worker's tick). */
+void tern__timer_sweep(tern__worker *w, uint64_t now);
+
 enum {
   TERN__C_CLOSING = 1u << 0,     /* uv_close called */
   TERN__C_READING = 1u << 1,     /* uv_read_start active */
@@ -581,13 +609,7 @@ struct tern__conn {
   uv_shutdown_t sreq;
   size_t wlen; /* bytes in the uv_write in flight */
 
-  tern__list timer_link;
-  /* Timers are lazy (conn.c, tern__conn_timer): timer_kind is the kind
-   * that applies; the node sits on the list of timer_list (or none,
-   * TERN__T_NONE) at the position `listed` gave it, and `deadline` is
-   * when the applying kind expires. */
-  uint64_t deadline, listed;
-  int timer_kind, timer_list;
+  tern__timer timer; /* the kind its adapter chooses (timer.c) */
   tern__list dirty_link;
   tern__list all_link;
   /* Stored at accept: any thread holding a request may read them, also
@@ -611,7 +633,9 @@ void tern__conn_mark_dirty(tern__conn *c);
 char *tern__conn_rbuf_room(tern__conn *c, size_t *room);
 /* Run the adapter over buffered input (not re-entrantly). */
 void tern__conn_process(tern__conn *c);
+/* Arm the kind of timer the adapter (or a TLS handshake) calls for. */
 void tern__conn_update_timer(tern__conn *c);
+/* The connection's timer fired: the adapter's timeout, or a close. */
 void tern__conn_timeout(tern__conn *c, int kind);
 /* Ask for on_read to run again soon (after resume). */
 void tern__conn_reprocess(tern__conn *c);
@@ -619,8 +643,11 @@ void tern__conn_read_start(tern__conn *c);
 void tern__conn_read_stop(tern__conn *c);
 void tern__conn_close(tern__conn *c);
 void tern__conn_flush(tern__conn *c);
+/* The connection's timer (c->timer) as a node (at accept), armed with
+ * `kind` or disarmed (TERN__T_NONE), or taken off its list (closing:
+ * nothing may fire). */
+void tern__conn_timer_init(tern__conn *c);
 void tern__conn_timer(tern__conn *c, int kind);
-/* Take the connection off its timer list (closing: nothing may fire). */
 void tern__conn_timer_stop(tern__conn *c);
 void tern__conn_unref(tern__conn *c);
 

@@ -1,5 +1,5 @@
 /* Connections: accept, read into refcounted buffers, gather output and
- * write it once per loop turn, timeouts, lingering close.
+ * write it once per loop turn, lingering close (timeouts: timer.c).
  */
 #include <string.h>
 #include <sys/socket.h>
@@ -97,7 +97,7 @@ void tern__worker_accept(uv_stream_t *l, int status) {
     uv_close((uv_handle_t *)&c->tcp, on_rejected_closed);
     return;
   }
-  tern__list_init(&c->timer_link);
+  tern__conn_timer_init(c);
   tern__list_init(&c->dirty_link);
   tern__outq_init(&c->out);
   tern__list_append(&w->conns, &c->all_link);
@@ -255,7 +255,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       c->filter->received(c, (size_t)nread); /* decrypted below */
     else
       c->rlen += (size_t)nread;
-    if (c->timer_kind == TERN__T_BODY)
+    if (c->timer.kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     tern__conn_process(c);
     /* Everything this read produced leaves now, in one write: waiting for
@@ -424,69 +424,4 @@ void tern__conn_close(tern__conn *c) {
   tern__conn_read_stop(c);
   c->proto->close(c);
   uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
-}
-
-/* ---- Timers -------------------------------------------------------- */
-
-/* Arming, disarming and re-arming happen several times per keep-alive
- * request (idle while waiting, none while a handler works, idle again),
- * so they move no list node when they can avoid it. Disarming only marks
- * the connection; its node stays on its list until the sweep meets it.
- * Arming the kind whose list holds the node already only moves the
- * deadline; the sweep, finding a node whose place in the list (`listed`)
- * has passed but whose deadline has not, appends it again. Each list
- * stays sorted by `listed`, since all its entries share one timeout. */
-void tern__conn_timer(tern__conn *c, int kind) {
-  tern__worker *w = c->w;
-  c->timer_kind = kind;
-  if (kind == TERN__T_NONE)
-    return;
-  c->deadline = uv_now(w->loop) + w->timeout_ms[kind];
-  if (c->timer_list == kind)
-    return;
-  if (c->timer_list != TERN__T_NONE)
-    tern__list_remove(&c->timer_link);
-  c->timer_list = kind;
-  c->listed = c->deadline;
-  tern__list_append(&w->timers[kind], &c->timer_link);
-}
-
-void tern__conn_timer_stop(tern__conn *c) {
-  c->timer_kind = TERN__T_NONE;
-  if (c->timer_list != TERN__T_NONE)
-    tern__list_remove(&c->timer_link);
-  c->timer_list = TERN__T_NONE;
-}
-
-/* Arm the timeout the adapter says fits the connection's state. A head
- * timeout is not re-armed while it runs: a client trickling a head byte by
- * byte must not extend it (slowloris). */
-void tern__conn_update_timer(tern__conn *c) {
-  tern__worker *w = c->w;
-  int kind;
-
-  if (c->flags & (TERN__C_CLOSING | TERN__C_LINGER | TERN__C_WRITING))
-    return;
-  /* A TLS handshake is part of the head: it runs under the head timer
-   * from accept, which its bytes do not re-arm, so that a client trickling
-   * handshake records is closed like one trickling a head. */
-  kind = c->filter != NULL && c->filter->handshaking(c) ? TERN__T_HEAD
-                                                        : c->proto->timer(c);
-  if ((kind & ~TERN__T_DRAINED) == c->timer_kind &&
-      (c->timer_kind == TERN__T_HEAD || c->timer_kind == TERN__T_BODY))
-    return; /* HEAD runs from the head's first byte; BODY re-arms on data */
-  tern__conn_timer(c, kind & ~TERN__T_DRAINED);
-  if ((kind & TERN__T_DRAINED) && c->rbuf != NULL && c->rbuf->refs == 1) {
-    /* A waiting connection (idle keep-alive, a drained tunnel) holds no
-     * read buffer. */
-    tern__rbuf_unref(w, c->rbuf);
-    c->rbuf = NULL;
-    c->rpos = c->rlen = 0;
-  }
-}
-
-void tern__conn_timeout(tern__conn *c, int kind) {
-  if (c->proto->timeout != NULL && c->proto->timeout(c, kind))
-    return;
-  tern__conn_close(c);
 }
