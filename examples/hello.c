@@ -4,7 +4,8 @@
  *   POST /echo          the request body, streamed back (any size)
  *   POST /collect       the request body, collected first (--max-body)
  *   POST /upload        reads the body to its end (streamed, any size) and
- *                       answers its length in bytes, as text
+ *                       answers its length in bytes, as text; pause=1
+ *                       pauses reading after the first piece, for good
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
@@ -234,16 +235,18 @@ static void collect(tern_request *r, void *user) {
 }
 
 /* Upload sink: the body is read as fast as it comes and dropped; the
- * benchmarks' upload scenarios measure exactly this. */
+ * benchmarks' upload scenarios measure exactly this. `user` is non-NULL
+ * for pause=1. */
 static void upload_body(tern_request *r, int event, const char *data,
                         size_t len, void *user) {
   uint64_t *total = tern_request_data(r);
   char line[32];
   int n;
   (void)data;
-  (void)user;
   if (event == TERN_BODY_DATA) {
     *total += len;
+    if (user != NULL)
+      tern_request_pause(r);
     return;
   }
   if (event == TERN_BODY_END) {
@@ -263,7 +266,8 @@ static void upload(tern_request *r, void *user) {
     return;
   }
   tern_request_set_data(r, total);
-  if (tern_request_read(r, upload_body, NULL) != 0) {
+  if (tern_request_read(r, upload_body,
+                        query_num(r, "pause") == 1 ? (void *)r : NULL) != 0) {
     free(total);
     tern_respond(r, 500, NULL, 0, NULL, 0);
   }

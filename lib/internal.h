@@ -354,8 +354,15 @@ static inline void tern__request_unhold(tern_request *r) {
   if (tern__list_linked(&r->held_link))
     tern__list_remove(&r->held_link);
 }
+/* On the worker, for a handler that holds `r` and has not started its
+ * response: answer `status` (a small text body) through the adapter in
+ * its stead. From then on the client is gone for the user, whose calls
+ * return TERN_ECLOSED (the finishing one still finishes). Returns 0 once
+ * answered, else the adapter's error, or TERN_ESTATE when the response
+ * started already or the client or connection is gone. */
+int tern__request_answer_held(tern_request *r, int status);
 /* Stop deadline, on the worker: answer 503 to a held request that has not
- * started its response (the client is then gone for the user). */
+ * started its response (tern__request_answer_held). */
 void tern__request_cut_answer(tern_request *r);
 /* Stop deadline, on the worker, after the request's connection closed:
  * let go of a held request. Its views stay valid for its holder until the

@@ -124,10 +124,13 @@ enum {
   S_SETTLE = 1u << 8,      /* on the settle list */
   S_FLOW = 1u << 9,        /* body delivery to retry */
   S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 8441) */
+  S_DRAIN = 1u << 11,      /* answered: the body's rest is read, dropped */
+  S_TIMEDOUT = 1u << 12,   /* its body timer fired */
 };
 
 struct h2_stream {
-  tern__list link; /* h->streams, while S_OPEN */
+  tern__list link;   /* h->streams, while S_OPEN */
+  tern__timer timer; /* BODY while tern waits for its body (stream_timer) */
   h2_stream *settle_next;
   h2_conn *h; /* NULL once the stream has closed */
   tern_request *r;
@@ -186,7 +189,13 @@ struct h2_conn {
   int32_t scan_id;
   int32_t win;
   size_t consumed;
-  size_t held; /* bytes in all streams' pend buffers */
+  size_t held;      /* bytes in all streams' pend buffers */
+  uint32_t waiting; /* streams whose body timer is armed */
+  /* Header blocks (RFC 9113 4.3), followed by scan_input: one is open
+   * from its HEADERS frame's header to the end of the frame that carries
+   * END_HEADERS; `blocks` counts those that ended. */
+  uint8_t in_block, block_last;
+  uint32_t blocks;
 };
 
 /* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
@@ -355,6 +364,49 @@ static void uncount(h2_conn *h, h2_stream *s) {
   }
 }
 
+/* ---- Stream timers ---------------------------------------------------- */
+
+/* Does tern wait for the stream's body bytes, so that its body timer
+ * applies? While it collects the body for the route, while a streaming
+ * handler reads without having paused (paused, flow control holds the
+ * client back, and the handler owns the wait), and after an early answer
+ * while the short rest of a body with a length is read to check it. Not
+ * while its header block arrives (that is the connection's head timer),
+ * nor once the client's END_STREAM or FIN came, nor for a tunnel (a
+ * WebSocket times its own peer). */
+static int wants_body(const h2_conn *h, const h2_stream *s) {
+  unsigned rf = s->r->flags;
+  if ((s->flags & (S_OPEN | S_HEAD_DONE | S_REMOTE_DONE | S_TIMEDOUT)) !=
+          (S_OPEN | S_HEAD_DONE) ||
+      h->eof || h->finished || (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
+    return 0;
+  if (rf & TERN__RQ_ENDED)
+    return (s->flags & S_DRAIN) != 0;
+  if (rf & TERN__RQ_STREAM)
+    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
+           TERN__RQ_READING;
+  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
+}
+
+/* Arm or disarm the stream's body timer as its state asks, keeping a
+ * running one's deadline; h->waiting counts the armed ones. */
+static void stream_timer(h2_conn *h, h2_stream *s) {
+  int kind = wants_body(h, s) ? TERN__T_BODY : TERN__T_NONE;
+  if (kind == s->timer.kind)
+    return;
+  if (kind == TERN__T_NONE)
+    h->waiting--;
+  else
+    h->waiting++;
+  tern__timer_set(h->w, &s->timer, kind);
+}
+
+static void stream_timer_stop(h2_conn *h, h2_stream *s) {
+  if (s->timer.kind != TERN__T_NONE)
+    h->waiting--;
+  tern__timer_stop(&s->timer);
+}
+
 /* The stream is over (closed by nghttp2, abandoned, or its connection is
  * closing): settle what was framed, fail the rest, drop our reference. */
 static void stream_closed(h2_conn *h, h2_stream *s) {
@@ -363,6 +415,7 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
 
   if (!(s->flags & S_OPEN))
     return;
+  stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
   s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
   tern__list_remove(&s->link);
   uncount(h, s);
@@ -476,6 +529,8 @@ static void deliver(h2_conn *h, h2_stream *s) {
     }
     break;
   }
+  if (!h->dead && (s->flags & S_OPEN))
+    stream_timer(h, s);
   tern__request_unref(r);
 }
 
@@ -506,6 +561,52 @@ static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
     return;
   count(h, s);
   tern__respond_status(r, status, allow, allow_len);
+}
+
+/* The stream's body stalled for body_timeout_ms (re-armed by each DATA
+ * frame of the stream; the connection's other traffic does not count).
+ * A handler reading it hears TERN_BODY_ERROR first and may answer then
+ * (its answer goes out). Unanswered, the client gets 408, from tern (with the
+ * error hook) when no handler has the request, else on the handler's behalf,
+ * whose later calls find the client gone; our END_STREAM is then followed by
+ * RST_STREAM NO_ERROR. A started response cannot change any more: the
+ * stream is reset, CANCEL (NO_ERROR once the response was complete). */
+static void stream_timeout(tern__timer *t, int kind) {
+  h2_stream *s = TERN__CONTAINER_OF(t, h2_stream, timer);
+  h2_conn *h = s->h;
+  tern_request *r = s->r;
+  unsigned started;
+
+  (void)kind;
+  h->waiting--; /* the sweep disarmed it */
+  enter(h);
+  r->refs++;
+  s->flags |= S_TIMEDOUT;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: stream %d: body timed out",
+            (int)s->id);
+  started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
+  if ((r->flags & TERN__RQ_READING) &&
+      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
+      r->body_fn != NULL) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+  }
+  if (!h->dead && (s->flags & S_OPEN)) {
+    if (started)
+      abandon(h, s,
+              (s->flags & S_END_SENT) ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+      ; /* the handler answered just now: its answer goes out */
+    else if (!(r->flags & TERN__RQ_HANDLED))
+      answer(h, s, 408, NULL, 0);
+    else if (tern__request_answer_held(r, 408) != 0 && !h->dead &&
+             (s->flags & S_OPEN))
+      abandon(h, s, NGHTTP2_CANCEL);
+  }
+  tern__request_unref(r);
+  if (!h->dead)
+    schedule(h);
+  leave(h);
 }
 
 /* ---- Requests ---------------------------------------------------------- */
@@ -695,6 +796,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s->id = frame->hd.stream_id;
   s->flags = S_OPEN;
   s->win = H2_STREAM_WIN_INIT;
+  tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
   tern__list_append(&h->streams, &s->link);
@@ -841,7 +943,11 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && (s->flags & S_OPEN))
     remote_done(h, s);
-  return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (s->flags & S_OPEN)
+    stream_timer(h, s); /* the head is routed, or the body complete */
+  return 0;
 }
 
 /* ---- Frame checks nghttp2 leaves to us ----------------------------------- */
@@ -933,13 +1039,34 @@ static uint32_t be32(const uint8_t *p) {
          p[3];
 }
 
+/* A header block (RFC 9113 4.3) opens with a HEADERS (or PUSH_PROMISE)
+ * frame; CONTINUATION frames carry it on; it ends with the payload of the
+ * frame that has END_HEADERS. No other frame may come in between (6.10),
+ * so while one is open the whole connection waits for it. */
+static void block_end(h2_conn *h) {
+  h->in_block = 0;
+  h->block_last = 0;
+  h->blocks++;
+}
+
+static void block_frame(h2_conn *h, uint8_t type, uint8_t flags, uint32_t len) {
+  int part = type == NGHTTP2_HEADERS || type == NGHTTP2_PUSH_PROMISE ||
+             (type == NGHTTP2_CONTINUATION && h->in_block);
+  h->block_last = part && (flags & NGHTTP2_FLAG_END_HEADERS);
+  if (part)
+    h->in_block = 1;
+  if (h->block_last && len == 0)
+    block_end(h);
+}
+
 /* The input's frame boundaries, followed ahead of nghttp2, for what its
- * callbacks do not show: a PRIORITY frame's dependency (dropped unread
- * when RFC 7540 priorities are off; RFC 9113 5.3.1 makes depending on
- * itself a PROTOCOL_ERROR) and frames on closed streams. Returns how many
- * of the `n` bytes nghttp2 may take now: all of them, or those before a
- * frame to check first (h->scan_check; the scan resumes past its header),
- * or those before an offending frame (the connection is ending). */
+ * callbacks do not show: the header block in progress (block_frame); a PRIORITY
+ * frame's dependency (dropped unread when RFC 7540 priorities are off; RFC
+ * 9113 5.3.1 makes depending on itself a PROTOCOL_ERROR) and frames on closed
+ * streams. Returns how many of the `n` bytes nghttp2 may take now: all of them,
+ * or those before a frame to check first (h->scan_check; the scan resumes past
+ * its header), or those before an offending frame (the connection is ending).
+ */
 static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
   size_t i = 0, start = 0;
   while (i < n) {
@@ -947,6 +1074,8 @@ static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
       size_t k = n - i < h->scan_left ? n - i : h->scan_left;
       i += k;
       h->scan_left -= (uint32_t)k;
+      if (h->scan_left == 0 && h->block_last)
+        block_end(h);
       continue;
     }
     if (h->scan_pri) {
@@ -975,6 +1104,7 @@ static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
       h->scan_left = len;
       h->scan_id = id;
       h->scan_type = type;
+      block_frame(h, type, h->scan_hd[4], len);
       if (type == NGHTTP2_PRIORITY && id != 0 && len == 5) {
         h->scan_pri = 1;
       } else if ((type == NGHTTP2_DATA || type == NGHTTP2_HEADERS) &&
@@ -1033,6 +1163,8 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
   }
   r = s->r;
   s->received += len;
+  if (len > 0 && s->timer.kind == TERN__T_BODY)
+    tern__timer_set(h->w, &s->timer, TERN__T_BODY); /* progress re-arms it */
   if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
       is_gone(r)) {
     consume(h, s, len); /* answered already: the bytes are dropped */
@@ -1113,14 +1245,19 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
     if (s == NULL)
       return 0;
     s->flags |= S_END_SENT;
-    if (!(s->flags & S_REMOTE_DONE) &&
-        !(s->has_length && s->received <= s->content_length &&
-          s->content_length - s->received <= H2_DRAIN_MAX)) {
-      /* The response is complete before the request (RFC 9113 8.1): ask
-       * the client to stop sending, without error. A short rest of a body
-       * with a length is read (and dropped) instead, so that nghttp2 can
-       * still check the length (RFC 9113 8.1.1: a mismatch is
-       * PROTOCOL_ERROR). */
+    if (s->flags & S_REMOTE_DONE)
+      return 0;
+    if (!(s->flags & S_TIMEDOUT) && s->has_length &&
+        s->received <= s->content_length &&
+        s->content_length - s->received <= H2_DRAIN_MAX) {
+      /* A short rest of a body with a length is read (and dropped), under
+       * the body timer, so that nghttp2 can still check the length (RFC
+       * 9113 8.1.1: a mismatch is PROTOCOL_ERROR). */
+      s->flags |= S_DRAIN;
+      stream_timer(h, s);
+    } else {
+      /* The response is complete before the request (RFC 9113 8.1), or
+       * the body stalled: ask the client to stop sending, without error. */
       nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                 NGHTTP2_NO_ERROR);
     }
@@ -1474,6 +1611,9 @@ again:
       h->flow = 1;
     }
   }
+  /* No more body bytes can come: no stream waits for them any more. */
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next)
+    stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, link));
 }
 
 static void h2_on_read(tern__conn *c) {
@@ -1481,9 +1621,12 @@ static void h2_on_read(tern__conn *c) {
   size_t ok, fed = 0;
   ssize_t n;
 
+  uint32_t blocks;
+
   if ((c->flags & TERN__C_CLOSING) || c->proto != &tern__http2 || h == NULL)
     return;
   enter(h);
+  blocks = h->blocks;
   if (h->flow)
     run_flows(h);
   while (!h->dead && c->rpos < c->rlen) {
@@ -1517,6 +1660,11 @@ static void h2_on_read(tern__conn *c) {
       pump(h);
     }
   }
+  if (!h->dead && h->in_block && h->blocks != blocks &&
+      c->timer.kind == TERN__T_HEAD)
+    /* A header block ended and a new one began: the new one's own head
+     * time starts now. Bytes of one block never re-arm it. */
+    tern__conn_timer(c, TERN__T_HEAD);
   if (!h->dead && (c->flags & TERN__C_EOF) && !h->eof)
     on_eof(h);
   if (!h->dead)
@@ -1793,6 +1941,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
   }
   r->flags |= TERN__RQ_ENDED;
   uncount(h, s); /* what is left waits for the client (its window) */
+  stream_timer(h, s);
   if (r->flags & TERN__RQ_ABORT) {
     /* Cut short: the stream must not look complete. */
     nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id,
@@ -1833,6 +1982,7 @@ static void h2_body_flow(tern_request *r) {
     h->flow = 1;
     schedule(h);
   }
+  stream_timer(h, s); /* reading: the body timer; paused: none */
 }
 
 /* RFC 8441: the answer to an extended CONNECT is a 200 without a length;
@@ -1896,15 +2046,38 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
   return rc;
 }
 
-/* HTTP/2's connection timer: none while streams are in flight (each is
- * bounded by its own flow and the write timeout), the head timer while a
- * frame is half received, else keep-alive idle. */
+/* HTTP/2's connection timer (see "The core's view" at the top): the head
+ * timer while a header block is open, which stops the whole connection;
+ * none while streams are in flight or wait under their own body timers;
+ * else keep-alive idle. nghttp2 buffers partial frames, so the read
+ * buffer is never needed between reads. */
 static int h2_timer(const tern__conn *c) {
+  const h2_conn *h = c->h2;
+  if (h != NULL && h->in_block)
+    return TERN__T_HEAD;
   if (c->nq > 0)
     return TERN__T_NONE;
-  if (c->rpos < c->rlen)
-    return TERN__T_HEAD;
+  if (h != NULL && h->waiting > 0)
+    return TERN__T_NONE | TERN__T_DRAINED;
   return TERN__T_IDLE | TERN__T_DRAINED;
+}
+
+/* A header block that did not end within head_timeout_ms ends the
+ * connection with GOAWAY PROTOCOL_ERROR (the block's HPACK state cannot be
+ * given up alone); the connection closes once that is written. Any other
+ * timeout closes it at once. */
+static int h2_timeout(tern__conn *c, int kind) {
+  h2_conn *h = c->h2;
+  if (kind != TERN__T_HEAD || h == NULL || h->dead || !h->in_block ||
+      h->finished || h->urgent)
+    return 0;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: header block timed out");
+  if (nghttp2_session_terminate_session(h->ng, NGHTTP2_PROTOCOL_ERROR) != 0)
+    return 0;
+  h->urgent = 1;
+  tern__conn_read_stop(c);
+  schedule(h);
+  return 1;
 }
 
 /* One stream's answer failed (a call the worker could not carry out, no
@@ -1940,7 +2113,7 @@ const tern__proto tern__http2 = {
     .stop = h2_on_stop,
     .close = h2_on_close,
     .timer = h2_timer,
-    .timeout = NULL,
+    .timeout = h2_timeout,
     .attach = tern__http2_start,
     .ops = &h2_ops,
 };
@@ -2047,6 +2220,7 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
   s->win = H2_STREAM_WIN_INIT;
+  tern__timer_init(&s->timer, stream_timeout);
   c->proto = &tern__http2;
   c->h2 = h;
   /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
