@@ -49,15 +49,29 @@
  *
  * The core's view. c->nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
- * response calls. So the core's rules hold unchanged: no timer runs while
- * a handler has work; the idle timeout covers a connection whose streams
- * all wait for the client (a stalled upload, or a finished response that
- * the client's flow-control window holds back), re-armed by anything the
- * client sends; the write timeout covers output the socket does not take;
- * and CLOSE_AFTER closes once nq is 0 and the output is written. nghttp2
- * buffers partial frames itself, so the read buffer is always consumed
- * whole and the head timeout (with its HTTP/1.1 408) never fires on an
- * HTTP/2 connection.
+ * response calls. The connection's timer (h2_timer) is, in this order:
+ * the head timer while a header block is open (from its HEADERS frame to
+ * the end of the frame with END_HEADERS: no other frame may come in
+ * between, RFC 9113 6.10, so the block holds the whole connection; bytes
+ * of the block never re-arm it, a new block after one ended does), and
+ * when it fires GOAWAY PROTOCOL_ERROR ends the connection; none while a
+ * handler has work (nq > 0) or a stream waits under its own body timer;
+ * else idle, re-armed by anything the client sends, which covers a
+ * connection whose streams all wait for the client's flow-control window
+ * (a finished response held back). The write timeout covers output the
+ * socket does not take, and CLOSE_AFTER closes once nq is 0 and the output
+ * is written. nghttp2 buffers partial frames, so the read buffer is always
+ * consumed whole and HTTP/1.1's 408 for a partial head has no HTTP/2 twin.
+ *
+ * Stream timers. Each stream embeds a tern__timer, armed BODY while tern
+ * waits for its body bytes (wants_body: collecting them for the route, a
+ * streaming handler reading and not paused, the short rest of a body read
+ * after an early answer to check its length) and re-armed by each DATA
+ * frame of that stream only. A stream a handler holds with its body
+ * complete, or whose upload the handler paused (flow control then holds
+ * the client), has none: the handler owns it, and the stop deadline
+ * bounds it. stream_timeout answers 408 or resets the stream; the timer
+ * stops when the stream closes (stream_closed), before it can be freed.
  *
  * Defences. nghttp2 enforces SETTINGS_MAX_CONCURRENT_STREAMS (excess
  * streams are refused with REFUSED_STREAM), CONTINUATION floods, SETTINGS
