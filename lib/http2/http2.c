@@ -151,6 +151,8 @@ struct h2_stream {
   int32_t id;
   unsigned flags;
   int status;         /* a status tern answers instead of routing */
+  int has_length;     /* content_length was given (next to status: the
+                         stream stays within a 256-byte small block) */
   size_t head_size;   /* RFC 9113 6.5.2 size of the header list */
   nghttp2_rcbuf **rc; /* header buffers the request points into */
   size_t nrc, rc_cap;
@@ -158,8 +160,7 @@ struct h2_stream {
   char *cookie; /* cookie crumbs joined with "; " */
   uint64_t content_length;
   uint64_t received; /* request body bytes that arrived */
-  int has_length;
-  char *pend; /* body bytes the handler cannot take yet */
+  char *pend;        /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
   size_t owed;          /* delivered while paused: consumed on resume */
   int32_t win;          /* our receive window for the stream */
