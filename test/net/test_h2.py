@@ -1272,15 +1272,19 @@ def stalled_streamed_body():
     """A streamed body that stalls: a handler that started its response
     (/echo) has its stream reset, CANCEL; one that had not (/upload) hears
     TERN_BODY_ERROR and its own answer (400) goes out, then RST_STREAM
-    NO_ERROR. Other streams are served meanwhile."""
+    NO_ERROR; one that answers only later, from another thread
+    (/upload?late=1), finds its client gone: tern answered 408 for it.
+    Other streams are served meanwhile."""
     with Server("hello", TIMEOUTS) as s:
         with H2(s.port) as h:
             h.send(headers(1, request_block("POST", "/echo"),
                            end_stream=False) + frame(DATA, 0, 1, b"abc") +
                    headers(3, request_block("POST", "/upload"),
-                           end_stream=False) + frame(DATA, 0, 3, b"abc"))
+                           end_stream=False) + frame(DATA, 0, 3, b"abc") +
+                   headers(5, request_block("POST", "/upload?late=1&ms=100"),
+                           end_stream=False) + frame(DATA, 0, 5, b"abc"))
             frames = pinging(h, 3, stop=lambda fr: all(
-                "rst" in kinds(stream_events(fr, sid)) for sid in (1, 3)))
+                "rst" in kinds(stream_events(fr, sid)) for sid in (1, 3, 5)))
             check(None not in frames, "the connection closed")
             ev = stream_events(frames, 1)
             eq(kinds(ev), ["headers", "data", "rst"], "/echo")
@@ -1292,7 +1296,12 @@ def stalled_streamed_body():
             eq(ev[2][2], NO_ERROR, "/upload reset code")
             check(0.6 < ev[0][0] < 1.5, "/upload answered after %.2f s"
                   % ev[0][0])
-            finish(h, 5)
+            ev = stream_events(frames, 5)
+            eq(kinds(ev), ["headers", "data", "end", "rst"], "late /upload")
+            eq((ev[1][2], ev[3][2]), (b"408 Request Timeout\n", NO_ERROR),
+               "late /upload's answer and reset code")
+            time.sleep(0.2)  # the late answer is refused meanwhile
+            finish(h, 7)
 
 
 @case(timeout=30)
