@@ -4,7 +4,10 @@
  *   POST /echo          the request body, streamed back (any size)
  *   POST /collect       the request body, collected first (--max-body)
  *   POST /upload        reads the body to its end (streamed, any size) and
- *                       answers its length in bytes, as text
+ *                       answers its length in bytes, as text; pause=1
+ *                       pauses reading after the first piece, for good;
+ *                       late=1 answers a failed body not in the body
+ *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
@@ -233,17 +236,30 @@ static void collect(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, len);
 }
 
+enum { UPLOAD_PAUSE = 1, UPLOAD_LATE = 2 };
+
+static void hand_off(tern_request *r, void *(*fn)(void *));
+static void *defer_thread(void *arg);
+
 /* Upload sink: the body is read as fast as it comes and dropped; the
- * benchmarks' upload scenarios measure exactly this. */
+ * benchmarks' upload scenarios measure exactly this. `user` holds the
+ * UPLOAD_* knobs. */
 static void upload_body(tern_request *r, int event, const char *data,
                         size_t len, void *user) {
   uint64_t *total = tern_request_data(r);
+  unsigned knobs = (unsigned)(uintptr_t)user;
   char line[32];
   int n;
   (void)data;
-  (void)user;
   if (event == TERN_BODY_DATA) {
     *total += len;
+    if (knobs & UPLOAD_PAUSE)
+      tern_request_pause(r);
+    return;
+  }
+  if (event == TERN_BODY_ERROR && (knobs & UPLOAD_LATE)) {
+    free(total);
+    hand_off(r, defer_thread);
     return;
   }
   if (event == TERN_BODY_END) {
@@ -257,13 +273,15 @@ static void upload_body(tern_request *r, int event, const char *data,
 
 static void upload(tern_request *r, void *user) {
   uint64_t *total = calloc(1, sizeof(*total));
+  unsigned knobs = (query_num(r, "pause") == 1 ? UPLOAD_PAUSE : 0u) |
+                   (query_num(r, "late") == 1 ? UPLOAD_LATE : 0u);
   (void)user;
   if (total == NULL) {
     tern_respond(r, 503, NULL, 0, NULL, 0);
     return;
   }
   tern_request_set_data(r, total);
-  if (tern_request_read(r, upload_body, NULL) != 0) {
+  if (tern_request_read(r, upload_body, (void *)(uintptr_t)knobs) != 0) {
     free(total);
     tern_respond(r, 500, NULL, 0, NULL, 0);
   }

@@ -429,7 +429,12 @@ enum {
 };
 
 /* Body callback: `data` is valid only during the call. After TERN_BODY_END
- * or TERN_BODY_ERROR it is not called again. Runs on the owning worker. */
+ * or TERN_BODY_ERROR it is not called again. Runs on the owning worker.
+ * On HTTP/2 a body that stalls for body_timeout_ms while it is read (not
+ * paused) ends with TERN_BODY_ERROR; a response not started by the end of
+ * that call is answered 408 by tern, and the handler's response calls
+ * then find the client gone (TERN_ECLOSED; the finishing call still
+ * finishes). On HTTP/1.1 the connection closes instead. */
 typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
                              size_t len, void *user);
 
@@ -485,8 +490,10 @@ TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
 
 /* What the error hook is told about an answer tern makes by itself: 400
  * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
- * 501 (unsupported HTTP/2 :protocol) and 503 (out of memory or threads);
- * not the head timeout's 408 (no request exists yet) nor
+ * 501 (unsupported HTTP/2 :protocol), 503 (out of memory or threads) and
+ * HTTP/2's 408 for a collected body that stalled (body_timeout_ms); not
+ * the head timeout's 408 (no request exists yet), the 408 answered for a
+ * handler reading a stalled HTTP/2 body, nor
  * tern_ws_accept's 426. tern fills this in; fields may be added at the
  * end in later versions, so never copy or allocate one. */
 typedef struct tern_error_reply tern_error_reply;

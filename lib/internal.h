@@ -354,8 +354,15 @@ static inline void tern__request_unhold(tern_request *r) {
   if (tern__list_linked(&r->held_link))
     tern__list_remove(&r->held_link);
 }
+/* On the worker, for a handler that holds `r` and has not started its
+ * response: answer `status` (a small text body) through the adapter in
+ * its stead. From then on the client is gone for the user, whose calls
+ * return TERN_ECLOSED (the finishing one still finishes). Returns 0 once
+ * answered, else the adapter's error, or TERN_ESTATE when the response
+ * started already or the client or connection is gone. */
+int tern__request_answer_held(tern_request *r, int status);
 /* Stop deadline, on the worker: answer 503 to a held request that has not
- * started its response (the client is then gone for the user). */
+ * started its response (tern__request_answer_held). */
 void tern__request_cut_answer(tern_request *r);
 /* Stop deadline, on the worker, after the request's connection closed:
  * let go of a held request. Its views stay valid for its holder until the
@@ -539,6 +546,34 @@ enum {
   TERN__T_DRAINED = 0x100, /* with a kind, from an adapter's timer() */
 };
 
+/* A timer: a node that embeds in what it times (a connection, an HTTP/2
+ * stream) and sits on its worker's list for one fixed kind, whose timeout
+ * is w->timeout_ms[kind]; the worker's tick sweeps the lists
+ * (lib/core/timer.c). Timers are lazy: `kind` is the kind that applies
+ * (TERN__T_NONE: disarmed); the node sits on the list of `list` (or none)
+ * at the position `listed` gave it, and `deadline` is when the applying
+ * kind expires. Arming the kind whose list holds the node only moves the
+ * deadline; disarming only marks it. When it expires the node is stopped,
+ * then `fire` runs with the kind, on the worker, outside any adapter
+ * call; it may free the node's owner. All of it is the worker's alone. */
+typedef struct tern__timer tern__timer;
+typedef void (*tern__timer_fn)(tern__timer *t, int kind);
+struct tern__timer {
+  tern__list link;
+  uint64_t deadline, listed;
+  int kind, list;
+  tern__timer_fn fire;
+};
+
+void tern__timer_init(tern__timer *t, tern__timer_fn fire);
+/* Arm `t` with `kind` for w->timeout_ms[kind] from now (re-arming moves
+ * the deadline), or disarm it with TERN__T_NONE. */
+void tern__timer_set(tern__worker *w, tern__timer *t, int kind);
+/* Off every list: it will not fire. Before its owner is freed. */
+void tern__timer_stop(tern__timer *t);
+/* Fire the timers that expired by `now` (the worker's tick). */
+void tern__timer_sweep(tern__worker *w, uint64_t now);
+
 /* The head's flags. The low byte is the core's; bits from
  * TERN__C_TRANSPORT up are the transport's own (lib/net/stream.h). */
 enum {
@@ -602,13 +637,7 @@ struct tern__conn {
   const tern__proto *proto;
   unsigned flags;
   int refs; /* the connection itself + each live request */
-  tern__list timer_link;
-  /* Timers are lazy (conn.c, tern__conn_timer): timer_kind is the kind
-   * that applies; the node sits on the list of timer_list (or none,
-   * TERN__T_NONE) at the position `listed` gave it, and `deadline` is
-   * when the applying kind expires. */
-  uint64_t deadline, listed;
-  int timer_kind, timer_list;
+  tern__timer timer; /* the kind its adapter chooses (timer.c) */
   tern__list dirty_link;
   tern__list all_link;
   /* Stored at accept: any thread holding a request may read them, also
@@ -656,6 +685,10 @@ void tern__conn_closed(tern__conn *c);
 static inline int tern__conn_done(const tern__conn *c) {
   return (c->flags & TERN__C_CLOSE_AFTER) && c->proto->busy(c) == 0;
 }
+/* The connection's timer (c->timer) as a node (tern__conn_new), armed
+ * with `kind` or disarmed (TERN__T_NONE), or taken off its list
+ * (closing: nothing may fire). */
+void tern__conn_timer_init(tern__conn *c);
 void tern__conn_timer(tern__conn *c, int kind);
 /* Arm `kind`, as an adapter's timer() chose it for the connection's
  * state, unless a timer of that kind runs already and must not be
@@ -663,13 +696,14 @@ void tern__conn_timer(tern__conn *c, int kind);
  * head must not extend it), BODY re-arms only on data. 1 when it was
  * armed. */
 static inline int tern__conn_timer_choose(tern__conn *c, int kind) {
-  if (kind == c->timer_kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
+  if (kind == c->timer.kind && (kind == TERN__T_HEAD || kind == TERN__T_BODY))
     return 0;
   tern__conn_timer(c, kind);
   return 1;
 }
+/* The connection's timer fired: the transport's own kinds go to it, the
+ * others to the adapter's timeout, or a close. */
 void tern__conn_timeout(tern__conn *c, int kind);
-/* Take the connection off its timer list (closing: nothing may fire). */
 void tern__conn_timer_stop(tern__conn *c);
 void tern__conn_unref(tern__conn *c);
 

@@ -1,6 +1,6 @@
 /* The connection head: what the core does with every connection, whatever
- * its transport: counting, references, the dirty list, timers, closing.
- * Bytes are the transport's (lib/net for TCP).
+ * its transport: counting, references, the dirty list, closing (its
+ * timer: timer.c). Bytes are the transport's (lib/net for TCP).
  */
 #include <string.h>
 
@@ -14,7 +14,7 @@ tern__conn *tern__conn_new(tern__worker *w, const tern__transport *tp) {
   c->w = w;
   c->tp = tp;
   c->refs = 1;
-  tern__list_init(&c->timer_link);
+  tern__conn_timer_init(c);
   tern__list_init(&c->dirty_link);
   tern__list_init(&c->all_link);
   return c;
@@ -78,46 +78,4 @@ void tern__conn_close(tern__conn *c) {
 void tern__conn_closed(tern__conn *c) {
   TERN__STAT_ADD(c->w->stats.active, (uint64_t)-1);
   tern__conn_unref(c);
-}
-
-/* ---- Timers -------------------------------------------------------- */
-
-/* Arming, disarming and re-arming happen several times per keep-alive
- * request (idle while waiting, none while a handler works, idle again),
- * so they move no list node when they can avoid it. Disarming only marks
- * the connection; its node stays on its list until the sweep meets it.
- * Arming the kind whose list holds the node already only moves the
- * deadline; the sweep, finding a node whose place in the list (`listed`)
- * has passed but whose deadline has not, appends it again. Each list
- * stays sorted by `listed`, since all its entries share one timeout. */
-void tern__conn_timer(tern__conn *c, int kind) {
-  tern__worker *w = c->w;
-  c->timer_kind = kind;
-  if (kind == TERN__T_NONE)
-    return;
-  c->deadline = uv_now(w->loop) + w->timeout_ms[kind];
-  if (c->timer_list == kind)
-    return;
-  if (c->timer_list != TERN__T_NONE)
-    tern__list_remove(&c->timer_link);
-  c->timer_list = kind;
-  c->listed = c->deadline;
-  tern__list_append(&w->timers[kind], &c->timer_link);
-}
-
-void tern__conn_timer_stop(tern__conn *c) {
-  c->timer_kind = TERN__T_NONE;
-  if (c->timer_list != TERN__T_NONE)
-    tern__list_remove(&c->timer_link);
-  c->timer_list = TERN__T_NONE;
-}
-
-void tern__conn_timeout(tern__conn *c, int kind) {
-  if (kind == TERN__T_WRITE || kind == TERN__T_LINGER) {
-    c->tp->timeout(c, kind);
-    return;
-  }
-  if (c->proto->timeout != NULL && c->proto->timeout(c, kind))
-    return;
-  tern__conn_close(c);
 }

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -202,21 +203,33 @@ void tern__request_dispatch(tern_request *r) {
 
 /* ---- The stop deadline ------------------------------------------------ */
 
-void tern__request_cut_answer(tern_request *r) {
+int tern__request_answer_held(tern_request *r, int status) {
   static const tern_header text = {"content-type", 12, "text/plain", 10};
-  static const char body[] = "503 Service Unavailable\n";
   const tern__req_ops *p = r->ops;
-  tern__worker *w = r->w;
+  char body[64];
+  int len =
+      snprintf(body, sizeof(body), "%d %s\n", status, tern__reason(status));
+  int rc = TERN_ESTATE;
 
-  w->cut_total++;
   if (!(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) &&
       !atomic_load(&r->gone) && !(r->conn->flags & TERN__C_CLOSING) &&
-      p->start(r, 503, &text, 1, (int64_t)sizeof(body) - 1) == 0 &&
-      p->write(r, body, sizeof(body) - 1, 1, NULL, NULL, NULL, NULL) == 0 &&
-      p->end(r, NULL, 0) == 0)
-    w->cut_answered++;
+      len > 0) {
+    rc = p->start(r, status, &text, 1, (int64_t)len);
+    if (rc == 0)
+      rc = p->write(r, body, (size_t)len, 1, NULL, NULL, NULL, NULL);
+    if (rc == 0)
+      rc = p->end(r, NULL, 0);
+  }
   /* Whatever the user calls from now on finds the client gone. */
   atomic_store_explicit(&r->gone, 1, memory_order_release);
+  return rc;
+}
+
+void tern__request_cut_answer(tern_request *r) {
+  tern__worker *w = r->w;
+  w->cut_total++;
+  if (tern__request_answer_held(r, 503) == 0)
+    w->cut_answered++;
 }
 
 /* The deadline takes over the user's reference: once the last other one

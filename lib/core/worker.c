@@ -399,34 +399,9 @@ static void flush_dirty(tern__worker *w) {
 static void on_tick(uv_timer_t *t) {
   tern__worker *w = t->data;
   uint64_t now = uv_now(w->loop);
-  int k;
 
   tern__date_update(w);
   tern__ws_sweep(w, now);
-  for (k = 1; k < TERN__T_COUNT; k++) {
-    tern__list *list = &w->timers[k];
-    /* Each list holds one kind of timeout, appended as armed, so it is
-     * sorted by `listed`: only entries at its front are seen. An entry
-     * whose kind no longer applies leaves the list; one re-armed since it
-     * was listed goes to the back (tern__conn_timer is lazy). */
-    while (!tern__list_empty(list)) {
-      tern__conn *c = TERN__CONTAINER_OF(list->next, tern__conn, timer_link);
-      if (c->listed > now)
-        break;
-      if (c->timer_kind != k) {
-        tern__list_remove(&c->timer_link);
-        c->timer_list = TERN__T_NONE;
-        continue;
-      }
-      if (c->deadline > now) {
-        tern__list_remove(&c->timer_link);
-        c->listed = c->deadline;
-        tern__list_append(list, &c->timer_link);
-        continue;
-      }
-      tern__conn_timer_stop(c);
-      tern__conn_timeout(c, k);
-    }
-  }
+  tern__timer_sweep(w, now);
   on_check(&w->check);
 }

@@ -49,15 +49,29 @@
  *
  * The core's view. c->nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
- * response calls. So the core's rules hold unchanged: no timer runs while
- * a handler has work; the idle timeout covers a connection whose streams
- * all wait for the client (a stalled upload, or a finished response that
- * the client's flow-control window holds back), re-armed by anything the
- * client sends; the write timeout covers output the socket does not take;
- * and CLOSE_AFTER closes once nq is 0 and the output is written. nghttp2
- * buffers partial frames itself, so the read buffer is always consumed
- * whole and the head timeout (with its HTTP/1.1 408) never fires on an
- * HTTP/2 connection.
+ * response calls. The connection's timer (h2_timer) is, in this order:
+ * the head timer while a header block is open (from its HEADERS frame to
+ * the end of the frame with END_HEADERS: no other frame may come in
+ * between, RFC 9113 6.10, so the block holds the whole connection; bytes
+ * of the block never re-arm it, a new block after one ended does), and
+ * when it fires GOAWAY PROTOCOL_ERROR ends the connection; none while a
+ * handler has work (nq > 0) or a stream waits under its own body timer;
+ * else idle, re-armed by anything the client sends, which covers a
+ * connection whose streams all wait for the client's flow-control window
+ * (a finished response held back). The write timeout covers output the
+ * socket does not take, and CLOSE_AFTER closes once nq is 0 and the output
+ * is written. nghttp2 buffers partial frames, so the read buffer is always
+ * consumed whole and HTTP/1.1's 408 for a partial head has no HTTP/2 twin.
+ *
+ * Stream timers. Each stream embeds a tern__timer, armed BODY while tern
+ * waits for its body bytes (wants_body: collecting them for the route, a
+ * streaming handler reading and not paused, the short rest of a body read
+ * after an early answer to check its length) and re-armed by each DATA
+ * frame of that stream only. A stream a handler holds with its body
+ * complete, or whose upload the handler paused (flow control then holds
+ * the client), has none: the handler owns it, and the stop deadline
+ * bounds it. stream_timeout answers 408 or resets the stream; the timer
+ * stops when the stream closes (stream_closed), before it can be freed.
  *
  * Defences. nghttp2 enforces SETTINGS_MAX_CONCURRENT_STREAMS (excess
  * streams are refused with REFUSED_STREAM), CONTINUATION floods, SETTINGS
@@ -126,16 +140,21 @@ enum {
   S_SETTLE = 1u << 8,      /* on the settle list */
   S_FLOW = 1u << 9,        /* body delivery to retry */
   S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 8441) */
+  S_DRAIN = 1u << 11,      /* answered: the body's rest is read, dropped */
+  S_TIMEDOUT = 1u << 12,   /* its body timer fired */
 };
 
 struct h2_stream {
-  tern__list link; /* h->streams, while S_OPEN */
+  tern__list link;   /* h->streams, while S_OPEN */
+  tern__timer timer; /* BODY while tern waits for its body (stream_timer) */
   h2_stream *settle_next;
   h2_conn *h; /* NULL once the stream has closed */
   tern_request *r;
   int32_t id;
   unsigned flags;
   int status;         /* a status tern answers instead of routing */
+  int has_length;     /* content_length was given (next to status: the
+                         stream stays within a 256-byte small block) */
   size_t head_size;   /* RFC 9113 6.5.2 size of the header list */
   nghttp2_rcbuf **rc; /* header buffers the request points into */
   size_t nrc, rc_cap;
@@ -143,8 +162,7 @@ struct h2_stream {
   char *cookie; /* cookie crumbs joined with "; " */
   uint64_t content_length;
   uint64_t received; /* request body bytes that arrived */
-  int has_length;
-  char *pend; /* body bytes the handler cannot take yet */
+  char *pend;        /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
   size_t owed;          /* delivered while paused: consumed on resume */
   int32_t win;          /* our receive window for the stream */
@@ -188,8 +206,14 @@ struct h2_conn {
   int32_t scan_id;
   int32_t win;
   size_t consumed;
-  size_t held; /* bytes in all streams' pend buffers */
-  size_t nq;   /* streams the server is working on (S_COUNTED) */
+  size_t held;      /* bytes in all streams' pend buffers */
+  uint32_t waiting; /* streams whose body timer is armed */
+  /* Header blocks (RFC 9113 4.3), followed by scan_input: one is open
+   * from its HEADERS frame's header to the end of the frame that carries
+   * END_HEADERS; `blocks` counts those that ended. */
+  uint8_t in_block, block_last;
+  uint32_t blocks;
+  size_t nq; /* streams the server is working on (S_COUNTED) */
 };
 
 /* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
@@ -358,6 +382,49 @@ static void uncount(h2_conn *h, h2_stream *s) {
   }
 }
 
+/* ---- Stream timers ---------------------------------------------------- */
+
+/* Does tern wait for the stream's body bytes, so that its body timer
+ * applies? While it collects the body for the route, while a streaming
+ * handler reads without having paused (paused, flow control holds the
+ * client back, and the handler owns the wait), and after an early answer
+ * while the short rest of a body with a length is read to check it. Not
+ * while its header block arrives (that is the connection's head timer),
+ * nor once the client's END_STREAM or FIN came, nor for a tunnel (a
+ * WebSocket times its own peer). */
+static int wants_body(const h2_conn *h, const h2_stream *s) {
+  unsigned rf = s->r->flags;
+  if ((s->flags & (S_OPEN | S_HEAD_DONE | S_REMOTE_DONE | S_TIMEDOUT)) !=
+          (S_OPEN | S_HEAD_DONE) ||
+      h->eof || h->finished || (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
+    return 0;
+  if (rf & TERN__RQ_ENDED)
+    return (s->flags & S_DRAIN) != 0;
+  if (rf & TERN__RQ_STREAM)
+    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
+           TERN__RQ_READING;
+  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
+}
+
+/* Arm or disarm the stream's body timer as its state asks, keeping a
+ * running one's deadline; h->waiting counts the armed ones. */
+static void stream_timer(h2_conn *h, h2_stream *s) {
+  int kind = wants_body(h, s) ? TERN__T_BODY : TERN__T_NONE;
+  if (kind == s->timer.kind)
+    return;
+  if (kind == TERN__T_NONE)
+    h->waiting--;
+  else
+    h->waiting++;
+  tern__timer_set(h->w, &s->timer, kind);
+}
+
+static void stream_timer_stop(h2_conn *h, h2_stream *s) {
+  if (s->timer.kind != TERN__T_NONE)
+    h->waiting--;
+  tern__timer_stop(&s->timer);
+}
+
 /* The stream is over (closed by nghttp2, abandoned, or its connection is
  * closing): settle what was framed, fail the rest, drop our reference. */
 static void stream_closed(h2_conn *h, h2_stream *s) {
@@ -366,6 +433,7 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
 
   if (!(s->flags & S_OPEN))
     return;
+  stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
   s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
   tern__list_remove(&s->link);
   uncount(h, s);
@@ -479,6 +547,8 @@ static void deliver(h2_conn *h, h2_stream *s) {
     }
     break;
   }
+  if (!h->dead && (s->flags & S_OPEN))
+    stream_timer(h, s);
   tern__request_unref(r);
 }
 
@@ -509,6 +579,52 @@ static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
     return;
   count(h, s);
   tern__respond_status(r, status, allow, allow_len);
+}
+
+/* The stream's body stalled for body_timeout_ms (re-armed by each DATA
+ * frame of the stream; the connection's other traffic does not count).
+ * A handler reading it hears TERN_BODY_ERROR first and may answer then
+ * (its answer goes out). Unanswered, the client gets 408, from tern (with the
+ * error hook) when no handler has the request, else on the handler's behalf,
+ * whose later calls find the client gone; our END_STREAM is then followed by
+ * RST_STREAM NO_ERROR. A started response cannot change any more: the
+ * stream is reset, CANCEL (NO_ERROR once the response was complete). */
+static void stream_timeout(tern__timer *t, int kind) {
+  h2_stream *s = TERN__CONTAINER_OF(t, h2_stream, timer);
+  h2_conn *h = s->h;
+  tern_request *r = s->r;
+  unsigned started;
+
+  (void)kind;
+  h->waiting--; /* the sweep disarmed it */
+  enter(h);
+  r->refs++;
+  s->flags |= S_TIMEDOUT;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: stream %d: body timed out",
+            (int)s->id);
+  started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
+  if ((r->flags & TERN__RQ_READING) &&
+      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
+      r->body_fn != NULL) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+  }
+  if (!h->dead && (s->flags & S_OPEN)) {
+    if (started)
+      abandon(h, s,
+              (s->flags & S_END_SENT) ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+      ; /* the handler answered just now: its answer goes out */
+    else if (!(r->flags & TERN__RQ_HANDLED))
+      answer(h, s, 408, NULL, 0);
+    else if (tern__request_answer_held(r, 408) != 0 && !h->dead &&
+             (s->flags & S_OPEN))
+      abandon(h, s, NGHTTP2_CANCEL);
+  }
+  tern__request_unref(r);
+  if (!h->dead)
+    schedule(h);
+  leave(h);
 }
 
 /* ---- Requests ---------------------------------------------------------- */
@@ -698,6 +814,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s->id = frame->hd.stream_id;
   s->flags = S_OPEN;
   s->win = H2_STREAM_WIN_INIT;
+  tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
   tern__list_append(&h->streams, &s->link);
@@ -844,7 +961,11 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && (s->flags & S_OPEN))
     remote_done(h, s);
-  return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  if (h->dead)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (s->flags & S_OPEN)
+    stream_timer(h, s); /* the head is routed, or the body complete */
+  return 0;
 }
 
 /* ---- Frame checks nghttp2 leaves to us ----------------------------------- */
@@ -936,13 +1057,34 @@ static uint32_t be32(const uint8_t *p) {
          p[3];
 }
 
+/* A header block (RFC 9113 4.3) opens with a HEADERS (or PUSH_PROMISE)
+ * frame; CONTINUATION frames carry it on; it ends with the payload of the
+ * frame that has END_HEADERS. No other frame may come in between (6.10),
+ * so while one is open the whole connection waits for it. */
+static void block_end(h2_conn *h) {
+  h->in_block = 0;
+  h->block_last = 0;
+  h->blocks++;
+}
+
+static void block_frame(h2_conn *h, uint8_t type, uint8_t flags, uint32_t len) {
+  int part = type == NGHTTP2_HEADERS || type == NGHTTP2_PUSH_PROMISE ||
+             (type == NGHTTP2_CONTINUATION && h->in_block);
+  h->block_last = part && (flags & NGHTTP2_FLAG_END_HEADERS);
+  if (part)
+    h->in_block = 1;
+  if (h->block_last && len == 0)
+    block_end(h);
+}
+
 /* The input's frame boundaries, followed ahead of nghttp2, for what its
- * callbacks do not show: a PRIORITY frame's dependency (dropped unread
- * when RFC 7540 priorities are off; RFC 9113 5.3.1 makes depending on
- * itself a PROTOCOL_ERROR) and frames on closed streams. Returns how many
- * of the `n` bytes nghttp2 may take now: all of them, or those before a
- * frame to check first (h->scan_check; the scan resumes past its header),
- * or those before an offending frame (the connection is ending). */
+ * callbacks do not show: the header block in progress (block_frame); a PRIORITY
+ * frame's dependency (dropped unread when RFC 7540 priorities are off; RFC
+ * 9113 5.3.1 makes depending on itself a PROTOCOL_ERROR) and frames on closed
+ * streams. Returns how many of the `n` bytes nghttp2 may take now: all of them,
+ * or those before a frame to check first (h->scan_check; the scan resumes past
+ * its header), or those before an offending frame (the connection is ending).
+ */
 static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
   size_t i = 0, start = 0;
   while (i < n) {
@@ -950,6 +1092,8 @@ static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
       size_t k = n - i < h->scan_left ? n - i : h->scan_left;
       i += k;
       h->scan_left -= (uint32_t)k;
+      if (h->scan_left == 0 && h->block_last)
+        block_end(h);
       continue;
     }
     if (h->scan_pri) {
@@ -978,6 +1122,7 @@ static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
       h->scan_left = len;
       h->scan_id = id;
       h->scan_type = type;
+      block_frame(h, type, h->scan_hd[4], len);
       if (type == NGHTTP2_PRIORITY && id != 0 && len == 5) {
         h->scan_pri = 1;
       } else if ((type == NGHTTP2_DATA || type == NGHTTP2_HEADERS) &&
@@ -1036,6 +1181,8 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
   }
   r = s->r;
   s->received += len;
+  if (len > 0 && s->timer.kind == TERN__T_BODY)
+    tern__timer_set(h->w, &s->timer, TERN__T_BODY); /* progress re-arms it */
   if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
       is_gone(r)) {
     consume(h, s, len); /* answered already: the bytes are dropped */
@@ -1116,14 +1263,19 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
     if (s == NULL)
       return 0;
     s->flags |= S_END_SENT;
-    if (!(s->flags & S_REMOTE_DONE) &&
-        !(s->has_length && s->received <= s->content_length &&
-          s->content_length - s->received <= H2_DRAIN_MAX)) {
-      /* The response is complete before the request (RFC 9113 8.1): ask
-       * the client to stop sending, without error. A short rest of a body
-       * with a length is read (and dropped) instead, so that nghttp2 can
-       * still check the length (RFC 9113 8.1.1: a mismatch is
-       * PROTOCOL_ERROR). */
+    if (s->flags & S_REMOTE_DONE)
+      return 0;
+    if (!(s->flags & S_TIMEDOUT) && s->has_length &&
+        s->received <= s->content_length &&
+        s->content_length - s->received <= H2_DRAIN_MAX) {
+      /* A short rest of a body with a length is read (and dropped), under
+       * the body timer, so that nghttp2 can still check the length (RFC
+       * 9113 8.1.1: a mismatch is PROTOCOL_ERROR). */
+      s->flags |= S_DRAIN;
+      stream_timer(h, s);
+    } else {
+      /* The response is complete before the request (RFC 9113 8.1), or
+       * the body stalled: ask the client to stop sending, without error. */
       nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                 NGHTTP2_NO_ERROR);
     }
@@ -1477,6 +1629,9 @@ again:
       h->flow = 1;
     }
   }
+  /* No more body bytes can come: no stream waits for them any more. */
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next)
+    stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, link));
 }
 
 static void h2_on_read(tern__conn *conn) {
@@ -1485,10 +1640,13 @@ static void h2_on_read(tern__conn *conn) {
   size_t ok, fed = 0;
   ssize_t n;
 
+  uint32_t blocks;
+
   if ((c->head.flags & TERN__C_CLOSING) || c->head.proto != &tern__http2 ||
       h == NULL)
     return;
   enter(h);
+  blocks = h->blocks;
   if (h->flow)
     run_flows(h);
   while (!h->dead && c->rpos < c->rlen) {
@@ -1522,6 +1680,11 @@ static void h2_on_read(tern__conn *conn) {
       pump(h);
     }
   }
+  if (!h->dead && h->in_block && h->blocks != blocks &&
+      c->head.timer.kind == TERN__T_HEAD)
+    /* A header block ended and a new one began: the new one's own head
+     * time starts now. Bytes of one block never re-arm it. */
+    tern__conn_timer(&c->head, TERN__T_HEAD);
   if (!h->dead && (c->head.flags & TERN__C_EOF) && !h->eof)
     on_eof(h);
   if (!h->dead)
@@ -1799,6 +1962,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
   }
   r->flags |= TERN__RQ_ENDED;
   uncount(h, s); /* what is left waits for the client (its window) */
+  stream_timer(h, s);
   if (r->flags & TERN__RQ_ABORT) {
     /* Cut short: the stream must not look complete. */
     nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id,
@@ -1839,6 +2003,7 @@ static void h2_body_flow(tern_request *r) {
     h->flow = 1;
     schedule(h);
   }
+  stream_timer(h, s); /* reading: the body timer; paused: none */
 }
 
 /* RFC 8441: the answer to an extended CONNECT is a 200 without a length;
@@ -1902,17 +2067,39 @@ static int h2_interim(tern_request *r, int status, const tern_header *f,
   return rc;
 }
 
-/* HTTP/2's connection timer: none while streams are in flight (each is
- * bounded by its own flow and the write timeout), the head timer while a
- * frame is half received, else keep-alive idle. */
+/* HTTP/2's connection timer (see "The core's view" at the top): the head
+ * timer while a header block is open, which stops the whole connection;
+ * none while streams are in flight or wait under their own body timers;
+ * else keep-alive idle. nghttp2 buffers partial frames, so the read
+ * buffer is never needed between reads. */
 static int h2_timer(const tern__conn *conn) {
-  const tern__stream *c = tern__stream_cof(conn);
-  const h2_conn *h = c->h2;
+  const h2_conn *h = tern__stream_cof(conn)->h2;
+  if (h != NULL && h->in_block)
+    return TERN__T_HEAD;
   if (h != NULL && h->nq > 0)
     return TERN__T_NONE;
-  if (c->rpos < c->rlen)
-    return TERN__T_HEAD;
+  if (h != NULL && h->waiting > 0)
+    return TERN__T_NONE | TERN__T_DRAINED;
   return TERN__T_IDLE | TERN__T_DRAINED;
+}
+
+/* A header block that did not end within head_timeout_ms ends the
+ * connection with GOAWAY PROTOCOL_ERROR (the block's HPACK state cannot be
+ * given up alone); the connection closes once that is written. Any other
+ * timeout closes it at once. */
+static int h2_timeout(tern__conn *conn, int kind) {
+  tern__stream *c = tern__stream_of(conn);
+  h2_conn *h = c->h2;
+  if (kind != TERN__T_HEAD || h == NULL || h->dead || !h->in_block ||
+      h->finished || h->urgent)
+    return 0;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: header block timed out");
+  if (nghttp2_session_terminate_session(h->ng, NGHTTP2_PROTOCOL_ERROR) != 0)
+    return 0;
+  h->urgent = 1;
+  tern__stream_read_stop(c);
+  schedule(h);
+  return 1;
 }
 
 /* One stream's answer failed (a call the worker could not carry out, no
@@ -2026,6 +2213,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
   s->win = H2_STREAM_WIN_INIT;
+  tern__timer_init(&s->timer, stream_timeout);
   c->head.proto = &tern__http2;
   c->h2 = h;
   /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
@@ -2088,6 +2276,6 @@ const tern__proto tern__http2 = {
     .close = h2_on_close,
     .busy = h2_busy,
     .timer = h2_timer,
-    .timeout = NULL,
+    .timeout = h2_timeout,
     .ops = &h2_ops,
 };

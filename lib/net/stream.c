@@ -275,7 +275,7 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
       s->filter->received(s->filt, (size_t)nread); /* decrypted below */
     else
       s->rlen += (size_t)nread;
-    if (c->timer_kind == TERN__T_BODY)
+    if (c->timer.kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     stream_process(c);
     /* Everything this read produced leaves now, in one write: waiting for

@@ -1164,6 +1164,230 @@ def flow_blocked_streams_time_out():
 
 
 # ---------------------------------------------------------------------------
+# Per-stream body timers and the header-block head timer, on a connection
+# that PINGs keep from ever being idle.
+
+TIMEOUTS = ["--head-timeout-ms", "500", "--body-timeout-ms", "700",
+            "--idle-timeout-ms", "10000"]
+
+
+def pinging(h, seconds, tick=None, stop=None):
+    """Frames read for `seconds` while a PING goes out every 200 ms (and
+    tick(i) runs before the i-th); each as (time since the start, type,
+    flags, sid, payload), None last if the server closed. Stops early
+    once stop(frames) is true."""
+    frames = []
+    t0 = time.monotonic()
+    next_ping, i = t0, 0
+    while time.monotonic() - t0 < seconds:
+        if time.monotonic() >= next_ping:
+            if tick is not None:
+                tick(i)
+            h.send(frame(PING, 0, 0, b"pingping"))
+            next_ping += 0.2
+            i += 1
+        try:
+            f = h.read_frame(max(0.01, min(next_ping, t0 + seconds) -
+                                 time.monotonic()))
+        except socket.timeout:
+            continue
+        if f is None:
+            frames.append(None)
+            return frames
+        if f[0] == SETTINGS and not f[1] & ACK:
+            h.send(frame(SETTINGS, ACK, 0))
+        frames.append((time.monotonic() - t0,) + f)
+        if stop is not None and stop(frames):
+            break
+    return frames
+
+
+def stream_events(frames, sid):
+    """What happened on `sid`: [(time, 'headers'|'data'|'end'|'rst', x)],
+    x the HEADERS block, the DATA payload or the RST_STREAM code."""
+    out = []
+    for f in frames:
+        if f is None or f[3] != sid:
+            continue
+        t, ftype, flags, _, p = f
+        if ftype == HEADERS:
+            out.append((t, "headers", p))
+        elif ftype == DATA and p:
+            out.append((t, "data", p))
+        if ftype in (HEADERS, DATA) and flags & END_STREAM:
+            out.append((t, "end", None))
+        if ftype == RST_STREAM:
+            out.append((t, "rst", struct.unpack(">I", p)[0]))
+    return out
+
+
+def kinds(events):
+    return [e[1] for e in events]
+
+
+@case(timeout=30)
+def stalled_body_answered_408():
+    """Request bodies that stop arriving on a connection kept busy by PINGs
+    (which used to keep them forever): each stream has its own body timer,
+    re-armed by its own DATA only, so the stalled ones are answered 408
+    and reset with NO_ERROR (one with a content-length too, which is not
+    left to drain), while a slow body on another stream completes."""
+    with Server("hello", TIMEOUTS) as s:
+        with H2(s.port) as h:
+            h.send(headers(1, request_block("POST", "/collect"),
+                           end_stream=False) + frame(DATA, 0, 1, b"abc") +
+                   headers(3, request_block("POST", "/collect"),
+                           end_stream=False) +
+                   headers(5, request_block("POST", "/collect", [
+                       ("content-length", "10")]), end_stream=False) +
+                   frame(DATA, 0, 5, b"abc"))
+
+            def tick(i):
+                # Stream 3: a piece every 400 ms (the timeout is 700 ms).
+                if i in (1, 3, 5, 7):
+                    h.send(frame(DATA, 0, 3, b"x"))
+                elif i == 9:
+                    h.send(frame(DATA, END_STREAM, 3, b"y"))
+            frames = pinging(h, 3, tick, stop=lambda fr: all(
+                "rst" in kinds(stream_events(fr, sid)) for sid in (1, 5)) and
+                "end" in kinds(stream_events(fr, 3)))
+            check(None not in frames, "the connection closed")
+            for sid in (1, 5):
+                ev = stream_events(frames, sid)
+                eq(kinds(ev), ["headers", "data", "end", "rst"],
+                   "stream %d" % sid)
+                eq(ev[1][2], b"408 Request Timeout\n", "stream %d body" % sid)
+                eq(ev[3][2], NO_ERROR, "stream %d reset code" % sid)
+                check(0.6 < ev[0][0] < 1.5, "stream %d answered after %.2f s"
+                      % (sid, ev[0][0]))
+            ev = stream_events(frames, 3)
+            eq([e[2] for e in ev if e[1] == "data"], [b"xxxxy"],
+               "stream 3's body")
+            check(ev[0][0] > 1.5, "stream 3 answered after %.2f s" % ev[0][0])
+            finish(h, 7)
+
+
+@case(timeout=30)
+def stalled_streamed_body():
+    """A streamed body that stalls: a handler that started its response
+    (/echo) has its stream reset, CANCEL; one that had not (/upload) hears
+    TERN_BODY_ERROR and its own answer (400) goes out, then RST_STREAM
+    NO_ERROR; one that answers only later, from another thread
+    (/upload?late=1), finds its client gone: tern answered 408 for it.
+    Other streams are served meanwhile."""
+    with Server("hello", TIMEOUTS) as s:
+        with H2(s.port) as h:
+            h.send(headers(1, request_block("POST", "/echo"),
+                           end_stream=False) + frame(DATA, 0, 1, b"abc") +
+                   headers(3, request_block("POST", "/upload"),
+                           end_stream=False) + frame(DATA, 0, 3, b"abc") +
+                   headers(5, request_block("POST", "/upload?late=1&ms=100"),
+                           end_stream=False) + frame(DATA, 0, 5, b"abc"))
+            frames = pinging(h, 3, stop=lambda fr: all(
+                "rst" in kinds(stream_events(fr, sid)) for sid in (1, 3, 5)))
+            check(None not in frames, "the connection closed")
+            ev = stream_events(frames, 1)
+            eq(kinds(ev), ["headers", "data", "rst"], "/echo")
+            eq((ev[1][2], ev[2][2]), (b"abc", CANCEL), "/echo echo and code")
+            check(0.6 < ev[2][0] < 1.5, "/echo reset after %.2f s" % ev[2][0])
+            ev = stream_events(frames, 3)
+            eq(kinds(ev), ["headers", "end", "rst"], "/upload")
+            eq(ev[0][2][:1], b"\x8c", "/upload's :status 400 (indexed)")
+            eq(ev[2][2], NO_ERROR, "/upload reset code")
+            check(0.6 < ev[0][0] < 1.5, "/upload answered after %.2f s"
+                  % ev[0][0])
+            ev = stream_events(frames, 5)
+            eq(kinds(ev), ["headers", "data", "end", "rst"], "late /upload")
+            eq((ev[1][2], ev[3][2]), (b"408 Request Timeout\n", NO_ERROR),
+               "late /upload's answer and reset code")
+            time.sleep(0.2)  # the late answer is refused meanwhile
+            finish(h, 7)
+
+
+@case(timeout=30)
+def held_streams_not_timed_out():
+    """Streams whose handler holds them are the handler's: one that never
+    answers (/never) and a streamed upload the handler paused (flow control
+    holds the client) outlast every timeout on a connection kept busy,
+    and other streams are served."""
+    with Server("hello", TIMEOUTS) as s:
+        with H2(s.port) as h:
+            h.send(headers(1, request_block("POST", "/upload?pause=1"),
+                           end_stream=False) + frame(DATA, 0, 1, b"abc") +
+                   frame(DATA, 0, 1, b"def") +
+                   headers(3, request_block("GET", "/never")))
+            frames = pinging(h, 2)
+            check(None not in frames, "the connection closed")
+            for sid in (1, 3):
+                eq(stream_events(frames, sid), [], "stream %d" % sid)
+            finish(h, 5)
+            h.send(rst_stream(1) + rst_stream(3))
+            finish(h, 7)
+
+
+@case(timeout=30)
+def header_block_bounded_by_head_timeout():
+    """A header block that stops arriving holds the whole connection
+    (nothing else may come until it ends, RFC 9113 6.10): it gets
+    head_timeout_ms in all, which CONTINUATION frames trickling one byte of
+    it at a time do not extend: GOAWAY PROTOCOL_ERROR, then the close.
+    A PING inside a block is a connection error at once."""
+    with Server("hello", TIMEOUTS) as s:
+        block = request_block("GET", "/", [("x-pad", "p" * 40)])
+        with H2(s.port) as h:
+            t0 = time.monotonic()
+            h.send(headers(1, block[:6], end_headers=False))
+            frames, closed, k = [], None, 6
+            while closed is None and time.monotonic() - t0 < 4:
+                if k < 12:
+                    h.send(frame(CONTINUATION, 0, 1, block[k:k + 1]))
+                    k += 1
+                try:
+                    f = h.read_frame(0.3)
+                except socket.timeout:
+                    continue
+                while f is not None:
+                    frames.append(f)
+                    try:
+                        f = h.read_frame(0.01)
+                    except socket.timeout:
+                        break
+                if f is None:
+                    closed = time.monotonic() - t0
+            check(closed is not None, "still open after 4 s")
+            check(closed < 1.3, "closed after %.2f s" % closed)
+            eq(goaway_code(frames), PROTOCOL_ERROR, "GOAWAY code")
+        with H2(s.port) as h:
+            h.send(headers(1, block[:6], end_headers=False) +
+                   frame(PING, 0, 0, b"pingping"))
+            eq(goaway_code(h.frames_until_close(2)), PROTOCOL_ERROR,
+               "PING inside a header block")
+        check_serves(s.port)
+
+
+@case(timeout=30)
+def header_blocks_back_to_back():
+    """Requests whose header blocks each straddle two writes, for three
+    head timeouts: each block that ends is progress, so the next one's
+    head time starts afresh, and every request is answered."""
+    with Server("hello", TIMEOUTS) as s:
+        with H2(s.port) as h:
+            block = request_block("GET", "/")
+            sid, t0 = 1, time.monotonic()
+            h.send(headers(sid, block[:5], end_headers=False))
+            while time.monotonic() - t0 < 1.5:
+                time.sleep(0.1)
+                h.send(frame(CONTINUATION, END_HEADERS, sid, block[5:]) +
+                       headers(sid + 2, block[:5], end_headers=False))
+                sid += 2
+            h.send(frame(CONTINUATION, END_HEADERS, sid, block[5:]))
+            got = collect_streams(h, list(range(1, sid + 1, 2)))
+            check(all(v == (HELLO_BODY, None) for v in got.values()),
+                  "answers %r" % sorted(set(got.values())))
+            suite.note("%d requests" % len(got))
+
+
+# ---------------------------------------------------------------------------
 # RFC 9113 rules nghttp2 leaves to the server (with RFC 7540 priorities off
 # and closed streams not kept), each a connection error here.
 
