@@ -291,7 +291,7 @@ typedef struct {
 
 static void msg_apply(tern__msg *base);
 static void msg_drop(tern__msg *base, int refused);
-static const tern__msg_ops resp_ops = {msg_apply, msg_drop};
+static const tern__msg_ops resp_ops = {.apply = msg_apply, .drop = msg_drop};
 
 static resp_msg *msg_new(tern_request *r, int type, const tern_header *h,
                          size_t n, const void *data, size_t len) {

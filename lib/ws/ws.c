@@ -929,7 +929,7 @@ typedef struct {
 
 static void msg_apply(tern__msg *base);
 static void msg_drop(tern__msg *base, int refused);
-static const tern__msg_ops ws_msg_ops = {msg_apply, msg_drop};
+static const tern__msg_ops ws_msg_ops = {.apply = msg_apply, .drop = msg_drop};
 
 static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
                 size_t n, shared_frame *f) {
