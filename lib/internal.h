@@ -678,6 +678,11 @@ struct tern__worker {
   tern__list ws_ended;   /* WebSockets whose on_close is due (check phase) */
   unsigned ws_calls;     /* tern_ws_* calls on the stack of this worker */
   char *scratch;         /* one TLS record's worth, for gathering */
+  /* Where ws.c unmasks client payload (16 KiB, got on first use), since
+   * the carrier's bytes are read-only to it; ws_scratch_busy while a
+   * delivery is decoded into it. */
+  unsigned char *ws_scratch;
+  int ws_scratch_busy;
   tern__wstats stats;
 };
 

@@ -5,7 +5,7 @@
  * at most one event and says how many bytes it used:
  *
  *   for (;;) {
- *     r = tern__ws_decode(&d, buf + off, len - off, &used, &ev);
+ *     r = tern__ws_decode(&d, buf + off, len - off, out, cap, &used, &ev);
  *     off += used;
  *     if (r == TERN__WS_EV_NONE) break;   all bytes used, need more
  *     if (r < 0) { close with code -r; break; }
@@ -18,8 +18,13 @@
  *
  * A data message arrives as BEGIN (opcode, compressed flag), any number
  * of DATA spans and END. Control frames (PING, PONG, CLOSE) may come
- * between the events of a fragmented message. DATA spans point into the
- * caller's buffer, which is unmasked in place: the decoder writes to it.
+ * between the events of a fragmented message. The input is only read: it
+ * may be memory the carrier must not have written (under HTTP/3, the
+ * QUIC stack's). DATA spans are unmasked into the caller's output buffer
+ * `out` and point at its start; a span is at most `out_cap` bytes, so a
+ * large frame comes as several DATA events, exactly as if its bytes had
+ * arrived in pieces, and a bounded buffer serves any message. The span
+ * stays valid until the caller next writes to `out`.
  * PING, PONG and CLOSE payloads point into the decoder itself (a control
  * frame may arrive in pieces) and stay valid until the next call.
  *
@@ -139,10 +144,13 @@ typedef struct {
 void tern__ws_decoder_init(tern__ws_decoder *d, uint64_t max_message,
                            int deflate);
 
-/* Decode from buf[0..len), unmasking payload in place. Returns an event
- * (filling *ev) or an error, with *consumed as described above. */
-int tern__ws_decode(tern__ws_decoder *d, unsigned char *buf, size_t len,
-                    size_t *consumed, tern__ws_event *ev);
+/* Decode from buf[0..len), which is never written, unmasking payload into
+ * out[0..out_cap). Returns an event (filling *ev) or an error, with
+ * *consumed as described above. out_cap must not be 0 (a call that would
+ * need room and has none fails with TERN__WS_E1002 rather than spin). */
+int tern__ws_decode(tern__ws_decoder *d, const unsigned char *buf, size_t len,
+                    unsigned char *out, size_t out_cap, size_t *consumed,
+                    tern__ws_event *ev);
 
 /* Incremental UTF-8 validation, as the decoder does it, for callers with
  * text of their own (inflated messages, outgoing text). *state starts at
