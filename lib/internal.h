@@ -376,6 +376,18 @@ void tern__pool_threads_close(tern_server *srv);
 /* Drop a reference on the server; the last one frees what
  * tern_server_free left for the threads still using it. */
 void tern__server_unref(tern_server *srv);
+/* Pseudo-headers into fields, for adapters whose requests arrive as a
+ * list of fields (HTTP/2, HTTP/3; their field names are lower case, as
+ * both protocols require). Without :authority, the Host field gives
+ * r->authority. Cookie crumbs (RFC 9113 8.2.3, RFC 9114 4.2.1) are
+ * joined with "; " into one cookie field, in the place of the first: the
+ * adapter passes how many cookie fields it counted (`ncookie`; below 2
+ * nothing is joined). The joined value comes from tern__small_malloc of
+ * the request's worker and is returned in *joined, which the adapter
+ * frees with tern__small_free when the request is released (NULL when
+ * nothing was joined). Owning worker. Returns 0, or TERN_ENOMEM with the
+ * fields unchanged (the adapter answers 503). */
+int tern__request_fields(tern_request *r, size_t ncookie, char **joined);
 /* Append to a collected body within the route's limit: 0, 413 or 503. */
 int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */

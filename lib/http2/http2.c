@@ -574,7 +574,6 @@ static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
 static void head_done(h2_conn *h, h2_stream *s) {
   tern_request *r = s->r;
   const char *q;
-  size_t i;
 
   s->flags |= S_HEAD_DONE;
   if (r->target != NULL) {
@@ -590,16 +589,6 @@ static void head_done(h2_conn *h, h2_stream *s) {
   } else {
     r->path = r->target = ""; /* CONNECT */
   }
-  if (r->authority == NULL) {
-    for (i = 0; i < r->nheaders; i++) {
-      if (r->headers[i].name_len == 4 &&
-          memcmp(r->headers[i].name, "host", 4) == 0) {
-        r->authority = r->headers[i].value;
-        r->authority_len = r->headers[i].value_len;
-        break;
-      }
-    }
-  }
   if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
     r->flags |= TERN__RQ_HEAD;
   if (s->flags & S_WEBSOCKET) {
@@ -610,39 +599,10 @@ static void head_done(h2_conn *h, h2_stream *s) {
     r->method_len = 3;
     r->flags |= TERN__RQ_WS_CONNECT;
   }
-  if (s->ncookie > 1 && s->status == 0) {
-    /* RFC 9113 8.2.3: crumbs are joined with "; " for the application. */
-    size_t size = 0, k = 0, first = SIZE_MAX;
-    char *p;
-    for (i = 0; i < r->nheaders; i++)
-      if (r->headers[i].name_len == 6 &&
-          memcmp(r->headers[i].name, "cookie", 6) == 0)
-        size += r->headers[i].value_len + 2;
-    s->cookie = p = tern__small_malloc(h->w, size);
-    if (p == NULL) {
-      s->status = 503;
-    } else {
-      for (i = 0; i < r->nheaders; i++) {
-        tern_header *f = &r->headers[i];
-        if (f->name_len == 6 && memcmp(f->name, "cookie", 6) == 0) {
-          if (first != SIZE_MAX) {
-            *p++ = ';';
-            *p++ = ' ';
-          } else {
-            first = k;
-            r->headers[k++] = *f;
-          }
-          memcpy(p, f->value, f->value_len);
-          p += f->value_len;
-          continue;
-        }
-        r->headers[k++] = *f;
-      }
-      r->nheaders = k;
-      r->headers[first].value = s->cookie;
-      r->headers[first].value_len = (size_t)(p - s->cookie);
-    }
-  }
+  /* Host fallback and the cookie join are the core's, as for HTTP/3; a
+   * request already failed is answered without joining. */
+  if (tern__request_fields(r, s->status == 0 ? s->ncookie : 0, &s->cookie) != 0)
+    s->status = 503;
   route(h, s);
 }
 

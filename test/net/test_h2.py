@@ -589,6 +589,30 @@ def errors_head_and_params():
     eq((status, body), (200, HELLO_BODY), "with cookie crumbs")
 
 
+@case
+def cookie_crumbs_joined_and_host_fallback():
+    """RFC 9113 8.2.3: three cookie crumbs, another field between them,
+    reach the application as one Cookie field joined with "; ", where the
+    first crumb was. Without :authority the Host field is the authority
+    (RFC 9113 8.3.1); with it, :authority wins and Host is a field."""
+    block = b"".join(hpack_literal(n, v) for n, v in [
+        (":method", "GET"), (":scheme", "http"), (":path", "/fields"),
+        ("cookie", "a=1"), ("x-mid", "m"), ("cookie", "b=2"),
+        ("host", "example.test:8080"), ("cookie", "c=3")])
+    with H2(srv.port) as h2:
+        h2.send(headers(1, block))
+        h2.send(headers(3, request_block("GET", "/fields", [
+            ("host", "other.test"), ("cookie", "only=1")])))
+        got = collect_streams(h2, [1, 3])
+    eq(got[1], (b"authority: example.test:8080\n"
+                b"cookie: a=1; b=2; c=3\n"
+                b"x-mid: m\n"
+                b"host: example.test:8080\n", None), "joined, Host fallback")
+    eq(got[3], (b"authority: x\n"
+                b"host: other.test\n"
+                b"cookie: only=1\n", None), ":authority wins, one crumb")
+
+
 def hook_body(status, reason, method):
     m = "null" if method is None else '"%s"' % method
     return (b'{"error":%d,"reason":"%s","method":%s,"bad":-1}\n'
