@@ -406,6 +406,32 @@ void tern__request_gone(tern_request *r);
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
 
+/* ---- The inbound window policy (lib/core/window.c) ------------------ */
+
+/* A receive window that starts small and grows while the handler keeps
+ * up: each time a whole window has been consumed with nothing held back,
+ * it doubles, up to `max`. A client that uploads fast is then not
+ * throttled by round trips, and one whose handler is slow (or paused)
+ * never has more than a small window in flight. The policy only: the
+ * adapter announces a new size its own way (HTTP/2 through nghttp2,
+ * HTTP/3 through ngtcp2). */
+typedef struct {
+  uint32_t win;      /* the window now */
+  uint32_t max;      /* the most it grows to (at most 2^31 - 1) */
+  uint64_t consumed; /* bytes consumed since it last grew */
+} tern__window;
+
+static inline void tern__window_init(tern__window *w, uint32_t initial,
+                                     uint32_t max) {
+  w->win = initial;
+  w->max = max;
+  w->consumed = 0;
+}
+/* `n` bytes left tern's hands; `held_back` when some are still held for
+ * a handler that has not taken them (or no more can come). Returns the
+ * new window size when the window should grow now, else 0. */
+uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back);
+
 /* ---- Protocol adapters ------------------------------------------- */
 
 /* A protocol adapter has two tables. The connection side is called by

@@ -45,7 +45,9 @@
  * time a full window has been consumed with nothing held back, so a fast
  * upload is not throttled and a slow one never holds much. The connection
  * window starts at 1 MiB and grows the same way up to 16 MiB; it bounds
- * what all of a connection's paused streams can hold together.
+ * what all of a connection's paused streams can hold together. That
+ * policy is the core's (tern__window, lib/core/window.c), shared with
+ * HTTP/3; this file only announces what it decides.
  *
  * The core's view. c->nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
@@ -145,8 +147,7 @@ struct h2_stream {
   char *pend; /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
   size_t owed;          /* delivered while paused: consumed on resume */
-  int32_t win;          /* our receive window for the stream */
-  size_t consumed;      /* consumed since the window last grew */
+  tern__window rwin;    /* our receive window for the stream */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
 };
@@ -184,9 +185,8 @@ struct h2_conn {
   uint8_t scan_check; /* check_stream_frame is due before more input */
   uint8_t scan_type;  /* the current frame's type and stream */
   int32_t scan_id;
-  int32_t win;
-  size_t consumed;
-  size_t held; /* bytes in all streams' pend buffers */
+  tern__window rwin; /* our receive window for the connection */
+  size_t held;       /* bytes in all streams' pend buffers */
 };
 
 /* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
@@ -282,24 +282,23 @@ static int settle_all(h2_conn *h) {
 /* `n` bytes of the stream's body left tern's hands: let the client send
  * more, growing the windows while the handler keeps up. */
 static void consume(h2_conn *h, h2_stream *s, size_t n) {
+  uint32_t win;
+
   if (n == 0 || h->dead || h->finished)
     return;
   nghttp2_session_consume(h->ng, s->id, n);
-  s->consumed += n;
-  if (s->consumed >= (size_t)s->win && s->win < H2_STREAM_WIN_MAX &&
-      s->pend_len == 0 && (s->flags & S_OPEN) && !(s->flags & S_REMOTE_DONE)) {
-    s->win = s->win * 2 > H2_STREAM_WIN_MAX ? H2_STREAM_WIN_MAX : s->win * 2;
-    s->consumed = 0;
+  /* The core's policy decides; a stream that holds bytes, or can get no
+   * more, does not grow. */
+  win = tern__window_consumed(&s->rwin, n,
+                              s->pend_len > 0 || !(s->flags & S_OPEN) ||
+                                  (s->flags & S_REMOTE_DONE));
+  if (win != 0)
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, s->id,
-                                          s->win);
-  }
-  h->consumed += n;
-  if (h->consumed >= (size_t)h->win && h->win < H2_CONN_WIN_MAX &&
-      h->held == 0) {
-    h->win = h->win * 2 > H2_CONN_WIN_MAX ? H2_CONN_WIN_MAX : h->win * 2;
-    h->consumed = 0;
-    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0, h->win);
-  }
+                                          (int32_t)win);
+  win = tern__window_consumed(&h->rwin, n, h->held > 0);
+  if (win != 0)
+    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
+                                          (int32_t)win);
 }
 
 /* Body bytes the stream holds or owes go back to the connection window
@@ -654,7 +653,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s->r = r;
   s->id = frame->hd.stream_id;
   s->flags = S_OPEN;
-  s->win = H2_STREAM_WIN_INIT;
+  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
   tern__list_append(&h->streams, &s->link);
@@ -1259,13 +1258,13 @@ static h2_conn *h2_new(tern__conn *c) {
   /* RFC 8441: WebSocket over HTTP/2 (extended CONNECT). */
   iv[5].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
   iv[5].value = 1;
-  h->win = H2_CONN_WIN_INIT;
+  tern__window_init(&h->rwin, H2_CONN_WIN_INIT, H2_CONN_WIN_MAX);
   h->reset_tokens = H2_RESET_BURST;
   h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
   h->reset_time = uv_now(c->w->loop);
   if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
-                                            h->win) != 0) {
+                                            (int32_t)h->rwin.win) != 0) {
     destroy(h);
     return NULL;
   }
@@ -2006,7 +2005,7 @@ int tern__http2_upgrade(tern__conn *c, tern_request *r, const char *settings,
   s->r = r;
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
-  s->win = H2_STREAM_WIN_INIT;
+  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
   c->proto = &tern__http2;
   c->h2 = h;
   /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
