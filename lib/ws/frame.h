@@ -5,7 +5,7 @@
  * at most one event and says how many bytes it used:
  *
  *   for (;;) {
- *     r = tern__ws_decode(&d, buf + off, len - off, out, cap, &used, &ev);
+ *     r = tern__ws_decode(&d, buf + off, len - off, &used, &ev);
  *     off += used;
  *     if (r == TERN__WS_EV_NONE) break;   all bytes used, need more
  *     if (r < 0) { close with code -r; break; }
@@ -21,10 +21,11 @@
  * between the events of a fragmented message. The input is only read: it
  * may be memory the carrier must not have written (under HTTP/3, the
  * QUIC stack's). DATA spans are unmasked into the caller's output buffer
- * `out` and point at its start; a span is at most `out_cap` bytes, so a
- * large frame comes as several DATA events, exactly as if its bytes had
- * arrived in pieces, and a bounded buffer serves any message. The span
- * stays valid until the caller next writes to `out`.
+ * (tern__ws_decoder_output) and point at its start; a span is at most as
+ * long as that buffer, so a large frame comes as several DATA events,
+ * exactly as if its bytes had arrived in pieces, and a bounded buffer
+ * serves any message. The span stays valid until the caller next writes
+ * to the buffer or gives another.
  * PING, PONG and CLOSE payloads point into the decoder itself (a control
  * frame may arrive in pieces) and stay valid until the next call.
  *
@@ -136,6 +137,8 @@ typedef struct {
   unsigned char mask[4];
   unsigned char ctl_len;
   unsigned char ctl[TERN__WS_MAX_CONTROL];
+  unsigned char *out; /* where DATA is unmasked (tern__ws_decoder_output) */
+  size_t out_cap;
 } tern__ws_decoder;
 
 /* Start decoding a connection's client-to-server stream. max_message is
@@ -144,13 +147,23 @@ typedef struct {
 void tern__ws_decoder_init(tern__ws_decoder *d, uint64_t max_message,
                            int deflate);
 
+/* Where the following calls unmask DATA: out[0..cap), which must not
+ * overlap their input. The caller may give another buffer (or another
+ * part of this one) before any call; a kept span stays valid only while
+ * its bytes are not given again. A cap of 0 (or no call at all) makes the
+ * first DATA fail with TERN__WS_E1002 rather than spin. It is a field
+ * setter, not a call into the codec, so that setting it costs nothing. */
+static inline void tern__ws_decoder_output(tern__ws_decoder *d,
+                                           unsigned char *out, size_t cap) {
+  d->out = out;
+  d->out_cap = cap;
+}
+
 /* Decode from buf[0..len), which is never written, unmasking payload into
- * out[0..out_cap). Returns an event (filling *ev) or an error, with
- * *consumed as described above. out_cap must not be 0 (a call that would
- * need room and has none fails with TERN__WS_E1002 rather than spin). */
+ * the output buffer. Returns an event (filling *ev) or an error, with
+ * *consumed as described above. */
 int tern__ws_decode(tern__ws_decoder *d, const unsigned char *buf, size_t len,
-                    unsigned char *out, size_t out_cap, size_t *consumed,
-                    tern__ws_event *ev);
+                    size_t *consumed, tern__ws_event *ev);
 
 /* Incremental UTF-8 validation, as the decoder does it, for callers with
  * text of their own (inflated messages, outgoing text). *state starts at

@@ -542,38 +542,38 @@ static int span_flush(tern_ws *ws) {
 static void feed(tern_ws *ws, const unsigned char *buf, size_t len) {
   tern__worker *w = ws->w;
   unsigned char local[WS_SCRATCH_LOCAL];
-  unsigned char *out = local;
-  size_t cap = sizeof local, off = 0;
+  unsigned char *start = local, *o, *end;
   int own = 0;
 
   if (!w->ws_scratch_busy &&
       (w->ws_scratch != NULL ||
        (w->ws_scratch = tern__malloc(w->srv, WS_SCRATCH)) != NULL)) {
-    out = w->ws_scratch;
-    cap = WS_SCRATCH;
+    start = w->ws_scratch;
     w->ws_scratch_busy = own = 1;
   }
+  o = start;
+  end = start + (own ? WS_SCRATCH : sizeof local);
+  tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
   while (ws->state != WS_DONE) {
     tern__ws_event ev;
-    unsigned char *o = out;
-    size_t used = 0, room = cap, at;
+    size_t used;
     int rc;
 
-    /* A span kept as the possible whole message stays where it is: the
-     * next payload goes behind it, or, with no room left there, the
-     * span moves into the message buffer first. */
-    if (ws->span != NULL) {
-      at = (size_t)(ws->span - out) + ws->span_len;
-      if (at < cap) {
-        o = out + at;
-        room = cap - at;
-      } else if (span_flush(ws) != 0) {
+    /* Payload is unmasked at o, behind the previous span, so that a span
+     * kept as the possible whole message stays where it is. Once the
+     * buffer is full it starts over, the kept span moving into the
+     * message buffer first. */
+    if (o == end) {
+      o = start;
+      tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
+      if (span_flush(ws) != 0) {
         fail(ws, TERN__WS_CLOSE_INTERNAL);
         break;
       }
     }
-    rc = tern__ws_decode(&ws->dec, buf + off, len - off, o, room, &used, &ev);
-    off += used;
+    rc = tern__ws_decode(&ws->dec, buf, len, &used, &ev);
+    buf += used;
+    len -= used;
     if (rc == TERN__WS_EV_NONE)
       break;
     if (rc < 0) {
@@ -592,6 +592,8 @@ static void feed(tern_ws *ws, const unsigned char *buf, size_t len) {
                                ws->in_type == TERN_WS_TEXT);
       break;
     case TERN__WS_EV_DATA:
+      o += ev.len;
+      tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
       rc = ws->in_compressed
                ? tern__ws_inflate(ws->inf, ev.data, ev.len, z_take, ws)
                : take_span(ws, ev.data, ev.len);

@@ -114,9 +114,10 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
   r->result = 0;
   r->events = 0;
   tern__ws_decoder_init(&d, max, deflate);
+  tern__ws_decoder_output(&d, out, ocap);
   lim = split > 0 ? split : (step > 0 && step < n ? step : n);
   for (;;) {
-    e = tern__ws_decode(&d, buf + pos, lim - pos, out, ocap, &used, &ev);
+    e = tern__ws_decode(&d, buf + pos, lim - pos, &used, &ev);
     CHECK(used <= lim - pos);
     pos += used;
     if (e == TERN__WS_EV_NONE) {
@@ -130,8 +131,7 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
       size_t again;
 
       CHECK(e == TERN__WS_E1002 || e == TERN__WS_E1007 || e == TERN__WS_E1009);
-      CHECK(tern__ws_decode(&d, buf + pos, lim - pos, out, ocap, &again, &ev) ==
-            e);
+      CHECK(tern__ws_decode(&d, buf + pos, lim - pos, &again, &ev) == e);
       CHECK(again == 0);
       r->result = e;
       break;
@@ -236,18 +236,17 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
   for (k = 0; k < n; k++)
     f[hl + 4 + k] = in[k] ^ key[k & 3];
   tern__ws_decoder_init(&d, UINT64_MAX, 0);
-  CHECK(tern__ws_decode(&d, f, hl + 4 + n, out, n + 1, &used, &ev) ==
-        TERN__WS_EV_BEGIN);
+  tern__ws_decoder_output(&d, out, n + 1);
+  CHECK(tern__ws_decode(&d, f, hl + 4 + n, &used, &ev) == TERN__WS_EV_BEGIN);
   CHECK(used == hl + 4 && ev.opcode == TERN__WS_OP_BINARY);
   pos = used;
   if (n > 0) {
-    r = tern__ws_decode(&d, f + pos, n, out, n + 1, &used, &ev);
+    r = tern__ws_decode(&d, f + pos, n, &used, &ev);
     CHECK(r == TERN__WS_EV_DATA && used == n && ev.len == n);
     CHECK(memcmp(ev.data, in, n) == 0);
     pos += used;
   }
-  CHECK(tern__ws_decode(&d, f + pos, 0, out, n + 1, &used, &ev) ==
-        TERN__WS_EV_END);
+  CHECK(tern__ws_decode(&d, f + pos, 0, &used, &ev) == TERN__WS_EV_END);
   free(out);
   free(f);
 
@@ -261,7 +260,8 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
   cf[1] |= 0x80;
   memset(cf + 2, 0, 4); /* a zero key leaves the payload as it is */
   tern__ws_decoder_init(&d, UINT64_MAX, 0);
-  r = tern__ws_decode(&d, cf, cl + 4, one, sizeof one, &used, &ev);
+  tern__ws_decoder_output(&d, one, sizeof one);
+  r = tern__ws_decode(&d, cf, cl + 4, &used, &ev);
   if (ref_utf8(in, cl - 4)) {
     CHECK(r == TERN__WS_EV_CLOSE && ev.code == code);
     CHECK(ev.len == cl - 4 && used == cl + 4);

@@ -137,9 +137,10 @@ static void run(run_t *r, const unsigned char *in, size_t n, size_t step,
   r->len = r->dlen = 0;
   r->result = 0;
   tern__ws_decoder_init(&d, max, deflate);
+  tern__ws_decoder_output(&d, OUT, OCAP);
   lim = split > 0 ? split : step > 0 && step < n ? step : n;
   for (;;) {
-    e = tern__ws_decode(&d, src + pos, lim - pos, OUT, OCAP, &used, &ev);
+    e = tern__ws_decode(&d, src + pos, lim - pos, &used, &ev);
     T_ASSERT(used <= lim - pos);
     pos += used;
     if (e == TERN__WS_EV_NONE) {
@@ -152,8 +153,7 @@ static void run(run_t *r, const unsigned char *in, size_t n, size_t step,
     if (e < 0) {
       /* Errors stick and use nothing more. */
       size_t again;
-      T_EQ_INT(
-          tern__ws_decode(&d, src + pos, lim - pos, OUT, OCAP, &again, &ev), e);
+      T_EQ_INT(tern__ws_decode(&d, src + pos, lim - pos, &again, &ev), e);
       T_EQ_INT(again, 0);
       r->result = e;
       break;
@@ -411,8 +411,8 @@ static void t_empty_input(void) {
   size_t used = 99;
 
   tern__ws_decoder_init(&d, NOLIMIT, 0);
-  T_EQ_INT(tern__ws_decode(&d, WORK, 0, OUT, OCAP, &used, &ev),
-           TERN__WS_EV_NONE);
+  tern__ws_decoder_output(&d, OUT, OCAP);
+  T_EQ_INT(tern__ws_decode(&d, WORK, 0, &used, &ev), TERN__WS_EV_NONE);
   T_EQ_INT(used, 0);
 }
 
@@ -427,15 +427,13 @@ static void t_end_needs_no_input(void) {
   ADD(0x81, "");
   memcpy(WORK, IN, INLEN);
   tern__ws_decoder_init(&d, NOLIMIT, 0);
-  T_EQ_INT(tern__ws_decode(&d, WORK, INLEN, OUT, OCAP, &used, &ev),
-           TERN__WS_EV_BEGIN);
+  tern__ws_decoder_output(&d, OUT, OCAP);
+  T_EQ_INT(tern__ws_decode(&d, WORK, INLEN, &used, &ev), TERN__WS_EV_BEGIN);
   T_EQ_INT(used, INLEN);
   T_EQ_INT(ev.opcode, TERN__WS_OP_TEXT);
-  T_EQ_INT(tern__ws_decode(&d, WORK + used, 0, OUT, OCAP, &used, &ev),
-           TERN__WS_EV_END);
+  T_EQ_INT(tern__ws_decode(&d, WORK + used, 0, &used, &ev), TERN__WS_EV_END);
   T_EQ_INT(used, 0);
-  T_EQ_INT(tern__ws_decode(&d, WORK, 0, OUT, OCAP, &used, &ev),
-           TERN__WS_EV_NONE);
+  T_EQ_INT(tern__ws_decode(&d, WORK, 0, &used, &ev), TERN__WS_EV_NONE);
 }
 
 static void t_input_read_only(void) {
