@@ -633,6 +633,8 @@ done:
   if (ws->state != WS_DONE && span_flush(ws) != 0)
     fail(ws, TERN__WS_CLOSE_INTERNAL);
   ws->span = NULL;
+  /* The buffer may be this call's stack: no later call may write there. */
+  tern__ws_decoder_output(&ws->dec, NULL, 0);
   if (own)
     w->ws_scratch_busy = 0;
 }
