@@ -161,6 +161,30 @@ static void hello(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, "Hello, World!", 13);
 }
 
+/* The request's authority and fields as the application sees them, one
+ * per line ("name: value"), the authority first: shows how a protocol's
+ * pseudo-headers and split fields (HTTP/2 cookie crumbs) arrive. */
+static void fields(tern_request *r, void *user) {
+  char body[2048];
+  size_t i, n, len = 0, alen;
+  const char *a = tern_request_authority(r, &alen);
+  const tern_header *f;
+  int k;
+  (void)user;
+  k = snprintf(body, sizeof(body), "authority: %.*s\n", a ? (int)alen : 6,
+               a ? a : "(none)");
+  len = k > 0 && (size_t)k < sizeof(body) ? (size_t)k : 0;
+  n = tern_request_header_count(r);
+  for (i = 0; i < n && (f = tern_request_header_at(r, i)) != NULL; i++) {
+    k = snprintf(body + len, sizeof(body) - len, "%.*s: %.*s\n",
+                 (int)f->name_len, f->name, (int)f->value_len, f->value);
+    if (k < 0 || (size_t)k >= sizeof(body) - len)
+      break; /* the rest does not fit: what fits is shown */
+    len += (size_t)k;
+  }
+  tern_respond(r, 200, text_plain, 1, body, len);
+}
+
 /* Echo: each piece is copied and written; reading pauses while more than
  * 1 MiB is waiting to be written, so a slow reader bounds the memory. */
 typedef struct {
@@ -916,6 +940,7 @@ int main(int argc, char **argv) {
   tern_route_options_init(&blocking_opts);
   blocking_opts.flags = TERN_ROUTE_BLOCKING;
   tern_route(server, "GET", "/", hello, NULL);
+  tern_route(server, "GET", "/fields", fields, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);
   tern_route(server, "POST", "/collect", collect, NULL);

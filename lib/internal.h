@@ -383,6 +383,18 @@ void tern__pool_threads_close(tern_server *srv);
 /* Drop a reference on the server; the last one frees what
  * tern_server_free left for the threads still using it. */
 void tern__server_unref(tern_server *srv);
+/* Pseudo-headers into fields, for adapters whose requests arrive as a
+ * list of fields (HTTP/2, HTTP/3; their field names are lower case, as
+ * both protocols require). Without :authority, the Host field gives
+ * r->authority. Cookie crumbs (RFC 9113 8.2.3, RFC 9114 4.2.1) are
+ * joined with "; " into one cookie field, in the place of the first: the
+ * adapter passes how many cookie fields it counted (`ncookie`; below 2
+ * nothing is joined). The joined value comes from tern__small_malloc of
+ * the request's worker and is returned in *joined, which the adapter
+ * frees with tern__small_free when the request is released (NULL when
+ * nothing was joined). Owning worker. Returns 0, or TERN_ENOMEM with the
+ * fields unchanged (the adapter answers 503). */
+int tern__request_fields(tern_request *r, size_t ncookie, char **joined);
 /* Append to a collected body within the route's limit: 0, 413 or 503. */
 int tern__request_collect(tern_request *r, const void *p, size_t n);
 /* Run the route's handler (on the worker or the blocking pool). */
@@ -400,6 +412,32 @@ void tern__request_gone(tern_request *r);
 /* Answer an error status on behalf of tern (small text body). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
+
+/* ---- The inbound window policy (lib/core/window.c) ------------------ */
+
+/* A receive window that starts small and grows while the handler keeps
+ * up: each time a whole window has been consumed with nothing held back,
+ * it doubles, up to `max`. A client that uploads fast is then not
+ * throttled by round trips, and one whose handler is slow (or paused)
+ * never has more than a small window in flight. The policy only: the
+ * adapter announces a new size its own way (HTTP/2 through nghttp2,
+ * HTTP/3 through ngtcp2). */
+typedef struct {
+  uint32_t win;      /* the window now */
+  uint32_t max;      /* the most it grows to (at most 2^31 - 1) */
+  uint64_t consumed; /* bytes consumed since it last grew */
+} tern__window;
+
+static inline void tern__window_init(tern__window *w, uint32_t initial,
+                                     uint32_t max) {
+  w->win = initial;
+  w->max = max;
+  w->consumed = 0;
+}
+/* `n` bytes left tern's hands; `held_back` when some are still held for
+ * a handler that has not taken them (or no more can come). Returns the
+ * new window size when the window should grow now, else 0. */
+uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back);
 
 /* ---- Protocol adapters ------------------------------------------- */
 
@@ -636,7 +674,7 @@ struct tern__conn {
   const tern__transport *tp;
   const tern__proto *proto;
   unsigned flags;
-  int refs; /* the connection itself + each live request */
+  int refs;          /* the connection itself + each live request */
   tern__timer timer; /* the kind its adapter chooses (timer.c) */
   tern__list dirty_link;
   tern__list all_link;
@@ -784,6 +822,11 @@ struct tern__worker {
   tern__list ws_ended;   /* WebSockets whose on_close is due (check phase) */
   unsigned ws_calls;     /* tern_ws_* calls on the stack of this worker */
   char *scratch;         /* one TLS record's worth, for gathering */
+  /* Where ws.c unmasks client payload (16 KiB, got on first use), since
+   * the carrier's bytes are read-only to it; ws_scratch_busy while a
+   * delivery is decoded into it. */
+  unsigned char *ws_scratch;
+  int ws_scratch_busy;
   tern__wstats stats;
 };
 

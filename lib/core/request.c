@@ -334,6 +334,56 @@ void tern__request_cut_cleanup(tern__worker *w) {
 /* Append to a collected body, within the route's limit; the buffer grows
  * by doubling. Returns 0, or the status to answer (413, or 503 when out
  * of memory). Every adapter collects through this. */
+int tern__request_fields(tern_request *r, size_t ncookie, char **joined) {
+  tern_header *h = r->headers;
+  size_t i, k = 0, size = 0, first = SIZE_MAX;
+  char *p;
+
+  *joined = NULL;
+  if (r->authority == NULL) {
+    for (i = 0; i < r->nheaders; i++) {
+      if (h[i].name_len == 4 && memcmp(h[i].name, "host", 4) == 0) {
+        r->authority = h[i].value;
+        r->authority_len = h[i].value_len;
+        break;
+      }
+    }
+  }
+  if (ncookie < 2)
+    return 0;
+  /* The crumbs are the application's one Cookie field, as HTTP/1.1
+   * would have sent it: joined, in order, where the first one was. */
+  for (i = 0; i < r->nheaders; i++)
+    if (h[i].name_len == 6 && memcmp(h[i].name, "cookie", 6) == 0)
+      size += h[i].value_len + 2;
+  p = tern__small_malloc(r->w, size);
+  if (p == NULL)
+    return TERN_ENOMEM;
+  *joined = p;
+  for (i = 0; i < r->nheaders; i++) {
+    tern_header *f = &h[i];
+    if (f->name_len == 6 && memcmp(f->name, "cookie", 6) == 0) {
+      if (first != SIZE_MAX) {
+        *p++ = ';';
+        *p++ = ' ';
+      } else {
+        first = k;
+        h[k++] = *f;
+      }
+      memcpy(p, f->value, f->value_len);
+      p += f->value_len;
+      continue;
+    }
+    h[k++] = *f;
+  }
+  r->nheaders = k;
+  if (first != SIZE_MAX) {
+    h[first].value = *joined;
+    h[first].value_len = (size_t)(p - *joined);
+  }
+  return 0;
+}
+
 int tern__request_collect(tern_request *r, const void *p, size_t n) {
   tern_server *srv = r->w->srv;
   if (r->body_len + n > r->route->max_body)

@@ -213,6 +213,8 @@ void tern__worker_cleanup(tern__worker *w) {
     tern__pool_drain(w, &w->small[i]);
   tern__free(srv, w->scratch);
   w->scratch = NULL;
+  tern__free(srv, w->ws_scratch);
+  w->ws_scratch = NULL;
   /* inbox_lock stays: a thread may still try to post (and be refused)
    * until the server's last reference goes. */
   w->loop = NULL;

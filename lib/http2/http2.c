@@ -45,7 +45,9 @@
  * time a full window has been consumed with nothing held back, so a fast
  * upload is not throttled and a slow one never holds much. The connection
  * window starts at 1 MiB and grows the same way up to 16 MiB; it bounds
- * what all of a connection's paused streams can hold together.
+ * what all of a connection's paused streams can hold together. That
+ * policy is the core's (tern__window, lib/core/window.c), shared with
+ * HTTP/3; this file only announces what it decides.
  *
  * The core's view. c->nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
@@ -165,8 +167,7 @@ struct h2_stream {
   char *pend;        /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
   size_t owed;          /* delivered while paused: consumed on resume */
-  int32_t win;          /* our receive window for the stream */
-  size_t consumed;      /* consumed since the window last grew */
+  tern__window rwin;    /* our receive window for the stream */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
 };
@@ -204,10 +205,9 @@ struct h2_conn {
   uint8_t scan_check; /* check_stream_frame is due before more input */
   uint8_t scan_type;  /* the current frame's type and stream */
   int32_t scan_id;
-  int32_t win;
-  size_t consumed;
-  size_t held;      /* bytes in all streams' pend buffers */
-  uint32_t waiting; /* streams whose body timer is armed */
+  tern__window rwin; /* our receive window for the connection */
+  size_t held;       /* bytes in all streams' pend buffers */
+  uint32_t waiting;  /* streams whose body timer is armed */
   /* Header blocks (RFC 9113 4.3), followed by scan_input: one is open
    * from its HEADERS frame's header to the end of the frame that carries
    * END_HEADERS; `blocks` counts those that ended. */
@@ -309,24 +309,23 @@ static int settle_all(h2_conn *h) {
 /* `n` bytes of the stream's body left tern's hands: let the client send
  * more, growing the windows while the handler keeps up. */
 static void consume(h2_conn *h, h2_stream *s, size_t n) {
+  uint32_t win;
+
   if (n == 0 || h->dead || h->finished)
     return;
   nghttp2_session_consume(h->ng, s->id, n);
-  s->consumed += n;
-  if (s->consumed >= (size_t)s->win && s->win < H2_STREAM_WIN_MAX &&
-      s->pend_len == 0 && (s->flags & S_OPEN) && !(s->flags & S_REMOTE_DONE)) {
-    s->win = s->win * 2 > H2_STREAM_WIN_MAX ? H2_STREAM_WIN_MAX : s->win * 2;
-    s->consumed = 0;
+  /* The core's policy decides; a stream that holds bytes, or can get no
+   * more, does not grow. */
+  win = tern__window_consumed(&s->rwin, n,
+                              s->pend_len > 0 || !(s->flags & S_OPEN) ||
+                                  (s->flags & S_REMOTE_DONE));
+  if (win != 0)
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, s->id,
-                                          s->win);
-  }
-  h->consumed += n;
-  if (h->consumed >= (size_t)h->win && h->win < H2_CONN_WIN_MAX &&
-      h->held == 0) {
-    h->win = h->win * 2 > H2_CONN_WIN_MAX ? H2_CONN_WIN_MAX : h->win * 2;
-    h->consumed = 0;
-    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0, h->win);
-  }
+                                          (int32_t)win);
+  win = tern__window_consumed(&h->rwin, n, h->held > 0);
+  if (win != 0)
+    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
+                                          (int32_t)win);
 }
 
 /* Body bytes the stream holds or owes go back to the connection window
@@ -693,7 +692,6 @@ static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
 static void head_done(h2_conn *h, h2_stream *s) {
   tern_request *r = s->r;
   const char *q;
-  size_t i;
 
   s->flags |= S_HEAD_DONE;
   if (r->target != NULL) {
@@ -709,16 +707,6 @@ static void head_done(h2_conn *h, h2_stream *s) {
   } else {
     r->path = r->target = ""; /* CONNECT */
   }
-  if (r->authority == NULL) {
-    for (i = 0; i < r->nheaders; i++) {
-      if (r->headers[i].name_len == 4 &&
-          memcmp(r->headers[i].name, "host", 4) == 0) {
-        r->authority = r->headers[i].value;
-        r->authority_len = r->headers[i].value_len;
-        break;
-      }
-    }
-  }
   if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
     r->flags |= TERN__RQ_HEAD;
   if (s->flags & S_WEBSOCKET) {
@@ -729,39 +717,10 @@ static void head_done(h2_conn *h, h2_stream *s) {
     r->method_len = 3;
     r->flags |= TERN__RQ_WS_CONNECT;
   }
-  if (s->ncookie > 1 && s->status == 0) {
-    /* RFC 9113 8.2.3: crumbs are joined with "; " for the application. */
-    size_t size = 0, k = 0, first = SIZE_MAX;
-    char *p;
-    for (i = 0; i < r->nheaders; i++)
-      if (r->headers[i].name_len == 6 &&
-          memcmp(r->headers[i].name, "cookie", 6) == 0)
-        size += r->headers[i].value_len + 2;
-    s->cookie = p = tern__small_malloc(h->w, size);
-    if (p == NULL) {
-      s->status = 503;
-    } else {
-      for (i = 0; i < r->nheaders; i++) {
-        tern_header *f = &r->headers[i];
-        if (f->name_len == 6 && memcmp(f->name, "cookie", 6) == 0) {
-          if (first != SIZE_MAX) {
-            *p++ = ';';
-            *p++ = ' ';
-          } else {
-            first = k;
-            r->headers[k++] = *f;
-          }
-          memcpy(p, f->value, f->value_len);
-          p += f->value_len;
-          continue;
-        }
-        r->headers[k++] = *f;
-      }
-      r->nheaders = k;
-      r->headers[first].value = s->cookie;
-      r->headers[first].value_len = (size_t)(p - s->cookie);
-    }
-  }
+  /* Host fallback and the cookie join are the core's, as for HTTP/3; a
+   * request already failed is answered without joining. */
+  if (tern__request_fields(r, s->status == 0 ? s->ncookie : 0, &s->cookie) != 0)
+    s->status = 503;
   route(h, s);
 }
 
@@ -813,7 +772,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s->r = r;
   s->id = frame->hd.stream_id;
   s->flags = S_OPEN;
-  s->win = H2_STREAM_WIN_INIT;
+  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
@@ -1454,13 +1413,13 @@ static h2_conn *h2_new(tern__stream *c) {
   /* RFC 8441: WebSocket over HTTP/2 (extended CONNECT). */
   iv[5].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
   iv[5].value = 1;
-  h->win = H2_CONN_WIN_INIT;
+  tern__window_init(&h->rwin, H2_CONN_WIN_INIT, H2_CONN_WIN_MAX);
   h->reset_tokens = H2_RESET_BURST;
   h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
   h->reset_time = uv_now(c->head.w->loop);
   if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
-                                            h->win) != 0) {
+                                            (int32_t)h->rwin.win) != 0) {
     destroy(h);
     return NULL;
   }
@@ -2212,7 +2171,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   s->r = r;
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
-  s->win = H2_STREAM_WIN_INIT;
+  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
   tern__timer_init(&s->timer, stream_timeout);
   c->head.proto = &tern__http2;
   c->h2 = h;

@@ -62,6 +62,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* zlib's input pointers const: the inflater reads bytes it must not
+ * write (the socket's scratch buffer, once carrier memory), and no cast
+ * needs to drop const to hand them over. */
+#ifndef ZLIB_CONST
+#define ZLIB_CONST
+#endif
 #include <zlib.h>
 
 #include "tern.h"

@@ -3,7 +3,8 @@
  * The frame header is read one byte at a time through a small state
  * machine, so that it may arrive split anywhere and every rule is checked
  * at the byte that decides it. Payload is handled a span at a time:
- * unmasked eight bytes per step and, for text, validated by a DFA whose
+ * unmasked eight bytes per step into the caller's output buffer (the
+ * input is never written) and, for text, validated by a DFA whose
  * state survives between calls, frames and fragments.
  */
 #include "frame.h"
@@ -219,25 +220,36 @@ static int start_frame(tern__ws_decoder *d, tern__ws_event *ev) {
   return TERN__WS_EV_BEGIN;
 }
 
-/* XOR p[0..n) with the masking key, starting at key index *pos. An 8-byte
- * copy of the key, rotated to *pos, lets most of the work go a word at a
- * time; memcpy keeps that free of alignment and aliasing trouble. */
-static void unmask(unsigned char *p, size_t n, const unsigned char key[4],
-                   unsigned char *pos) {
+/* Write src[0..n) XORed with the masking key, starting at key index
+ * *pos, to dst, which does not overlap it. The source is the carrier's
+ * and is only read: under HTTP/3 it is the QUIC stack's memory. An 8-byte
+ * copy of the key, rotated to *pos, lets the work go a word at a time,
+ * four words per step where it can, since a copy costs a load and a store
+ * per word where XOR in place cost one instruction; memcpy keeps that
+ * free of alignment and aliasing trouble. */
+static void unmask(unsigned char *restrict dst,
+                   const unsigned char *restrict src, size_t n,
+                   const unsigned char key[4], unsigned char *pos) {
   unsigned char m[8];
-  uint64_t w, mw;
-  size_t i;
+  uint64_t w[4], mw;
+  size_t i, k;
 
   for (i = 0; i < 8; i++)
     m[i] = key[(*pos + i) & 3];
   memcpy(&mw, m, 8);
-  for (i = 0; n - i >= 8; i += 8) {
-    memcpy(&w, p + i, 8);
-    w ^= mw;
-    memcpy(p + i, &w, 8);
+  for (i = 0; n - i >= 32; i += 32) {
+    memcpy(w, src + i, 32);
+    for (k = 0; k < 4; k++)
+      w[k] ^= mw;
+    memcpy(dst + i, w, 32);
+  }
+  for (; n - i >= 8; i += 8) {
+    memcpy(w, src + i, 8);
+    w[0] ^= mw;
+    memcpy(dst + i, w, 8);
   }
   for (; i < n; i++)
-    p[i] ^= m[i & 7];
+    dst[i] = src[i] ^ m[i & 7];
   *pos = (unsigned char)((*pos + n) & 3);
 }
 
@@ -290,7 +302,7 @@ static int end_control(tern__ws_decoder *d, tern__ws_event *ev) {
   return TERN__WS_EV_CLOSE;
 }
 
-int tern__ws_decode(tern__ws_decoder *d, unsigned char *buf, size_t len,
+int tern__ws_decode(tern__ws_decoder *d, const unsigned char *buf, size_t len,
                     size_t *consumed, tern__ws_event *ev) {
   size_t i = 0, n, ok;
   unsigned char c;
@@ -389,13 +401,18 @@ int tern__ws_decode(tern__ws_decoder *d, unsigned char *buf, size_t len,
       }
       if (i == len)
         goto more;
+      r = TERN__WS_E1002;
+      if (d->out_cap == 0)
+        goto fail; /* the caller broke the contract: fail, never spin */
       n = len - i;
       if (n > d->remaining)
         n = (size_t)d->remaining;
-      unmask(buf + i, n, d->mask, &d->mpos);
+      if (n > d->out_cap)
+        n = d->out_cap;
+      unmask(d->out, buf + i, n, d->mask, &d->mpos);
       ok = n;
       if (d->msg_text && !d->msg_compressed)
-        ok = tern__ws_utf8_scan(&d->utf8, buf + i, n);
+        ok = tern__ws_utf8_scan(&d->utf8, d->out, n);
       if (ok < n) {
         /* Deliver the valid part now and the error on the next call, so
          * that what the caller sees does not depend on how the input was
@@ -409,7 +426,7 @@ int tern__ws_decode(tern__ws_decoder *d, unsigned char *buf, size_t len,
         n = ok;
       }
       d->remaining -= n;
-      ev->data = buf + i;
+      ev->data = d->out;
       ev->len = n;
       *consumed = i + n;
       return TERN__WS_EV_DATA;

@@ -18,8 +18,14 @@
  *
  * A data message arrives as BEGIN (opcode, compressed flag), any number
  * of DATA spans and END. Control frames (PING, PONG, CLOSE) may come
- * between the events of a fragmented message. DATA spans point into the
- * caller's buffer, which is unmasked in place: the decoder writes to it.
+ * between the events of a fragmented message. The input is only read: it
+ * may be memory the carrier must not have written (under HTTP/3, the
+ * QUIC stack's). DATA spans are unmasked into the caller's output buffer
+ * (tern__ws_decoder_output) and point at its start; a span is at most as
+ * long as that buffer, so a large frame comes as several DATA events,
+ * exactly as if its bytes had arrived in pieces, and a bounded buffer
+ * serves any message. The span stays valid until the caller next writes
+ * to the buffer or gives another.
  * PING, PONG and CLOSE payloads point into the decoder itself (a control
  * frame may arrive in pieces) and stay valid until the next call.
  *
@@ -131,6 +137,8 @@ typedef struct {
   unsigned char mask[4];
   unsigned char ctl_len;
   unsigned char ctl[TERN__WS_MAX_CONTROL];
+  unsigned char *out; /* where DATA is unmasked (tern__ws_decoder_output) */
+  size_t out_cap;
 } tern__ws_decoder;
 
 /* Start decoding a connection's client-to-server stream. max_message is
@@ -139,9 +147,22 @@ typedef struct {
 void tern__ws_decoder_init(tern__ws_decoder *d, uint64_t max_message,
                            int deflate);
 
-/* Decode from buf[0..len), unmasking payload in place. Returns an event
- * (filling *ev) or an error, with *consumed as described above. */
-int tern__ws_decode(tern__ws_decoder *d, unsigned char *buf, size_t len,
+/* Where the following calls unmask DATA: out[0..cap), which must not
+ * overlap their input. The caller may give another buffer (or another
+ * part of this one) before any call; a kept span stays valid only while
+ * its bytes are not given again. A cap of 0 (or no call at all) makes the
+ * first DATA fail with TERN__WS_E1002 rather than spin. It is a field
+ * setter, not a call into the codec, so that setting it costs nothing. */
+static inline void tern__ws_decoder_output(tern__ws_decoder *d,
+                                           unsigned char *out, size_t cap) {
+  d->out = out;
+  d->out_cap = cap;
+}
+
+/* Decode from buf[0..len), which is never written, unmasking payload into
+ * the output buffer. Returns an event (filling *ev) or an error, with
+ * *consumed as described above. */
+int tern__ws_decode(tern__ws_decoder *d, const unsigned char *buf, size_t len,
                     size_t *consumed, tern__ws_event *ev);
 
 /* Incremental UTF-8 validation, as the decoder does it, for callers with

@@ -41,6 +41,16 @@ enum { P_SEND = 1, P_FRAGMENT, P_PING, P_CLOSE, P_SHARED, P_PAUSE };
  * an idle socket holds no large buffer. */
 #define WS_KEEP_BUF 16384
 
+/* The worker's buffer that client payload is unmasked into: the
+ * carrier's bytes are read-only (under HTTP/3 they are the QUIC stack's
+ * memory). One per worker, reused by every socket, so the steady state
+ * allocates nothing; a frame larger than it is decoded in pieces. A
+ * delivery decoded while the worker's buffer is in use (a nested feed,
+ * which no carrier does today) or could not be had uses a small one on
+ * the stack instead, only slower. */
+#define WS_SCRATCH 16384
+#define WS_SCRATCH_LOCAL 512
+
 /* A growable byte buffer (a message being assembled or compressed). */
 typedef struct {
   char *p;
@@ -68,9 +78,9 @@ struct tern_ws {
   tern_ws_options o;
   void *user, *data;
   tern__ws_decoder dec;
-  /* A whole message being assembled. `span` is payload still in the
-   * carrier's buffer, appended to `msg` only if the message does not end
-   * within the same delivery. */
+  /* A whole message being assembled. `span` is unmasked payload still in
+   * the scratch buffer of the delivery being decoded, appended to `msg`
+   * only if the message does not end within that delivery. */
   ws_buf msg;
   const unsigned char *span;
   size_t span_len;
@@ -493,7 +503,7 @@ static int z_take(void *user, const unsigned char *p, size_t n) {
   return take(user, p, n);
 }
 
-/* Plain DATA in the carrier's buffer: keep a view while it may be the
+/* Plain DATA in the scratch buffer: keep a view while it may be the
  * whole message. */
 static int take_span(tern_ws *ws, const unsigned char *p, size_t n) {
   if (ws->in_skip || ws->o.stream_messages || ws->msg.len > 0 ||
@@ -519,20 +529,55 @@ static void message_end(tern_ws *ws) {
   buf_reset(srv_of(ws), &ws->msg);
 }
 
-/* Decode a delivery of client bytes (writable: unmasked in place). */
-static void feed(tern_ws *ws, unsigned char *buf, size_t len) {
-  size_t off = 0;
+/* Append the span kept in the scratch buffer to the message. */
+static int span_flush(tern_ws *ws) {
+  const unsigned char *p = ws->span;
+  ws->span = NULL;
+  return p != NULL ? msg_append(ws, p, ws->span_len) : 0;
+}
 
+/* Decode a delivery of client bytes. They are the carrier's and only
+ * read: payload is unmasked into the scratch buffer. */
+static void feed(tern_ws *ws, const unsigned char *buf, size_t len) {
+  tern__worker *w = ws->w;
+  unsigned char local[WS_SCRATCH_LOCAL];
+  unsigned char *start = local, *o, *end;
+  int own = 0;
+
+  if (!w->ws_scratch_busy &&
+      (w->ws_scratch != NULL ||
+       (w->ws_scratch = tern__malloc(w->srv, WS_SCRATCH)) != NULL)) {
+    start = w->ws_scratch;
+    w->ws_scratch_busy = own = 1;
+  }
+  o = start;
+  end = start + (own ? WS_SCRATCH : sizeof local);
+  tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
   while (ws->state != WS_DONE) {
     tern__ws_event ev;
-    size_t used = 0;
-    int rc = tern__ws_decode(&ws->dec, buf + off, len - off, &used, &ev);
-    off += used;
+    size_t used;
+    int rc;
+
+    /* Payload is unmasked at o, behind the previous span, so that a span
+     * kept as the possible whole message stays where it is. Once the
+     * buffer is full it starts over, the kept span moving into the
+     * message buffer first. */
+    if (o == end) {
+      o = start;
+      tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
+      if (span_flush(ws) != 0) {
+        fail(ws, TERN__WS_CLOSE_INTERNAL);
+        break;
+      }
+    }
+    rc = tern__ws_decode(&ws->dec, buf, len, &used, &ev);
+    buf += used;
+    len -= used;
     if (rc == TERN__WS_EV_NONE)
       break;
     if (rc < 0) {
       fail(ws, -rc);
-      return;
+      break;
     }
     switch (rc) {
     case TERN__WS_EV_BEGIN:
@@ -546,6 +591,8 @@ static void feed(tern_ws *ws, unsigned char *buf, size_t len) {
                                ws->in_type == TERN_WS_TEXT);
       break;
     case TERN__WS_EV_DATA:
+      o += ev.len;
+      tern__ws_decoder_output(&ws->dec, o, (size_t)(end - o));
       rc = ws->in_compressed
                ? tern__ws_inflate(ws->inf, ev.data, ev.len, z_take, ws)
                : take_span(ws, ev.data, ev.len);
@@ -568,24 +615,27 @@ static void feed(tern_ws *ws, unsigned char *buf, size_t len) {
       break;
     case TERN__WS_EV_CLOSE:
       peer_close(ws, ev.code, (const char *)ev.data, ev.len);
-      return;
+      goto done; /* the socket has ended */
     }
     if (rc == TERN_ENOMEM || rc == TERN__WS_E1011) {
       fail(ws, TERN__WS_CLOSE_INTERNAL);
-      return;
+      break;
     }
     if (rc < 0) {
       fail(ws, -rc);
-      return;
+      break;
     }
   }
-  /* A message still open keeps its bytes; the buffer is the carrier's. */
-  if (ws->span != NULL && ws->state != WS_DONE) {
-    const unsigned char *p = ws->span;
-    ws->span = NULL;
-    if (msg_append(ws, p, ws->span_len) != 0)
-      fail(ws, TERN__WS_CLOSE_INTERNAL);
-  }
+done:
+  /* A message still open keeps its bytes: the scratch buffer is reused
+   * by the next delivery. */
+  if (ws->state != WS_DONE && span_flush(ws) != 0)
+    fail(ws, TERN__WS_CLOSE_INTERNAL);
+  ws->span = NULL;
+  /* The buffer may be this call's stack: no later call may write there. */
+  tern__ws_decoder_output(&ws->dec, NULL, 0);
+  if (own)
+    w->ws_scratch_busy = 0;
 }
 
 static void on_body(tern_request *r, int event, const char *data, size_t len,
@@ -596,7 +646,7 @@ static void on_body(tern_request *r, int event, const char *data, size_t len,
     return;
   tern_ws_ref(ws);
   if (event == TERN_BODY_DATA)
-    feed(ws, (unsigned char *)(uintptr_t)data, len);
+    feed(ws, (const unsigned char *)data, len);
   else
     finish(ws, 1006, NULL, 0); /* the client went away */
   tern_ws_unref(ws);

@@ -87,9 +87,13 @@ static void note_event(dec_run *r, dec_check *c, int e,
   r->events++;
 }
 
+/* Decode in[0..n) `step` bytes at a time (0: all at once) or in two parts
+ * cut at `split`, unmasking into an output buffer of `ocap` bytes (0: as
+ * large as the input). The input must come out unchanged. */
 static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
-                        size_t split, uint64_t max, int deflate) {
+                        size_t split, size_t ocap, uint64_t max, int deflate) {
   unsigned char *buf = malloc(n + 1);
+  unsigned char *out;
   tern__ws_decoder d;
   tern__ws_event ev;
   dec_check c;
@@ -98,6 +102,10 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
 
   CHECK(buf != NULL);
   memcpy(buf, in, n);
+  if (ocap == 0)
+    ocap = n + 1;
+  out = malloc(ocap);
+  CHECK(out != NULL);
   memset(&c, 0, sizeof c);
   c.cap = n + 1;
   c.msg = malloc(c.cap);
@@ -106,6 +114,7 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
   r->result = 0;
   r->events = 0;
   tern__ws_decoder_init(&d, max, deflate);
+  tern__ws_decoder_output(&d, out, ocap);
   lim = split > 0 ? split : (step > 0 && step < n ? step : n);
   for (;;) {
     e = tern__ws_decode(&d, buf + pos, lim - pos, &used, &ev);
@@ -138,8 +147,8 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
       c.msg_len = 0;
       break;
     case TERN__WS_EV_DATA:
-      CHECK(c.in_msg && ev.len > 0 && ev.len <= used);
-      CHECK(ev.data == buf + pos - ev.len);
+      CHECK(c.in_msg && ev.len > 0 && ev.len <= used && ev.len <= ocap);
+      CHECK(ev.data == out);
       r->h = fnv(r->h, ev.data, ev.len);
       if (c.text && !c.compressed)
         memcpy(c.msg + c.msg_len, ev.data, ev.len);
@@ -173,7 +182,9 @@ static void run_decoder(dec_run *r, const uint8_t *in, size_t n, size_t step,
   /* After a close the rest of the input is used and ignored. */
   r->h = fnv(r->h, &c.pending, sizeof c.pending);
   r->at = pos;
+  CHECK(memcmp(buf, in, n) == 0); /* the decoder only reads its input */
   free(c.msg);
+  free(out);
   free(buf);
 }
 
@@ -184,18 +195,23 @@ static void check_decoder(const uint8_t *in, size_t n, uint64_t h) {
   size_t step = 2 + (size_t)(h >> 40 & 31);
   dec_run a, b;
 
-  run_decoder(&a, in, n, 0, 0, max, deflate);
+  size_t ocap = 1 + (size_t)(h >> 48 & 15);
+
+  run_decoder(&a, in, n, 0, 0, 0, max, deflate);
   CHECK(a.at <= n);
   CHECK(a.result != 0 || a.at == n);
 
-  run_decoder(&b, in, n, 1, 0, max, deflate);
+  run_decoder(&b, in, n, 1, 0, 0, max, deflate);
   CHECK(a.h == b.h && a.result == b.result && a.at == b.at);
   CHECK(a.events == b.events);
   if (split > 0) {
-    run_decoder(&b, in, n, 0, split, max, deflate);
+    run_decoder(&b, in, n, 0, split, 0, max, deflate);
     CHECK(a.h == b.h && a.result == b.result && a.at == b.at);
   }
-  run_decoder(&b, in, n, step, 0, max, deflate);
+  run_decoder(&b, in, n, step, 0, 0, max, deflate);
+  CHECK(a.h == b.h && a.result == b.result && a.at == b.at);
+  /* A small output buffer cuts DATA spans as small reads do. */
+  run_decoder(&b, in, n, 0, 0, ocap, max, deflate);
   CHECK(a.h == b.h && a.result == b.result && a.at == b.at);
 }
 
@@ -205,12 +221,14 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
   static const unsigned char key[4] = {0x5a, 0x01, 0xc3, 0x7e};
   unsigned char *f = malloc(n + TERN__WS_MAX_HEADER + 4);
   unsigned char cf[TERN__WS_MAX_CONTROL_FRAME + 4];
+  unsigned char *out = malloc(n + 1);
+  unsigned char one[1]; /* a close frame's payload stays in the decoder */
   tern__ws_decoder d;
   tern__ws_event ev;
   size_t hl, used, k, cl, pos;
   int code = 1000 + (int)((h >> 3) % 4000), r;
 
-  CHECK(f != NULL);
+  CHECK(f != NULL && out != NULL);
   hl = tern__ws_frame_header(f, TERN__WS_OP_BINARY, 1, 0, n);
   CHECK(hl == (n < 126 ? 2u : n < 65536 ? 4u : 10u));
   f[1] |= 0x80;
@@ -218,6 +236,7 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
   for (k = 0; k < n; k++)
     f[hl + 4 + k] = in[k] ^ key[k & 3];
   tern__ws_decoder_init(&d, UINT64_MAX, 0);
+  tern__ws_decoder_output(&d, out, n + 1);
   CHECK(tern__ws_decode(&d, f, hl + 4 + n, &used, &ev) == TERN__WS_EV_BEGIN);
   CHECK(used == hl + 4 && ev.opcode == TERN__WS_OP_BINARY);
   pos = used;
@@ -228,6 +247,7 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
     pos += used;
   }
   CHECK(tern__ws_decode(&d, f + pos, 0, &used, &ev) == TERN__WS_EV_END);
+  free(out);
   free(f);
 
   cl = tern__ws_close_frame(cf, code, (const char *)in, n);
@@ -240,6 +260,7 @@ static void check_encoder(const uint8_t *in, size_t n, uint64_t h) {
   cf[1] |= 0x80;
   memset(cf + 2, 0, 4); /* a zero key leaves the payload as it is */
   tern__ws_decoder_init(&d, UINT64_MAX, 0);
+  tern__ws_decoder_output(&d, one, sizeof one);
   r = tern__ws_decode(&d, cf, cl + 4, &used, &ev);
   if (ref_utf8(in, cl - 4)) {
     CHECK(r == TERN__WS_EV_CLOSE && ev.code == code);

@@ -487,6 +487,58 @@ def collect_too_large_413():
     check_serves(srv.port)
 
 
+@case
+def stream_window_grows_while_handler_keeps_up():
+    """The inbound window policy over the wire: a handler that keeps up
+    (POST /upload reads and drops) has the stream's window grow past the
+    initial 64 KiB, doubling each time a whole window has been taken; a
+    window that never grew would never offer more than 65535 bytes."""
+    with H2(srv.port) as h2:
+        h2.send(headers(1, request_block("POST", "/upload"),
+                        end_stream=False))
+        avail = {0: 65535, 1: 65535}
+        seen = []
+
+        def settle(quiet=0.3):
+            # Read until no credit has come for `quiet` seconds.
+            while True:
+                try:
+                    f = h2.read_frame(quiet)
+                except socket.timeout:
+                    return
+                if f is None:
+                    check(not h2.eof, "closed with the window at %d"
+                          % avail[1])
+                    return
+                t, fl, sid, p = f
+                check(t not in (RST_STREAM, GOAWAY), "frame type %d" % t)
+                if t == SETTINGS and not fl & ACK:
+                    h2.send(frame(SETTINGS, ACK, 0))
+                elif t == WINDOW_UPDATE:
+                    avail[sid] = avail.get(sid, 0) + \
+                        struct.unpack(">I", p)[0]
+
+        for _ in range(6):
+            settle()
+            seen.append(avail[1])
+            while avail[1] > 0:
+                n = min(16384, avail[1], avail[0])
+                check(n > 0, "no connection window (%r)" % avail)
+                h2.send(frame(DATA, 0, 1, b"u" * n))
+                avail[0] -= n
+                avail[1] -= n
+        settle()
+        seen.append(avail[1])
+        print("# windows offered: %r" % seen)
+        check(seen[0] == 65535, "the initial window: %r" % seen)
+        check(seen == sorted(seen), "the window only grows: %r" % seen)
+        check(seen[-1] >= 8 * 65535 and seen[-1] <= 8 << 20,
+              "grown, within 8 MiB: %r" % seen)
+        h2.send(frame(DATA, END_STREAM, 1))
+        body, rst = collect_streams(h2, [1])[1]
+        eq(rst, None, "the upload ends cleanly")
+
+
 @case(timeout=60)
 def slow_reader_small_windows():
     # 1 MiB through 1023-byte stream and 65535-byte connection windows.
@@ -587,6 +639,30 @@ def errors_head_and_params():
     body, status, _ = curl(["-H", "Cookie: a=1", "-H", "Cookie: b=2",
                             url(srv.port, "/")])
     eq((status, body), (200, HELLO_BODY), "with cookie crumbs")
+
+
+@case
+def cookie_crumbs_joined_and_host_fallback():
+    """RFC 9113 8.2.3: three cookie crumbs, another field between them,
+    reach the application as one Cookie field joined with "; ", where the
+    first crumb was. Without :authority the Host field is the authority
+    (RFC 9113 8.3.1); with it, :authority wins and Host is a field."""
+    block = b"".join(hpack_literal(n, v) for n, v in [
+        (":method", "GET"), (":scheme", "http"), (":path", "/fields"),
+        ("cookie", "a=1"), ("x-mid", "m"), ("cookie", "b=2"),
+        ("host", "example.test:8080"), ("cookie", "c=3")])
+    with H2(srv.port) as h2:
+        h2.send(headers(1, block))
+        h2.send(headers(3, request_block("GET", "/fields", [
+            ("host", "other.test"), ("cookie", "only=1")])))
+        got = collect_streams(h2, [1, 3])
+    eq(got[1], (b"authority: example.test:8080\n"
+                b"cookie: a=1; b=2; c=3\n"
+                b"x-mid: m\n"
+                b"host: example.test:8080\n", None), "joined, Host fallback")
+    eq(got[3], (b"authority: x\n"
+                b"host: other.test\n"
+                b"cookie: only=1\n", None), ":authority wins, one crumb")
 
 
 def hook_body(status, reason, method):

@@ -399,6 +399,87 @@ static void test_base64(void) {
   }
 }
 
+/* The inbound window policy: double after a whole window consumed with
+ * nothing held back, up to the maximum, and never past it. */
+static void test_window_policy(void) {
+  tern__window st, cn, big;
+  uint32_t want;
+
+  tern__window_init(&st, 65535, 8u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 65534, 0), 0);
+  T_EQ_INT(tern__window_consumed(&st, 1, 0), 131070);
+  T_EQ_INT(st.consumed, 0);
+  /* Held back: no growth, however much went through... */
+  T_EQ_INT(tern__window_consumed(&st, 200000, 1), 0);
+  T_EQ_INT(st.win, 131070);
+  /* ...until the handler has taken it all. */
+  T_EQ_INT(tern__window_consumed(&st, 0, 0), 262140);
+  for (want = 524280; want <= (8u << 20) / 2; want *= 2)
+    T_EQ_INT(tern__window_consumed(&st, st.win, 0), want);
+  T_EQ_INT(st.win, 4194240);
+  T_EQ_INT(tern__window_consumed(&st, st.win, 0), 8388480);
+  /* The last step lands on the maximum itself, then it stays. */
+  T_EQ_INT(tern__window_consumed(&st, st.win, 0), 8u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 64u << 20, 0), 0);
+  T_EQ_INT(st.win, 8u << 20);
+
+  tern__window_init(&cn, 1u << 20, 16u << 20);
+  for (want = 2u << 20; want <= 16u << 20; want *= 2)
+    T_EQ_INT(tern__window_consumed(&cn, cn.win, 0), want);
+  T_EQ_INT(tern__window_consumed(&cn, cn.win, 0), 0);
+
+  /* A maximum of 2^31 - 1 is reached without overflow. */
+  tern__window_init(&big, 1u << 30, 0x7fffffff);
+  T_EQ_INT(tern__window_consumed(&big, 1u << 30, 0), 0x7fffffff);
+  T_EQ_INT(tern__window_consumed(&big, 0x7fffffff, 0), 0);
+}
+
+/* Pseudo-headers into fields: the Host fallback, the cookie join in the
+ * first crumb's place, and nothing changed when memory runs out. */
+static void test_request_fields(void) {
+  tern_header h[5] = {
+      {"cookie", 6, "a=1", 3},   {"x-mid", 5, "m", 1},
+      {"cookie", 6, "bb=22", 5}, {"host", 4, "example.test", 12},
+      {"cookie", 6, "c=3", 3},
+  };
+  tern_header copy[5];
+  tern_request r;
+  char *joined = (char *)1;
+
+  setup();
+  memset(&r, 0, sizeof(r));
+  r.w = &w;
+  r.headers = h;
+  r.nheaders = 5;
+  memcpy(copy, h, sizeof(h));
+  ca_calls = 0;
+  ca_fail_at = 0;
+  T_EQ_INT(tern__request_fields(&r, 3, &joined), TERN_ENOMEM);
+  ca_fail_at = -1;
+  T_ASSERT(joined == NULL);
+  T_EQ_INT(r.nheaders, 5);
+  T_ASSERT(memcmp(h, copy, sizeof(h)) == 0);
+
+  r.authority = NULL;
+  T_EQ_INT(tern__request_fields(&r, 3, &joined), 0);
+  T_EQ_STR(r.authority, r.authority_len, "example.test");
+  T_EQ_INT(r.nheaders, 3);
+  T_EQ_STR(h[0].name, h[0].name_len, "cookie");
+  T_EQ_STR(h[0].value, h[0].value_len, "a=1; bb=22; c=3");
+  T_ASSERT(h[0].value == joined);
+  T_EQ_STR(h[1].name, h[1].name_len, "x-mid");
+  T_EQ_STR(h[2].name, h[2].name_len, "host");
+  tern__small_free(&w, joined);
+
+  /* One crumb and an :authority already set: nothing to do. */
+  r.authority = "given";
+  r.authority_len = 5;
+  T_EQ_INT(tern__request_fields(&r, 1, &joined), 0);
+  T_ASSERT(joined == NULL);
+  T_EQ_STR(r.authority, r.authority_len, "given");
+  teardown();
+}
+
 int main(void) {
   T_RUN(test_pool_recycles);
   T_RUN(test_pool_bounded);
@@ -413,5 +494,7 @@ int main(void) {
   T_RUN(test_outq_alloc_failure);
   T_RUN(test_sha1_vectors);
   T_RUN(test_base64);
+  T_RUN(test_window_policy);
+  T_RUN(test_request_fields);
   return T_DONE();
 }

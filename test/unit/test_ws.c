@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "count_alloc.h"
 #include "ref_utf8.h"
@@ -85,6 +87,12 @@ typedef struct {
 
 static run_t R1, R2;
 static unsigned char WORK[1 << 21];
+/* When set, run() decodes from here (holding a copy of its input)
+ * instead of from a copy in WORK. */
+static const unsigned char *FROM;
+/* Where the decoder unmasks payload, and how much of it a run offers. */
+static unsigned char OUT[1 << 21];
+static size_t OCAP = sizeof OUT;
 
 static void log_bytes(run_t *r, const void *p, size_t n) {
   memcpy(r->log + r->len, p, n);
@@ -122,13 +130,17 @@ static void run(run_t *r, const unsigned char *in, size_t n, size_t step,
   size_t pos = 0, lim, used;
   int e;
 
-  memcpy(WORK, in, n);
+  const unsigned char *src = FROM != NULL ? FROM : WORK;
+
+  if (FROM == NULL)
+    memcpy(WORK, in, n);
   r->len = r->dlen = 0;
   r->result = 0;
   tern__ws_decoder_init(&d, max, deflate);
+  tern__ws_decoder_output(&d, OUT, OCAP);
   lim = split > 0 ? split : step > 0 && step < n ? step : n;
   for (;;) {
-    e = tern__ws_decode(&d, WORK + pos, lim - pos, &used, &ev);
+    e = tern__ws_decode(&d, src + pos, lim - pos, &used, &ev);
     T_ASSERT(used <= lim - pos);
     pos += used;
     if (e == TERN__WS_EV_NONE) {
@@ -141,14 +153,14 @@ static void run(run_t *r, const unsigned char *in, size_t n, size_t step,
     if (e < 0) {
       /* Errors stick and use nothing more. */
       size_t again;
-      T_EQ_INT(tern__ws_decode(&d, WORK + pos, lim - pos, &again, &ev), e);
+      T_EQ_INT(tern__ws_decode(&d, src + pos, lim - pos, &again, &ev), e);
       T_EQ_INT(again, 0);
       r->result = e;
       break;
     }
     switch (e) {
     case TERN__WS_EV_DATA:
-      T_ASSERT(ev.data == WORK + pos - ev.len && ev.len > 0);
+      T_ASSERT(ev.data == OUT && ev.len > 0 && ev.len <= OCAP);
       memcpy(r->data + r->dlen, ev.data, ev.len);
       r->dlen += ev.len;
       break;
@@ -178,6 +190,8 @@ static void run(run_t *r, const unsigned char *in, size_t n, size_t step,
   }
   flush_data(r);
   r->at = pos;
+  /* The decoder only reads its input: carrier memory is not its own. */
+  T_ASSERT(memcmp(src, in, n) == 0);
 }
 
 /* Run IN whole, then one byte at a time, in threes and in two parts at
@@ -199,8 +213,16 @@ static void run_all(uint64_t max, int deflate) {
     T_EQ_INT(R2.at, R1.at);
     T_ASSERT(R2.len == R1.len && memcmp(R2.log, R1.log, R1.len) == 0);
   }
-  /* The decoder wrote the unmasked payload into WORK, never into IN. */
-  run(&R1, IN, INLEN, 0, 0, max, deflate);
+  /* Output buffers of one and five bytes cut DATA spans as small reads
+   * do, and change nothing else. */
+  for (k = 1; k <= 5; k += 4) {
+    OCAP = k;
+    run(&R2, IN, INLEN, 0, 0, max, deflate);
+    OCAP = sizeof OUT;
+    T_EQ_INT(R2.result, R1.result);
+    T_EQ_INT(R2.at, R1.at);
+    T_ASSERT(R2.len == R1.len && memcmp(R2.log, R1.log, R1.len) == 0);
+  }
 }
 
 #define NOLIMIT UINT64_MAX
@@ -389,6 +411,7 @@ static void t_empty_input(void) {
   size_t used = 99;
 
   tern__ws_decoder_init(&d, NOLIMIT, 0);
+  tern__ws_decoder_output(&d, OUT, OCAP);
   T_EQ_INT(tern__ws_decode(&d, WORK, 0, &used, &ev), TERN__WS_EV_NONE);
   T_EQ_INT(used, 0);
 }
@@ -404,12 +427,56 @@ static void t_end_needs_no_input(void) {
   ADD(0x81, "");
   memcpy(WORK, IN, INLEN);
   tern__ws_decoder_init(&d, NOLIMIT, 0);
+  tern__ws_decoder_output(&d, OUT, OCAP);
   T_EQ_INT(tern__ws_decode(&d, WORK, INLEN, &used, &ev), TERN__WS_EV_BEGIN);
   T_EQ_INT(used, INLEN);
   T_EQ_INT(ev.opcode, TERN__WS_OP_TEXT);
   T_EQ_INT(tern__ws_decode(&d, WORK + used, 0, &used, &ev), TERN__WS_EV_END);
   T_EQ_INT(used, 0);
   T_EQ_INT(tern__ws_decode(&d, WORK, 0, &used, &ev), TERN__WS_EV_NONE);
+}
+
+static void t_input_read_only(void) {
+  /* The bytes a carrier hands over are not the codec's to write: under
+   * HTTP/3 they are the QUIC stack's memory. Decoding from pages the
+   * process may only read would fault at the first write; the payload
+   * must arrive unmasked all the same, in a bounded output buffer. */
+  static unsigned char big[3000];
+  size_t i, sz, pg = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char *ro;
+
+  for (i = 0; i < sizeof big; i++)
+    big[i] = (unsigned char)(i * 7);
+  RESET();
+  ADD(0x01, "Hel");
+  ADD(0x89, "ping");
+  ADD(0x80, "lo");
+  addf(0x82, big, sizeof big, LEN_MIN);
+  ADD(0x88, "\x03\xe8"
+            "bye");
+  run(&R2, IN, INLEN, 0, 0, NOLIMIT, 0); /* from a writable copy */
+  T_EQ_INT(R2.result, 0);
+  T_ASSERT(R2.len > 3000);
+  T_EQ_STR((const char *)R2.log, 31, "[B1][D3:Hel][P4:ping][D2:lo][E]");
+  sz = (INLEN + pg - 1) / pg * pg;
+  ro = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+            0);
+  T_ASSERT(ro != MAP_FAILED);
+  memcpy(ro, IN, INLEN);
+  T_ASSERT(mprotect(ro, sz, PROT_READ) == 0);
+  FROM = ro;
+  for (OCAP = 7; OCAP <= sizeof OUT; OCAP = OCAP * 64) {
+    run(&R1, IN, INLEN, 0, 0, NOLIMIT, 0);
+    T_EQ_INT(R1.result, 0);
+    T_EQ_INT(R1.at, INLEN);
+    T_ASSERT(R1.len == R2.len && memcmp(R1.log, R2.log, R2.len) == 0);
+    run(&R1, IN, INLEN, 1, 0, NOLIMIT, 0);
+    T_ASSERT(R1.len == R2.len && memcmp(R1.log, R2.log, R2.len) == 0);
+  }
+  FROM = NULL;
+  OCAP = sizeof OUT;
+  T_ASSERT(memcmp(ro, IN, INLEN) == 0);
+  munmap(ro, sz);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1585,6 +1652,7 @@ int main(void) {
   T_RUN(t_after_close);
   T_RUN(t_empty_input);
   T_RUN(t_end_needs_no_input);
+  T_RUN(t_input_read_only);
   T_RUN(t_err_rsv);
   T_RUN(t_err_opcodes);
   T_RUN(t_err_control);

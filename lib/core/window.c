@@ -1,0 +1,16 @@
+/* The inbound window policy (see tern__window in internal.h), shared by
+ * the adapters that have flow control of their own: HTTP/2 credits the
+ * window it decides through nghttp2, HTTP/3 will through ngtcp2.
+ */
+#include "internal.h"
+
+uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back) {
+  w->consumed += n;
+  /* Growing while bytes are held back would only let a handler that
+   * does not keep up hold more; a window at its maximum stays. */
+  if (held_back || w->consumed < w->win || w->win >= w->max)
+    return 0;
+  w->win = w->win > w->max / 2 ? w->max : w->win * 2;
+  w->consumed = 0;
+  return w->win;
+}
