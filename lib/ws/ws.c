@@ -634,8 +634,16 @@ done:
   ws->span = NULL;
   /* The buffer may be this call's stack: no later call may write there. */
   tern__ws_decoder_output(&ws->dec, NULL, 0);
-  if (own)
+  if (own) {
     w->ws_scratch_busy = 0;
+#ifdef TERN__ASAN
+    /* As with the pools, nothing is kept for reuse under AddressSanitizer:
+     * a read through a stale span then shows, and a per-connection leak
+     * check (fuzz_conn) sees the worker as it was. */
+    tern__free(w->srv, w->ws_scratch);
+    w->ws_scratch = NULL;
+#endif
+  }
 }
 
 static void on_body(tern_request *r, int event, const char *data, size_t len,
