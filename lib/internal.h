@@ -648,6 +648,9 @@ typedef struct {
   size_t conn_size;
   /* Run the adapter over input waiting below it (TERN__C_REPROCESS). */
   void (*process)(tern__conn *c);
+  /* Run the adapter's output (TERN__C_OUTPUT), unless the connection is
+   * past it (a lingering close, whose reading the adapter must not stop). */
+  void (*output)(tern__conn *c);
   /* Put pending output on the wire (from the check phase). */
   void (*flush)(tern__conn *c);
   /* Start (on) or stop reading. */

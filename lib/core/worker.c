@@ -389,7 +389,7 @@ static void flush_dirty(tern__worker *w) {
     }
     if ((c->flags & (TERN__C_OUTPUT | TERN__C_CLOSING)) == TERN__C_OUTPUT) {
       c->flags &= ~(unsigned)TERN__C_OUTPUT;
-      c->proto->output(c);
+      c->tp->output(c);
     }
     if (!(c->flags & TERN__C_CLOSING))
       tern__conn_flush(c);

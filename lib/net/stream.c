@@ -258,6 +258,14 @@ static void stream_process(tern__conn *c) {
   }
 }
 
+/* The adapter's output outside input (HTTP/2 framing responses). Not once
+ * lingering: like input, it has nothing more to do then, and it must not
+ * stop the reading that sees the client's FIN. */
+static void stream_output(tern__conn *c) {
+  if (!(c->flags & (TERN__C_CLOSING | TERN__C_LINGER)))
+    c->proto->output(c);
+}
+
 static void stream_flush(tern__conn *c);
 
 static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
@@ -444,6 +452,7 @@ const tern__transport tern__stream_transport = {
     .pool = TERN__POOL_STREAM,
     .conn_size = sizeof(tern__stream),
     .process = stream_process,
+    .output = stream_output,
     .flush = stream_flush,
     .input = stream_input,
     .buffered = stream_buffered,
