@@ -62,7 +62,9 @@
  * --tls-port N --cert FILE --key FILE (HTTP/1.1 over TLS, and HTTP/2 where
  * it is built, on that port; prints "tls listening on PORT"; up to four
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
- * files, for new handshakes),
+ * files, for new handshakes), --tls-engine auto|gnutls|mbedtls (the TLS
+ * engine; its name goes to stderr as "tls engine NAME"), --tls-min 1.2|1.3
+ * (the lowest TLS version accepted),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns. --error-hook answers tern's own error answers (404, 405,
@@ -878,6 +880,7 @@ int main(int argc, char **argv) {
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
+  int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
@@ -894,6 +897,17 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--key") == 0 && i + 1 < argc && nkeys < 4) {
       key_files[nkeys++] = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--tls-engine") == 0 && i + 1 < argc) {
+      const char *e = argv[++i];
+      tls_engine = strcmp(e, "gnutls") == 0    ? TERN_TLS_ENGINE_GNUTLS
+                   : strcmp(e, "mbedtls") == 0 ? TERN_TLS_ENGINE_MBEDTLS
+                                               : TERN_TLS_ENGINE_AUTO;
+      continue;
+    }
+    if (strcmp(argv[i], "--tls-min") == 0 && i + 1 < argc) {
+      tls_min = strcmp(argv[++i], "1.3") == 0 ? TERN_TLS_1_3 : TERN_TLS_1_2;
       continue;
     }
     if (option(argc, argv, &i, "--tls-port", &tls_port)) {
@@ -980,8 +994,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "hello: --tls-port needs --cert and --key pairs\n");
       return 2;
     }
-    if ((rc = tern_tls_new(server, &tls)) != 0 || (rc = add_certs()) != 0 ||
-        (rc = tern_tls_commit(tls)) != 0 ||
+    if ((rc = tern_tls_new(server, &tls)) != 0 ||
+        (rc = tern_tls_set_engine(tls, tls_engine)) != 0 ||
+        (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
+        (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
         (rc = tern_listen_tls(server, host,
                               tls_port == 65536 ? 0 : (int)tls_port, tls,
                               &bound)) != 0) {
@@ -989,6 +1005,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     printf("tls listening on %d\n", bound);
+    fprintf(stderr, "tls engine %s\n", tern_tls_engine_name(tls));
     signal(SIGHUP, on_hup);
     if (pthread_create(&t, NULL, reloader, NULL) == 0)
       pthread_detach(t);

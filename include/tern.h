@@ -81,6 +81,7 @@ enum {
   TERN_ENOTFOUND = -10,  /* no such item (header, parameter) */
   TERN_ETLS = -11,       /* a TLS certificate, key or handshake problem */
   TERN_EHANDSHAKE = -12, /* not a valid WebSocket handshake (answered) */
+  TERN_ENOTSUP = -13,    /* not built into this library */
 };
 
 /* A static, human-readable message for an error code; never NULL. */
@@ -235,8 +236,13 @@ TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
  * SNI picks the first certificate whose subjectAltName (or subject CN)
  * names the requested host ("*.example.com" wildcards match one label);
  * without SNI, or with no match, the first pair whose key suits the
- * client's cipher suites serves. TLS 1.2 only, ECDHE with AES-GCM or
- * ChaCha20-Poly1305, ECDSA or RSA keys, session tickets on.
+ * client's cipher suites serves. ECDHE (X25519, P-256, P-384) with AES-GCM
+ * or ChaCha20-Poly1305, ECDSA or RSA keys, session tickets on.
+ *
+ * Two TLS engines may be built in: GnuTLS (TLS 1.3 and 1.2, and the
+ * faster one) and mbedTLS (TLS 1.2 only, small). A tern_tls uses GnuTLS
+ * when the library has it, unless tern_tls_set_engine says otherwise;
+ * both pick certificates by the same rules.
  *
  * Every bad certificate, bad key, mismatched pair or unreadable file is
  * found when it is added: TERN_ETLS, with a log line naming the file and
@@ -263,6 +269,31 @@ TERN_EXTERN int tern_tls_add_cert_mem(tern_tls *tls, const char *cert_pem,
 /* Make the pairs added since the last commit the live set. Errors:
  * TERN_ESTATE (nothing added), TERN_ETLS, TERN_ENOMEM. */
 TERN_EXTERN int tern_tls_commit(tern_tls *tls);
+
+enum {
+  TERN_TLS_ENGINE_AUTO = 0,    /* GnuTLS where built, else mbedTLS */
+  TERN_TLS_ENGINE_MBEDTLS = 1, /* TLS 1.2 */
+  TERN_TLS_ENGINE_GNUTLS = 2,  /* TLS 1.3 and 1.2 */
+};
+
+/* Choose the engine that serves this set's connections. Only before the
+ * first tern_tls_commit (TERN_ESTATE after). Errors: TERN_EINVAL (an
+ * unknown engine), TERN_ENOTSUP (not built into this library). */
+TERN_EXTERN int tern_tls_set_engine(tern_tls *tls, int engine);
+
+/* The engine serving this set: "gnutls" or "mbedtls"; never NULL. */
+TERN_EXTERN const char *tern_tls_engine_name(const tern_tls *tls);
+
+enum {
+  TERN_TLS_1_2 = 0x0303,
+  TERN_TLS_1_3 = 0x0304,
+};
+
+/* The lowest protocol version the set accepts (default TERN_TLS_1_2);
+ * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
+ * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
+ * TLS 1.3). */
+TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
 
 /* Listen like tern_listen(), speaking TLS with `tls` (committed already).
  * Errors as tern_listen(), and TERN_ESTATE if `tls` has no committed set. */

@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "net/stream.h"
+#include "tls/tls.h"
 
 extern const tern__proto tern__http1;
 #ifdef TERN_HAVE_HTTP2
@@ -22,6 +23,23 @@ const tern__proto *const tern__protocols[] = {
     &tern__http2,
 #endif
     NULL,
+};
+
+#ifdef TERN_HAVE_MBEDTLS
+extern const tern__tls_engine tern__tls_mbedtls;
+#endif
+#ifdef TERN_HAVE_GNUTLS
+extern const tern__tls_engine tern__tls_gnutls;
+#endif
+
+/* The TLS engines, by id. */
+const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES] = {
+#ifdef TERN_HAVE_MBEDTLS
+    [TERN__TLS_MBEDTLS] = &tern__tls_mbedtls,
+#endif
+#ifdef TERN_HAVE_GNUTLS
+    [TERN__TLS_GNUTLS] = &tern__tls_gnutls,
+#endif
 };
 
 const tern__transport *const tern__transports[] = {

@@ -13,14 +13,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-test}
 build=(build-essential meson ninja-build pkg-config
-  libuv1-dev libmbedtls-dev libnghttp2-dev zlib1g-dev)
+  libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev)
 case "$what" in
 demo) pkgs=("${build[@]}" openssl) ;;
 # The tests: clang and its runtime for the fuzz targets, the real clients,
 # clang-format and valgrind for CI's format check and performance gate.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
-    nghttp2-client python3-websockets chromium clang-format valgrind)
+    nghttp2-client gnutls-bin python3-websockets chromium clang-format
+    valgrind)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

@@ -46,6 +46,8 @@ const char *tern_strerror(int err) {
     return "TLS certificate, key or handshake error";
   case TERN_EHANDSHAKE:
     return "not a valid WebSocket handshake";
+  case TERN_ENOTSUP:
+    return "not built into this library";
   default:
     return "unknown error";
   }

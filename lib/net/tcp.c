@@ -212,5 +212,5 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
     return TERN_EINVAL;
   if (!tern__tls_ready(tls))
     return TERN_ESTATE;
-  return listen_on(srv, host, port, &tern__tls_filter, tls, bound_port);
+  return listen_on(srv, host, port, tern__tls_filter_of(tls), tls, bound_port);
 }

@@ -1,18 +1,118 @@
-/* TLS over TCP with mbedTLS: a byte-stream filter (internal.h's
- * tern__filter) between a connection's socket and its protocol adapter. mbedTLS
- * never sees the socket: it reads ciphertext from a buffer the connection fills
- * and writes records into an output queue the connection sends, so one loop
- * turn's output still leaves in one write.
+/* TLS in tern: one certificate store (lib/tls/tls.c) and the engines
+ * behind it (lib/tls/mbedtls.c: TLS 1.2; lib/tls/gnutls.c: TLS 1.3 and
+ * 1.2). Each engine gives a byte-stream filter (internal.h's
+ * tern__filter) that sits between a connection's socket and its protocol
+ * adapter and never sees the socket: it reads ciphertext from a buffer the
+ * transport fills and writes records into a queue the transport sends.
+ *
+ * The store is engine-neutral. A pair (certificate chain and key) is read
+ * and checked once, when added, by every engine the build has, so that a
+ * bad file is an error at configuration time under either; its names
+ * (DNS names of the subject alternative names, else the subject's CN)
+ * are taken out once, so SNI picks the same certificate whichever engine
+ * serves the connection. tern_tls_commit makes the pairs added since the
+ * last commit a generation, with the state its engine needs, and makes it
+ * current; a connection keeps the generation its handshake started with
+ * (refcounted), so a reload never drops a live connection.
  */
 #ifndef TERN_TLS_H
 #define TERN_TLS_H
 
 #include "internal.h"
 
-/* The TLS filter (mbedTLS); its configuration is a committed tern_tls. */
-extern const tern__filter tern__tls_filter;
+enum {
+  TERN__TLS_MBEDTLS = 0,
+  TERN__TLS_GNUTLS = 1,
+  TERN__TLS_ENGINES,
+};
+
+/* A name a certificate is valid for ("*." wildcards allowed). */
+typedef struct {
+  char *name;
+  size_t len;
+} tern__tls_name;
+
+/* A certificate chain and its key, as added. */
+typedef struct {
+  char *cert, *key;                 /* the file's bytes, NUL added (counted) */
+  size_t cert_len, key_len;         /* with the NUL */
+  const char *cert_path, *key_path; /* for messages; NULL from memory */
+  tern__tls_name *names;
+  size_t nnames;
+  void *eng[TERN__TLS_ENGINES]; /* each engine's parsed form */
+} tern__tls_pair;
+
+typedef struct tern__tls_engine tern__tls_engine;
+
+/* A generation: the pairs of one commit and the engine's configuration. */
+typedef struct tern__tls_gen {
+  int refs; /* under the owner's lock */
+  tern_tls *tls;
+  const tern__tls_engine *engine;
+  int min_version; /* TERN_TLS_1_2 or TERN_TLS_1_3 */
+  tern__tls_pair *pairs;
+  size_t npairs;
+  void *conf; /* the engine's */
+} tern__tls_gen;
+
+struct tern__tls_engine {
+  const char *name; /* "mbedtls", "gnutls" */
+  int id;           /* TERN__TLS_* */
+  int max_version;  /* the highest it speaks */
+  /* Per tern_tls state (random generator, session ticket keys). */
+  int (*tls_init)(tern_tls *t, void **state);
+  void (*tls_free)(tern_tls *t, void *state);
+  /* Parse and check p's bytes into p->eng[id]; fill p->names when it is
+   * still empty. Errors are logged, naming the file. */
+  int (*pair_load)(tern_tls *t, tern__tls_pair *p);
+  void (*pair_free)(tern_tls *t, tern__tls_pair *p);
+  /* The engine's configuration of a generation (g->conf). */
+  int (*gen_build)(tern_tls *t, tern__tls_gen *g);
+  void (*gen_free)(tern__tls_gen *g);
+  /* Its per-connection filter; the configuration is the tern_tls. */
+  const tern__filter *filter;
+};
+
+struct tern_tls {
+  tern_server *srv;
+  tern_tls *next;
+  uv_mutex_t lock;
+  tern__tls_gen *current;
+  tern__tls_pair *pending;
+  size_t npending, cap;
+  int engine;      /* the engine serving it: TERN__TLS_* */
+  int min_version; /* TERN_TLS_1_* as set */
+  void *state[TERN__TLS_ENGINES];
+};
+
+/* The engines this build has, by id (NULL where one is not built). */
+extern const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES];
+
+/* The ALPN ids tern offers, most preferred first, NULL-terminated. */
+extern const char *const tern__tls_alpn[];
+
+/* The current generation, with a reference for a new connection; NULL
+ * before the first commit. */
+tern__tls_gen *tern__tls_acquire(tern_tls *t);
+void tern__tls_release(tern__tls_gen *g);
+/* The pair whose names match `host` (SNI), or -1. */
+int tern__tls_pick(const tern__tls_gen *g, const char *host, size_t len);
+/* Log an engine's error about `what` (and the file, if any); returns
+ * TERN_ETLS. */
+int tern__tls_error(tern_tls *t, const char *what, const char *path,
+                    const char *msg);
+/* Add a name to a pair (engines, while loading it). */
+int tern__tls_add_name(tern_tls *t, tern__tls_pair *p, const char *name,
+                       size_t len);
+
+/* The filter of a listener with `tls` (its engine's), for lib/net. */
+const tern__filter *tern__tls_filter_of(const tern_tls *t);
 int tern__tls_ready(const tern_tls *t);
 /* Free every tern_tls of the server. */
 void tern__tls_free_all(tern_server *srv);
+
+/* Encryption stops while this much ciphertext waits for the socket. */
+#define TERN__TLS_OUT_HIGH (64u * 1024)
+#define TERN__TLS_RECORD 16384
 
 #endif

@@ -233,7 +233,7 @@ def _run_load(args, workdir, srv, sc, duration, warmup_phase):
 
 
 def _measure_load(args, workdir, srv, sc, row):
-    is_tern = srv.name == "tern"
+    is_tern = srv.name.startswith("tern")
     h2 = sc.load == "h2load"
     ws = sc.load == "wsload"
     if args.warmup > 0 and not (h2 or ws):
@@ -415,7 +415,7 @@ def _wsload_fields(row, res, sc):
 
 
 def _measure_idle(args, workdir, srv, sc, row):
-    is_tern = srv.name == "tern"
+    is_tern = srv.name.startswith("tern")
     n = args.idle_conns
     hold = args.idle_hold
     time.sleep(0.3)

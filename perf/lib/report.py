@@ -430,7 +430,7 @@ def _ws_lines(summary, servers, wl):
     L += _grid(summary, servers, wl,
                   lambda c: _pair(c, ("ws_wire_out_per_msg", ",.1f"), ("ws_wire_in_per_msg", ",.1f")))
     L.append("")
-    peers = [n for n in servers if n != "tern"]
+    peers = [n for n in servers if not n.startswith("tern")]
     if "tern" in servers and peers:
         parts = []
         for s in wl:
@@ -459,8 +459,8 @@ def _why_na(summary, scs, name):
 
 def _ratios(cells, servers, key, higher=True):
     t = val(cells.get("tern"), key)
-    known = {n: val(cells.get(n), key) for n in servers if n != "tern"
-             and n != "floor"}
+    known = {n: val(cells.get(n), key) for n in servers
+             if not n.startswith("tern") and n != "floor"}
     known = {n: v for n, v in known.items() if v}
     out = []
     h = known.get("h2o")

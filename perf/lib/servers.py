@@ -343,6 +343,13 @@ _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
 SERVERS = {
     "tern": Spec("tern", "tern (hello --workers 1)", "tern",
                  protocols=ALL + ("ws",)),
+    # The same hello with the other TLS engine: the "tern" row's TLS is
+    # the default engine (GnuTLS where built), this one mbedTLS 2.28.
+    "tern-mbedtls": Spec("tern-mbedtls",
+                         "tern with mbedTLS (hello --tls-engine mbedtls)",
+                         "tern", protocols=("h1-tls", "h2"),
+                         why_not={"h1": "the same as tern over cleartext",
+                                  "ws": "the same as tern over cleartext"}),
     "nginx": Spec("nginx", "nginx 1.22 (1 worker)", "nginx"),
     "h2o": Spec("h2o", "h2o 2.2.5 server (1 thread)", "h2o"),
     "libh2o": Spec("libh2o", "libh2o embedded (libh2o_hello)", "peer",
@@ -420,6 +427,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
             argv += ["--max-conns", str(max_conns)]
         if tls:
             argv += ["--tls-port", "0", "--cert", mat["cert"], "--key", mat["key"]]
+            if name == "tern-mbedtls":
+                argv += ["--tls-engine", "mbedtls"]
         return Server(name, argv + extra, sdir, shim=shim, read_tls_port=tls)
     if kind == "nghttpd":
         docroot = os.path.join(sdir, "htdocs")

@@ -1,6 +1,7 @@
 // Load a URL in Debian's headless Chromium and report what the browser saw:
 // the response status, the page text and the protocol the navigation used
-// (performance entry nextHopProtocol: "h2", "http/1.1", ...), as JSON.
+// (performance entry nextHopProtocol: "h2", "http/1.1", ...) and, over TLS,
+// the TLS version ("TLS 1.3"), as JSON.
 //   node fetch.mjs URL
 import { launchChromium } from "./launch.mjs";
 
@@ -12,7 +13,10 @@ try {
   const protocol = await page.evaluate(
     () => performance.getEntriesByType("navigation")[0].nextHopProtocol);
   const text = await page.evaluate(() => document.body.innerText);
-  console.log(JSON.stringify({ status: response.status(), protocol, text }));
+  const details = await response.securityDetails();
+  const tls = details ? details.protocol : null;
+  console.log(JSON.stringify({ status: response.status(), protocol, text,
+                               tls }));
 } finally {
   await browser.close();
 }

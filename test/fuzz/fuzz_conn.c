@@ -4,13 +4,16 @@
  * handlers, WebSocket), on a loop this program runs.
  *
  * The first byte picks the protocol:
- * - 0 (modulo 3): HTTP/1.1 as it arrives on a plain port (pipelining, bodies,
+ * - 0 (modulo 4): HTTP/1.1 as it arrives on a plain port (pipelining, bodies,
  *   h2c upgrade and WebSocket upgrade all reachable from the bytes);
  * - 1: HTTP/2 by prior knowledge: the client preface and an empty
  *   SETTINGS frame are sent first, the input's frames after them;
  * - 2: TLS records to a TLS port (ClientHellos in the corpus; the
  *   handshake cannot complete, so this reaches record framing, alerts and
- *   the filter's buffering, not the protocols behind it).
+ *   the filter's buffering, not the protocols behind it), served by the
+ *   library's default TLS engine (GnuTLS where built);
+ * - 3: the same to a TLS port served by the other engine (mbedTLS), when
+ *   the build has both (else the default's port).
  * The rest is sent in pieces whose sizes follow from the input, with loop
  * turns between them, then the client shuts its side down and reads until
  * the server closes.
@@ -36,7 +39,8 @@
  *
  * Build (test/fuzz/run.sh does this): clang -fsanitize=fuzzer,address,
  * undefined -Iinclude -Ilib -DTERN_HAVE_HTTP2, the library sources,
- * fuzz_conn.c, -luv -lnghttp2 -lmbedtls -lmbedx509 -lmbedcrypto -lz -lpthread
+ * fuzz_conn.c, -luv -lnghttp2, the TLS engines' libraries (-lgnutls,
+ * -lmbedtls -lmbedx509 -lmbedcrypto), -lz -lpthread
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -67,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static uv_loop_t loop;
 static tern_server *srv;
-static int port, tls_port;
+static int port, tls_port, tls_port2;
 static long baseline = -1;
 static tern_request *later[LATER_MAX];
 static size_t nlater;
@@ -214,6 +218,16 @@ static void start_server(void) {
                               sizeof(fuzz_key) - 1) == 0);
   CHECK(tern_tls_commit(tls) == 0);
   CHECK(tern_listen_tls(srv, "127.0.0.1", 0, tls, &tls_port) == 0);
+  /* The other engine, when the build has both. */
+  tls_port2 = tls_port;
+  CHECK(tern_tls_new(srv, &tls) == 0);
+  if (tern_tls_set_engine(tls, TERN_TLS_ENGINE_MBEDTLS) == 0 &&
+      strcmp(tern_tls_engine_name(tls), "mbedtls") == 0) {
+    CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1,
+                                fuzz_key, sizeof(fuzz_key) - 1) == 0);
+    CHECK(tern_tls_commit(tls) == 0);
+    CHECK(tern_listen_tls(srv, "127.0.0.1", 0, tls, &tls_port2) == 0);
+  }
   CHECK(tern_attach(srv, &loop) == 0);
   out = malloc(OUT_MAX);
   CHECK(out != NULL);
@@ -359,11 +373,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     start_server();
   if (size < 1)
     return 0;
-  mode = data[0] % 3;
+  mode = data[0] % 4;
   h2 = mode == 1;
   h = hash(data, size);
   out_len = 0;
-  fd = client_connect(mode == 2 ? tls_port : port);
+  fd = client_connect(mode == 2 ? tls_port : mode == 3 ? tls_port2 : port);
   if (h2 && !send_all(fd, preface, sizeof(preface) - 1))
     closed = 1;
   while (!closed && pos < size) {
@@ -412,7 +426,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* A plain port also takes HTTP/2 by prior knowledge from the bytes: a
    * client that starts like the preface gets HTTP/2 frames (a GOAWAY for
    * a bad preface) or, if it is no preface at all, an HTTP/1.1 answer. */
-  if (mode == 2)
+  if (mode >= 2)
     check_tls();
   else if (h2 ||
            (!is_h1_answer() && size > 4 && memcmp(data + 1, "PRI ", 4) == 0))

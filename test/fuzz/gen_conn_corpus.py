@@ -121,9 +121,13 @@ def main():
     for name, data in H2.items():
         with open(os.path.join(OUT, "h2-" + name), "wb") as f:
             f.write(b"\x01" + data)
+    # 2: the default TLS engine's port; 3: the other engine's (mbedTLS).
     for name, make in TLS.items():
+        hello = make()
         with open(os.path.join(OUT, "tls-" + name), "wb") as f:
-            f.write(b"\x02" + make())
+            f.write(b"\x02" + hello)
+        with open(os.path.join(OUT, "tls-mbedtls-" + name), "wb") as f:
+            f.write(b"\x03" + hello)
 
 
 if __name__ == "__main__":

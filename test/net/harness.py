@@ -85,6 +85,12 @@ class Server:
         """`prefix`: a command to run the server under (e.g. prlimit)."""
         self.name = name
         self.args = list(args)
+        # TERN_TEST_TLS_ENGINE runs a test file's TLS servers on one TLS
+        # engine (meson registers the TLS tests once per engine built).
+        engine = os.environ.get("TERN_TEST_TLS_ENGINE")
+        if engine and "--tls-port" in self.args and \
+                "--tls-engine" not in self.args:
+            self.args += ["--tls-engine", engine]
         self.port = None
         self.returncode = None
         self._stderr = tempfile.TemporaryFile()

@@ -61,6 +61,11 @@ def chromium_over_h2():
     eq(r["status"], 200, "status")
     eq(r["protocol"], "h2", "protocol Chromium used")
     eq(r["text"].strip(), "Hello, World!", "page text")
+    # GnuTLS, the default engine where built, speaks TLS 1.3 to Chromium.
+    m = re.search(r"tls engine (\w+)", srv.stderr_text())
+    check(m is not None, "no tls engine line")
+    eq(r["tls"], "TLS 1.3" if m.group(1) == "gnutls" else "TLS 1.2",
+       "TLS version Chromium used")
 
 
 @case(timeout=90)

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""HTTP/1.1 over TLS (mbedTLS) against hello: handshakes, ALPN, SNI among
-several certificates, session tickets, hot certificate reload during
-traffic, configuration errors, and bad clients."""
+"""HTTP/1.1 and HTTP/2 over TLS against hello: handshakes, ALPN, SNI among
+several certificates, session tickets, TLS versions, hot certificate
+reload during traffic, configuration errors, and bad clients. Every case
+runs against the engine TERN_TEST_TLS_ENGINE names (meson runs the file
+once per engine the build has; unset: the library's default), which hello
+reports on stderr ("tls engine NAME")."""
 import hashlib
 import os
 import re
@@ -35,13 +38,28 @@ def make_cert(name, cn, sans, kind="ec"):
     return cert, key
 
 
+ENGINE = None  # the engine serving: "gnutls" or "mbedtls" (from hello)
+
+
 def start(cert, key, *extra):
     s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
                          "--key", key] + list(extra))
     m = re.match(r"tls listening on (\d+)$", s.next_line())
     check(m is not None, "no tls port line")
     s.tls_port = int(m.group(1))
+    deadline = time.monotonic() + 5
+    while True:
+        m = re.search(r"tls engine (\w+)", s.stderr_text())
+        if m or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    check(m is not None, "no tls engine line: %r" % s.stderr_text())
+    s.engine = m.group(1)
     return s
+
+
+def best_version():
+    return "TLSv1.3" if ENGINE == "gnutls" else "TLSv1.2"
 
 
 def client_ctx(alpn=None):
@@ -93,16 +111,21 @@ srv = None
 
 
 def setup():
-    global ec_cert, ec_key, srv
+    global ec_cert, ec_key, srv, ENGINE
     ec_cert, ec_key = make_cert("a", "a.test", ["a.test", "localhost"])
     srv = start(ec_cert, ec_key)
+    ENGINE = srv.engine
+    want = os.environ.get("TERN_TEST_TLS_ENGINE")
+    if want and want != "auto":
+        eq(ENGINE, want, "the engine serving")
+    suite.note("engine: %s" % ENGINE)
 
 
 @case
 def https_get_and_alpn():
     with tls_connect(srv.tls_port, client_ctx(["http/1.1"])) as s:
         eq(s.selected_alpn_protocol(), "http/1.1", "ALPN")
-        eq(s.version(), "TLSv1.2", "version")
+        eq(s.version(), best_version(), "version")
         s.sendall(GET)
         head, body, _ = read_response(s)
         check(head.startswith(b"HTTP/1.1 200 "), "status %r" % head[:20])
@@ -194,6 +217,92 @@ def session_ticket_resumes():
         check(s.session_reused, "the second handshake resumed")
         s.sendall(GET)
         eq(read_response(s)[1], b"Hello, World!", "body after resumption")
+
+
+@case
+def tls_versions():
+    """GnuTLS speaks TLS 1.3, and 1.2 to a client that has no more;
+    mbedTLS speaks 1.2 only. A set with a minimum of 1.3 refuses a 1.2
+    client (GnuTLS), or cannot be made (mbedTLS: TERN_ENOTSUP)."""
+    with tls_connect(srv.tls_port) as s:
+        eq(s.version(), best_version(), "version by default")
+    ctx = client_ctx()
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    with tls_connect(srv.tls_port, ctx) as s:
+        eq(s.version(), "TLSv1.2", "version with a 1.2 client")
+        s.sendall(GET)
+        eq(read_response(s)[1], b"Hello, World!", "body over 1.2")
+    if ENGINE != "gnutls":
+        p = subprocess.run(
+            [os.path.join(os.environ.get("TERN_BUILD", "build"), "examples",
+                          "hello"), "--port", "0", "--tls-port", "0",
+             "--tls-engine", ENGINE, "--tls-min", "1.3",
+             "--cert", ec_cert, "--key", ec_key],
+            capture_output=True, timeout=10)
+        eq(p.returncode, 1, "exit status with --tls-min 1.3")
+        check(b"not built" in p.stderr, "message: %r" % p.stderr)
+        return
+    s13 = start(ec_cert, ec_key, "--tls-min", "1.3")
+    try:
+        with tls_connect(s13.tls_port) as s:
+            eq(s.version(), "TLSv1.3", "version with a 1.3 minimum")
+        try:
+            with tls_connect(s13.tls_port, ctx) as s:
+                raise AssertionError("a 1.2 client got %s" % s.version())
+        except (ssl.SSLError, ConnectionError):
+            pass
+        with tls_connect(s13.tls_port) as s:
+            s.sendall(GET)
+            eq(read_response(s)[1], b"Hello, World!", "served afterwards")
+    finally:
+        eq(s13.stop(), 0, "hello exit status")
+
+
+@case
+def resumption_by_openssl():
+    """openssl s_client saves the session (a ticket) and resumes it:
+    "Reused" on the second connection, at the engine's best version."""
+    sess = os.path.join(tmp, "sess-%s.pem" % ENGINE)
+    base = ["openssl", "s_client", "-ign_eof", "-connect",
+            "127.0.0.1:%d" % srv.tls_port, "-servername", "a.test"]
+    get10 = b"GET / HTTP/1.0\r\n\r\n"  # the server closes after it
+    first = subprocess.run(base + ["-sess_out", sess], input=get10,
+                           capture_output=True, timeout=10).stdout.decode()
+    check("Hello, World!" in first, "first: %s" % first[-300:])
+    check(("TLSv1.3" if ENGINE == "gnutls" else "TLSv1.2") in first,
+          "version in: %s" % first[-600:])
+    second = subprocess.run(base + ["-sess_in", sess], input=get10,
+                            capture_output=True, timeout=10).stdout.decode()
+    check("Reused" in second, "not resumed: %s" % second[-800:])
+    check("Hello, World!" in second, "second: %s" % second[-300:])
+
+
+@case
+def gnutls_cli_get():
+    """GnuTLS's own client gets the answer, at the engine's best version."""
+    p = subprocess.Popen(["gnutls-cli", "--insecure", "--port",
+                          str(srv.tls_port), "127.0.0.1"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    try:
+        p.stdin.write(GET)
+        p.stdin.flush()
+        out = b""
+        deadline = time.monotonic() + 10
+        while b"Hello, World!" not in out and time.monotonic() < deadline:
+            r, _, _ = select.select([p.stdout], [], [], 0.5)
+            if r:
+                chunk = os.read(p.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        p.kill()
+        p.wait()
+    text = out.decode("utf-8", "replace")
+    check("Hello, World!" in text, "no answer: %s" % text[-600:])
+    want = "TLS1.3" if ENGINE == "gnutls" else "TLS1.2"
+    check("(" + want in text, "not %s: %s" % (want, text[-900:]))
 
 
 @case

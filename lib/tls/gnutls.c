@@ -1,0 +1,553 @@
+/* The GnuTLS engine (3.7): TLS 1.3 and 1.2 over memory. GnuTLS never
+ * sees the socket: its pull function reads the ciphertext the transport
+ * put in the filter's buffer and its push function appends records to
+ * the filter's wire queue, so one loop turn's output still leaves in one
+ * write. SNI picks the pair by the store's names (tern__tls_pick) in the
+ * post-client-hello hook, as the mbedTLS engine does.
+ *
+ * GnuTLS allocates with its own allocator (gnutls_global_set_mem_functions
+ * is a no-op since 3.3), so its memory is not in tern's counts: per
+ * connection its session state (a few KiB, and its record buffers while a
+ * record is in flight), per pair the parsed certificates and key.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+
+#include "tls/tls.h"
+
+/* Per tern_tls: the session ticket key (GnuTLS rotates the keys it
+ * derives from it by itself). */
+typedef struct {
+  gnutls_datum_t ticket_key;
+} gtls_state;
+
+/* A pair, parsed: its own credentials, chosen per session by SNI. */
+typedef struct {
+  gnutls_certificate_credentials_t cred;
+} gtls_pair;
+
+/* A generation: the priorities of its minimum version, and credentials
+ * holding every pair, for clients that name no host or an unknown one
+ * (GnuTLS then picks a pair by key type). */
+typedef struct {
+  gnutls_priority_t prio;
+  gnutls_certificate_credentials_t all;
+} gtls_conf;
+
+typedef struct {
+  gnutls_session_t s;
+  tern__tls_gen *gen;
+  tern__worker *w;
+  tern__rbuf *in; /* ciphertext read from the socket */
+  size_t in_pos, in_len;
+  tern__outq out; /* records to write */
+  int hs_done;
+  int notified;  /* close_notify queued */
+  int push_fail; /* the wire queue refused bytes (no memory) */
+  char alpn[32]; /* the protocol agreed on, NUL-terminated */
+} gtls_conn;
+
+/* Forward secrecy and AEAD only, X25519 first; the server's order. */
+static const char prio_12[] =
+    "NONE:+VERS-TLS1.3:+VERS-TLS1.2:+ECDHE-ECDSA:+ECDHE-RSA:+AES-128-GCM:"
+    "+CHACHA20-POLY1305:+AES-256-GCM:+AEAD:+SIGN-ALL:+GROUP-X25519:"
+    "+GROUP-SECP256R1:+GROUP-SECP384R1:+COMP-NULL:+CTYPE-X509:"
+    "%SERVER_PRECEDENCE";
+static const char prio_13[] =
+    "NONE:+VERS-TLS1.3:+AES-128-GCM:+CHACHA20-POLY1305:+AES-256-GCM:+AEAD:"
+    "+SIGN-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1:+COMP-NULL:"
+    "+CTYPE-X509:%SERVER_PRECEDENCE";
+
+static int gtls_error(tern_tls *t, int rc, const char *what, const char *path) {
+  return tern__tls_error(t, what, path, gnutls_strerror(rc));
+}
+
+/* ---- Per tern_tls -------------------------------------------------- */
+
+static int gtls_tls_init(tern_tls *t, void **out) {
+  gtls_state *st = tern__malloc(t->srv, sizeof(*st));
+  int rc;
+  if (st == NULL)
+    return TERN_ENOMEM;
+  memset(st, 0, sizeof(*st));
+  rc = gnutls_session_ticket_key_generate(&st->ticket_key);
+  if (rc < 0) {
+    tern__free(t->srv, st);
+    return gtls_error(t, rc, "session ticket key", NULL);
+  }
+  *out = st;
+  return 0;
+}
+
+static void gtls_tls_free(tern_tls *t, void *state) {
+  gtls_state *st = state;
+  gnutls_memset(st->ticket_key.data, 0, st->ticket_key.size);
+  gnutls_free(st->ticket_key.data);
+  tern__free(t->srv, st);
+}
+
+/* ---- Pairs --------------------------------------------------------- */
+
+static void gtls_pair_free(tern_tls *t, tern__tls_pair *p) {
+  gtls_pair *g = p->eng[TERN__TLS_GNUTLS];
+  if (g->cred != NULL)
+    gnutls_certificate_free_credentials(g->cred);
+  tern__free(t->srv, g);
+  p->eng[TERN__TLS_GNUTLS] = NULL;
+}
+
+/* A datum over a pair's bytes: PEM without the NUL the store added, DER
+ * as it is. */
+static gnutls_datum_t datum_of(const char *p, size_t len,
+                               gnutls_x509_crt_fmt_t *fmt) {
+  gnutls_datum_t d;
+  d.data = (unsigned char *)p;
+  d.size = (unsigned)(len > 0 ? len - 1 : 0);
+  *fmt = memmem(p, d.size, "-----BEGIN", 10) != NULL ? GNUTLS_X509_FMT_PEM
+                                                     : GNUTLS_X509_FMT_DER;
+  return d;
+}
+
+/* The names SNI matches, taken from the first certificate of the chain
+ * when no other engine took them: its DNS names, and the subject's CN. */
+static int take_names(tern_tls *t, tern__tls_pair *p, gnutls_x509_crt_t crt) {
+  char buf[256];
+  unsigned i;
+  int rc;
+  for (i = 0;; i++) {
+    size_t len = sizeof(buf);
+    unsigned critical;
+    rc = gnutls_x509_crt_get_subject_alt_name(crt, i, buf, &len, &critical);
+    if (rc == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
+      break;
+    if (rc == GNUTLS_SAN_DNSNAME &&
+        (rc = tern__tls_add_name(t, p, buf, len)) != 0)
+      return rc;
+  }
+  for (i = 0;; i++) {
+    size_t len = sizeof(buf);
+    rc = gnutls_x509_crt_get_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, i, 0,
+                                       buf, &len);
+    if (rc < 0)
+      break;
+    if ((rc = tern__tls_add_name(t, p, buf, len)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Read the chain and the key apart first, so that the message says which
+ * one is bad, then both into the pair's credentials, which checks that
+ * they belong together. */
+static int gtls_pair_load(tern_tls *t, tern__tls_pair *p) {
+  gtls_pair *g = tern__malloc(t->srv, sizeof(*g));
+  gnutls_x509_crt_t *crts = NULL;
+  gnutls_x509_privkey_t key = NULL;
+  gnutls_x509_crt_fmt_t cfmt, kfmt;
+  gnutls_datum_t cd, kd;
+  unsigned n = 0, i;
+  int rc;
+
+  if (g == NULL)
+    return TERN_ENOMEM;
+  memset(g, 0, sizeof(*g));
+  p->eng[TERN__TLS_GNUTLS] = g;
+  cd = datum_of(p->cert, p->cert_len, &cfmt);
+  kd = datum_of(p->key, p->key_len, &kfmt);
+  rc = gnutls_x509_crt_list_import2(&crts, &n, &cd, cfmt, 0);
+  if (rc < 0)
+    return gtls_error(t, rc, "certificate", p->cert_path);
+  rc = p->nnames == 0 ? take_names(t, p, crts[0]) : 0;
+  for (i = 0; i < n; i++)
+    gnutls_x509_crt_deinit(crts[i]);
+  gnutls_free(crts);
+  if (rc != 0)
+    return rc;
+  rc = gnutls_x509_privkey_init(&key);
+  if (rc >= 0)
+    rc = gnutls_x509_privkey_import2(key, &kd, kfmt, NULL, 0);
+  if (key != NULL)
+    gnutls_x509_privkey_deinit(key);
+  if (rc < 0)
+    return gtls_error(t, rc, "private key", p->key_path);
+  rc = gnutls_certificate_allocate_credentials(&g->cred);
+  if (rc < 0)
+    return gtls_error(t, rc, "credentials", NULL);
+  rc = gnutls_certificate_set_x509_key_mem2(g->cred, &cd, &kd, cfmt, NULL, 0);
+  if (rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH)
+    return gtls_error(t, rc, "certificate and key do not match", p->key_path);
+  if (rc < 0)
+    return gtls_error(t, rc, "certificate", p->cert_path);
+  return 0;
+}
+
+/* ---- Generations --------------------------------------------------- */
+
+static void gtls_gen_free(tern__tls_gen *g) {
+  gtls_conf *c = g->conf;
+  if (c->prio != NULL)
+    gnutls_priority_deinit(c->prio);
+  if (c->all != NULL)
+    gnutls_certificate_free_credentials(c->all);
+  tern__free(g->tls->srv, c);
+  g->conf = NULL;
+}
+
+static int gtls_gen_build(tern_tls *t, tern__tls_gen *g) {
+  gtls_conf *c = tern__malloc(t->srv, sizeof(*c));
+  const char *err = NULL;
+  size_t i;
+  int rc;
+
+  if (c == NULL)
+    return TERN_ENOMEM;
+  memset(c, 0, sizeof(*c));
+  g->conf = c;
+  rc = gnutls_priority_init(
+      &c->prio, g->min_version >= TERN_TLS_1_3 ? prio_13 : prio_12, &err);
+  if (rc < 0)
+    return gtls_error(t, rc, "priorities", err);
+  rc = gnutls_certificate_allocate_credentials(&c->all);
+  if (rc < 0)
+    return gtls_error(t, rc, "credentials", NULL);
+  for (i = 0; i < g->npairs; i++) {
+    const tern__tls_pair *p = &g->pairs[i];
+    gnutls_x509_crt_fmt_t cfmt, kfmt;
+    gnutls_datum_t cd = datum_of(p->cert, p->cert_len, &cfmt);
+    gnutls_datum_t kd = datum_of(p->key, p->key_len, &kfmt);
+    rc = gnutls_certificate_set_x509_key_mem2(c->all, &cd, &kd, cfmt, NULL, 0);
+    if (rc < 0)
+      return gtls_error(t, rc, "certificate list", p->cert_path);
+  }
+  return 0;
+}
+
+/* ---- The filter ---------------------------------------------------- */
+
+static ssize_t on_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int n) {
+  gtls_conn *c = ptr;
+  ssize_t total = 0;
+  int i;
+  for (i = 0; i < n; i++) {
+    if (tern__outq_copy(c->w, &c->out, iov[i].iov_base, iov[i].iov_len) != 0) {
+      c->push_fail = 1;
+      gnutls_transport_set_errno(c->s, ENOMEM);
+      return -1;
+    }
+    total += (ssize_t)iov[i].iov_len;
+  }
+  return total;
+}
+
+static ssize_t on_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len) {
+  gtls_conn *c = ptr;
+  size_t avail = c->in != NULL ? c->in_len - c->in_pos : 0;
+  if (avail == 0) {
+    gnutls_transport_set_errno(c->s, EAGAIN);
+    return -1;
+  }
+  if (len > avail)
+    len = avail;
+  memcpy(buf, c->in->data + c->in_pos, len);
+  c->in_pos += len;
+  return (ssize_t)len;
+}
+
+/* Only asked when GnuTLS would wait; tern never waits. */
+static int on_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms) {
+  gtls_conn *c = ptr;
+  (void)ms;
+  return c->in != NULL && c->in_pos < c->in_len ? 1 : 0;
+}
+
+/* SNI: the pair naming the host; none named, every pair (GnuTLS picks
+ * one by key type). */
+static int on_client_hello(gnutls_session_t s) {
+  gtls_conn *c = gnutls_session_get_ptr(s);
+  const tern__tls_gen *g = c->gen;
+  gtls_conf *conf = g->conf;
+  gnutls_certificate_credentials_t cred = conf->all;
+  char host[256];
+  size_t len = sizeof(host);
+  unsigned type;
+  if (gnutls_server_name_get(s, host, &len, &type, 0) == 0 &&
+      type == GNUTLS_NAME_DNS) {
+    int i = tern__tls_pick(g, host, strnlen(host, len));
+    if (i >= 0)
+      cred = ((gtls_pair *)g->pairs[i].eng[TERN__TLS_GNUTLS])->cred;
+  }
+  return gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred);
+}
+
+static void gtls_detach(void *st, tern__worker *w) {
+  gtls_conn *c = st;
+  if (c == NULL)
+    return;
+  if (c->s != NULL)
+    gnutls_deinit(c->s);
+  tern__outq_free(w, &c->out);
+  tern__rbuf_unref(w, c->in);
+  tern__tls_release(c->gen);
+  tern__free(w->srv, c);
+}
+
+static int gtls_attach(void **st, tern__worker *w, void *cfg) {
+  tern_tls *tls = cfg;
+  gtls_state *ts = tls->state[TERN__TLS_GNUTLS];
+  gnutls_datum_t protos[4];
+  gtls_conf *conf;
+  gtls_conn *c;
+  unsigned np = 0;
+  int rc;
+
+  c = tern__malloc(w->srv, sizeof(*c));
+  if (c == NULL)
+    return TERN_ENOMEM;
+  memset(c, 0, sizeof(*c));
+  c->w = w;
+  tern__outq_init(&c->out);
+  c->gen = tern__tls_acquire(tls);
+  if (c->gen == NULL || gnutls_init(&c->s, GNUTLS_SERVER | GNUTLS_NONBLOCK |
+                                               GNUTLS_NO_SIGNAL) < 0) {
+    c->s = NULL;
+    gtls_detach(c, w);
+    return TERN_ENOMEM;
+  }
+  conf = c->gen->conf;
+  while (tern__tls_alpn[np] != NULL && np < 4) {
+    protos[np].data = (unsigned char *)tern__tls_alpn[np];
+    protos[np].size = (unsigned)strlen(tern__tls_alpn[np]);
+    np++;
+  }
+  rc = gnutls_priority_set(c->s, conf->prio);
+  if (rc >= 0)
+    rc = gnutls_credentials_set(c->s, GNUTLS_CRD_CERTIFICATE, conf->all);
+  if (rc >= 0)
+    rc = gnutls_alpn_set_protocols(c->s, protos, np,
+                                   GNUTLS_ALPN_SERVER_PRECEDENCE);
+  if (rc >= 0)
+    rc = gnutls_session_ticket_enable_server(c->s, &ts->ticket_key);
+  if (rc < 0) {
+    gtls_detach(c, w);
+    return rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
+  }
+  gnutls_session_set_ptr(c->s, c);
+  gnutls_handshake_set_post_client_hello_function(c->s, on_client_hello);
+  /* tern's head timer bounds the handshake, not GnuTLS's clock. */
+  gnutls_handshake_set_timeout(c->s, 0);
+  gnutls_transport_set_ptr(c->s, c);
+  gnutls_transport_set_vec_push_function(c->s, on_push);
+  gnutls_transport_set_pull_function(c->s, on_pull);
+  gnutls_transport_set_pull_timeout_function(c->s, on_pull_timeout);
+  *st = c;
+  return 0;
+}
+
+static void gtls_read_buf(void *st, tern__worker *w, uv_buf_t *buf) {
+  gtls_conn *c = st;
+  if (c->in == NULL) {
+    c->in = tern__rbuf_get(w);
+    c->in_pos = c->in_len = 0;
+    if (c->in == NULL) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+  }
+  if (c->in_pos > 0) {
+    memmove(c->in->data, c->in->data + c->in_pos, c->in_len - c->in_pos);
+    c->in_len -= c->in_pos;
+    c->in_pos = 0;
+  }
+  *buf =
+      uv_buf_init(c->in->data + c->in_len, (unsigned)(c->in->cap - c->in_len));
+}
+
+static void gtls_received(void *st, size_t n) {
+  gtls_conn *c = st;
+  if (c == NULL)
+    return;
+  if (n == 0)
+    c->in_pos = c->in_len = 0; /* a lingering close drops it */
+  c->in_len += n;
+}
+
+/* Decrypt what is buffered into dst, as far as it has room. */
+static int decrypt(gtls_conn *c, char *dst, size_t room, size_t *got) {
+  for (;;) {
+    ssize_t rc;
+    if (dst == NULL || *got == room)
+      break; /* the adapter must consume first */
+    rc = gnutls_record_recv(c->s, dst + *got, room - *got);
+    if (rc > 0) {
+      *got += (size_t)rc;
+      continue;
+    }
+    if (rc == GNUTLS_E_AGAIN)
+      break;
+    if (rc == GNUTLS_E_INTERRUPTED)
+      continue;
+    if (rc == 0)
+      return TERN_ECLOSED; /* close_notify */
+    /* A client's renegotiation request (TLS 1.2) is refused with a
+     * warning alert and the connection goes on. */
+    if (rc == GNUTLS_E_REHANDSHAKE) {
+      gnutls_alert_send(c->s, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION);
+      continue;
+    }
+    if (rc == GNUTLS_E_PREMATURE_TERMINATION)
+      return TERN_ECLOSED;
+    if (!gnutls_error_is_fatal((int)rc))
+      continue;
+    tern__log(c->w->srv, TERN_LOG_DEBUG, "tls: %s", gnutls_strerror((int)rc));
+    return TERN_ETLS;
+  }
+  if (c->in != NULL && c->in_pos == c->in_len &&
+      gnutls_record_check_pending(c->s) == 0) {
+    /* Nothing buffered: an idle connection holds no ciphertext buffer. */
+    tern__rbuf_unref(c->w, c->in);
+    c->in = NULL;
+    c->in_pos = c->in_len = 0;
+  }
+  return 0;
+}
+
+/* The handshake records it produces wait in the wire queue, which the
+ * transport writes after input. */
+static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
+                      size_t *got) {
+  gtls_conn *c = st;
+  int rc;
+
+  *got = 0;
+  if (!c->hs_done) {
+    do
+      rc = gnutls_handshake(c->s);
+    while (rc == GNUTLS_E_INTERRUPTED ||
+           (rc < 0 && rc != GNUTLS_E_AGAIN && !gnutls_error_is_fatal(rc)));
+    if (rc == GNUTLS_E_AGAIN)
+      return c->push_fail ? TERN_ENOMEM : 0;
+    if (rc < 0) {
+      tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: %s",
+                gnutls_strerror(rc));
+      return TERN_ETLS;
+    }
+    c->hs_done = 1;
+    rc = decrypt(c, dst, room, got);
+    return rc == 0 ? TERN__F_READY : rc;
+  }
+  return decrypt(c, dst, room, got);
+}
+
+static int gtls_has_input(void *st) {
+  gtls_conn *c = st;
+  return c->hs_done && ((c->in != NULL && c->in_pos < c->in_len) ||
+                        gnutls_record_check_pending(c->s) > 0);
+}
+
+/* Plaintext into records: corked, so that many small pieces (HTTP/2
+ * frames) become few full records without a copy of ours; a piece of a
+ * record's size or more goes out whole. */
+static tern__outq *gtls_output(void *st, tern__worker *w, tern__outq *q,
+                               int *err) {
+  gtls_conn *c = st;
+
+  *err = 0;
+  while (c->hs_done && q->count > 0 && c->out.bytes < TERN__TLS_OUT_HIGH) {
+    uv_buf_t iov[16];
+    size_t n = tern__outq_iov(q, iov, 16), i, len = 0;
+    ssize_t rc = 0;
+
+    if (n == 0) {
+      tern__outq_consume(w, q, 0); /* markers only */
+      continue;
+    }
+    gnutls_record_cork(c->s);
+    for (i = 0; i < n && len < TERN__TLS_RECORD; i++) {
+      size_t k = iov[i].len;
+      if (k > TERN__TLS_RECORD - len)
+        k = TERN__TLS_RECORD - len;
+      do
+        rc = gnutls_record_send(c->s, iov[i].base, k);
+      while (rc == GNUTLS_E_INTERRUPTED);
+      if (rc < 0)
+        break;
+      len += (size_t)rc;
+    }
+    rc = rc < 0 ? rc : gnutls_record_uncork(c->s, GNUTLS_RECORD_WAIT);
+    if (rc < 0 || c->push_fail) {
+      *err =
+          c->push_fail || rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
+      break;
+    }
+    /* The plaintext is in records now: for the writer it is written. */
+    tern__outq_consume(w, q, len);
+  }
+  return &c->out;
+}
+
+static tern__outq *gtls_wire(void *st) {
+  return &((gtls_conn *)st)->out;
+}
+
+static size_t gtls_buffered(const void *st) {
+  return ((const gtls_conn *)st)->out.bytes;
+}
+
+static int gtls_handshaking(const void *st) {
+  return !((const gtls_conn *)st)->hs_done;
+}
+
+static int gtls_shutdown(void *st) {
+  gtls_conn *c = st;
+  if (c == NULL || !c->hs_done || c->notified)
+    return 0;
+  c->notified = 1;
+  /* The alert goes into the wire queue through on_push; a failure to
+   * queue it leaves a close without it. */
+  gnutls_bye(c->s, GNUTLS_SHUT_WR);
+  return c->out.count > 0;
+}
+
+static const char *gtls_alpn(const void *st) {
+  gtls_conn *c = (gtls_conn *)st;
+  gnutls_datum_t d;
+  if (gnutls_alpn_get_selected_protocol(c->s, &d) < 0 ||
+      d.size >= sizeof(c->alpn))
+    return NULL;
+  memcpy(c->alpn, d.data, d.size);
+  c->alpn[d.size] = '\0';
+  return c->alpn;
+}
+
+const tern__filter tern__tls_gnutls_filter = {
+    .name = "tls-gnutls",
+    .attach = gtls_attach,
+    .detach = gtls_detach,
+    .read_buf = gtls_read_buf,
+    .received = gtls_received,
+    .input = gtls_input,
+    .has_input = gtls_has_input,
+    .output = gtls_output,
+    .wire = gtls_wire,
+    .buffered = gtls_buffered,
+    .handshaking = gtls_handshaking,
+    .shutdown = gtls_shutdown,
+    .alpn = gtls_alpn,
+};
+
+const tern__tls_engine tern__tls_gnutls = {
+    .name = "gnutls",
+    .id = TERN__TLS_GNUTLS,
+    .max_version = TERN_TLS_1_3,
+    .tls_init = gtls_tls_init,
+    .tls_free = gtls_tls_free,
+    .pair_load = gtls_pair_load,
+    .pair_free = gtls_pair_free,
+    .gen_build = gtls_gen_build,
+    .gen_free = gtls_gen_free,
+    .filter = &tern__tls_gnutls_filter,
+};
