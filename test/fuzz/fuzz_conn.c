@@ -223,8 +223,8 @@ static void start_server(void) {
   CHECK(tern_tls_new(srv, &tls) == 0);
   if (tern_tls_set_engine(tls, TERN_TLS_ENGINE_MBEDTLS) == 0 &&
       strcmp(tern_tls_engine_name(tls), "mbedtls") == 0) {
-    CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1,
-                                fuzz_key, sizeof(fuzz_key) - 1) == 0);
+    CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1, fuzz_key,
+                                sizeof(fuzz_key) - 1) == 0);
     CHECK(tern_tls_commit(tls) == 0);
     CHECK(tern_listen_tls(srv, "127.0.0.1", 0, tls, &tls_port2) == 0);
   }
