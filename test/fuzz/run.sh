@@ -20,6 +20,10 @@ if [ "${1:-}" = --long ]; then
   cd "$(dirname "$0")/../.."
   [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null || exit 1
   start=$(date -u +%FT%TZ)
+  rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  # Findings are the artifacts this campaign writes, not older ones.
+  stamp=$(mktemp)
+  trap 'rm -f "$stamp"' EXIT
   # Only this campaign's logs are summed up below.
   for t in "${@:-}"; do [ -n "$t" ] && rm -f "$build/fuzz/$t.log"; done
   [ $# -eq 0 ] && rm -f "$build"/fuzz/fuzz_*.log
@@ -29,8 +33,7 @@ if [ "${1:-}" = --long ]; then
   {
     echo "# Fuzz campaign"
     echo
-    echo "$mins minutes per target, started $start, revision" \
-      "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+    echo "$mins minutes per target, started $start, revision $rev," \
       "$(nproc) cores, $(clang --version | head -1)."
     echo
     echo "| target | executions | exec/s | coverage | features | corpus | result |"
@@ -51,7 +54,9 @@ if [ "${1:-}" = --long ]; then
       cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
       ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
       corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
-      found=$(ls "$build/fuzz/$name"-{crash,timeout,leak,oom}-* 2>/dev/null)
+      found=$(find "$build/fuzz" -maxdepth 1 -newer "$stamp" \( -name \
+        "$name-crash-*" -o -name "$name-timeout-*" -o -name "$name-leak-*" \
+        -o -name "$name-oom-*" \) 2>/dev/null)
       result="clean"
       [ -n "$found" ] && result="finding(s): $(echo $found)"
       echo "| $name | ${runs:-?} | ${eps:-?} | ${cov:-?} | ${ft:-?} | ${corp:-?} | $result |"
