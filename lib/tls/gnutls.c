@@ -448,9 +448,11 @@ static int gtls_has_input(void *st) {
                         gnutls_record_check_pending(c->s) > 0);
 }
 
-/* Plaintext into records: corked, so that many small pieces (HTTP/2
- * frames) become few full records without a copy of ours; a piece of a
- * record's size or more goes out whole. */
+/* Plaintext into records of up to 16 KiB: a piece of a record's size or
+ * more goes out as it is; smaller pieces (many HTTP/2 frames, a response
+ * head and its body) are gathered into the worker's scratch first, so
+ * that they make one record rather than one each. (GnuTLS's cork does the
+ * same but allocates a buffer per uncork.) */
 static tern__outq *gtls_output(void *st, tern__worker *w, tern__outq *q,
                                int *err) {
   gtls_conn *c = st;
@@ -459,32 +461,41 @@ static tern__outq *gtls_output(void *st, tern__worker *w, tern__outq *q,
   while (c->hs_done && q->count > 0 && c->out.bytes < TERN__TLS_OUT_HIGH) {
     uv_buf_t iov[16];
     size_t n = tern__outq_iov(q, iov, 16), i, len = 0;
-    ssize_t rc = 0;
+    const char *src;
+    ssize_t rc;
 
     if (n == 0) {
       tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
-    gnutls_record_cork(c->s);
-    for (i = 0; i < n && len < TERN__TLS_RECORD; i++) {
-      size_t k = iov[i].len;
-      if (k > TERN__TLS_RECORD - len)
-        k = TERN__TLS_RECORD - len;
-      do
-        rc = gnutls_record_send(c->s, iov[i].base, k);
-      while (rc == GNUTLS_E_INTERRUPTED);
-      if (rc < 0)
+    if (iov[0].len >= TERN__TLS_RECORD || n == 1) {
+      src = iov[0].base;
+      len = iov[0].len < TERN__TLS_RECORD ? iov[0].len : TERN__TLS_RECORD;
+    } else {
+      if (w->scratch == NULL &&
+          (w->scratch = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL) {
+        *err = TERN_ENOMEM;
         break;
-      len += (size_t)rc;
+      }
+      for (i = 0; i < n && len < TERN__TLS_RECORD; i++) {
+        size_t k = iov[i].len;
+        if (k > TERN__TLS_RECORD - len)
+          k = TERN__TLS_RECORD - len;
+        memcpy(w->scratch + len, iov[i].base, k);
+        len += k;
+      }
+      src = w->scratch;
     }
-    rc = rc < 0 ? rc : gnutls_record_uncork(c->s, GNUTLS_RECORD_WAIT);
+    do
+      rc = gnutls_record_send(c->s, src, len);
+    while (rc == GNUTLS_E_INTERRUPTED);
     if (rc < 0 || c->push_fail) {
       *err =
           c->push_fail || rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
       break;
     }
     /* The plaintext is in records now: for the writer it is written. */
-    tern__outq_consume(w, q, len);
+    tern__outq_consume(w, q, (size_t)rc);
   }
   return &c->out;
 }
