@@ -448,43 +448,24 @@ static int gtls_has_input(void *st) {
                         gnutls_record_check_pending(c->s) > 0);
 }
 
-/* Plaintext into records of up to 16 KiB: a piece of a record's size or
- * more goes out as it is; smaller pieces (many HTTP/2 frames, a response
- * head and its body) are gathered into the worker's scratch first, so
- * that they make one record rather than one each. (GnuTLS's cork does the
- * same but allocates a buffer per uncork.) */
+/* Plaintext into records of up to 16 KiB (tern__tls_next_record), sent
+ * one at a time: GnuTLS's cork would gather them too but allocates a
+ * buffer per uncork. */
 static tern__outq *gtls_output(void *st, tern__worker *w, tern__outq *q,
                                int *err) {
   gtls_conn *c = st;
 
   *err = 0;
   while (c->hs_done && q->count > 0 && c->out.bytes < TERN__TLS_OUT_HIGH) {
-    uv_buf_t iov[16];
-    size_t n = tern__outq_iov(q, iov, 16), i, len = 0;
     const char *src;
-    ssize_t rc;
+    size_t len;
+    ssize_t rc = tern__tls_next_record(w, q, &src, &len);
 
-    if (n == 0) {
-      tern__outq_consume(w, q, 0); /* markers only */
+    if (rc == 1)
       continue;
-    }
-    if (iov[0].len >= TERN__TLS_RECORD || n == 1) {
-      src = iov[0].base;
-      len = iov[0].len < TERN__TLS_RECORD ? iov[0].len : TERN__TLS_RECORD;
-    } else {
-      if (w->scratch == NULL &&
-          (w->scratch = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL) {
-        *err = TERN_ENOMEM;
-        break;
-      }
-      for (i = 0; i < n && len < TERN__TLS_RECORD; i++) {
-        size_t k = iov[i].len;
-        if (k > TERN__TLS_RECORD - len)
-          k = TERN__TLS_RECORD - len;
-        memcpy(w->scratch + len, iov[i].base, k);
-        len += k;
-      }
-      src = w->scratch;
+    if (rc != 0) {
+      *err = (int)rc;
+      break;
     }
     do
       rc = gnutls_record_send(c->s, src, len);

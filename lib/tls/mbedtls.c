@@ -356,34 +356,15 @@ static tern__outq *tls_output(void *st, tern__worker *w, tern__outq *q,
 
   *err = 0;
   while (t->hs_done && q->count > 0 && t->out.bytes < TERN__TLS_OUT_HIGH) {
-    uv_buf_t iov[16];
-    size_t n = tern__outq_iov(q, iov, 16), i, len = 0;
     const char *src;
-    int rc;
+    size_t len;
+    int rc = tern__tls_next_record(w, q, &src, &len);
 
-    if (n == 0) {
-      tern__outq_consume(w, q, 0); /* markers only */
+    if (rc == 1)
       continue;
-    }
-    /* Gather small pieces into one record rather than one record each:
-     * many small HTTP/2 frames then cost few records. */
-    if (iov[0].len >= TERN__TLS_RECORD || n == 1) {
-      src = iov[0].base;
-      len = iov[0].len < TERN__TLS_RECORD ? iov[0].len : TERN__TLS_RECORD;
-    } else {
-      if (w->scratch == NULL &&
-          (w->scratch = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL) {
-        *err = TERN_ENOMEM;
-        break;
-      }
-      for (i = 0; i < n && len < TERN__TLS_RECORD; i++) {
-        size_t k = iov[i].len;
-        if (k > TERN__TLS_RECORD - len)
-          k = TERN__TLS_RECORD - len;
-        memcpy(w->scratch + len, iov[i].base, k);
-        len += k;
-      }
-      src = w->scratch;
+    if (rc != 0) {
+      *err = rc;
+      break;
     }
     rc = mbedtls_ssl_write(&t->ssl, (const unsigned char *)src, len);
     if (rc < 0) {

@@ -373,3 +373,32 @@ void tern__tls_free_all(tern_server *srv) {
     tern__free(srv, t);
   }
 }
+
+int tern__tls_next_record(tern__worker *w, tern__outq *q, const char **src,
+                          size_t *len) {
+  uv_buf_t iov[16];
+  size_t n = tern__outq_iov(q, iov, 16), i;
+
+  if (n == 0) {
+    tern__outq_consume(w, q, 0); /* markers only */
+    return 1;
+  }
+  if (iov[0].len >= TERN__TLS_RECORD || n == 1) {
+    *src = iov[0].base;
+    *len = iov[0].len < TERN__TLS_RECORD ? iov[0].len : TERN__TLS_RECORD;
+    return 0;
+  }
+  if (w->scratch == NULL &&
+      (w->scratch = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL)
+    return TERN_ENOMEM;
+  *len = 0;
+  for (i = 0; i < n && *len < TERN__TLS_RECORD; i++) {
+    size_t k = iov[i].len;
+    if (k > TERN__TLS_RECORD - *len)
+      k = TERN__TLS_RECORD - *len;
+    memcpy(w->scratch + *len, iov[i].base, k);
+    *len += k;
+  }
+  *src = w->scratch;
+  return 0;
+}

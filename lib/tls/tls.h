@@ -111,6 +111,15 @@ int tern__tls_ready(const tern_tls *t);
 /* Free every tern_tls of the server. */
 void tern__tls_free_all(tern_server *srv);
 
+/* The plaintext of the next record from the pending queue `q`: a piece
+ * of a record's size or more as it is, smaller pieces (many HTTP/2
+ * frames, a response head and its body) gathered into the worker's
+ * scratch so that they make one record rather than one each. 0 with
+ * *src and *len set (consume what the engine took); 1 when only markers
+ * were pending (consumed: look again); TERN_ENOMEM. q must not be empty. */
+int tern__tls_next_record(tern__worker *w, tern__outq *q, const char **src,
+                          size_t *len);
+
 /* Encryption stops while this much ciphertext waits for the socket. */
 #define TERN__TLS_OUT_HIGH (64u * 1024)
 #define TERN__TLS_RECORD 16384
