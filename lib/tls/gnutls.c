@@ -42,9 +42,8 @@ typedef struct {
   gnutls_session_t s;
   tern__tls_gen *gen;
   tern__worker *w;
-  tern__rbuf *in; /* ciphertext read from the socket */
-  size_t in_pos, in_len;
-  tern__outq out; /* records to write */
+  tern__tls_in in; /* ciphertext read from the socket */
+  tern__outq out;  /* records to write */
   int hs_done;
   int notified;  /* close_notify queued */
   int push_fail; /* the wire queue refused bytes (no memory) */
@@ -245,23 +244,19 @@ static ssize_t on_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int n) {
 
 static ssize_t on_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len) {
   gtls_conn *c = ptr;
-  size_t avail = c->in != NULL ? c->in_len - c->in_pos : 0;
-  if (avail == 0) {
+  size_t n = tern__tls_in_take(&c->in, buf, len);
+  if (n == 0) {
     gnutls_transport_set_errno(c->s, EAGAIN);
     return -1;
   }
-  if (len > avail)
-    len = avail;
-  memcpy(buf, c->in->data + c->in_pos, len);
-  c->in_pos += len;
-  return (ssize_t)len;
+  return (ssize_t)n;
 }
 
 /* Only asked when GnuTLS would wait; tern never waits. */
 static int on_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms) {
   gtls_conn *c = ptr;
   (void)ms;
-  return c->in != NULL && c->in_pos < c->in_len ? 1 : 0;
+  return tern__tls_in_waiting(&c->in);
 }
 
 /* SNI: the pair naming the host; none named, every pair (GnuTLS picks
@@ -290,7 +285,7 @@ static void gtls_detach(void *st, tern__worker *w) {
   if (c->s != NULL)
     gnutls_deinit(c->s);
   tern__outq_free(w, &c->out);
-  tern__rbuf_unref(w, c->in);
+  tern__rbuf_unref(w, c->in.buf);
   tern__tls_release(c->gen);
   tern__free(w->srv, c);
 }
@@ -348,31 +343,12 @@ static int gtls_attach(void **st, tern__worker *w, void *cfg) {
 }
 
 static void gtls_read_buf(void *st, tern__worker *w, uv_buf_t *buf) {
-  gtls_conn *c = st;
-  if (c->in == NULL) {
-    c->in = tern__rbuf_get(w);
-    c->in_pos = c->in_len = 0;
-    if (c->in == NULL) {
-      *buf = uv_buf_init(NULL, 0);
-      return;
-    }
-  }
-  if (c->in_pos > 0) {
-    memmove(c->in->data, c->in->data + c->in_pos, c->in_len - c->in_pos);
-    c->in_len -= c->in_pos;
-    c->in_pos = 0;
-  }
-  *buf =
-      uv_buf_init(c->in->data + c->in_len, (unsigned)(c->in->cap - c->in_len));
+  tern__tls_in_room(&((gtls_conn *)st)->in, w, buf);
 }
 
 static void gtls_received(void *st, size_t n) {
-  gtls_conn *c = st;
-  if (c == NULL)
-    return;
-  if (n == 0)
-    c->in_pos = c->in_len = 0; /* a lingering close drops it */
-  c->in_len += n;
+  if (st != NULL)
+    tern__tls_in_received(&((gtls_conn *)st)->in, n);
 }
 
 /* Decrypt what is buffered into dst, as far as it has room. */
@@ -405,13 +381,8 @@ static int decrypt(gtls_conn *c, char *dst, size_t room, size_t *got) {
     tern__log(c->w->srv, TERN_LOG_DEBUG, "tls: %s", gnutls_strerror((int)rc));
     return TERN_ETLS;
   }
-  if (c->in != NULL && c->in_pos == c->in_len &&
-      gnutls_record_check_pending(c->s) == 0) {
-    /* Nothing buffered: an idle connection holds no ciphertext buffer. */
-    tern__rbuf_unref(c->w, c->in);
-    c->in = NULL;
-    c->in_pos = c->in_len = 0;
-  }
+  if (gnutls_record_check_pending(c->s) == 0)
+    tern__tls_in_idle(&c->in, c->w);
   return 0;
 }
 
@@ -444,7 +415,7 @@ static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
 
 static int gtls_has_input(void *st) {
   gtls_conn *c = st;
-  return c->hs_done && ((c->in != NULL && c->in_pos < c->in_len) ||
+  return c->hs_done && (tern__tls_in_waiting(&c->in) ||
                         gnutls_record_check_pending(c->s) > 0);
 }
 

@@ -39,9 +39,8 @@ typedef struct tls_conn {
   mbedtls_ssl_context ssl;
   tern__tls_gen *gen;
   tern__worker *w;
-  tern__rbuf *in; /* ciphertext read from the socket */
-  size_t in_pos, in_len;
-  tern__outq out; /* records to write */
+  tern__tls_in in; /* ciphertext read from the socket */
+  tern__outq out;  /* records to write */
   int hs_done;
   int notified; /* close_notify queued */
 } tls_conn;
@@ -224,14 +223,8 @@ static int bio_send(void *ctx, const unsigned char *buf, size_t len) {
 
 static int bio_recv(void *ctx, unsigned char *buf, size_t len) {
   tls_conn *t = ctx;
-  size_t avail = t->in_len - t->in_pos;
-  if (avail == 0)
-    return MBEDTLS_ERR_SSL_WANT_READ;
-  if (len > avail)
-    len = avail;
-  memcpy(buf, t->in->data + t->in_pos, len);
-  t->in_pos += len;
-  return (int)len;
+  size_t n = tern__tls_in_take(&t->in, buf, len);
+  return n > 0 ? (int)n : MBEDTLS_ERR_SSL_WANT_READ;
 }
 
 static int tls_attach(void **st, tern__worker *w, void *cfg_arg) {
@@ -264,29 +257,14 @@ static void tls_detach(void *st, tern__worker *w) {
   if (t == NULL)
     return;
   tern__outq_free(w, &t->out);
-  tern__rbuf_unref(w, t->in);
+  tern__rbuf_unref(w, t->in.buf);
   mbedtls_ssl_free(&t->ssl);
   tern__tls_release(t->gen);
   tern__free(w->srv, t);
 }
 
 static void tls_read_buf(void *st, tern__worker *w, uv_buf_t *buf) {
-  tls_conn *t = st;
-  if (t->in == NULL) {
-    t->in = tern__rbuf_get(w);
-    t->in_pos = t->in_len = 0;
-    if (t->in == NULL) {
-      *buf = uv_buf_init(NULL, 0);
-      return;
-    }
-  }
-  if (t->in_pos > 0) {
-    memmove(t->in->data, t->in->data + t->in_pos, t->in_len - t->in_pos);
-    t->in_len -= t->in_pos;
-    t->in_pos = 0;
-  }
-  *buf =
-      uv_buf_init(t->in->data + t->in_len, (unsigned)(t->in->cap - t->in_len));
+  tern__tls_in_room(&((tls_conn *)st)->in, w, buf);
 }
 
 /* The protocol the client and we agreed on (NULL: none offered); the
@@ -340,13 +318,8 @@ static int tls_decrypt(tls_conn *t, char *dst, size_t room, size_t *got) {
       return TERN_ECLOSED;
     return TERN_ETLS;
   }
-  if (t->in != NULL && t->in_pos == t->in_len &&
-      mbedtls_ssl_get_bytes_avail(&t->ssl) == 0) {
-    /* Nothing buffered: an idle connection holds no ciphertext buffer. */
-    tern__rbuf_unref(t->w, t->in);
-    t->in = NULL;
-    t->in_pos = t->in_len = 0;
-  }
+  if (mbedtls_ssl_get_bytes_avail(&t->ssl) == 0)
+    tern__tls_in_idle(&t->in, t->w);
   return 0;
 }
 
@@ -387,17 +360,13 @@ static size_t tls_buffered(const void *st) {
 
 static int tls_has_input(void *st) {
   tls_conn *t = st;
-  return t->hs_done && ((t->in != NULL && t->in_pos < t->in_len) ||
+  return t->hs_done && (tern__tls_in_waiting(&t->in) ||
                         mbedtls_ssl_get_bytes_avail(&t->ssl) > 0);
 }
 
 static void tls_received(void *st, size_t n) {
-  tls_conn *t = st;
-  if (t == NULL)
-    return;
-  if (n == 0)
-    t->in_pos = t->in_len = 0; /* a lingering close drops it */
-  t->in_len += n;
+  if (st != NULL)
+    tern__tls_in_received(&((tls_conn *)st)->in, n);
 }
 
 static int tls_handshaking(const void *st) {

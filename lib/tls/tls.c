@@ -402,3 +402,46 @@ int tern__tls_next_record(tern__worker *w, tern__outq *q, const char **src,
   *src = w->scratch;
   return 0;
 }
+
+void tern__tls_in_room(tern__tls_in *in, tern__worker *w, uv_buf_t *out) {
+  if (in->buf == NULL) {
+    in->buf = tern__rbuf_get(w);
+    in->pos = in->len = 0;
+    if (in->buf == NULL) {
+      *out = uv_buf_init(NULL, 0);
+      return;
+    }
+  }
+  if (in->pos > 0) {
+    memmove(in->buf->data, in->buf->data + in->pos, in->len - in->pos);
+    in->len -= in->pos;
+    in->pos = 0;
+  }
+  *out =
+      uv_buf_init(in->buf->data + in->len, (unsigned)(in->buf->cap - in->len));
+}
+
+void tern__tls_in_received(tern__tls_in *in, size_t n) {
+  if (n == 0)
+    in->pos = in->len = 0;
+  in->len += n;
+}
+
+size_t tern__tls_in_take(tern__tls_in *in, void *dst, size_t len) {
+  size_t avail = in->buf != NULL ? in->len - in->pos : 0;
+  if (len > avail)
+    len = avail;
+  if (len > 0) {
+    memcpy(dst, in->buf->data + in->pos, len);
+    in->pos += len;
+  }
+  return len;
+}
+
+void tern__tls_in_idle(tern__tls_in *in, tern__worker *w) {
+  if (in->buf != NULL && in->pos == in->len) {
+    tern__rbuf_unref(w, in->buf);
+    in->buf = NULL;
+    in->pos = in->len = 0;
+  }
+}

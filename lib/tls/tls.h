@@ -44,6 +44,28 @@ typedef struct {
 
 typedef struct tern__tls_engine tern__tls_engine;
 
+/* Ciphertext read from the socket and not yet taken by the engine:
+ * buf->data[pos .. len). Both engines' filters keep one. */
+typedef struct {
+  tern__rbuf *buf; /* NULL while nothing is buffered */
+  size_t pos, len;
+} tern__tls_in;
+
+/* Where the next socket read goes (a filter's read_buf): the unread rest
+ * moved to the front; an empty buffer when none can be had. */
+void tern__tls_in_room(tern__tls_in *in, tern__worker *w, uv_buf_t *out);
+/* n bytes arrived there (a filter's received); n == 0, from a lingering
+ * close, drops what is buffered. */
+void tern__tls_in_received(tern__tls_in *in, size_t n);
+/* Up to `len` buffered bytes into dst for the engine; 0 when none. */
+size_t tern__tls_in_take(tern__tls_in *in, void *dst, size_t len);
+static inline int tern__tls_in_waiting(const tern__tls_in *in) {
+  return in->buf != NULL && in->pos < in->len;
+}
+/* Give an emptied buffer back: an idle connection holds no ciphertext
+ * buffer (the caller checks the engine holds nothing either). */
+void tern__tls_in_idle(tern__tls_in *in, tern__worker *w);
+
 /* A generation: the pairs of one commit and the engine's configuration. */
 typedef struct tern__tls_gen {
   int refs; /* under the owner's lock */
