@@ -435,9 +435,15 @@ static inline void tern__window_init(tern__window *w, uint32_t initial,
   w->consumed = 0;
 }
 /* `n` bytes left tern's hands; `held_back` when some are still held for
- * a handler that has not taken them (or no more can come). Returns the
- * new window size when the window should grow now, else 0. */
-uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back);
+ * a handler that has not taken them (or no more can come). `earned` is
+ * the size a stream's window may jump to at once, the largest its
+ * connection's earlier streams grew to (0: none; the connection's own
+ * window passes 0): without it every upload on a connection would start
+ * again from the initial window and spend its first megabytes on round
+ * trips. Returns the new window size when the window should grow now,
+ * else 0. */
+uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back,
+                               uint32_t earned);
 
 /* ---- Protocol adapters ------------------------------------------- */
 

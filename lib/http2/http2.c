@@ -205,9 +205,10 @@ struct h2_conn {
   uint8_t scan_check; /* check_stream_frame is due before more input */
   uint8_t scan_type;  /* the current frame's type and stream */
   int32_t scan_id;
-  tern__window rwin; /* our receive window for the connection */
-  size_t held;       /* bytes in all streams' pend buffers */
-  uint32_t waiting;  /* streams whose body timer is armed */
+  tern__window rwin;   /* our receive window for the connection */
+  uint32_t stream_win; /* the largest window a stream here grew to */
+  size_t held;         /* bytes in all streams' pend buffers */
+  uint32_t waiting;    /* streams whose body timer is armed */
   /* Header blocks (RFC 9113 4.3), followed by scan_input: one is open
    * from its HEADERS frame's header to the end of the frame that carries
    * END_HEADERS; `blocks` counts those that ended. */
@@ -318,11 +319,15 @@ static void consume(h2_conn *h, h2_stream *s, size_t n) {
    * more, does not grow. */
   win = tern__window_consumed(&s->rwin, n,
                               s->pend_len > 0 || !(s->flags & S_OPEN) ||
-                                  (s->flags & S_REMOTE_DONE));
-  if (win != 0)
+                                  (s->flags & S_REMOTE_DONE),
+                              h->stream_win);
+  if (win != 0) {
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, s->id,
                                           (int32_t)win);
-  win = tern__window_consumed(&h->rwin, n, h->held > 0);
+    if (win > h->stream_win)
+      h->stream_win = win;
+  }
+  win = tern__window_consumed(&h->rwin, n, h->held > 0, 0);
   if (win != 0)
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)win);

@@ -492,7 +492,9 @@ def stream_window_grows_while_handler_keeps_up():
     """The inbound window policy over the wire: a handler that keeps up
     (POST /upload reads and drops) has the stream's window grow past the
     initial 64 KiB, doubling each time a whole window has been taken; a
-    window that never grew would never offer more than 65535 bytes."""
+    window that never grew would never offer more than 65535 bytes. The
+    next upload on the connection starts from the window the first
+    earned."""
     with H2(srv.port) as h2:
         h2.send(headers(1, request_block("POST", "/upload"),
                         end_stream=False))
@@ -537,6 +539,22 @@ def stream_window_grows_while_handler_keeps_up():
         h2.send(frame(DATA, END_STREAM, 1))
         body, rst = collect_streams(h2, [1])[1]
         eq(rst, None, "the upload ends cleanly")
+        # The next upload on the connection starts from what the first
+        # earned once its handler has taken bytes, not from 64 KiB again.
+        settle()
+        h2.send(headers(3, request_block("POST", "/upload"),
+                        end_stream=False))
+        avail[3] = 65535
+        n = min(16384, avail[0])
+        h2.send(frame(DATA, 0, 3, b"v" * n))
+        avail[0] -= n
+        avail[3] -= n
+        settle()
+        print("# the second stream's window: %d" % avail[3])
+        check(avail[3] >= seen[-1] - n and avail[3] <= 8 << 20,
+              "stream 3 adopts %d: %d" % (seen[-1], avail[3]))
+        h2.send(frame(DATA, END_STREAM, 3))
+        eq(collect_streams(h2, [3])[3][1], None, "the second upload ends")
 
 
 @case(timeout=60)

@@ -400,38 +400,52 @@ static void test_base64(void) {
 }
 
 /* The inbound window policy: double after a whole window consumed with
- * nothing held back, up to the maximum, and never past it. */
+ * nothing held back, up to the maximum, and never past it; a stream
+ * starts from what its connection earned. */
 static void test_window_policy(void) {
   tern__window st, cn, big;
   uint32_t want;
 
   tern__window_init(&st, 65535, 8u << 20);
-  T_EQ_INT(tern__window_consumed(&st, 65534, 0), 0);
-  T_EQ_INT(tern__window_consumed(&st, 1, 0), 131070);
+  T_EQ_INT(tern__window_consumed(&st, 65534, 0, 0), 0);
+  T_EQ_INT(tern__window_consumed(&st, 1, 0, 0), 131070);
   T_EQ_INT(st.consumed, 0);
   /* Held back: no growth, however much went through... */
-  T_EQ_INT(tern__window_consumed(&st, 200000, 1), 0);
+  T_EQ_INT(tern__window_consumed(&st, 200000, 1, 0), 0);
   T_EQ_INT(st.win, 131070);
   /* ...until the handler has taken it all. */
-  T_EQ_INT(tern__window_consumed(&st, 0, 0), 262140);
+  T_EQ_INT(tern__window_consumed(&st, 0, 0, 0), 262140);
   for (want = 524280; want <= (8u << 20) / 2; want *= 2)
-    T_EQ_INT(tern__window_consumed(&st, st.win, 0), want);
+    T_EQ_INT(tern__window_consumed(&st, st.win, 0, 0), want);
   T_EQ_INT(st.win, 4194240);
-  T_EQ_INT(tern__window_consumed(&st, st.win, 0), 8388480);
+  T_EQ_INT(tern__window_consumed(&st, st.win, 0, 0), 8388480);
   /* The last step lands on the maximum itself, then it stays. */
-  T_EQ_INT(tern__window_consumed(&st, st.win, 0), 8u << 20);
-  T_EQ_INT(tern__window_consumed(&st, 64u << 20, 0), 0);
+  T_EQ_INT(tern__window_consumed(&st, st.win, 0, 0), 8u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 64u << 20, 0, 0), 0);
   T_EQ_INT(st.win, 8u << 20);
 
   tern__window_init(&cn, 1u << 20, 16u << 20);
   for (want = 2u << 20; want <= 16u << 20; want *= 2)
-    T_EQ_INT(tern__window_consumed(&cn, cn.win, 0), want);
-  T_EQ_INT(tern__window_consumed(&cn, cn.win, 0), 0);
+    T_EQ_INT(tern__window_consumed(&cn, cn.win, 0, 0), want);
+  T_EQ_INT(tern__window_consumed(&cn, cn.win, 0, 0), 0);
 
   /* A maximum of 2^31 - 1 is reached without overflow. */
   tern__window_init(&big, 1u << 30, 0x7fffffff);
-  T_EQ_INT(tern__window_consumed(&big, 1u << 30, 0), 0x7fffffff);
-  T_EQ_INT(tern__window_consumed(&big, 0x7fffffff, 0), 0);
+  T_EQ_INT(tern__window_consumed(&big, 1u << 30, 0, 0), 0x7fffffff);
+  T_EQ_INT(tern__window_consumed(&big, 0x7fffffff, 0, 0), 0);
+
+  /* A new stream adopts what its connection's earlier streams earned on
+   * its first consumption, not while bytes are held back, never past its
+   * maximum, and grows on from there. */
+  tern__window_init(&st, 65535, 8u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 100, 1, 4u << 20), 0);
+  T_EQ_INT(st.win, 65535);
+  T_EQ_INT(tern__window_consumed(&st, 100, 0, 4u << 20), 4u << 20);
+  T_EQ_INT(st.consumed, 0);
+  T_EQ_INT(tern__window_consumed(&st, 4u << 20, 0, 4u << 20), 8u << 20);
+  tern__window_init(&st, 65535, 1u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 1, 0, 8u << 20), 1u << 20);
+  T_EQ_INT(tern__window_consumed(&st, 1, 0, 8u << 20), 0);
 }
 
 /* Pseudo-headers into fields: the Host fallback, the cookie join in the
