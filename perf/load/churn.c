@@ -102,6 +102,7 @@ static struct {
   gnutls_certificate_credentials_t cred;
   gnutls_priority_t prio;
   uint64_t hs_full, hs_resumed, tls_errors;
+  uint64_t no_ticket; /* --resume, TLS 1.3: connections that got no ticket */
   char tls_version[32], tls_cipher[48], tls_group[48];
   int tls_mixed; /* completed connections negotiated different versions */
   int tls_error_shown;
@@ -231,16 +232,16 @@ static void tls_finish(slot *s, int counted) {
   if (counted) {
     const char *v =
         gnutls_protocol_get_name(gnutls_protocol_get_version(s->tls));
-    if (s->resumed) {
+    if (s->resumed)
       g.hs_resumed++;
-    } else {
+    else
       g.hs_full++;
-      if (g.tls_group[0] == 0) {
-        copy_name(g.tls_cipher, sizeof(g.tls_cipher),
-                  gnutls_cipher_get_name(gnutls_cipher_get(s->tls)));
-        copy_name(g.tls_group, sizeof(g.tls_group),
-                  gnutls_group_get_name(gnutls_group_get(s->tls)));
-      }
+    /* (A TLS 1.2 resumption has no key exchange group: "".) */
+    if (g.tls_cipher[0] == 0) {
+      copy_name(g.tls_cipher, sizeof(g.tls_cipher),
+                gnutls_cipher_get_name(gnutls_cipher_get(s->tls)));
+      copy_name(g.tls_group, sizeof(g.tls_group),
+                gnutls_group_get_name(gnutls_group_get(s->tls)));
     }
     if (g.tls_version[0] == 0)
       copy_name(g.tls_version, sizeof(g.tls_version), v);
@@ -248,19 +249,27 @@ static void tls_finish(slot *s, int counted) {
       g.tls_mixed = 1;
   }
   if (g.resume) {
-    /* In TLS 1.3 the data is only worth keeping once a ticket has come
+    /* In TLS 1.3 the data is only worth taking once a ticket has come
      * (before the response, from every server measured); without one,
-     * gnutls_session_get_data2 would wait for it. TLS 1.2 can also resume
-     * by session ID, so there the data is always taken. */
+     * gnutls_session_get_data2 would wait for it. A server may send no new
+     * ticket on a resumed connection: then the slot offers the ticket it
+     * has once more (RFC 8446 advises clients against that, but allows it,
+     * and the server may refuse: the counts would show it), and the reuse
+     * is counted. TLS 1.2 can also resume by session ID, so there the data
+     * is always taken. */
     int tls13 = gnutls_protocol_get_version(s->tls) == GNUTLS_TLS1_3;
-    gnutls_free(s->saved.data);
-    s->saved.data = NULL;
-    s->saved.size = 0;
-    if ((!tls13 ||
-         (gnutls_session_get_flags(s->tls) & GNUTLS_SFLAGS_SESSION_TICKET)) &&
-        gnutls_session_get_data2(s->tls, &s->saved) < 0) {
+    if (tls13 &&
+        !(gnutls_session_get_flags(s->tls) & GNUTLS_SFLAGS_SESSION_TICKET)) {
+      if (counted)
+        g.no_ticket++;
+    } else {
+      gnutls_free(s->saved.data);
       s->saved.data = NULL;
       s->saved.size = 0;
+      if (gnutls_session_get_data2(s->tls, &s->saved) < 0) {
+        s->saved.data = NULL;
+        s->saved.size = 0;
+      }
     }
   }
   /* Best effort: the server has usually closed after its response. */
@@ -615,11 +624,12 @@ int main(int argc, char **argv) {
 #ifdef CHURN_GNUTLS
   if (g.tls)
     printf(PROG ": TLS %s%s %s %s, handshakes full %llu, resumed %llu, "
-                "TLS errors %llu\n",
+                "TLS errors %llu, TLS 1.3 without a new ticket %llu\n",
            g.tls_version[0] ? g.tls_version : "-",
            g.tls_mixed ? " (mixed)" : "", g.tls_cipher[0] ? g.tls_cipher : "-",
            g.tls_group[0] ? g.tls_group : "-", (unsigned long long)g.hs_full,
-           (unsigned long long)g.hs_resumed, (unsigned long long)g.tls_errors);
+           (unsigned long long)g.hs_resumed, (unsigned long long)g.tls_errors,
+           (unsigned long long)g.no_ticket);
 #endif
   if (g.addrnotavail > 0)
     printf(PROG ": warning: %llu connects failed with EADDRNOTAVAIL "
@@ -650,10 +660,11 @@ int main(int argc, char **argv) {
       fprintf(f,
               ",\"tls_max\":\"%s\",\"handshakes_full\":%llu,"
               "\"handshakes_resumed\":%llu,\"tls_errors\":%llu,"
-              "\"tls_version\":",
+              "\"tls13_no_ticket\":%llu,\"tls_version\":",
               tls_max, (unsigned long long)g.hs_full,
               (unsigned long long)g.hs_resumed,
-              (unsigned long long)g.tls_errors);
+              (unsigned long long)g.tls_errors,
+              (unsigned long long)g.no_ticket);
       if (g.tls_version[0] == 0)
         fprintf(f, "null");
       else
