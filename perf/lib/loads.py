@@ -216,16 +216,34 @@ def run_h1rate(args, workdir, port, duration, warmup, rate, connections=64,
 
 
 def run_churn(args, workdir, port, duration, warmup, concurrency=16,
-              path="/"):
+              path="/", tls=False, resume=False, tls_max=None):
+    """churn: a new connection per request; over TLS with tls (a full
+    handshake each, or with resume each slot's last session offered),
+    the version capped at tls_max ("1.2" or "1.3")."""
     argv = [_tool(args, "churn"), "--host", "127.0.0.1", "--port", str(port),
             "--concurrency", str(concurrency), "--duration", _num(duration),
             "--warmup", _num(warmup)]
+    if tls:
+        argv.append("--tls")
+        if resume:
+            argv.append("--resume")
+        if tls_max:
+            argv += ["--tls-max", tls_max]
     argv, j, text, rc = _run_json(args, workdir, argv,
                                   duration + warmup + 30, "churn")
     dur = j.get("duration_s") or duration
     conns = int(j.get("connections") or j.get("requests") or 0)
+    if tls and not j.get("tls"):
+        raise BenchError("churn did no TLS (built without GnuTLS?): %s"
+                         % text[-300:])
     return {"tool": "churn", "argv": argv, "requests": conns,
             "errors": int(j.get("errors") or 0),
+            "handshakes_full": j.get("handshakes_full"),
+            "handshakes_resumed": j.get("handshakes_resumed"),
+            "tls_errors": j.get("tls_errors"),
+            "tls13_no_ticket": j.get("tls13_no_ticket"),
+            "tls_version": j.get("tls_version"),
+            "tls_cipher": j.get("tls_cipher"), "tls_group": j.get("tls_group"),
             "non2xx": int(j.get("non2xx") or 0),
             "duration_s": dur,
             "rate": j.get("rate_achieved") or (conns / dur if dur else None),

@@ -19,6 +19,7 @@ import time
 
 from . import common, h1client, loads, servers, tlsclient, wsclient
 from .common import BenchError
+from .scenarios import RESUME_MIN
 
 MIB = float(1 << 20)
 
@@ -227,8 +228,11 @@ def _run_load(args, workdir, srv, sc, duration, warmup_phase):
         return loads.run_h1rate(args, workdir, srv.port, duration, 0,
                                 args.rate, sc.connections, sc.path, sc.headers)
     if sc.load == "churn":
-        return loads.run_churn(args, workdir, srv.port, duration, 0,
-                               sc.connections, sc.path)
+        return loads.run_churn(args, workdir, _port(srv, sc), duration, 0,
+                               sc.connections, sc.path, tls=sc.tls,
+                               resume=sc.tls_resume,
+                               tls_max=getattr(args, "tls_max", None)
+                               or sc.tls_max)
     raise ValueError(sc.load)
 
 
@@ -313,19 +317,22 @@ def _measure_load(args, workdir, srv, sc, row):
     if is_tern and not sc.tls:
         row["notes"] += agreement(row)
     elif is_tern and agreement(row):
-        # mbedTLS allocates with the C library (handshakes, record
+        # both engines allocate with the C library (handshakes, record
         # buffers): the shim sees it, tern's hook does not
         row["notes"].append(
-            "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
-            "%.4g: the difference is mbedTLS's own allocations (the "
+            "shim %.4g allocs, %.4g bytes per %s vs tern /stats %.4g, "
+            "%.4g: the difference is %s's own allocations (the "
             "handshakes in the window), outside tern's allocator hook" % (
                 row.get("shim_allocs_per_req") or 0,
-                row.get("shim_bytes_per_req") or 0,
-                row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
+                row.get("shim_bytes_per_req") or 0, sc.per,
+                row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0,
+                "mbedTLS" if srv.name == "tern-mbedtls" else "the TLS engine"))
     if h2:
         _h2load_fields(row, res, sc)
     if ws:
         _wsload_fields(row, res, sc)
+    if sc.load == "churn" and sc.tls:
+        _handshake_fields(row, res, sc)
     if not n:
         row["problems"].append("no request completed" + (
             " (h2load: %s started, %s done in the measured window; the "
@@ -385,6 +392,40 @@ def _h2load_fields(row, res, sc):
             row["notes"].append("only %d uploads in the window: the one in "
                                 "flight at its end weighs on CPU and "
                                 "allocations per MiB" % n)
+
+
+def _handshake_fields(row, res, sc):
+    """tls-handshake, tls-resume: the handshakes churn counted in the
+    window, full and resumed; what was negotiated (churn's, which replaces
+    the check's curl); and whether the server resumed as the scenario
+    needs."""
+    full = int(res.get("handshakes_full") or 0)
+    resumed = int(res.get("handshakes_resumed") or 0)
+    row["handshakes_full"] = full
+    row["handshakes_resumed"] = resumed
+    row["tls_errors"] = int(res.get("tls_errors") or 0)
+    row["resumed_pct"] = 100.0 * resumed / (full + resumed) \
+        if full + resumed else None
+    if res.get("tls_version"):
+        row["tls"] = " ".join(x for x in (res["tls_version"],
+                                          res.get("tls_cipher"),
+                                          res.get("tls_group")) if x)
+    if res.get("tls13_no_ticket"):
+        row["notes"].append(
+            "%d of %d connections got no new TLS 1.3 ticket (the server "
+            "issues none on a resumed connection): each slot offered its "
+            "last ticket again" % (res["tls13_no_ticket"], full + resumed))
+    if not full + resumed:
+        return  # "no request completed" says it
+    if sc.tls_resume and resumed < RESUME_MIN * (full + resumed):
+        row["problems"].append(
+            "only %d of %d connections resumed (%.1f %%, under %.0f %%): the "
+            "server does not resume these sessions" % (
+                resumed, full + resumed, row["resumed_pct"], 100 * RESUME_MIN))
+    if not sc.tls_resume and resumed:
+        row["problems"].append(
+            "%d of %d handshakes were resumptions although no session was "
+            "offered" % (resumed, full + resumed))
 
 
 def _wsload_fields(row, res, sc):

@@ -46,9 +46,9 @@ TLS_CAVEATS = [
     "same clients, and the cipher the client and server settle on differs "
     "too (AES-128-GCM or AES-256-GCM): the negotiated protocol and cipher "
     "of each server are listed under the TLS tables. "
-    "Connections are made once per run (closed loop on kept-alive "
-    "connections), so the handshake weighs little; record encryption is on "
-    "every response.",
+    "In h1-tls-get and h2-*, connections are made once per run (closed "
+    "loop on kept-alive connections), so the handshake weighs little; "
+    "record encryption is on every response.",
     "h1-tls-get: wrk has no warm-up on its own connections (the warm-up is "
     "a separate wrk run), so the measured window includes the 64 TLS "
     "handshakes of the measured run's connections: their CPU and their "
@@ -77,6 +77,19 @@ TLS_CAVEATS = [
     "the whole body was sent before the answer). nghttpd runs with 8 MiB "
     "stream / 16 MiB connection windows (-w 23 -W 24, tern's maxima) "
     "instead of its 64 KiB defaults.",
+    "tls-handshake, tls-resume: churn (perf/load/churn.c, GnuTLS) makes a "
+    "new TLS connection per request, 16 at a time, closed loop, on one "
+    "core: connect, handshake (SNI localhost, ALPN http/1.1, the "
+    "certificate not verified), one GET with Connection: close, the whole "
+    "response, close_notify, close. Its own side of every handshake "
+    "(key shares, the key exchange, the signature check) costs about as "
+    "much as the server's, so connections/s is bound by the client's core "
+    "as much as by the server's: server CPU per connection is the figure. tls-handshake offers no session, so "
+    "each is a full handshake, though servers still send the tickets a new "
+    "client gets (their cost is in the figure); tls-resume offers each "
+    "slot's last session and is invalid under 95 % resumed. Each server "
+    "negotiates the highest version it speaks up to the cap (TLS 1.3 "
+    "unless the driver sets one): the TLS column says what churn got.",
     "nghttpd serves files: GET / answers index.html (`Hello, World!`, "
     "content-type text/html, not text/plain); its body is checked exactly.",
 ]
@@ -119,9 +132,11 @@ def caveats(env):
         out.append(TLS_CAVEATS[3])
     if any(s.upload for s in scs):
         out.append(TLS_CAVEATS[4])
+    if any(s.load == "churn" and s.tls for s in scs):
+        out.append(TLS_CAVEATS[5])
     if any(s.protocol == "h2" for s in scs) and \
             "nghttpd" in env["config"].get("servers", []):
-        out.append(TLS_CAVEATS[5])
+        out.append(TLS_CAVEATS[6])
     if any(s.load == "wsload" for s in scs):
         out += WS_CAVEATS
     return out
@@ -342,6 +357,8 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                              "%s %s" % (s, _ratios(summary[s], servers, "rate"))
                              for s in hl) + ".")
                 L.append("")
+        L += _handshake_lines(summary, servers, [
+            s for s in main if REGISTRY[s].load == "churn" and REGISTRY[s].tls])
         up = [s for s in mine if REGISTRY[s].group == "upload"]
         if up:
             L += _upload_tables(summary, servers, up)
@@ -445,6 +462,43 @@ def _ws_lines(summary, servers, wl):
                                  n, "tern", "%.2f" % (c[1] / c[0]) if all(c)
                                  else "n/a"))
         L.append("Ratios of the medians: " + "; ".join(parts) + ".")
+        L.append("")
+    return L
+
+
+def _handshake_lines(summary, servers, hl):
+    """tls-handshake, tls-resume: one table per scenario with what each
+    connection cost and how it was made, and the tern / nginx ratios."""
+    if not hl:
+        return []
+    L = []
+    for s in hl:
+        L.append("%s (%s): connections/s, server CPU µs per connection (one "
+                 "handshake each), resumed %%, heap allocations and bytes per "
+                 "connection (shim), what churn negotiated:" % (
+                     s, "full handshakes" if not REGISTRY[s].tls_resume
+                     else "resumed sessions"))
+        L.append("")
+        L += table(["server", "conn/s", "CPU µs/conn", "resumed %",
+                    "allocs/conn (shim)", "bytes/conn (shim)", "TLS"],
+                   [[n] + [fmt_cell(summary[s].get(n), k, f) for k, f in (
+                       ("rate", ",.0f"), ("cpu_us_per_req", ".1f"),
+                       ("resumed_pct", ".1f"), ("shim_allocs_per_req", ",.0f"),
+                       ("shim_bytes_per_req", ",.0f"))]
+                    + [" / ".join((summary[s].get(n) or {}).get("tls", []))
+                       or "-"] for n in servers])
+        L.append("")
+    parts = []
+    for s in hl:
+        ng = val(summary[s].get("nginx"), "cpu_us_per_req")
+        for t in ("tern", "tern-mbedtls"):
+            v = val(summary[s].get(t), "cpu_us_per_req")
+            if t in servers and "nginx" in servers:
+                parts.append("%s %s/nginx %s" % (
+                    s, t, "%.2f" % (v / ng) if v and ng else "n/a"))
+    if parts:
+        L.append("Ratios of the medians, server CPU per connection: "
+                 + "; ".join(parts) + ".")
         L.append("")
     return L
 

@@ -101,6 +101,8 @@ class Scenario:
         self.name = name
         self.protocol = protocol
         self.load = load            # 'wrk' | 'h1rate' | 'churn' | 'idle' | 'h2load'
+        self.tls_resume = False     # churn over TLS: offer the last session
+        self.tls_max = None         # churn over TLS: highest version offered
         self.title = title
         self.path = path
         self.headers = tuple(headers)
@@ -199,6 +201,48 @@ for n in (1, 4):
                  chart=(M["mib_per_s"], M["cpu_us_per_mib"],
                         M["shim_bytes_per_mib"]),
                  summary="Target (h2-upload): over 1 GiB/s on loopback."))
+
+# TLS handshakes: a new TLS connection per request, 16 at a time (churn
+# --tls: GnuTLS, SNI localhost, ALPN http/1.1, no certificate check, one
+# GET with Connection: close each), on the servers' TLS ports.
+# tls-handshake never offers a session, so every handshake is a full one
+# (a server that resumes one anyway is invalid); tls-resume offers each
+# slot's last session (tickets, or a session ID in TLS 1.2), and a server
+# that resumes fewer than RESUME_MIN of the measured connections is
+# invalid.  The protocol is capped at tls_max (TLS 1.3; the driver's
+# tls_max, where it has one, overrides it): each server negotiates what it
+# speaks, and the version, cipher and group are listed per row.
+RESUME_MIN = 0.95
+M["shim_allocs_per_conn"] = Metric("shim_allocs_per_req",
+                                   "heap allocations per connection (shim)",
+                                   "allocs", "lower", ",.0f")
+M["shim_bytes_per_conn"] = Metric("shim_bytes_per_req",
+                                  "heap bytes allocated per connection (shim)",
+                                  "bytes", "lower", ",.0f")
+
+
+def _hs(name, title, summary, resume):
+    """A TLS connection-churn scenario: churn --tls [--resume]."""
+    sc = Scenario(name, "h1-tls", "churn", title, connections=16,
+                  per="connection", tls=True,
+                  chart=(M["conn_rate"], M["cpu_us_per_conn"],
+                         M["shim_allocs_per_conn"], M["shim_bytes_per_conn"]),
+                  summary=summary)
+    sc.tls_resume = resume
+    sc.tls_max = "1.3"
+    return sc
+
+
+add(_hs("tls-handshake",
+        "a new TLS connection per request, full handshake (no session "
+        "offered), 16 at a time (churn --tls -c16)",
+        "Target: server CPU per full handshake at or below nginx's.",
+        resume=False))
+add(_hs("tls-resume",
+        "as tls-handshake, each connection resuming its slot's last session "
+        "(churn --tls --resume -c16)",
+        "Target: server CPU per resumed handshake at or below nginx's.",
+        resume=True))
 
 # WebSocket echo: wsload (build/perf/load) keeps ws_depth messages of
 # ws_size bytes in flight on each of 64 sockets and checks every echo byte

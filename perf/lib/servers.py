@@ -52,6 +52,7 @@ def nginx_tls_server(tls_port, cert, key):
         ssl_certificate %(cert)s;
         ssl_certificate_key %(key)s;
         ssl_session_cache shared:SSL:1m;
+        ssl_session_tickets on;
         http2_max_concurrent_streams 128;
 
         location = / {

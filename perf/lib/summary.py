@@ -17,6 +17,7 @@ KEYS = ("rate", "requests", "errors", "non2xx", "server_cpu_s",
         "mib_per_s", "cpu_us_per_mib", "allocs_per_mib", "bytes_per_mib",
         "shim_allocs_per_mib", "shim_bytes_per_mib")
 KEYS += ("ws_wire_out_per_msg", "ws_wire_in_per_msg")  # ws-echo*
+KEYS += ("resumed_pct", "handshakes_full", "handshakes_resumed")  # tls-*
 
 
 def summarize(rows, servers, scenarios):
@@ -193,6 +194,28 @@ def targets(summary, servers, rate=None):
     if "tern" in servers:
         T += h2_targets(summary, servers)
         T += ws_targets(summary, servers)
+    T += tls_targets(summary, servers)
+    return T
+
+
+def tls_targets(summary, servers):
+    """tls-handshake, tls-resume: server CPU per connection (one handshake
+    each) at or below nginx's, for each engine's tern row."""
+    T = []
+    for sc, kind in (("tls-handshake", "full"), ("tls-resume", "resumed")):
+        if sc not in summary or "nginx" not in servers:
+            continue
+        n = val(summary[sc].get("nginx"), "cpu_us_per_req")
+        for t in ("tern", "tern-mbedtls"):
+            if t not in servers:
+                continue
+            v = val(summary[sc].get(t), "cpu_us_per_req")
+            r = v / n if v and n else None
+            T.append(("%s: %s server CPU per %s handshake <= nginx"
+                      % (sc, t, kind),
+                      "%.2f x (%s %.1f µs, nginx %.1f µs)" % (r, t, v, n)
+                      if r else "n/a",
+                      "n/a" if r is None else ("PASS" if r <= 1 else "FAIL")))
     return T
 
 
