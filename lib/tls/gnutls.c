@@ -287,7 +287,7 @@ static void gtls_detach(void *st, tern__worker *w) {
   tern__outq_free(w, &c->out);
   tern__rbuf_unref(w, c->in.buf);
   tern__tls_release(c->gen);
-  tern__free(w->srv, c);
+  tern__small_free(w, c);
 }
 
 static int gtls_attach(void **st, tern__worker *w, void *cfg) {
@@ -299,7 +299,9 @@ static int gtls_attach(void **st, tern__worker *w, void *cfg) {
   unsigned np = 0;
   int rc;
 
-  c = tern__malloc(w->srv, sizeof(*c));
+  /* From the worker's pool: a new connection allocates nothing through
+   * tern's hook (GnuTLS's session is GnuTLS's own). */
+  c = tern__small_malloc(w, sizeof(*c));
   if (c == NULL)
     return TERN_ENOMEM;
   memset(c, 0, sizeof(*c));

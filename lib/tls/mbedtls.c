@@ -229,11 +229,12 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len) {
 
 static int tls_attach(void **st, tern__worker *w, void *cfg_arg) {
   tern_tls *tls = cfg_arg;
-  tern_server *srv = w->srv;
   tls_conn *t;
   tern__tls_gen *g;
 
-  t = tern__malloc(srv, sizeof(*t));
+  /* From the worker's pool where it fits: mbedTLS's own buffers are
+   * allocated by mbedTLS. */
+  t = tern__small_malloc(w, sizeof(*t));
   if (t == NULL)
     return TERN_ENOMEM;
   memset(t, 0, sizeof(*t));
@@ -244,7 +245,7 @@ static int tls_attach(void **st, tern__worker *w, void *cfg_arg) {
   if (g == NULL || mbedtls_ssl_setup(&t->ssl, &conf_of(g)->conf) != 0) {
     mbedtls_ssl_free(&t->ssl);
     tern__tls_release(g);
-    tern__free(srv, t);
+    tern__small_free(w, t);
     return TERN_ENOMEM;
   }
   mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
@@ -260,7 +261,7 @@ static void tls_detach(void *st, tern__worker *w) {
   tern__rbuf_unref(w, t->in.buf);
   mbedtls_ssl_free(&t->ssl);
   tern__tls_release(t->gen);
-  tern__free(w->srv, t);
+  tern__small_free(w, t);
 }
 
 static void tls_read_buf(void *st, tern__worker *w, uv_buf_t *buf) {
