@@ -272,7 +272,6 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   tern__stream *s = h->data;
   tern__conn *c = &s->head;
 
-  (void)buf;
   if (nread > 0) {
     TERN__STAT_ADD(c->w->stats.bytes_in, (uint64_t)nread);
     if (c->flags & TERN__C_LINGER) {
@@ -295,6 +294,12 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0)
     return;
   if (nread == UV_ENOBUFS) {
+    /* No buffer at all: there was no memory for one, and nothing would
+     * restart reading, so the connection is closed. */
+    if (buf->base == NULL) {
+      tern__conn_close(c);
+      return;
+    }
     /* No room: the adapter cannot consume now. It restarts reading. */
     tern__stream_read_stop(s);
     return;
