@@ -28,16 +28,17 @@ static void on_rejected_closed(uv_handle_t *h) {
   tern__conn_discard(&s->head);
 }
 
-/* Accept even when there is no memory or no room, so that the kernel's
- * backlog drains and the client sees a close instead of a hang. */
+/* No memory for the connection. libuv has accepted the socket already
+ * and holds it for uv_accept, which needs a handle there is no memory
+ * for; until then it stops watching the listener. Close that socket, so
+ * that the client sees a close instead of a hang and the listener goes
+ * on accepting. accepted_fd is where libuv's Unix streams keep it
+ * (uv/unix.h, the same since libuv 1.0); tern runs on Unix only. */
 static void reject_pending(uv_stream_t *l) {
-  uv_os_fd_t fd;
-  int cfd;
-  if (uv_fileno((uv_handle_t *)l, &fd) != 0)
-    return;
-  cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-  if (cfd >= 0)
-    close(cfd);
+  if (l->accepted_fd >= 0) {
+    close(l->accepted_fd);
+    l->accepted_fd = -1;
+  }
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
