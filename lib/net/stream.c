@@ -204,16 +204,22 @@ static void update_timer(tern__stream *s) {
   }
 }
 
-/* Decrypt into the read buffer as far as it has room. */
+/* Decrypt into the read buffer as far as it has room. Without memory for
+ * a read buffer the handshake may still progress, but past it there is
+ * nowhere to decrypt to and nothing would try again: the connection
+ * cannot go on (TERN_ENOMEM closes it). */
 static int filter_input(tern__stream *s) {
   size_t room, got = 0;
   char *p = tern__stream_rbuf_room(s, &room);
   int rc;
-  if (p == NULL)
-    room = 0; /* the handshake may still progress */
+  if (p == NULL) {
+    if (!s->filter->handshaking(s->filt))
+      return TERN_ENOMEM;
+    room = 0;
+  }
   rc = s->filter->input(s->filt, s->head.w, p, room, &got);
   s->rlen += got;
-  return rc;
+  return p == NULL && rc == TERN__F_READY ? TERN_ENOMEM : rc;
 }
 
 static void stream_process(tern__conn *c) {
