@@ -2222,10 +2222,12 @@ static void h2_output(tern__conn *conn) {
     return;
   /* A pump that ends the session (no memory) frees it when it leaves:
    * held here too, for the checks after it, as h2_on_read holds it. */
+  enter(h);
   pump(h);
   if (!h->dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
       !h->urgent)
     tern__stream_read_start(c);
+  leave(h);
 }
 
 /* Streams the server is working on. */
