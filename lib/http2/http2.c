@@ -890,7 +890,9 @@ static void remote_done(h2_conn *h, h2_stream *s) {
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
                          void *user) {
   h2_conn *h = user;
+  tern_request *r;
   h2_stream *s;
+  int rc;
 
   if (h->dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -915,21 +917,25 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
   s = stream_of(ng, frame->hd.stream_id);
   if (s == NULL || !(s->flags & S_OPEN))
     return 0;
+  /* head_done and remote_done may run the handler, whose finishing call
+   * can fail (no memory) and abort the stream at once: the request, and
+   * with it the stream, would be freed under us. Held until the end. */
+  r = s->r;
+  r->refs++;
   if (frame->hd.type == NGHTTP2_HEADERS &&
       frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
       s->flags |= S_REMOTE_DONE;
     head_done(h, s);
   }
-  if (h->dead)
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && (s->flags & S_OPEN))
+  if (!h->dead && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      (s->flags & S_OPEN))
     remote_done(h, s);
-  if (h->dead)
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if (s->flags & S_OPEN)
+  if (!h->dead && (s->flags & S_OPEN))
     stream_timer(h, s); /* the head is routed, or the body complete */
-  return 0;
+  rc = h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  tern__request_unref(r);
+  return rc;
 }
 
 /* ---- Frame checks nghttp2 leaves to us ----------------------------------- */
@@ -2219,10 +2225,14 @@ static void h2_output(tern__conn *conn) {
   h2_conn *h = c->h2;
   if (h == NULL || h->dead)
     return;
+  /* A pump that ends the session (no memory) frees it when it leaves:
+   * held here too, for the checks after it, as h2_on_read holds it. */
+  enter(h);
   pump(h);
   if (!h->dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
       !h->urgent)
     tern__stream_read_start(c);
+  leave(h);
 }
 
 /* Streams the server is working on. */

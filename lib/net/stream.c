@@ -28,16 +28,17 @@ static void on_rejected_closed(uv_handle_t *h) {
   tern__conn_discard(&s->head);
 }
 
-/* Accept even when there is no memory or no room, so that the kernel's
- * backlog drains and the client sees a close instead of a hang. */
+/* No memory for the connection. libuv has accepted the socket already
+ * and holds it for uv_accept, which needs a handle there is no memory
+ * for; until then it stops watching the listener. Close that socket, so
+ * that the client sees a close instead of a hang and the listener goes
+ * on accepting. accepted_fd is where libuv's Unix streams keep it
+ * (uv/unix.h, the same since libuv 1.0); tern runs on Unix only. */
 static void reject_pending(uv_stream_t *l) {
-  uv_os_fd_t fd;
-  int cfd;
-  if (uv_fileno((uv_handle_t *)l, &fd) != 0)
-    return;
-  cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-  if (cfd >= 0)
-    close(cfd);
+  if (l->accepted_fd >= 0) {
+    close(l->accepted_fd);
+    l->accepted_fd = -1;
+  }
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
@@ -203,16 +204,22 @@ static void update_timer(tern__stream *s) {
   }
 }
 
-/* Decrypt into the read buffer as far as it has room. */
+/* Decrypt into the read buffer as far as it has room. Without memory for
+ * a read buffer the handshake may still progress, but past it there is
+ * nowhere to decrypt to and nothing would try again: the connection
+ * cannot go on (TERN_ENOMEM closes it). */
 static int filter_input(tern__stream *s) {
   size_t room, got = 0;
   char *p = tern__stream_rbuf_room(s, &room);
   int rc;
-  if (p == NULL)
-    room = 0; /* the handshake may still progress */
+  if (p == NULL) {
+    if (!s->filter->handshaking(s->filt))
+      return TERN_ENOMEM;
+    room = 0;
+  }
   rc = s->filter->input(s->filt, s->head.w, p, room, &got);
   s->rlen += got;
-  return rc;
+  return p == NULL && rc == TERN__F_READY ? TERN_ENOMEM : rc;
 }
 
 static void stream_process(tern__conn *c) {
@@ -272,7 +279,6 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   tern__stream *s = h->data;
   tern__conn *c = &s->head;
 
-  (void)buf;
   if (nread > 0) {
     TERN__STAT_ADD(c->w->stats.bytes_in, (uint64_t)nread);
     if (c->flags & TERN__C_LINGER) {
@@ -295,6 +301,12 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0)
     return;
   if (nread == UV_ENOBUFS) {
+    /* No buffer at all: there was no memory for one, and nothing would
+     * restart reading, so the connection is closed. */
+    if (buf->base == NULL) {
+      tern__conn_close(c);
+      return;
+    }
     /* No room: the adapter cannot consume now. It restarts reading. */
     tern__stream_read_stop(s);
     return;

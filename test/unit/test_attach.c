@@ -3,6 +3,7 @@
  * returned once the server is freed. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,20 +86,28 @@ static void test_attach_serves_and_frees(void) {
   T_EQ_INT(uv_loop_close(&loop), 0);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* Fail the Nth allocation for every N, up to `max_n`, across a server's
  * whole life (new, route, listen, attach, what `client` does, stop, free):
  * each call either succeeds or reports an error, the client is answered
- * or its connection closed, the loop ends, and nothing leaks. `served`
- * says whether the client got its whole answer; some runs must, some must
+ * or its connection closed at once (a client left to its 2 s read timeout
+ * fails the sweep), the loop ends, and nothing leaks. `served` says
+ * whether the client got its whole answer; some runs must, some must
  * not. */
 static void sweep_allocations(const char *pattern, tern_handler handler,
                               void *(*client_fn)(void *), int (*served)(void),
                               long max_n) {
-  long n, answered = 0, refused = 0;
+  long n, answered = 0, refused = 0, waited = 0, first_wait = -1;
   for (n = 0; n < max_n; n++) {
     tern_settings s;
     uv_loop_t loop;
     pthread_t t;
+    double t0;
     int rc;
 
     tern_settings_init(&s);
@@ -116,9 +125,15 @@ static void sweep_allocations(const char *pattern, tern_handler handler,
     if (rc == 0)
       rc = tern_attach(srv, &loop);
     if (rc == 0) {
+      t0 = now_s();
       T_ASSERT(pthread_create(&t, NULL, client_fn, NULL) == 0);
       uv_run(&loop, UV_RUN_DEFAULT);
       pthread_join(t, NULL);
+      if (now_s() - t0 > 1.5) {
+        printf("# N=%ld: the client waited %.1f s\n", n, now_s() - t0);
+        if (waited++ == 0)
+          first_wait = n;
+      }
       if (served())
         answered++;
       else
@@ -133,6 +148,11 @@ static void sweep_allocations(const char *pattern, tern_handler handler,
     if (ca_calls <= n)
       break; /* N is past the last allocation: all of them were tried */
   }
+  printf("# %s: %ld allocations tried: %ld answered, %ld refused\n", pattern, n,
+         answered, refused);
+  if (waited > 0)
+    T_FAIL("%ld runs left the client waiting, the first N=%ld", waited,
+           first_wait);
   T_ASSERT(n < max_n);
   T_ASSERT(answered > 0 && refused > 0);
 }
@@ -143,6 +163,60 @@ static int hello_served(void) {
 
 static void test_every_allocation_may_fail(void) {
   sweep_allocations("/", hello, client, hello_served, 200);
+}
+
+/* ---- A connection refused for memory ---- */
+
+static size_t refused_len;
+
+/* One request whose connection the server cannot take (read to its end:
+ * nothing), then `client`'s, which must be answered. */
+static void *refused_then_served(void *arg) {
+  static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  char buf[256];
+  int fd = connect_loopback();
+  ssize_t n;
+  refused_len = 0;
+  if (fd >= 0 && write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+      refused_len += (size_t)n;
+  if (fd >= 0)
+    close(fd);
+  return client(arg);
+}
+
+/* With no memory for a connection, the socket libuv accepted is closed at
+ * once and the listener goes on accepting: the client is not left hanging
+ * and the next connection is served. */
+static void test_refused_connection_leaves_listener(void) {
+  tern_settings s;
+  uv_loop_t loop;
+  pthread_t t;
+  double t0, took;
+
+  tern_settings_init(&s);
+  s.workers = 1;
+  ca_use(&s);
+  T_ASSERT(uv_loop_init(&loop) == 0);
+  ca_calls = 0;
+  ca_fail_at = LONG_MAX; /* count only */
+  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_route(srv, "GET", "/", hello, NULL) == 0);
+  T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
+  T_EQ_INT(tern_attach(srv, &loop), 0);
+  ca_fail_at = ca_calls; /* the next one: the first connection's */
+  t0 = now_s();
+  T_ASSERT(pthread_create(&t, NULL, refused_then_served, NULL) == 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  ca_fail_at = -1;
+  took = now_s() - t0;
+  tern_server_free(srv);
+  T_EQ_INT(ca_live, 0);
+  T_EQ_INT(uv_loop_close(&loop), 0);
+  T_ASSERT(took < 1.5);
+  T_EQ_INT(refused_len, 0);
+  T_ASSERT(hello_served());
 }
 
 /* ---- WebSocket under allocation failure ---- */
@@ -553,6 +627,7 @@ static void test_errors_have_messages(void) {
 int main(void) {
   T_RUN(test_attach_serves_and_frees);
   T_RUN(test_every_allocation_may_fail);
+  T_RUN(test_refused_connection_leaves_listener);
   T_RUN(test_ws_every_allocation_may_fail);
   T_RUN(test_ws_close_not_inside_calls);
   T_RUN(test_inbox_message_posted_at_shutdown_freed);
