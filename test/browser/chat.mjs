@@ -1,5 +1,5 @@
 // Two Chromium pages join tern's chat room (examples/chat) and talk: the
-// first sends a line, the second must show it. Reports, as JSON, the
+// first sends a line, both must show it. Reports, as JSON, the
 // protocol each page was loaded over, the welcome lines (which name the
 // WebSocket's carrier as the server saw it) and what the second page got.
 //   node chat.mjs URL
@@ -22,9 +22,13 @@ try {
   const line = "hello from A " + Date.now();
   await a.fill("#text", line);
   await a.click("#send");
-  await b.waitForFunction(
-    (l) => document.getElementById("log").textContent.includes(l), line,
-    { timeout: 15000 });
+  // The room sends the line to both pages, in no set order: wait for
+  // each (under load page a's copy may come after page b's).
+  for (const p of [b, a]) {
+    await p.waitForFunction(
+      (l) => document.getElementById("log").textContent.includes(l), line,
+      { timeout: 15000 }).catch(() => {});
+  }
   const info = async (p) => ({
     protocol: await p.evaluate(
       () => performance.getEntriesByType("navigation")[0].nextHopProtocol),
