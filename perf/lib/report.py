@@ -9,6 +9,7 @@ from . import svg
 from .scenarios import REGISTRY, SWEEP, PROTOCOLS
 from .servers import SERVERS
 from .summary import fmt_cell, fmt_value, table, targets, val, NOT_YET
+from .summary import CLIENT_BOUND
 
 CAVEATS = [
     "Two shared cores: the server is pinned to one CPU and the load generator "
@@ -66,9 +67,12 @@ TLS_CAVEATS = [
     "(CPU, allocations) are read when h2load starts its main duration and "
     "after it ends. h2load reports no latency percentiles, so the HTTP/2 "
     "tables have none.",
-    "Uploads (h2-upload, h2-upload-4): 16 MiB bodies; MiB/s = req/s x 16. "
+    "Uploads (h2-upload, h2-upload-4 over TLS; h2c-upload, h2c-upload-4 "
+    "over cleartext HTTP/2 with prior knowledge): 16 MiB bodies; MiB/s = "
+    "req/s x 16. "
     "tern's and h2o's sinks answer the byte count they read (checked: "
-    "16777216); nginx reads the body into one 16 MiB memory buffer first "
+    "16777216; hello's counts it in 8 bytes it callocs per upload, which "
+    "the shim sees and tern's /stats does not); nginx reads the body into one 16 MiB memory buffer first "
     "(echo module's echo_read_request_body: nginx's plain `return` would "
     "discard the body and, on HTTP/2, answer before it had arrived), so "
     "its allocations include that buffer; h2o 2.2.5 buffers the whole body "
@@ -76,7 +80,14 @@ TLS_CAVEATS = [
     "answers with a static file once it has all arrived (curl checks that "
     "the whole body was sent before the answer). nghttpd runs with 8 MiB "
     "stream / 16 MiB connection windows (-w 23 -W 24, tern's maxima) "
-    "instead of its 64 KiB defaults.",
+    "instead of its 64 KiB defaults (and --no-tls for h2c). h2c goes to "
+    "each server's cleartext port: tern's and h2o's HTTP/1.1 port take the "
+    "HTTP/2 connection preface as it comes; nginx 1.22 gets a second "
+    "listener marked http2 (such a listener speaks h2c with prior "
+    "knowledge only and refuses HTTP/1.1). h2load runs one thread on one "
+    "core: where it used more than 90 % of it, MiB/s is its limit (\"bound "
+    "by the load generator\" in the tables and notes) and server CPU per "
+    "MiB is the figure that tells the servers apart.",
     "tls-handshake, tls-resume: churn (perf/load/churn.c, GnuTLS) makes a "
     "new TLS connection per request, 16 at a time, closed loop, on one "
     "core: connect, handshake (SNI localhost, ALPN http/1.1, the "
@@ -245,6 +256,16 @@ def run_markdown(env, summary, server="tern"):
         L.append("Heap allocated per connection counts every byte allocated "
                  "while the connections were opened and answered once (freed "
                  "or not); RSS per connection is what the kernel charged.")
+    up = [sc for sc in summary if REGISTRY[sc].upload]
+    if up:
+        L.append("")
+        L += table(["upload", "MiB/s", "server CPU µs/MiB",
+                    "heap bytes/MiB (shim)", "load generator CPU"],
+                   [[sc, fmt_cell(summary[sc].get(server), "mib_per_s", ",.0f"),
+                     fmt_cell(summary[sc].get(server), "cpu_us_per_mib", ",.0f"),
+                     fmt_cell(summary[sc].get(server), "shim_bytes_per_mib",
+                              ",.0f"),
+                     _client_util(summary[sc].get(server))] for sc in up])
     T = targets(summary, [server])
     if T:
         L.append("")
@@ -527,11 +548,28 @@ def _ratios(cells, servers, key, higher=True):
     return ", ".join(out)
 
 
+def _client_util(cell):
+    """The load generator's CPU utilisation of its one core, in %, with
+    'bound by the load generator' above CLIENT_BOUND."""
+    s = fmt_cell(cell, "client_cpu_util", ".0%")
+    v = val(cell, "client_cpu_util")
+    if v is not None and v > CLIENT_BOUND:
+        s += ": bound by the load generator"
+    return s
+
+
 def _upload_tables(summary, servers, up):
-    L = ["Uploads (16 MiB POST bodies read to the end, HTTP/2 over TLS): "
-         "MiB/s, median (min–max) over the rounds:", ""]
+    L = ["Uploads (16 MiB POST bodies read to the end, %s): MiB/s, median "
+         "(min–max) over the rounds:" % PROTOCOLS[REGISTRY[up[0]].protocol],
+         ""]
     L += _grid(summary, servers, up,
                   lambda c: fmt_cell(c, "mib_per_s", ",.0f"))
+    L.append("")
+    L.append("Load generator (h2load, one thread) CPU, share of its core; "
+             "above %.0f %% the MiB/s above is the client's limit, and "
+             "server CPU per MiB is the figure:" % (100 * CLIENT_BOUND))
+    L.append("")
+    L += _grid(summary, servers, up, _client_util)
     L.append("")
     if "tern" in servers:
         L.append("Ratios of the medians, MiB/s: " + "; ".join(
