@@ -100,7 +100,8 @@ TLS_CAVEATS = [
     "client gets (their cost is in the figure); tls-resume offers each "
     "slot's last session and is invalid under 95 % resumed. Each server "
     "negotiates the highest version it speaks up to the cap (TLS 1.3 "
-    "unless the driver sets one): the TLS column says what churn got.",
+    "unless perf/perf --tls-max sets another): the TLS column says what "
+    "churn got.",
     "nghttpd serves files: GET / answers index.html (`Hello, World!`, "
     "content-type text/html, not text/plain); its body is checked exactly.",
 ]
@@ -170,6 +171,9 @@ def _env_lines(env):
         L.append("- 1-minute load average before each round: %s" % ", ".join(
             "%.2f%s" % (x["loadavg1"], "" if x["quiet"] else " (not quiet)")
             for x in q))
+    if c.get("tls_max"):
+        L.append("- churn (tls-handshake, tls-resume) offers TLS %s at most "
+                 "(--tls-max)" % c["tls_max"])
     L.append("- shim: %s" % (c.get("shim") or "none (allocations from tern's "
                                                "/stats only)"))
     tools = env.get("tools", {})

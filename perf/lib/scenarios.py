@@ -228,8 +228,8 @@ for n in (1, 4):
 # (a server that resumes one anyway is invalid); tls-resume offers each
 # slot's last session (tickets, or a session ID in TLS 1.2), and a server
 # that resumes fewer than RESUME_MIN of the measured connections is
-# invalid.  The protocol is capped at tls_max (TLS 1.3; the driver's
-# tls_max, where it has one, overrides it): each server negotiates what it
+# invalid.  The protocol is capped at tls_max (TLS 1.3; perf/perf
+# --tls-max 1.2|1.3 overrides it): each server negotiates what it
 # speaks, and the version, cipher and group are listed per row.
 RESUME_MIN = 0.95
 M["shim_allocs_per_conn"] = Metric("shim_allocs_per_req",
