@@ -349,16 +349,15 @@ def _measure_load(args, workdir, srv, sc, row):
         # tern's hook does not
         row["notes"].append(
             "shim %.4g allocs, %.4g bytes per %s vs tern /stats %.4g, "
-            "%.4g: the difference is %s own allocations, outside tern's "
-            "allocator hook" % (
+            "%.4g: the difference is %s, outside tern's allocator hook" % (
                 row.get("shim_allocs_per_req") or 0,
                 row.get("shim_bytes_per_req") or 0, sc.per,
                 row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0,
-                "mbedTLS's (thousands of small blocks per handshake, its "
-                "record buffers per connection)"
+                "mbedTLS's own allocations (thousands of small blocks per "
+                "handshake, its record buffers per connection)"
                 if srv.name == "tern-mbedtls" else
-                "the TLS engine's (GnuTLS: roughly 5 blocks of ~16.7 KiB "
-                "per record received, and per handshake)"))
+                "the TLS engine's own allocations (GnuTLS: roughly 5 blocks "
+                "of ~16.7 KiB per record received, and per handshake)"))
     if h2:
         _h2load_fields(row, res, sc)
     if ws:

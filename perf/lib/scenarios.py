@@ -16,7 +16,7 @@ PROTOCOLS = {
     "h1": "HTTP/1.1 (cleartext)",
     "h1-tls": "HTTP/1.1 over TLS",
     "h2": "HTTP/2 over TLS",
-    "h2c": "HTTP/2 cleartext (prior knowledge)",
+    "h2c": "HTTP/2 cleartext, prior knowledge (h2c)",
     "ws": "WebSocket (cleartext, HTTP/1.1 Upgrade)",
     # "h3": "HTTP/3 over QUIC"   -- not measured yet
 }
