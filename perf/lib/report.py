@@ -79,7 +79,8 @@ TLS_CAVEATS = [
     "req/s x 16. "
     "tern's and h2o's sinks answer the byte count they read (checked: "
     "16777216; hello's counts it in 8 bytes it callocs per upload, which "
-    "the shim sees and tern's /stats does not); nginx reads the body into one 16 MiB memory buffer first "
+    "the shim sees and tern's /stats does not); nginx reads the body into "
+    "one 16 MiB memory buffer first "
     "(echo module's echo_read_request_body: nginx's plain `return` would "
     "discard the body and, on HTTP/2, answer before it had arrived), so "
     "its allocations include that buffer; h2o 2.2.5 buffers the whole body "
@@ -270,13 +271,13 @@ def run_markdown(env, summary, server="tern"):
     up = [sc for sc in summary if REGISTRY[sc].upload]
     if up:
         L.append("")
+        cells = [(sc, summary[sc].get(server)) for sc in up]
         L += table(["upload", "MiB/s", "server CPU µs/MiB",
                     "heap bytes/MiB (shim)", "load generator CPU"],
-                   [[sc, fmt_cell(summary[sc].get(server), "mib_per_s", ",.0f"),
-                     fmt_cell(summary[sc].get(server), "cpu_us_per_mib", ",.0f"),
-                     fmt_cell(summary[sc].get(server), "shim_bytes_per_mib",
-                              ",.0f"),
-                     _client_util(summary[sc].get(server))] for sc in up])
+                   [[sc, fmt_cell(c, "mib_per_s", ",.0f"),
+                     fmt_cell(c, "cpu_us_per_mib", ",.0f"),
+                     fmt_cell(c, "shim_bytes_per_mib", ",.0f"),
+                     _client_util(c)] for sc, c in cells])
     T = targets(summary, [server])
     if T:
         L.append("")

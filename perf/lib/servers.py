@@ -521,8 +521,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         hport = common.free_port() if h2c else None
         with open(conf, "w") as f:
             f.write(nginx_conf(port, sdir, max(4096, (max_conns or 0) + 64),
-                               (tport, mat["cert"], mat["key"]) if tls else None,
-                               hport))
+                               (tport, mat["cert"], mat["key"]) if tls
+                               else None, hport))
         return Server(name, [args.nginx, "-p", sdir + "/", "-e",
                              os.path.join(sdir, "error.log"), "-c", conf],
                       sdir, port=port, shim=shim, tls_port=tport,

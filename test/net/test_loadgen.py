@@ -169,7 +169,8 @@ def tls_hello(d):
     certificate in d; returns (Server, TLS port)."""
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
                     "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
                     "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=30)
