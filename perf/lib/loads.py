@@ -265,7 +265,9 @@ def start_idle(args, workdir, port, connections, hold):
 
 
 # ---------------------------------------------------------------------------
-# h2load (nghttp2-client): HTTP/2 over TLS, ALPN h2
+# h2load (nghttp2-client): HTTP/2 over TLS (ALPN h2), or cleartext HTTP/2
+# with prior knowledge (an http:// URI: h2load sends the connection preface
+# at once, no Upgrade; it reports the protocol as "h2c")
 
 def parse_h2load(text):
     """h2load 1.52's summary: req/s, the request counts, the status codes,
@@ -301,15 +303,17 @@ def parse_h2load(text):
 
 
 def run_h2load(args, workdir, port, duration, warmup, clients, streams,
-               path="/", headers=(), data=None, on_measure_start=None):
-    """h2load -c clients -m streams -D duration --warm-up-time=warmup.
+               path="/", headers=(), data=None, on_measure_start=None,
+               tls=True):
+    """h2load -c clients -m streams -D duration --warm-up-time=warmup,
+    https:// (tls) or http:// (h2c, prior knowledge).
 
     The warm-up runs on the same connections; when h2load says the main
     duration has started, on_measure_start() is called (the caller takes
     its snapshots there), so the counters cover the measured window only.
     Returns the normalized dict (errors = failed + errored + timeout,
     non2xx = 3xx + 4xx + 5xx, and succeeded must equal 2xx)."""
-    url = "https://127.0.0.1:%d%s" % (port, path)
+    url = "%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)
     argv = ["taskset", "-c", str(args.client_cpu), args.h2load,
             "-c", str(clients), "-m", str(streams), "-t", "1",
             "-D", str(duration)]

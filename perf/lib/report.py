@@ -9,6 +9,7 @@ from . import svg
 from .scenarios import REGISTRY, SWEEP, PROTOCOLS
 from .servers import SERVERS
 from .summary import fmt_cell, fmt_value, table, targets, val, NOT_YET
+from .summary import CLIENT_BOUND
 
 CAVEATS = [
     "Two shared cores: the server is pinned to one CPU and the load generator "
@@ -40,35 +41,46 @@ def title_of(sc, config):
 
 TLS_CAVEATS = [
     "TLS scenarios: every server uses the same self-signed ECDSA P-256 "
-    "certificate, made by openssl at the start of the run. tern (mbedTLS "
-    "2.28) speaks TLS 1.2 only, and so does nginx 1.22 with its default "
-    "ssl_protocols; h2o and nghttpd (OpenSSL) negotiate TLS 1.3 with the "
-    "same clients, and the cipher the client and server settle on differs "
-    "too (AES-128-GCM or AES-256-GCM): the negotiated protocol and cipher "
-    "of each server are listed under the TLS tables. "
+    "certificate, made by openssl at the start of the run. tern's default "
+    "engine, GnuTLS 3.7.9, negotiates TLS 1.3, and so do h2o and nghttpd "
+    "(OpenSSL); the tern-mbedtls row (mbedTLS 2.28) speaks TLS 1.2 only, "
+    "and so does nginx 1.22 with its default ssl_protocols. The cipher "
+    "the client and server settle on differs too (AES-128-GCM or "
+    "AES-256-GCM): the negotiated protocol and cipher of each server are "
+    "listed under the TLS tables. "
     "In h1-tls-get and h2-*, connections are made once per run (closed "
     "loop on kept-alive connections), so the handshake weighs little; "
     "record encryption is on every response.",
     "h1-tls-get: wrk has no warm-up on its own connections (the warm-up is "
     "a separate wrk run), so the measured window includes the 64 TLS "
     "handshakes of the measured run's connections: their CPU and their "
-    "allocations (mbedTLS's bignum arithmetic allocates thousands of small "
-    "blocks per handshake, outside tern's allocator hook) are spread over "
+    "allocations (made by the TLS engine with the C library, outside "
+    "tern's allocator hook: GnuTLS about a hundred blocks per handshake, "
+    "mbedTLS 2.28's bignum code thousands of small ones) are spread over "
     "the window's requests; the longer --duration, the less they weigh. "
     "h2load (h2-*) warms up on the connections it measures: no handshake "
     "falls in its windows.",
-    "tern's own counters (/stats) do not see mbedTLS's record buffers (about "
-    "2 x 16.7 KiB per connection, allocated with the C library directly); "
-    "the shim does, so tern's /stats and shim figures may differ on TLS "
-    "rows by the connections' setup spread over the requests.",
+    "tern's own counters (/stats) do not see what the TLS engine "
+    "allocates with the C library; the shim does. GnuTLS (tern's default "
+    "engine) allocates per record received, roughly 5 blocks of about "
+    "16.7 KiB each (some 5,000 allocations and 85 MB per 16 MiB upload), "
+    "and per handshake; mbedTLS (tern-mbedtls) allocates its record "
+    "buffers once per connection and thousands of small blocks per "
+    "handshake. So on TLS rows tern's /stats and shim figures differ by "
+    "the engine's allocations: /stats is tern's own, the shim what the "
+    "process allocated.",
     "h2load (h2-*) is closed loop, 8 connections x 32 streams for the GETs; "
     "its warm-up runs on the same connections and the server's counters "
     "(CPU, allocations) are read when h2load starts its main duration and "
     "after it ends. h2load reports no latency percentiles, so the HTTP/2 "
     "tables have none.",
-    "Uploads (h2-upload, h2-upload-4): 16 MiB bodies; MiB/s = req/s x 16. "
+    "Uploads (h2-upload, h2-upload-4 over TLS; h2c-upload, h2c-upload-4 "
+    "over cleartext HTTP/2 with prior knowledge): 16 MiB bodies; MiB/s = "
+    "req/s x 16. "
     "tern's and h2o's sinks answer the byte count they read (checked: "
-    "16777216); nginx reads the body into one 16 MiB memory buffer first "
+    "16777216; hello's counts it in 8 bytes it callocs per upload, which "
+    "the shim sees and tern's /stats does not); nginx reads the body into "
+    "one 16 MiB memory buffer first "
     "(echo module's echo_read_request_body: nginx's plain `return` would "
     "discard the body and, on HTTP/2, answer before it had arrived), so "
     "its allocations include that buffer; h2o 2.2.5 buffers the whole body "
@@ -76,7 +88,14 @@ TLS_CAVEATS = [
     "answers with a static file once it has all arrived (curl checks that "
     "the whole body was sent before the answer). nghttpd runs with 8 MiB "
     "stream / 16 MiB connection windows (-w 23 -W 24, tern's maxima) "
-    "instead of its 64 KiB defaults.",
+    "instead of its 64 KiB defaults (and --no-tls for h2c). h2c goes to "
+    "each server's cleartext port: tern's and h2o's HTTP/1.1 port take the "
+    "HTTP/2 connection preface as it comes; nginx 1.22 gets a second "
+    "listener marked http2 (such a listener speaks h2c with prior "
+    "knowledge only and refuses HTTP/1.1). h2load runs one thread on one "
+    "core: where it used more than 90 % of it, MiB/s is its limit (\"bound "
+    "by the load generator\" in the tables and notes) and server CPU per "
+    "MiB is the figure that tells the servers apart.",
     "tls-handshake, tls-resume: churn (perf/load/churn.c, GnuTLS) makes a "
     "new TLS connection per request, 16 at a time, closed loop, on one "
     "core: connect, handshake (SNI localhost, ALPN http/1.1, the "
@@ -89,7 +108,8 @@ TLS_CAVEATS = [
     "client gets (their cost is in the figure); tls-resume offers each "
     "slot's last session and is invalid under 95 % resumed. Each server "
     "negotiates the highest version it speaks up to the cap (TLS 1.3 "
-    "unless the driver sets one): the TLS column says what churn got.",
+    "unless perf/perf --tls-max sets another): the TLS column says what "
+    "churn got.",
     "nghttpd serves files: GET / answers index.html (`Hello, World!`, "
     "content-type text/html, not text/plain); its body is checked exactly.",
 ]
@@ -159,6 +179,9 @@ def _env_lines(env):
         L.append("- 1-minute load average before each round: %s" % ", ".join(
             "%.2f%s" % (x["loadavg1"], "" if x["quiet"] else " (not quiet)")
             for x in q))
+    if c.get("tls_max"):
+        L.append("- churn (tls-handshake, tls-resume) offers TLS %s at most "
+                 "(--tls-max)" % c["tls_max"])
     L.append("- shim: %s" % (c.get("shim") or "none (allocations from tern's "
                                                "/stats only)"))
     tools = env.get("tools", {})
@@ -245,6 +268,16 @@ def run_markdown(env, summary, server="tern"):
         L.append("Heap allocated per connection counts every byte allocated "
                  "while the connections were opened and answered once (freed "
                  "or not); RSS per connection is what the kernel charged.")
+    up = [sc for sc in summary if REGISTRY[sc].upload]
+    if up:
+        L.append("")
+        cells = [(sc, summary[sc].get(server)) for sc in up]
+        L += table(["upload", "MiB/s", "server CPU µs/MiB",
+                    "heap bytes/MiB (shim)", "load generator CPU"],
+                   [[sc, fmt_cell(c, "mib_per_s", ",.0f"),
+                     fmt_cell(c, "cpu_us_per_mib", ",.0f"),
+                     fmt_cell(c, "shim_bytes_per_mib", ",.0f"),
+                     _client_util(c)] for sc, c in cells])
     T = targets(summary, [server])
     if T:
         L.append("")
@@ -527,11 +560,28 @@ def _ratios(cells, servers, key, higher=True):
     return ", ".join(out)
 
 
+def _client_util(cell):
+    """The load generator's CPU utilisation of its one core, in %, with
+    'bound by the load generator' above CLIENT_BOUND."""
+    s = fmt_cell(cell, "client_cpu_util", ".0%")
+    v = val(cell, "client_cpu_util")
+    if v is not None and v > CLIENT_BOUND:
+        s += ": bound by the load generator"
+    return s
+
+
 def _upload_tables(summary, servers, up):
-    L = ["Uploads (16 MiB POST bodies read to the end, HTTP/2 over TLS): "
-         "MiB/s, median (min–max) over the rounds:", ""]
+    L = ["Uploads (16 MiB POST bodies read to the end, %s): MiB/s, median "
+         "(min–max) over the rounds:" % PROTOCOLS[REGISTRY[up[0]].protocol],
+         ""]
     L += _grid(summary, servers, up,
                   lambda c: fmt_cell(c, "mib_per_s", ",.0f"))
+    L.append("")
+    L.append("Load generator (h2load, one thread) CPU, share of its core; "
+             "above %.0f %% the MiB/s above is the client's limit, and "
+             "server CPU per MiB is the figure:" % (100 * CLIENT_BOUND))
+    L.append("")
+    L += _grid(summary, servers, up, _client_util)
     L.append("")
     if "tern" in servers:
         L.append("Ratios of the medians, MiB/s: " + "; ".join(

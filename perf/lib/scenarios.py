@@ -2,9 +2,9 @@
 
 A scenario names its protocol, its load, the request it sends and the exact
 answer expected, its headline metric, and the table group it belongs to.
-HTTP/1.1 (cleartext and over TLS), HTTP/2 over TLS and WebSocket exist
-now; h3-* slots in by adding entries with a new protocol and a load kind
-that perf/lib/measure.py knows.
+HTTP/1.1 (cleartext and over TLS), HTTP/2 over TLS, cleartext HTTP/2
+(uploads) and WebSocket exist now; h3-* slots in by adding entries with a
+new protocol and a load kind that perf/lib/measure.py knows.
 """
 
 HELLO = b"Hello, World!"
@@ -16,6 +16,7 @@ PROTOCOLS = {
     "h1": "HTTP/1.1 (cleartext)",
     "h1-tls": "HTTP/1.1 over TLS",
     "h2": "HTTP/2 over TLS",
+    "h2c": "HTTP/2 cleartext, prior knowledge (h2c)",
     "ws": "WebSocket (cleartext, HTTP/1.1 Upgrade)",
     # "h3": "HTTP/3 over QUIC"   -- not measured yet
 }
@@ -201,6 +202,24 @@ for n in (1, 4):
                  chart=(M["mib_per_s"], M["cpu_us_per_mib"],
                         M["shim_bytes_per_mib"]),
                  summary="Target (h2-upload): over 1 GiB/s on loopback."))
+# The same uploads over cleartext HTTP/2 with prior knowledge (h2load
+# http://: the connection preface straight away, no Upgrade), on the
+# servers' cleartext ports: the HTTP/2 and body path without the record
+# decryption, where the load generator's own core is the likelier limit.
+for n in (1, 4):
+    add(Scenario("h2c-upload" + ("" if n == 1 else "-%d" % n), "h2c",
+                 "h2load",
+                 "POST %s, 16 MiB bodies read to the end, cleartext HTTP/2 "
+                 "(prior knowledge), 1 connection x %d stream%s in flight "
+                 "(h2load -c1 -m%d -d FILE http://)" % (
+                     UPLOAD_PATH, n, "" if n == 1 else "s", n),
+                 clients=1, streams=n, upload=UPLOAD_BYTES,
+                 method="POST", path=UPLOAD_PATH, group="upload",
+                 latency=False, body=None,
+                 chart=(M["mib_per_s"], M["cpu_us_per_mib"],
+                        M["shim_bytes_per_mib"]),
+                 summary="Target (h2c-upload): at least 1 GiB/s on "
+                         "loopback."))
 
 # TLS handshakes: a new TLS connection per request, 16 at a time (churn
 # --tls: GnuTLS, SNI localhost, ALPN http/1.1, no certificate check, one
@@ -209,8 +228,8 @@ for n in (1, 4):
 # (a server that resumes one anyway is invalid); tls-resume offers each
 # slot's last session (tickets, or a session ID in TLS 1.2), and a server
 # that resumes fewer than RESUME_MIN of the measured connections is
-# invalid.  The protocol is capped at tls_max (TLS 1.3; the driver's
-# tls_max, where it has one, overrides it): each server negotiates what it
+# invalid.  The protocol is capped at tls_max (TLS 1.3; perf/perf
+# --tls-max 1.2|1.3 overrides it): each server negotiates what it
 # speaks, and the version, cipher and group are listed per row.
 RESUME_MIN = 0.95
 M["shim_allocs_per_conn"] = Metric("shim_allocs_per_req",

@@ -72,7 +72,36 @@ def nginx_tls_server(tls_port, cert, key):
 """ % {"port": tls_port, "cert": cert, "key": key}
 
 
-def nginx_conf(port, tmpdir, worker_connections=4096, tls=None):
+def nginx_h2c_server(h2c_port):
+    """The cleartext HTTP/2 server block of h2c-upload: nginx 1.22 speaks
+    h2c (prior knowledge only, no Upgrade) on a listener marked http2,
+    which then refuses HTTP/1.1, so it gets a port of its own beside the
+    HTTP/1.1 one.  The same upload sink as over TLS."""
+    return """
+    server {
+        listen 127.0.0.1:%(port)d http2 backlog=4096;
+        server_name _;
+        http2_max_concurrent_streams 128;
+
+        location = / {
+            return 200 "Hello, World!";
+        }
+        location = /upload {
+            client_max_body_size 0;
+            client_body_buffer_size 16m;
+            client_body_in_single_buffer on;
+            echo_read_request_body;
+            echo -n $content_length;
+        }
+        location / {
+            return 404;
+        }
+    }
+""" % {"port": h2c_port}
+
+
+def nginx_conf(port, tmpdir, worker_connections=4096, tls=None,
+               h2c_port=None):
     routes = []
     for r in APP_RESOURCES:
         routes.append(
@@ -129,8 +158,10 @@ http {
 %(tls)s}
 """ % {"port": port, "tmp": tmpdir, "wc": worker_connections,
        "nofile": worker_connections * 2 + 100, "routes": "".join(routes),
-       "tls": nginx_tls_server(*tls) if tls else "",
-       "load_module": ("load_module %s;\n" % NGINX_ECHO_MODULE) if tls else ""}
+       "tls": (nginx_tls_server(*tls) if tls else "") + (
+           nginx_h2c_server(h2c_port) if h2c_port else ""),
+       "load_module": ("load_module %s;\n" % NGINX_ECHO_MODULE)
+       if tls or h2c_port else ""}
 
 
 def h2o_conf(template, port, tmpdir, max_conns=None, tls=None):
@@ -154,7 +185,7 @@ def h2o_conf(template, port, tmpdir, max_conns=None, tls=None):
 class Server:
     def __init__(self, name, argv, workdir, port=None, ready_file=None,
                  env=None, shim=None, tls_port=None, read_tls_port=False,
-                 plain=True):
+                 plain=True, h2c=None):
         self.name = name
         self.argv = argv
         self.workdir = workdir
@@ -162,6 +193,10 @@ class Server:
         self.tls_port = tls_port  # the TLS port (HTTP/1.1 and h2 by ALPN)
         self.read_tls_port = read_tls_port  # 'tls listening on PORT' (tern)
         self.plain = plain        # False: no cleartext HTTP/1.1 port (nghttpd)
+        # the cleartext HTTP/2 (prior knowledge) port: "plain" when it is
+        # the HTTP/1.1 port (tern, h2o), a port number of its own (nginx,
+        # nghttpd --no-tls), None when not asked for
+        self.h2c = h2c
         self.ready_file = ready_file
         self.env = env
         self.shim = shim          # path of the shim when preloaded
@@ -189,6 +224,12 @@ class Server:
             h1client.wait_answering(self.port, self.proc)
         if self.tls_port is not None:
             self._wait_tcp(self.tls_port)
+        if isinstance(self.h2c, int):
+            self._wait_tcp(self.h2c)
+
+    @property
+    def h2c_port(self):
+        return self.port if self.h2c == "plain" else self.h2c
 
     def _wait_tcp(self, port, timeout=15.0):
         deadline = time.monotonic() + timeout
@@ -341,33 +382,51 @@ def not_applicable(name, sc):
 
 
 _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
+# h2c (cleartext HTTP/2, prior knowledge): measured where the server has an
+# upload sink that speaks it; each of the others says why not
+_FLOOR = "the floor is a cleartext HTTP/1.1 limit"
 SERVERS = {
     "tern": Spec("tern", "tern (hello --workers 1)", "tern",
-                 protocols=ALL + ("ws",)),
+                 protocols=ALL + ("ws", "h2c")),
     # The same hello with the other TLS engine: the "tern" row's TLS is
     # the default engine (GnuTLS where built), this one mbedTLS 2.28.
     "tern-mbedtls": Spec("tern-mbedtls",
                          "tern with mbedTLS (hello --tls-engine mbedtls)",
                          "tern", protocols=("h1-tls", "h2"),
                          why_not={"h1": "the same as tern over cleartext",
-                                  "ws": "the same as tern over cleartext"}),
-    "nginx": Spec("nginx", "nginx 1.22 (1 worker)", "nginx"),
-    "h2o": Spec("h2o", "h2o 2.2.5 server (1 thread)", "h2o"),
+                                  "ws": "the same as tern over cleartext",
+                                  "h2c": "the same as tern over cleartext"}),
+    # nginx 1.22 speaks h2c only on a listener marked http2, which then
+    # refuses HTTP/1.1: h2c-upload gets a second cleartext port
+    "nginx": Spec("nginx", "nginx 1.22 (1 worker)", "nginx",
+                  protocols=ALL + ("h2c",)),
+    "h2o": Spec("h2o", "h2o 2.2.5 server (1 thread)", "h2o",
+                protocols=ALL + ("h2c",)),
     "libh2o": Spec("libh2o", "libh2o embedded (libh2o_hello)", "peer",
-                   protocols=H1, why_not={"h1-tls": _CLEAR, "h2": _CLEAR}),
+                   protocols=H1, why_not={
+                       "h1-tls": _CLEAR, "h2": _CLEAR,
+                       "h2c": "its peer program answers GET only (no "
+                              "/upload sink: POST /upload is 404); the h2o "
+                              "row runs the same h2o 2.2.5 HTTP/2 code"}),
     "mhd": Spec("mhd", "libmicrohttpd (mhd_hello)", "peer",
-                protocols=H1, why_not={"h1-tls": _CLEAR, "h2": _CLEAR}),
+                protocols=H1, why_not={
+                    "h1-tls": _CLEAR, "h2": _CLEAR,
+                    "h2c": "libmicrohttpd speaks no HTTP/2 (it closes the "
+                           "connection on the HTTP/2 preface)"}),
     "civetweb": Spec("civetweb", "CivetWeb (civetweb_hello)", "peer",
-                     protocols=H1, why_not={"h1-tls": _CLEAR, "h2": _CLEAR}),
+                     protocols=H1, why_not={
+                         "h1-tls": _CLEAR, "h2": _CLEAR,
+                         "h2c": "Debian's CivetWeb build speaks no HTTP/2 "
+                                "(it closes the connection on the HTTP/2 "
+                                "preface)"}),
     "floor": Spec("floor", "floor (canned bytes, no parsing)", "floor",
                   unsupported=("app-routed",),
                   note="answers every request head with the same canned "
                        "response: no parsing, no routing",
                   protocols=H1, why_not={
-                      "h1-tls": "the floor is a cleartext HTTP/1.1 limit",
-                      "h2": "the floor is a cleartext HTTP/1.1 limit"}),
+                      "h1-tls": _FLOOR, "h2": _FLOOR, "h2c": _FLOOR}),
     "nghttpd": Spec("nghttpd", "nghttpd 1.52 (nghttp2's server, 1 worker)",
-                    "nghttpd", protocols=("h2",),
+                    "nghttpd", protocols=("h2", "h2c"),
                     why_not={"h1": "nghttpd speaks only HTTP/2",
                              "h1-tls": "nghttpd speaks only HTTP/2"}),
 }
@@ -375,7 +434,7 @@ _WS_ONLY = "the libwebsockets peer serves only the WebSocket scenarios"
 SERVERS["libwebsockets"] = Spec(
     "libwebsockets", "libwebsockets 4.1 (lws_echo, 1 service thread)", "peer",
     protocols=("ws",), why_not={"h1": _WS_ONLY, "h1-tls": _WS_ONLY,
-                                "h2": _WS_ONLY})
+                                "h2": _WS_ONLY, "h2c": _WS_ONLY})
 SERVER_ORDER = list(SERVERS)
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
@@ -414,14 +473,19 @@ def available(args, name):
 NGHTTPD_FILES = {"index.html": b"Hello, World!", "upload": b"Hello, World!"}
 
 
-def make(name, args, workdir, max_conns=None, shim=None, tls=False):
+def make(name, args, workdir, max_conns=None, shim=None, tls=False,
+         h2c=False):
     """A Server (not started) for name, in a fresh directory under workdir.
     tls: also listen on a TLS port (HTTP/1.1 and h2 by ALPN), with the
-    run's certificate."""
+    run's certificate.  h2c: serve cleartext HTTP/2 with prior knowledge
+    (Server.h2c_port): tern's and h2o's HTTP/1.1 port takes the HTTP/2
+    preface as it is, nginx gets a second listener, nghttpd runs
+    --no-tls."""
     sdir = tempfile.mkdtemp(prefix=name + ".", dir=workdir)
     kind = SERVERS[name].kind
     extra = list(getattr(args, "extra_args", {}).get(name, []))
-    mat = tlsclient.material(workdir) if (tls or kind == "nghttpd") else None
+    mat = tlsclient.material(workdir) if (tls or (
+        kind == "nghttpd" and not h2c)) else None
     if kind == "tern":
         argv = [args.hello, "--port", "0", "--workers", "1"]
         if max_conns:
@@ -430,7 +494,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
             argv += ["--tls-port", "0", "--cert", mat["cert"], "--key", mat["key"]]
             if name == "tern-mbedtls":
                 argv += ["--tls-engine", "mbedtls"]
-        return Server(name, argv + extra, sdir, shim=shim, read_tls_port=tls)
+        return Server(name, argv + extra, sdir, shim=shim, read_tls_port=tls,
+                      h2c="plain" if h2c else None)
     if kind == "nghttpd":
         docroot = os.path.join(sdir, "htdocs")
         os.makedirs(docroot)
@@ -441,22 +506,27 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
         # windows as large as tern's largest (8 MiB stream, 16 MiB
         # connection): nghttpd's defaults (64 KiB) would throttle uploads
         argv = [args.nghttpd, "-a", "127.0.0.1", "-n", "1", "-d", docroot,
-                "-w", "23", "-W", "24", str(tport), mat["key"], mat["cert"]]
-        return Server(name, argv + extra, sdir, shim=shim, tls_port=tport,
-                      plain=False)
+                "-w", "23", "-W", "24", str(tport)]
+        if h2c:
+            return Server(name, argv + ["--no-tls"] + extra, sdir, shim=shim,
+                          plain=False, h2c=tport)
+        return Server(name, argv + [mat["key"], mat["cert"]] + extra, sdir,
+                      shim=shim, tls_port=tport, plain=False)
     if kind == "floor":
         return Server(name, [args.floor, "--port", "0"] + extra, sdir, shim=shim)
     if kind == "nginx":
         port = common.free_port()
         conf = os.path.join(sdir, "nginx.conf")
         tport = common.free_port() if tls else None
+        hport = common.free_port() if h2c else None
         with open(conf, "w") as f:
             f.write(nginx_conf(port, sdir, max(4096, (max_conns or 0) + 64),
-                               (tport, mat["cert"], mat["key"]) if tls else None))
+                               (tport, mat["cert"], mat["key"]) if tls
+                               else None, hport))
         return Server(name, [args.nginx, "-p", sdir + "/", "-e",
                              os.path.join(sdir, "error.log"), "-c", conf],
                       sdir, port=port, shim=shim, tls_port=tport,
-                      ready_file=os.path.join(sdir, "nginx.pid"))
+                      ready_file=os.path.join(sdir, "nginx.pid"), h2c=hport)
     if kind == "h2o":
         port = common.free_port()
         tport = common.free_port() if tls else None
@@ -466,7 +536,7 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
                              port, sdir, max_conns,
                              (tport, mat["cert"], mat["key"]) if tls else None))
         return Server(name, [args.h2o, "-c", conf], sdir, port=port, shim=shim,
-                      tls_port=tport)
+                      tls_port=tport, h2c="plain" if h2c else None)
     argv = [peer_path(args, name), "--port", "0"]
     if max_conns and args.peer_max_conns_flag:
         argv += [args.peer_max_conns_flag, str(max_conns)]
@@ -484,10 +554,11 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False):
     return Server(name, argv + extra, sdir, shim=shim)
 
 
-def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False):
+def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False,
+          h2c=False):
     """Make and start a server; a server whose port was picked up front
     (nginx, h2o, nghttpd) is retried on a fresh port if it fails to bind."""
-    srv = make(name, args, workdir, max_conns, shim, tls)
+    srv = make(name, args, workdir, max_conns, shim, tls, h2c)
     attempts = 3 if (srv.port is not None or not srv.plain) else 1
     for attempt in range(attempts):
         try:
@@ -501,5 +572,5 @@ def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False):
                 raise BenchError("%s%s" % (e, (" (output: %s)" % tail) if tail
                                            and tail not in str(e) else ""))
             log("%s did not start, retrying" % name)
-            srv = make(name, args, workdir, max_conns, shim, tls)
+            srv = make(name, args, workdir, max_conns, shim, tls, h2c)
     raise BenchError("unreachable")

@@ -8,7 +8,8 @@ nghttpd).  The upload scenarios' 16 MiB body file lives beside it.
 The check fetches one response with curl (-k: the certificate is
 self-signed) over the scenario's protocol and checks the status, the
 protocol curl actually used (HTTP/2 must have been negotiated by ALPN),
-the exact body, and for uploads that curl sent the whole body.
+the exact body, and for uploads that curl sent the whole body.  The same
+check serves cleartext HTTP/2 (h2c: curl --http2-prior-knowledge, http://).
 """
 
 import os
@@ -56,17 +57,20 @@ def upload_file(workdir, size):
 
 def curl_check(port, sc, expect_body, workdir, content_type="text/plain",
                upload_path=None, timeout=15):
-    """One request over TLS with curl; raises BenchError on any mismatch.
+    """One request over TLS (or, for h2c, cleartext HTTP/2 with prior
+    knowledge) with curl; raises BenchError on any mismatch.
     Returns {'http_version', 'tls', 'content_type', 'seconds', ...}."""
     if shutil.which("curl") is None:
-        raise BenchError("curl not found: the TLS check needs it")
+        raise BenchError("curl not found: the TLS and h2c checks need it")
     body_out = os.path.join(workdir, "check.body")
-    url = "https://127.0.0.1:%d%s" % (port, sc.path)
+    h2c = sc.protocol == "h2c"
+    url = "%s://127.0.0.1:%d%s" % ("http" if h2c else "https", port, sc.path)
     argv = ["curl", "-sS", "-k", "-v", "--max-time", str(timeout),
             "-o", body_out, "-w",
             "\nCHECK %{http_code} %{http_version} %{size_upload} "
             "%{time_total} [%{content_type}]\n"]
-    argv.append("--http2" if sc.protocol == "h2" else "--http1.1")
+    argv.append({"h2": "--http2", "h2c": "--http2-prior-knowledge"}.get(
+        sc.protocol, "--http1.1"))
     for h in sc.headers:
         argv += ["-H", h]
     if sc.upload:
@@ -90,17 +94,19 @@ def curl_check(port, sc, expect_body, workdir, content_type="text/plain",
     tls = re.search(r"SSL connection using (\S+) / (\S+)", err)
     res = {"status": status, "http_version": ver, "seconds": secs,
            "content_type": ctype, "size_upload": sent,
-           "tls": "%s %s" % tls.groups() if tls else "unknown"}
+           "tls": "%s %s" % tls.groups() if tls else (
+               "none" if h2c else "unknown")}
     with open(body_out, "rb") as f:
         got = f.read()
-    what = "%s %s over %s" % (sc.method, sc.path,
-                              "HTTP/2" if sc.protocol == "h2" else "HTTP/1.1 + TLS")
+    what = "%s %s over %s" % (sc.method, sc.path, {
+        "h2": "HTTP/2", "h2c": "cleartext HTTP/2 (prior knowledge)"}.get(
+            sc.protocol, "HTTP/1.1 + TLS"))
     if status != 200:
         raise BenchError("%s returned status %d (body %r)" % (what, status, got[:80]))
-    want_ver = "2" if sc.protocol == "h2" else "1.1"
+    want_ver = "2" if sc.protocol in ("h2", "h2c") else "1.1"
     if ver != want_ver:
-        raise BenchError("%s: curl spoke HTTP/%s, not HTTP/%s (ALPN)" % (
-            what, ver, want_ver))
+        raise BenchError("%s: curl spoke HTTP/%s, not HTTP/%s (%s)" % (
+            what, ver, want_ver, "prior knowledge" if h2c else "ALPN"))
     if expect_body is not None and got != expect_body:
         raise BenchError("%s returned body %r, expected %r" % (
             what, got[:80], expect_body))

@@ -6,6 +6,7 @@ are tests of the tools, not benchmarks: the loads are small."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,75 @@ def churn_against_hello():
           "server saw %d connections, churn reports %d"
           % (new, r["connections"]))
     check(r["latency_us"]["max"] > 0, "no latency recorded")
+
+
+def tls_hello(d):
+    """hello with a TLS port and a fresh self-signed ECDSA P-256
+    certificate in d; returns (Server, TLS port)."""
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=30)
+    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
+                         "--key", key])
+    m = re.match(r"tls listening on (\d+)$", s.next_line())
+    if m is None:
+        s.kill()
+        raise AssertionError("hello printed no tls port line")
+    return s, int(m.group(1))
+
+
+def churn_tls(port, *extra):
+    """churn --tls for about a second against port; Skip where churn was
+    built without GnuTLS (it refuses --tls with exit status 2)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        p = subprocess.run(
+            [tool("load", "churn"), "--host", "127.0.0.1", "--port",
+             str(port), "--concurrency", "16", "--duration", "1",
+             "--warmup", "0.2", "--tls"] + list(extra) + ["--json", out],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        text = p.stdout.decode("utf-8", "replace")
+        if p.returncode == 2 and "without GnuTLS" in text:
+            raise Skip("churn built without GnuTLS: no --tls")
+        eq(p.returncode, 0, "churn --tls exit status (%s)" % text.strip())
+        with open(out) as f:
+            r = json.load(f)
+    suite.note(text.strip().splitlines()[-1])
+    eq(r["tls"], True, "tls in the report")
+    eq(r["errors"], 0, "errors (tls_errors %s)" % r.get("tls_errors"))
+    eq(r["tls_errors"], 0, "tls_errors")
+    eq(r["non2xx"], 0, "non2xx")
+    check(r["connections"] > 0, "no connection completed")
+    eq(r["handshakes_full"] + r["handshakes_resumed"], r["connections"],
+       "full + resumed handshakes")
+    return r
+
+
+@case(timeout=60)
+def churn_tls_full_and_resumed_handshakes():
+    # tls-handshake and tls-resume rest on churn's counts: without
+    # --resume no session is offered, so every handshake must be a full
+    # one; with it each of the 16 slots offers its last session, and hello
+    # (tickets with either engine) must resume nearly all of them. Only a
+    # slot's first connection, in the warm-up, has nothing to offer.
+    with tempfile.TemporaryDirectory() as d:
+        s, tls_port = tls_hello(d)
+        with s:
+            full = churn_tls(tls_port)
+            check(full["handshakes_full"] > 0, "no full handshake")
+            eq(full["handshakes_resumed"], 0,
+               "resumed handshakes with no session offered")
+            res = churn_tls(tls_port, "--resume")
+            check(res["handshakes_resumed"] >= 0.9 * res["connections"],
+                  "only %d of %d connections resumed (want >= 90 %%)"
+                  % (res["handshakes_resumed"], res["connections"]))
+    suite.note("full: %d connections, %s; resume: %d of %d resumed"
+               % (full["connections"], full.get("tls_version"),
+                  res["handshakes_resumed"], res["connections"]))
 
 
 # ---- idle -------------------------------------------------------------------
