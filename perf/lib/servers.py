@@ -44,11 +44,15 @@ def nginx_tls_server(tls_port, cert, key):
     (the echo module's echo_read_request_body; nginx's own `return` would
     discard the body and, on HTTP/2, answer before it arrived and reset the
     stream) into one memory buffer (client_body_buffer_size: no temporary
-    file), then answers the Content-Length it read."""
+    file), then answers the Content-Length it read.  TLS 1.3 is switched
+    on (nginx 1.22's default ssl_protocols stop at 1.2; 1.23.4 and later
+    have it on): every other server, tern included, negotiates 1.3, and a
+    comparison across protocol versions would measure the versions."""
     return """
     server {
         listen 127.0.0.1:%(port)d ssl http2 backlog=4096;
         server_name _;
+        ssl_protocols TLSv1.2 TLSv1.3;
         ssl_certificate %(cert)s;
         ssl_certificate_key %(key)s;
         ssl_session_cache shared:SSL:1m;
