@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "count_alloc.h"
+#include "sweep.h"
 #include "t.h"
 #include "tern.h"
 
@@ -27,27 +28,10 @@ static void hello(tern_request *r, void *user) {
   tern_respond(r, 200, NULL, 0, "attached", 8);
 }
 
-static int connect_loopback(void) {
-  struct sockaddr_in sa;
-  struct timeval tv = {2, 0};
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  /* A failure inside the server must never leave the client hanging. */
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 static void *client(void *arg) {
   static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n"
                             "Connection: close\r\n\r\n";
-  int fd = connect_loopback();
+  int fd = sweep_connect(port);
   ssize_t n;
   (void)arg;
   reply_len = 0;
@@ -86,75 +70,39 @@ static void test_attach_serves_and_frees(void) {
   T_EQ_INT(uv_loop_close(&loop), 0);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+/* The cleartext set-up of the sweep (sweep.h): new, route, listen,
+ * attach. */
+typedef struct {
+  const char *pattern;
+  tern_handler handler;
+} plain_setup;
+
+static int setup_plain(tern_server **out, const tern_settings *s,
+                       uv_loop_t *loop, void *user) {
+  const plain_setup *p = user;
+  int rc = tern_server_new(out, s);
+  if (rc == 0)
+    rc = tern_route(*out, "GET", p->pattern, p->handler, NULL);
+  if (rc == 0)
+    rc = tern_listen(*out, "127.0.0.1", 0, &port);
+  if (rc == 0)
+    rc = tern_attach(*out, loop);
+  return rc;
 }
 
-/* Fail the Nth allocation for every N, up to `max_n`, across a server's
- * whole life (new, route, listen, attach, what `client` does, stop, free):
- * each call either succeeds or reports an error, the client is answered
- * or its connection closed at once (a client left to its 2 s read timeout
- * fails the sweep), the loop ends, and nothing leaks. `served` says
- * whether the client got its whole answer; some runs must, some must
- * not. */
+/* Fail each allocation in turn across a server that serves `pattern`
+ * with `handler` to `client_fn`; `served` says whether the client got
+ * its whole answer. */
 static void sweep_allocations(const char *pattern, tern_handler handler,
                               void *(*client_fn)(void *), int (*served)(void),
                               long max_n) {
-  long n, answered = 0, refused = 0, waited = 0, first_wait = -1;
-  for (n = 0; n < max_n; n++) {
-    tern_settings s;
-    uv_loop_t loop;
-    pthread_t t;
-    double t0;
-    int rc;
-
-    tern_settings_init(&s);
-    s.workers = 1;
-    ca_use(&s);
-    T_ASSERT(uv_loop_init(&loop) == 0);
-    ca_calls = 0;
-    ca_fail_at = n;
-    srv = NULL;
-    rc = tern_server_new(&srv, &s);
-    if (rc == 0)
-      rc = tern_route(srv, "GET", pattern, handler, NULL);
-    if (rc == 0)
-      rc = tern_listen(srv, "127.0.0.1", 0, &port);
-    if (rc == 0)
-      rc = tern_attach(srv, &loop);
-    if (rc == 0) {
-      t0 = now_s();
-      T_ASSERT(pthread_create(&t, NULL, client_fn, NULL) == 0);
-      uv_run(&loop, UV_RUN_DEFAULT);
-      pthread_join(t, NULL);
-      if (now_s() - t0 > 1.5) {
-        printf("# N=%ld: the client waited %.1f s\n", n, now_s() - t0);
-        if (waited++ == 0)
-          first_wait = n;
-      }
-      if (served())
-        answered++;
-      else
-        refused++;
-    } else {
-      T_ASSERT(rc == TERN_ENOMEM || rc == TERN_EIO);
-    }
-    tern_server_free(srv);
-    ca_fail_at = -1;
-    T_EQ_INT(ca_live, 0);
-    T_EQ_INT(uv_loop_close(&loop), 0);
-    if (ca_calls <= n)
-      break; /* N is past the last allocation: all of them were tried */
-  }
-  printf("# %s: %ld allocations tried: %ld answered, %ld refused\n", pattern, n,
-         answered, refused);
-  if (waited > 0)
-    T_FAIL("%ld runs left the client waiting, the first N=%ld", waited,
-           first_wait);
-  T_ASSERT(n < max_n);
-  T_ASSERT(answered > 0 && refused > 0);
+  plain_setup p = {pattern, handler};
+  sweep sw = {.what = pattern,
+              .setup = setup_plain,
+              .user = &p,
+              .client = client_fn,
+              .served = served};
+  sweep_run(&sw, &srv, max_n);
 }
 
 static int hello_served(void) {
@@ -174,7 +122,7 @@ static size_t refused_len;
 static void *refused_then_served(void *arg) {
   static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   char buf[256];
-  int fd = connect_loopback();
+  int fd = sweep_connect(port);
   ssize_t n;
   refused_len = 0;
   if (fd >= 0 && write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1))
@@ -205,12 +153,12 @@ static void test_refused_connection_leaves_listener(void) {
   T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
   T_EQ_INT(tern_attach(srv, &loop), 0);
   ca_fail_at = ca_calls; /* the next one: the first connection's */
-  t0 = now_s();
+  t0 = sweep_now();
   T_ASSERT(pthread_create(&t, NULL, refused_then_served, NULL) == 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   pthread_join(t, NULL);
   ca_fail_at = -1;
-  took = now_s() - t0;
+  took = sweep_now() - t0;
   tern_server_free(srv);
   T_EQ_INT(ca_live, 0);
   T_EQ_INT(uv_loop_close(&loop), 0);
@@ -268,7 +216,7 @@ static void *ws_client(void *arg) {
       "Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
   size_t n = 0, got = 0, at;
   ssize_t k;
-  int fd = connect_loopback();
+  int fd = sweep_connect(port);
   (void)arg;
   ws_nops = 0;
   memset(part, 'b', sizeof(part));
@@ -542,7 +490,7 @@ static void *race_client(void *arg) {
   const char *req = arg != NULL ? ws_head : get;
   size_t len = arg != NULL ? sizeof(ws_head) - 1 : sizeof(get) - 1;
   char buf[4096];
-  int fd = connect_loopback(), k;
+  int fd = sweep_connect(port), k;
   if (fd >= 0 && write(fd, req, len) == (ssize_t)len)
     for (k = 0; k < 1 + race_iter % 3; k++)
       if (read(fd, buf, sizeof(buf)) <= 0)

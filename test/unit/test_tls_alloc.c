@@ -30,6 +30,7 @@ int main(void) {
 #include <uv.h>
 
 #include "count_alloc.h"
+#include "sweep.h"
 #include "t.h"
 #include "tern.h"
 
@@ -70,24 +71,6 @@ static int no_body; /* answer with an empty body */
 static void hello(tern_request *r, void *user) {
   (void)user;
   tern_respond(r, 200, NULL, 0, "attached", no_body ? 0 : 8);
-}
-
-static int connect_loopback(void) {
-  struct sockaddr_in sa;
-  struct timeval tv = {2, 0};
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  /* A failure inside the server must never leave the client hanging. */
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 /* HTTP/2 from the client side with nghttp2's client session (its own
@@ -189,7 +172,7 @@ static void *tls_client(void *arg) {
   const char *prio = want_version == GNUTLS_TLS1_3
                          ? "NORMAL:-VERS-ALL:+VERS-TLS1.3"
                          : "NORMAL:-VERS-ALL:+VERS-TLS1.2";
-  int fd = connect_loopback(), rc, i;
+  int fd = sweep_connect(port), rc, i;
   reply_len = 0;
   got_version = 0;
   got_alpn = 0;
@@ -278,15 +261,6 @@ static int h2_served(void) {
       T_FAIL("%s returned %d (%s)", #call, rc, tern_strerror(rc));             \
   } while (0)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Fail the Nth allocation for every N up to `max_n`. A run whose client
- * had to wait for its own timeout (the server neither answered nor
- * closed) is a failure too: a refused connection must be closed at once. */
 /* nghttp2 before 1.65.0 frees a DATA frame's queue item when the
  * allocation that schedules it fails, but leaves the stream pointing at
  * it (with RFC 7540 priorities off, as tern has them), so the session's
@@ -296,72 +270,47 @@ static int nghttp2_frees_data_twice(void) {
   return nghttp2_version(0)->version_num < 0x014100;
 }
 
-static void sweep_tls(int engine, int min_version, int h2, long max_n) {
-  long n, answered = 0, refused = 0, setup = 0, waited = 0, first_wait = -1;
-  no_body = h2 && nghttp2_frees_data_twice();
-  for (n = 0; n < max_n; n++) {
-    tern_settings s;
-    tern_tls *tls = NULL;
-    uv_loop_t loop;
-    pthread_t t;
-    double t0;
-    int rc = 0;
+/* The TLS set-up of the sweep (sweep.h): new, the certificate set on
+ * the engine asked for, route, listen, attach. */
+typedef struct {
+  int engine, min_version;
+} tls_setup;
 
-    tern_settings_init(&s);
-    s.workers = 1;
-    ca_use(&s);
-    T_ASSERT(uv_loop_init(&loop) == 0);
-    ca_calls = 0;
-    ca_fail_at = n;
-    srv = NULL;
-    SETUP(tern_server_new(&srv, &s));
-    SETUP(tern_tls_new(srv, &tls));
-    if (rc == 0) {
-      /* Neither allocates: they must not fail. */
-      T_EQ_INT(tern_tls_set_engine(tls, engine), 0);
-      T_EQ_INT(tern_tls_set_min_version(tls, min_version), 0);
-    }
-    SETUP(tern_tls_add_cert_mem(tls, cert_pem, sizeof(cert_pem) - 1, key_pem,
-                                sizeof(key_pem) - 1));
-    SETUP(tern_tls_commit(tls));
-    SETUP(tern_route(srv, "GET", "/", hello, NULL));
-    SETUP(tern_listen_tls(srv, "127.0.0.1", 0, tls, &port));
-    SETUP(tern_attach(srv, &loop));
-    if (rc == 0) {
-      t0 = now_s();
-      T_ASSERT(pthread_create(&t, NULL, tls_client, h2 ? &port : NULL) == 0);
-      uv_run(&loop, UV_RUN_DEFAULT);
-      pthread_join(t, NULL);
-      if (now_s() - t0 > 1.5) {
-        printf("# N=%ld: the client waited %.1f s\n", n, now_s() - t0);
-        if (waited++ == 0)
-          first_wait = n;
-      }
-      if (h2 ? h2_served() : tls_served())
-        answered++;
-      else
-        refused++;
-    } else {
-      setup++;
-    }
-    tern_server_free(srv);
-    ca_fail_at = -1;
-    if (ca_live != 0)
-      T_FAIL("N=%ld: %ld blocks leaked", n, (long)ca_live);
-    T_EQ_INT(uv_loop_close(&loop), 0);
-    if (ca_calls <= n)
-      break; /* N is past the last allocation: all of them were tried */
+static int setup_tls(tern_server **out, const tern_settings *st,
+                     uv_loop_t *loop, void *user) {
+  const tls_setup *p = user;
+  tern_tls *tls = NULL;
+  int rc = 0;
+  SETUP(tern_server_new(out, st));
+  SETUP(tern_tls_new(*out, &tls));
+  if (rc == 0) {
+    /* Neither allocates: they must not fail. */
+    T_EQ_INT(tern_tls_set_engine(tls, p->engine), 0);
+    T_EQ_INT(tern_tls_set_min_version(tls, p->min_version), 0);
   }
-  printf("# %s, %s: %ld allocations tried: %ld failed a setup call, "
-         "%ld answered, %ld refused\n",
-         engine == TERN_TLS_ENGINE_GNUTLS ? "gnutls" : "mbedtls",
-         h2 ? (no_body ? "h2 (no body)" : "h2") : "http/1.1", n, setup,
-         answered, refused);
-  if (waited > 0)
-    T_FAIL("%ld runs left the client waiting, the first N=%ld", waited,
-           first_wait);
-  T_ASSERT(n < max_n);
-  T_ASSERT(answered > 0 && refused > 0);
+  SETUP(tern_tls_add_cert_mem(tls, cert_pem, sizeof(cert_pem) - 1, key_pem,
+                              sizeof(key_pem) - 1));
+  SETUP(tern_tls_commit(tls));
+  SETUP(tern_route(*out, "GET", "/", hello, NULL));
+  SETUP(tern_listen_tls(*out, "127.0.0.1", 0, tls, &port));
+  SETUP(tern_attach(*out, loop));
+  return rc;
+}
+
+static void sweep_tls(int engine, int min_version, int h2, long max_n) {
+  tls_setup p = {engine, min_version};
+  char what[64];
+  sweep sw = {.what = what,
+              .setup = setup_tls,
+              .user = &p,
+              .client = tls_client,
+              .client_arg = h2 ? &port : NULL,
+              .served = h2 ? h2_served : tls_served};
+  no_body = h2 && nghttp2_frees_data_twice();
+  snprintf(what, sizeof(what), "%s, %s",
+           engine == TERN_TLS_ENGINE_GNUTLS ? "gnutls" : "mbedtls",
+           h2 ? (no_body ? "h2 (no body)" : "h2") : "http/1.1");
+  sweep_run(&sw, &srv, max_n);
 }
 
 /* Is the engine built into this library? */
