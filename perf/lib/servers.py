@@ -38,16 +38,37 @@ SHIM_LINE = re.compile(r"allocs=(\d+)\s+bytes=(\d+)\s+frees=(\d+)")
 NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
 
+# The locations of nginx's TLS and h2c server blocks.  The upload sink
+# reads the whole body before it answers (the echo module's
+# echo_read_request_body; nginx's own `return` would discard the body and,
+# on HTTP/2, answer before it arrived and reset the stream) into one
+# memory buffer (client_body_buffer_size: no temporary file), then answers
+# the Content-Length it read.
+NGINX_H2_LOCATIONS = """
+        http2_max_concurrent_streams 128;
+
+        location = / {
+            return 200 "Hello, World!";
+        }
+        location = /upload {
+            client_max_body_size 0;
+            client_body_buffer_size 16m;
+            client_body_in_single_buffer on;
+            echo_read_request_body;
+            echo -n $content_length;
+        }
+        location / {
+            return 404;
+        }
+"""
+
+
 def nginx_tls_server(tls_port, cert, key):
     """The TLS server block (HTTP/1.1 and HTTP/2 by ALPN) of the TLS
-    scenarios.  The upload sink reads the whole body before it answers
-    (the echo module's echo_read_request_body; nginx's own `return` would
-    discard the body and, on HTTP/2, answer before it arrived and reset the
-    stream) into one memory buffer (client_body_buffer_size: no temporary
-    file), then answers the Content-Length it read.  TLS 1.3 is switched
-    on (nginx 1.22's default ssl_protocols stop at 1.2; 1.23.4 and later
-    have it on): every other server, tern included, negotiates 1.3, and a
-    comparison across protocol versions would measure the versions."""
+    scenarios.  TLS 1.3 is switched on (nginx 1.22's default
+    ssl_protocols stop at 1.2; 1.23.4 and later have it on): every other
+    server, tern included, negotiates 1.3, and a comparison across
+    protocol versions would measure the versions."""
     return """
     server {
         listen 127.0.0.1:%(port)d ssl http2 backlog=4096;
@@ -57,51 +78,22 @@ def nginx_tls_server(tls_port, cert, key):
         ssl_certificate_key %(key)s;
         ssl_session_cache shared:SSL:1m;
         ssl_session_tickets on;
-        http2_max_concurrent_streams 128;
-
-        location = / {
-            return 200 "Hello, World!";
-        }
-        location = /upload {
-            client_max_body_size 0;
-            client_body_buffer_size 16m;
-            client_body_in_single_buffer on;
-            echo_read_request_body;
-            echo -n $content_length;
-        }
-        location / {
-            return 404;
-        }
-    }
-""" % {"port": tls_port, "cert": cert, "key": key}
+%(locations)s    }
+""" % {"port": tls_port, "cert": cert, "key": key,
+       "locations": NGINX_H2_LOCATIONS}
 
 
 def nginx_h2c_server(h2c_port):
     """The cleartext HTTP/2 server block of h2c-upload: nginx 1.22 speaks
     h2c (prior knowledge only, no Upgrade) on a listener marked http2,
     which then refuses HTTP/1.1, so it gets a port of its own beside the
-    HTTP/1.1 one.  The same upload sink as over TLS."""
+    HTTP/1.1 one.  The same locations as over TLS."""
     return """
     server {
         listen 127.0.0.1:%(port)d http2 backlog=4096;
         server_name _;
-        http2_max_concurrent_streams 128;
-
-        location = / {
-            return 200 "Hello, World!";
-        }
-        location = /upload {
-            client_max_body_size 0;
-            client_body_buffer_size 16m;
-            client_body_in_single_buffer on;
-            echo_read_request_body;
-            echo -n $content_length;
-        }
-        location / {
-            return 404;
-        }
-    }
-""" % {"port": h2c_port}
+%(locations)s    }
+""" % {"port": h2c_port, "locations": NGINX_H2_LOCATIONS}
 
 
 def nginx_conf(port, tmpdir, worker_connections=4096, tls=None,
