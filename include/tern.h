@@ -854,8 +854,9 @@ TERN_EXTERN int tern_ws_close(tern_ws *ws, int code, const char *reason,
 TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
                                   const void *data, size_t len);
 
-/* Bytes queued for this client and not yet written (approximate from a
- * thread other than the owner's). */
+/* Bytes queued for this client and not yet written, sends that other
+ * threads have posted and the worker has not yet queued included
+ * (approximate from a thread other than the owner's). */
 TERN_EXTERN size_t tern_ws_buffered(const tern_ws *ws);
 
 /* Stop and restart reading messages from the client: while paused no

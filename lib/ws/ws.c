@@ -61,6 +61,11 @@ struct tern_ws {
   _Atomic int refs;
   _Atomic int closed;  /* on_close ran or is running: calls fail */
   _Atomic size_t hint; /* tern_ws_buffered for other threads */
+  /* Bytes other threads' sends have posted and the worker has not yet
+   * queued: counted against high_water with `hint`, so that a thread
+   * sending faster than the worker applies cannot pile up messages in the
+   * inbox past the mark. */
+  _Atomic size_t posted;
   tern__worker *w;
   tern_request *r; /* NULL once closed */
   int protocol;
@@ -899,6 +904,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   atomic_init(&ws->refs, 1);
   atomic_init(&ws->closed, 0);
   atomic_init(&ws->hint, 0);
+  atomic_init(&ws->posted, 0);
   ws->w = w;
   ws->o = *opts;
   ws->user = user;
@@ -982,6 +988,7 @@ typedef struct {
   int64_t arg;
   shared_frame *f; /* P_SHARED */
   size_t len;
+  size_t counted; /* its share of ws->posted */
   /* the bytes follow */
 } ws_msg;
 
@@ -1009,6 +1016,10 @@ static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,
   m->f = f;
   if (f != NULL)
     atomic_fetch_add(&f->refs, 1);
+  if (kind == P_SEND || kind == P_FRAGMENT || kind == P_SHARED) {
+    m->counted = f != NULL ? f->len : n;
+    atomic_fetch_add_explicit(&ws->posted, m->counted, memory_order_relaxed);
+  }
   tern_ws_ref(ws);
   /* A worker whose loop is ending refuses the call and drops it: the
    * socket is as good as closed. */
@@ -1022,6 +1033,8 @@ static void msg_drop(tern__msg *base, int refused) {
   ws_msg *m = (ws_msg *)(void *)base;
   tern_ws *ws = m->ws;
   (void)refused;
+  /* Applied (queued, and counted in `hint`) or dropped. */
+  atomic_fetch_sub_explicit(&ws->posted, m->counted, memory_order_relaxed);
   if (m->f != NULL)
     release_shared(m->f->data, m->f);
   tern__free(srv_of(ws), m);
@@ -1074,11 +1087,18 @@ static int check_type(int type) {
   return type == TERN_WS_TEXT || type == TERN_WS_BINARY;
 }
 
-/* Over the mark, seen from another thread. */
+/* What is queued, seen from another thread: the worker's last word on
+ * its queue and what other threads have posted since. */
+static size_t buffered_hint(const tern_ws *ws) {
+  return atomic_load_explicit(&ws->hint, memory_order_relaxed) +
+         atomic_load_explicit(&ws->posted, memory_order_relaxed);
+}
+
+/* Over the mark, seen from another thread. Threads that check at once
+ * may each still post one message past it. */
 static int full_hint(const tern_ws *ws) {
   return ws->o.on_full == TERN_WS_FAIL_SEND &&
-         atomic_load_explicit(&ws->hint, memory_order_relaxed) >
-             ws->o.high_water;
+         buffered_hint(ws) > ws->o.high_water;
 }
 
 int tern_ws_send(tern_ws *ws, int type, const void *data, size_t len) {
@@ -1194,8 +1214,9 @@ size_t tern_ws_buffered(const tern_ws *ws) {
   if (ws == NULL)
     return 0;
   if (tern__on_worker(ws->w))
-    return pending(ws);
-  return atomic_load_explicit(&ws->hint, memory_order_relaxed);
+    return pending(ws) +
+           atomic_load_explicit(&ws->posted, memory_order_relaxed);
+  return buffered_hint(ws);
 }
 
 static int post(tern_ws *ws, int kind, int type, int64_t arg, const void *p,

@@ -572,12 +572,113 @@ static void test_errors_have_messages(void) {
   T_ASSERT(strcmp(tern_version(), TERN_PROJECT_VERSION) == 0);
 }
 
+/* ---- A sender on another thread against the high-water mark ---- */
+
+static uv_loop_t *bp_loop;
+static tern_ws *bp_ws;
+static int bp_pipe[2]; /* the client waits on it, then closes */
+static long bp_ok, bp_full;
+
+static void bp_open(tern_ws *ws, void *user) {
+  (void)user;
+  tern_ws_ref(ws);
+  bp_ws = ws;
+  uv_stop(bp_loop); /* the worker stops applying posted calls */
+}
+
+static void bp_route(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_open = bp_open;
+  o.high_water = 64 << 10;
+  o.on_full = TERN_WS_FAIL_SEND;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
+/* Upgrades, reads nothing more, and closes when told. */
+static void *bp_client(void *arg) {
+  static const char head[] =
+      "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  char c;
+  int fd = sweep_connect(port);
+  (void)arg;
+  if (fd >= 0 && write(fd, head, sizeof(head) - 1) == sizeof(head) - 1)
+    (void)!read(bp_pipe[0], &c, 1);
+  if (fd >= 0)
+    close(fd);
+  return NULL;
+}
+
+/* 1,000 sends of 1 KiB from a thread that is not the worker's, while the
+ * worker applies none of them. */
+static void *bp_sender(void *arg) {
+  static char msg[1024];
+  int i, rc;
+  (void)arg;
+  for (i = 0; i < 1000; i++) {
+    rc = tern_ws_send(bp_ws, TERN_WS_BINARY, msg, sizeof(msg));
+    if (rc == 0)
+      bp_ok++;
+    else if (rc == TERN_ETOOBIG)
+      bp_full++;
+  }
+  return NULL;
+}
+
+/* TERN_WS_FAIL_SEND bounds what other threads queue, also while the
+ * worker lags behind them: sends posted and not yet applied count
+ * against the mark, so the inbox cannot pile up past it. */
+static void test_ws_fail_send_bounds_posted_sends(void) {
+  tern_settings s;
+  uv_loop_t loop;
+  pthread_t c, t;
+
+  tern_settings_init(&s);
+  s.workers = 1;
+  ca_use(&s);
+  T_ASSERT(pipe(bp_pipe) == 0);
+  T_ASSERT(uv_loop_init(&loop) == 0);
+  bp_loop = &loop;
+  bp_ws = NULL;
+  bp_ok = bp_full = 0;
+  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_route(srv, "GET", "/ws", bp_route, NULL) == 0);
+  T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
+  T_EQ_INT(tern_attach(srv, &loop), 0);
+  T_ASSERT(pthread_create(&c, NULL, bp_client, NULL) == 0);
+  uv_run(&loop, UV_RUN_DEFAULT); /* until on_open stops it */
+  T_ASSERT(bp_ws != NULL);
+  T_ASSERT(pthread_create(&t, NULL, bp_sender, NULL) == 0);
+  pthread_join(t, NULL);
+  printf("# 1000 sends of 1 KiB against a 64 KiB mark, the worker "
+         "stopped: %ld posted, %ld refused\n",
+         bp_ok, bp_full);
+  T_ASSERT(bp_ok >= 64 && bp_ok <= 66);
+  T_EQ_INT(bp_ok + bp_full, 1000);
+  T_ASSERT(tern_ws_buffered(bp_ws) <= (66u << 10));
+  /* Let the client go, and the server stop and drain. */
+  T_ASSERT(write(bp_pipe[1], "x", 1) == 1);
+  pthread_join(c, NULL);
+  tern_ws_unref(bp_ws);
+  tern_stop(srv, 1000);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  tern_server_free(srv);
+  T_EQ_INT(ca_live, 0);
+  T_EQ_INT(uv_loop_close(&loop), 0);
+  close(bp_pipe[0]);
+  close(bp_pipe[1]);
+}
+
 int main(void) {
   T_RUN(test_attach_serves_and_frees);
   T_RUN(test_every_allocation_may_fail);
   T_RUN(test_refused_connection_leaves_listener);
   T_RUN(test_ws_every_allocation_may_fail);
   T_RUN(test_ws_close_not_inside_calls);
+  T_RUN(test_ws_fail_send_bounds_posted_sends);
   T_RUN(test_inbox_message_posted_at_shutdown_freed);
   T_RUN(test_attach_needs_one_worker);
   T_RUN(test_errors_have_messages);
