@@ -397,6 +397,10 @@ static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
 
   *got = 0;
   if (!c->hs_done) {
+    if (tern__tls_in_refused(&c->in)) {
+      tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      return TERN_ETLS;
+    }
     do
       rc = gnutls_handshake(c->s);
     while (rc == GNUTLS_E_INTERRUPTED ||

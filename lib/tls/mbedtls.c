@@ -285,6 +285,10 @@ static int tls_input(void *st, tern__worker *w, char *dst, size_t room,
 
   *got = 0;
   if (!t->hs_done) {
+    if (tern__tls_in_refused(&t->in)) {
+      tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      return TERN_ETLS;
+    }
     rc = mbedtls_ssl_handshake(&t->ssl);
     if (rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE)
       return 0;

@@ -422,9 +422,22 @@ void tern__tls_in_room(tern__tls_in *in, tern__worker *w, uv_buf_t *out) {
 }
 
 void tern__tls_in_received(tern__tls_in *in, size_t n) {
+  size_t i;
   if (n == 0)
     in->pos = in->len = 0;
+  for (i = 0; i < n && in->nhd < sizeof(in->hd); i++)
+    in->hd[in->nhd++] = (uint8_t)in->buf->data[in->len + i];
   in->len += n;
+}
+
+int tern__tls_in_refused(const tern__tls_in *in) {
+  size_t len;
+  if ((in->nhd > 0 && in->hd[0] != 22) || (in->nhd > 1 && in->hd[1] != 3))
+    return 1;
+  if (in->nhd < 5)
+    return 0;
+  len = (size_t)in->hd[3] << 8 | in->hd[4];
+  return len == 0 || len > 16384;
 }
 
 size_t tern__tls_in_take(tern__tls_in *in, void *dst, size_t len) {

@@ -49,6 +49,10 @@ typedef struct tern__tls_engine tern__tls_engine;
 typedef struct {
   tern__rbuf *buf; /* NULL while nothing is buffered */
   size_t pos, len;
+  /* The connection's first record header, as it arrives: a client's
+   * first bytes must open a TLS handshake record (tern__tls_in_refused). */
+  uint8_t hd[5];
+  uint8_t nhd;
 } tern__tls_in;
 
 /* Where the next socket read goes (a filter's read_buf): the unread rest
@@ -57,6 +61,13 @@ void tern__tls_in_room(tern__tls_in *in, tern__worker *w, uv_buf_t *out);
 /* n bytes arrived there (a filter's received); n == 0, from a lingering
  * close, drops what is buffered. */
 void tern__tls_in_received(tern__tls_in *in, size_t n);
+/* The connection's first bytes cannot open a TLS 1.2 or 1.3 ClientHello:
+ * not a handshake record (type 22, version 3.x) of 1 to 2^14 bytes.
+ * Checked before the engine sees them, so that junk is refused at once
+ * under both engines: GnuTLS (built with SSL 2.0 hello support) would
+ * read a first byte over 127 as an SSL 2.0 header and wait, until the
+ * head timeout, for a length the junk never fills. */
+int tern__tls_in_refused(const tern__tls_in *in);
 /* Up to `len` buffered bytes into dst for the engine; 0 when none. */
 size_t tern__tls_in_take(tern__tls_in *in, void *dst, size_t len);
 static inline int tern__tls_in_waiting(const tern__tls_in *in) {

@@ -470,6 +470,47 @@ def handshake_timeout_and_garbage():
         eq(s.stop(), 0, "hello exit status")
 
 
+@case(timeout=30)
+def junk_refused_at_once():
+    # Bytes that cannot open a TLS handshake record end the connection at
+    # once, under both engines, long before the head timeout (10 s here):
+    # a first byte over 127 (GnuTLS, built with SSL 2.0 hello support,
+    # read it as an SSL 2.0 header and waited for its length), another
+    # record type, another major version, a zero or oversized length.
+    cases = [b"\xbc\x3b" + b"\x07" * 3000, b"\x8c\x5f" + b"j" * 3000,
+             b"\x17\x03\x03\x00\x10" + b"j" * 16,
+             b"\x16\x02\x00\x00\x10" + b"j" * 16,
+             b"\x16\x03\x01\x00\x00", b"\x16\x03\x01\x40\x01" + b"j" * 100]
+    for junk in cases:
+        raw = socket.create_connection(("127.0.0.1", srv.tls_port), timeout=5)
+        t0 = time.monotonic()
+        raw.sendall(junk)
+        try:
+            while raw.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass
+        except socket.timeout:
+            raise AssertionError("%r...: not closed in 5 s" % junk[:5])
+        took = time.monotonic() - t0
+        raw.close()
+        check(took < 2, "%r...: closed after %.2f s" % (junk[:5], took))
+    # A real ClientHello whose record header comes a byte at a time is
+    # answered with the server's handshake record, not refused.
+    hello = client_hello_bytes()
+    raw = socket.create_connection(("127.0.0.1", srv.tls_port), timeout=5)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for i in range(5):
+        raw.sendall(hello[i:i + 1])
+        time.sleep(0.02)
+    raw.sendall(hello[5:])
+    eq(raw.recv(3)[:2], b"\x16\x03", "the server's first record")
+    raw.close()
+    with tls_connect(srv.tls_port) as t:
+        t.sendall(GET)
+        eq(read_response(t)[1], b"Hello, World!", "served afterwards")
+
+
 def client_hello_bytes():
     """A ClientHello made in memory by Python's TLS client."""
     inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
