@@ -16,12 +16,14 @@ build=(build-essential meson ninja-build pkg-config
   libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev)
 case "$what" in
 demo) pkgs=("${build[@]}" openssl) ;;
-# The tests: clang and its runtime for the fuzz targets, the real clients,
-# clang-format and valgrind for CI's format check and performance gate.
+# The tests: clang and its runtime for the fuzz targets, the real clients
+# (ngtcp2's gtlsclient for HTTP/3, and its gtlsserver as a reference
+# peer), clang-format and valgrind for CI's format check and performance
+# gate.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
-    nghttp2-client gnutls-bin python3-websockets chromium clang-format
-    valgrind)
+    nghttp2-client gnutls-bin python3-websockets chromium ngtcp2-client
+    ngtcp2-server clang-format valgrind)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
