@@ -234,14 +234,18 @@ class Hello(Server):
         self.tcp_port = self.port
         self.host = host
         self.tls_port = quic = None
-        while quic is None:
-            line = self.next_line()
-            m = re.match(r"tls listening on (\d+)$", line)
-            if m:
-                self.tls_port = int(m.group(1))
-            m = re.match(r"quic listening on (\d+)$", line)
-            if m:
-                quic = int(m.group(1))
+        try:
+            while quic is None:
+                line = self.next_line()
+                m = re.match(r"tls listening on (\d+)$", line)
+                if m:
+                    self.tls_port = int(m.group(1))
+                m = re.match(r"quic listening on (\d+)$", line)
+                if m:
+                    quic = int(m.group(1))
+        except BaseException:
+            self.kill()
+            raise
         # .port is what the harness's TCP alive check uses; the cases use
         # .port for QUIC, so the check goes through check_alive below.
         self.port = quic
@@ -1021,11 +1025,27 @@ def initial_flood():
 
 @h3case(hello_only="gtlsserver never sends stateless resets")
 def stateless_reset():
-    """A short-header packet for a connection ID the server no longer
-    knows (one it issued to a client whose connection has since closed)
-    gets a stateless reset: a short-header-looking datagram, smaller than
-    the packet that caused it, ending in exactly the reset token the
-    server gave for that CID in its NEW_CONNECTION_ID frame."""
+    """A short-header packet for a connection ID the server never issued
+    gets a stateless reset (a short-header-looking datagram of at least
+    21 bytes, smaller than the packet that caused it); and one for a CID
+    it no longer knows (issued to a client whose connection has since
+    closed) gets a reset ending in exactly the token the server gave for
+    that CID (in NEW_CONNECTION_ID, or the transport parameters)."""
+    s = udp_sock()
+    rng = random.Random(15)
+    pkt = bytes([0x40 | rng.randrange(64)]) + rng.randbytes(80)
+    found = None
+    deadline = time.monotonic() + 3
+    while found is None and time.monotonic() < deadline:
+        s.sendto(pkt, (peer.host, peer.port))
+        for d in receive(s, 0.3):
+            found = d
+    s.close()
+    check(found is not None, "no answer to a short-header packet for an "
+          "unknown CID")
+    eq(found[0] & 0xc0, 0x40, "reset's first bits (short header, fixed)")
+    check(21 <= len(found) < len(pkt), "reset of %d bytes for a %d-byte "
+          "packet" % (len(found), len(pkt)))
     r = get_root(peer)
     pairs = re.findall(r"frm rx \d+ 1RTT NEW_CONNECTION_ID\(0x18\) seq=\d+ "
                        r"cid=0x([0-9a-f]+) retire_prior_to=\d+ "
@@ -1041,7 +1061,6 @@ def stateless_reset():
     check(pairs, "the server gave no reset token")
     cid, token = (bytes.fromhex(x) for x in pairs[0])
     s = udp_sock()
-    rng = random.Random(15)
     pkt = bytes([0x40 | rng.randrange(64)]) + cid + rng.randbytes(60)
     deadline = time.monotonic() + 5
     found = None
