@@ -94,7 +94,10 @@ class Run:
         return {int(m.group(1)): int(m.group(2)) for m in re.finditer(
             r"HTTP stream (\d+) closed with error code (\d+)", self.log)}
 
-    def file(self, name):
+    def file(self, path):
+        """The body --download saved for `path` (its last segment, query
+        included, names the file; "" is index.html)."""
+        name = path.rsplit("/", 1)[-1] or "index.html"
         with open(os.path.join(self.download, name), "rb") as f:
             return f.read()
 
@@ -207,7 +210,7 @@ def check_root(r, stream=0):
         eq(r.statuses().get(stream), 200, "status of GET / (%r, log tail "
            "%r)" % (r, r.tail()))
     try:
-        body = r.file("index.html")
+        body = r.file("/")
     except OSError:
         raise AssertionError("no body for GET /: %r; log tail %r"
                              % (r, r.tail()))
@@ -266,7 +269,7 @@ class Hello(Server):
     def big_path(self, n):
         check(n <= HELLO_BIG_MAX, "hello's /big serves at most %d bytes"
               % HELLO_BIG_MAX)
-        return "/big?bytes=%d" % n, "big"
+        return "/big?bytes=%d" % n
 
     @staticmethod
     def big_body(n):
@@ -392,7 +395,7 @@ class Gtlsserver:
 
     @staticmethod
     def big_path(n):
-        return "/%d" % n, str(n)
+        return "/%d" % n
 
     @staticmethod
     def big_body(n):
@@ -511,11 +514,11 @@ def large_download():
     per stream, 256 KiB per connection, no auto-tuning) so that the server
     must wait for MAX_STREAM_DATA and MAX_DATA many times."""
     n = HELLO_BIG_MAX
-    path, name = peer.big_path(n)
+    path = peer.big_path(n)
     r = client(peer, [path], "--max-stream-data-bidi-local=64K",
                "--max-data=256K", "--max-window=0", "--max-stream-window=0",
                quiet=True, timeout=30)
-    body = r.file(name)
+    body = r.file(path)
     eq(len(body), n, "downloaded length")
     check(body == peer.big_body(n), "downloaded bytes differ")
 
@@ -523,29 +526,26 @@ def large_download():
 @h3case
 def concurrent_transfers():
     """Several requests in one run, open at once on one connection (all
-    requests are sent before the first response ends): a 300 kB download,
-    the page, and (hello) a chunked /stream, a streamed /tick, a deferred
-    and a blocking-pool answer that overlap it; each file is checked."""
+    requests are sent before the first response ends): downloads of 300
+    kB, 100 kB, 64 KiB + 1, 4 KiB and 1 byte, the page, and (hello) a
+    chunked /stream, a streamed /tick, a deferred and a blocking-pool
+    answer that overlap them; each file is checked."""
+    want = {"/": HELLO_BODY}
+    for n in (300000, 1, 4096, 65537, 100000):
+        want[peer.big_path(n)] = peer.big_body(n)
     if peer.kind == "hello":
-        want = {"index.html": HELLO_BODY,
-                "big": b"x" * 300000,
-                "stream": b"".join(b"chunk %d\n" % i for i in range(5)),
-                "tick": b"".join(b"tick %d\n" % i for i in range(5)),
-                "defer": b"deferred", "block": b"blocked"}
-        paths = ["/big?bytes=300000", "/", "/stream", "/tick?n=5&ms=20",
-                 "/defer?ms=60", "/block?ms=60"]
-    else:
-        sizes = [300000, 1, 4096, 65537, 100000]
-        want = {"index.html": HELLO_BODY}
-        want.update({str(s): b"\0" * s for s in sizes})
-        paths = ["/%d" % s for s in sizes] + ["/"]
+        want.update({
+            "/stream": b"".join(b"chunk %d\n" % i for i in range(5)),
+            "/tick?n=5&ms=20": b"".join(b"tick %d\n" % i for i in range(5)),
+            "/defer?ms=60": b"deferred", "/block?ms=60": b"blocked"})
+    paths = list(want)
     r = client(peer, paths)
     eq(sorted(r.statuses().values()), [200] * len(paths), "statuses (%r)"
        % r.tail())
-    for name, body in want.items():
-        got = r.file(name)
-        eq(len(got), len(body), "length of %s" % name)
-        check(got == body, "%s differs" % name)
+    for path, body in want.items():
+        got = r.file(path)
+        eq(len(got), len(body), "length of %s" % path)
+        check(got == body, "%s differs" % path)
     submits = [m.start() for m in re.finditer(r"submit request headers",
                                               r.log)]
     eq(len(submits), len(paths), "requests submitted")
@@ -733,12 +733,12 @@ def transfer_loss():
     """A 500 kB download losing 10% of the datagrams both ways: losses
     happen and the body is still byte-exact."""
     n = 500000
-    path, name = peer.big_path(n)
+    path = peer.big_path(n)
     r = client(peer, [path], "-t", "0.1", "-r", "0.1", "--timeout=30s",
                timeout=35)
     eq(r.statuses().get(0), 200, "status (%r)" % r.tail())
     check(r.log.count("** Simulated") > 10, "too few losses")
-    check(r.file(name) == peer.big_body(n), "body differs")
+    check(r.file(path) == peer.big_body(n), "body differs")
 
 
 @h3case
@@ -799,16 +799,16 @@ def upload_and_echo():
     if peer.kind == "hello":
         r = client(peer, ["/echo"], "-m", "POST", "-d", up, timeout=40)
         eq(r.statuses().get(0), 200, "echo status (%r)" % r.tail())
-        got = r.file("echo")
+        got = r.file("/echo")
         eq(len(got), n, "echoed length")
         eq(hashlib.sha256(got).hexdigest(), hashlib.sha256(data).hexdigest(),
            "SHA-256 of the echo")
         r = client(peer, ["/upload"], "-m", "POST", "-d", up, quiet=True)
-        eq(r.file("upload"), str(n).encode(), "/upload's answer")
+        eq(r.file("/upload"), str(n).encode(), "/upload's answer")
     else:
         r = client(peer, ["/13"], "-m", "POST", "-d", up, timeout=40)
         eq(r.statuses().get(0), 200, "status")
-        eq(r.file("13"), b"\0" * 13, "body")
+        eq(r.file("/13"), b"\0" * 13, "body")
 
 
 # ---------------------------------------------------------------------------
@@ -1151,7 +1151,7 @@ def chromium_h3():
                                       "playwright-core")):
         raise Skip("playwright-core is missing: test/deps.sh installs it")
     nbig, necho = 1000000, 300000
-    big, _ = peer.big_path(nbig)
+    big = peer.big_path(nbig)
     echo = "/echo" if peer.kind == "hello" else "/%d" % necho
     p = subprocess.run(["node", os.path.join(BROWSER, "h3.mjs"),
                         "localhost:%d" % peer.port, spki_hash(cert), big,
