@@ -117,6 +117,13 @@ struct quic_wl {
   tern__list blocked; /* connections waiting for the socket */
   uint32_t reset_tokens;
   uint64_t reset_time;
+  /* 0-RTT (opt-in): GnuTLS's anti-replay window and the ClientHellos it
+   * has seen in it (replay_seen), per worker: the object is not
+   * thread-safe, and a replayed Initial reaches the worker its DCID's
+   * first flight did (the kernel keys on the 4-tuple; a replay from
+   * elsewhere finds another worker's table, a limit the docs state). */
+  gnutls_anti_replay_t ar;
+  struct replay_slot *replay_seen;
 };
 
 struct quic_listener {
@@ -241,6 +248,50 @@ static int path_eq(const tern__udp_path *a, const tern__udp_path *b) {
   return a->local_len == b->local_len && a->remote_len == b->remote_len &&
          memcmp(&a->local, &b->local, a->local_len) == 0 &&
          memcmp(&a->remote, &b->remote, a->remote_len) == 0;
+}
+
+/* ---- 0-RTT anti-replay -----------------------------------------------------
+ */
+
+/* A ClientHello GnuTLS has accepted early data for, until its window
+ * ends: its key's hash and when it expires. */
+struct replay_slot {
+  uint64_t hash;
+  time_t exp;
+};
+#define QUIC_REPLAY_SLOTS 4096 /* per worker and listener */
+#define QUIC_REPLAY_PROBE 8
+
+/* GnuTLS asks whether a ClientHello's key (window start and binder) is
+ * new: 0 accepts its early data, GNUTLS_E_DB_ENTRY_EXISTS refuses it (the
+ * handshake goes on without 0-RTT). A full table refuses too: safe, only
+ * slower. */
+static int replay_add(void *ptr, time_t exp, const gnutls_datum_t *key,
+                      const gnutls_datum_t *data) {
+  quic_wl *wl = ptr;
+  uint64_t h = wl->l->hash_key ^ 0x9e3779b97f4a7c15ull;
+  time_t now = time(NULL);
+  size_t i, free_slot = SIZE_MAX;
+  (void)data;
+  for (i = 0; i < key->size; i++) {
+    h ^= key->data[i];
+    h *= 0x100000001b3ull;
+    h ^= h >> 31;
+  }
+  if (h == 0)
+    h = 1;
+  for (i = 0; i < QUIC_REPLAY_PROBE; i++) {
+    struct replay_slot *s = &wl->replay_seen[(h + i) & (QUIC_REPLAY_SLOTS - 1)];
+    if (s->hash == h && s->exp >= now)
+      return GNUTLS_E_DB_ENTRY_EXISTS;
+    if ((s->hash == 0 || s->exp < now) && free_slot == SIZE_MAX)
+      free_slot = (h + i) & (QUIC_REPLAY_SLOTS - 1);
+  }
+  if (free_slot == SIZE_MAX)
+    return GNUTLS_E_DB_ENTRY_EXISTS;
+  wl->replay_seen[free_slot].hash = h;
+  wl->replay_seen[free_slot].exp = exp;
+  return 0;
 }
 
 /* ---- The CID map ------------------------------------------------------ */
@@ -1200,7 +1251,7 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
     return;
   }
   rc = tern__tls_engines[TERN__TLS_GNUTLS]->quic_session(
-      l->tls, (void **)&q->tls, &q->gen, q->ops->alpn, l->o.early_data);
+      l->tls, (void **)&q->tls, &q->gen, q->ops->alpn, wl->ar);
   if (rc == 0 && ngtcp2_crypto_gnutls_configure_server_session(q->tls) != 0)
     rc = TERN_ETLS;
   if (rc == 0 && (cid_add(q, scid.data, scid.datalen) != 0 ||
@@ -1517,6 +1568,17 @@ static int quic_start(tern__listener *base, tern__worker *w) {
   wl->sbuf = tern__malloc(w->srv, (size_t)TERN__UDP_GSO_MAX * QUIC_MAX_UDP);
   if (wl->sbuf == NULL)
     return TERN_ENOMEM;
+  if (l->o.early_data) {
+    wl->replay_seen =
+        tern__malloc(w->srv, QUIC_REPLAY_SLOTS * sizeof(struct replay_slot));
+    if (wl->replay_seen == NULL || gnutls_anti_replay_init(&wl->ar) < 0) {
+      wl->ar = NULL;
+      return TERN_ENOMEM;
+    }
+    memset(wl->replay_seen, 0, QUIC_REPLAY_SLOTS * sizeof(struct replay_slot));
+    gnutls_anti_replay_set_add_function(wl->ar, replay_add);
+    gnutls_anti_replay_set_ptr(wl->ar, wl);
+  }
   rc = tern__udp_start(&wl->udp, w, l->fds[w->id], &udp_ops, wl);
   l->fds[w->id] = -1; /* the socket owns it now, or closed it */
   if (rc != 0)
@@ -1545,6 +1607,9 @@ static void quic_free_listener(tern__listener *base, tern_server *srv) {
       close(l->fds[i]);
     tern__free(srv, l->wls[i].sbuf);
     tern__free(srv, l->wls[i].buckets);
+    tern__free(srv, l->wls[i].replay_seen);
+    if (l->wls[i].ar != NULL)
+      gnutls_anti_replay_deinit(l->wls[i].ar);
   }
   gnutls_memset(l->secret, 0, sizeof(l->secret));
   tern__free(srv, l->fds);

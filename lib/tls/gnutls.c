@@ -520,7 +520,7 @@ static int on_quic_client_hello(gnutls_session_t s) {
 }
 
 static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
-                             const char *alpn, int early) {
+                             const char *alpn, void *anti_replay) {
   gtls_state *ts = tls->state[TERN__TLS_GNUTLS];
   unsigned flags = GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET |
                    GNUTLS_NO_END_OF_EARLY_DATA | GNUTLS_NO_SIGNAL;
@@ -532,7 +532,7 @@ static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
 
   if (g == NULL)
     return TERN_ESTATE;
-  if (early)
+  if (anti_replay != NULL)
     flags |= GNUTLS_ENABLE_EARLY_DATA;
   if (gnutls_init(&s, flags) < 0) {
     tern__tls_release(g);
@@ -554,8 +554,12 @@ static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
     tern__tls_release(g);
     return rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
   }
-  if (early)
+  if (anti_replay != NULL) {
+    /* GnuTLS takes early data only with anti-replay on; RFC 9001 4.6.1
+     * requires this size in a QUIC ticket. */
+    gnutls_anti_replay_enable(s, anti_replay);
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
+  }
   gnutls_db_set_ptr(s, g);
   gnutls_handshake_set_post_client_hello_function(s, on_quic_client_hello);
   /* ngtcp2's handshake timeout bounds the handshake. */
