@@ -81,6 +81,9 @@ typedef struct {
   void (*free)(tern__quic *q);
 } tern__quic_app;
 
+/* The QUIC transport (lib/quic/quic.c), listed in lib/protocols.c. */
+extern const tern__transport tern__quic_transport;
+
 /* The HTTP/3 adapter's glue table (lib/http3; bound in lib/protocols.c). */
 extern const tern__quic_app *const tern__quic_h3;
 
