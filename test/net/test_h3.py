@@ -495,9 +495,9 @@ def many_requests_one_connection():
     """-n 1000: a thousand GET / on one connection, so the server must
     raise the client's stream limit (MAX_STREAMS) ten times over: every
     one is answered 200 and every stream closes with H3_NO_ERROR; hello
-    counts them all."""
+    counts them all, on one connection."""
     n = 1000
-    before = peer.stats()["requests"] if peer.kind == "hello" else 0
+    before = peer.stats() if peer.kind == "hello" else None
     r = client(peer, ["/"], "-n", str(n), timeout=30)
     st = r.statuses()
     eq(len(st), n, "responses (%r; tail %r)" % (r, r.tail()))
@@ -510,8 +510,11 @@ def many_requests_one_connection():
     check(len(set(re.findall(r"^I\d+ (0x[0-9a-f]+) ", r.log, re.M))) == 1,
           "one connection (one client SCID)")
     if peer.kind == "hello":
-        got = peer.stats()["requests"] - before
+        after = peer.stats()
+        got = after["requests"] - before["requests"]
         check(got >= n, "hello counted %d requests, want >= %d" % (got, n))
+        eq(after["connections"] - before["connections"], 2, "connections: "
+           "the QUIC one, and this /stats request's")
 
 
 @h3case
