@@ -58,7 +58,8 @@
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
  *
- * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * Options: --port N (0: any; prints "listening on PORT"), --host H ("*":
+ * every IPv6 and IPv4 address),
  * --tls-port N --cert FILE --key FILE (HTTP/1.1 over TLS, and HTTP/2 where
  * it is built, on that port; prints "tls listening on PORT"; up to four
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
@@ -894,6 +895,8 @@ int main(int argc, char **argv) {
       continue;
     if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
       host = argv[++i];
+      if (strcmp(host, "*") == 0)
+        host = NULL; /* every IPv6 and IPv4 address */
       continue;
     }
     if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc && ncerts < 4) {
@@ -1000,7 +1003,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
-    fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,
+    fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
   }
