@@ -561,12 +561,18 @@ static void stats(tern_request *r, void *user) {
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
       "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
-      "\"gone_eclosed\":%lu}\n",
+      "\"gone_eclosed\":%lu,\"quic_forwarded\":%llu,\"quic_retries\":%llu,"
+      "\"quic_resets\":%llu,\"quic_version_negotiations\":%llu,"
+      "\"quic_refused\":%llu}\n",
       (unsigned long long)s.requests, (unsigned long long)s.connections,
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
       (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
-      (unsigned long)gone_seen, (unsigned long)gone_eclosed);
+      (unsigned long)gone_seen, (unsigned long)gone_eclosed,
+      (unsigned long long)s.quic_forwarded, (unsigned long long)s.quic_retries,
+      (unsigned long long)s.quic_resets,
+      (unsigned long long)s.quic_version_negotiations,
+      (unsigned long long)s.quic_refused);
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
