@@ -283,6 +283,31 @@ class Hello(Server):
             return json.loads(c.response().body)
 
 
+class Counting:
+    """with Counting(p) as n: ...; then n.delta("quic_resets"): how much a
+    counter of hello's /stats grew in the block (None for gtlsserver,
+    which has no counters)."""
+
+    def __init__(self, p):
+        self.p = p
+        self.before = self.after = None
+
+    def __enter__(self):
+        if self.p.kind == "hello":
+            self.before = self.p.stats()
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is None and self.before is not None:
+            self.after = self.p.stats()
+        return False
+
+    def delta(self, key):
+        if self.before is None:
+            return None
+        return self.after[key] - self.before[key]
+
+
 def free_udp_port(host):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
@@ -767,8 +792,9 @@ def retry():
     """A server that validates every new connection with Retry (hello
     --quic-retry; gtlsserver -V): the client gets a Retry, comes back with
     the token, the server's transport parameters carry
-    retry_source_connection_id = the Retry's SCID, and GET / answers."""
-    with start_peer(retry=True) as s:
+    retry_source_connection_id = the Retry's SCID, and GET / answers;
+    hello counts one Retry sent."""
+    with start_peer(retry=True) as s, Counting(s) as n:
         r = get_root(s)
         m = re.search(r"pkt rx pkn=\d+ dcid=\S+ scid=(0x[0-9a-f]+) "
                       r"version=0x00000001 type=Retry", r.log)
@@ -777,6 +803,8 @@ def retry():
                       r"retry_source_connection_id=(0x[0-9a-f]+)", r.log),
            [m.group(1)], "retry_source_connection_id")
         eq(r.log.count("type=Retry"), 1, "Retries")
+    if n.delta("quic_retries") is not None:
+        eq(n.delta("quic_retries"), 1, "hello's quic_retries")
     # The shared server, without Retry, sends none.
     check(not get_root(peer).has("type=Retry"), "Retry without --quic-retry")
 
@@ -785,14 +813,19 @@ def retry():
 def version_negotiation():
     """A first Initial of the reserved version 0x1a2a3a4a: the server
     answers Version Negotiation listing version 1, the client picks v1
-    (--preferred-versions=v1) and GET / answers."""
-    r = get_root(peer, "-v", "0x1a2a3a4a", "--preferred-versions=v1")
+    (--preferred-versions=v1) and GET / answers; hello counts one Version
+    Negotiation sent."""
+    with Counting(peer) as n:
+        r = get_root(peer, "-v", "0x1a2a3a4a", "--preferred-versions=v1")
     check(re.search(r"pkt rx .* type=VN", r.log), "no Version Negotiation")
     vn = re.findall(r"pkt rx \d+ VN v=(0x[0-9a-f]+)", r.log)
     check("0x00000001" in vn, "VN lists %r" % vn)
     check("0x1a2a3a4a" not in vn, "VN lists the client's version")
     check(r.has("Client selected version 0x1"), "client did not pick v1")
     check(r.has("the negotiated version is 0x00000001"), "negotiated")
+    if n.delta("quic_version_negotiations") is not None:
+        eq(n.delta("quic_version_negotiations"), 1,
+           "hello's quic_version_negotiations")
 
 
 @h3case
@@ -926,16 +959,22 @@ def raw_small_initial():
     """Initial-looking datagrams below 1200 bytes (1199, 1000, 100 bytes,
     version 1) are dropped without an answer; so is a 1199-byte datagram
     of an unknown version (no Version Negotiation for it: RFC 9000 §6.1
-    bounds amplification)."""
+    bounds amplification). hello counts no VN, Retry, reset or refusal
+    for them."""
     rng = random.Random(12)
     s = udp_sock()
     addr = (peer.host, peer.port)
-    for n in (1199, 1000, 100):
-        s.sendto(long_packet(n, rng=rng), addr)
-        eq(receive(s, 0.3), [], "answer to a %d-byte Initial" % n)
-    s.sendto(long_packet(1199, version=0x1a2a3a4a, rng=rng), addr)
-    eq(receive(s, 0.3), [], "answer to a 1199-byte unknown version")
+    with Counting(peer) as c:
+        for n in (1199, 1000, 100):
+            s.sendto(long_packet(n, rng=rng), addr)
+            eq(receive(s, 0.3), [], "answer to a %d-byte Initial" % n)
+        s.sendto(long_packet(1199, version=0x1a2a3a4a, rng=rng), addr)
+        eq(receive(s, 0.3), [], "answer to a 1199-byte unknown version")
     s.close()
+    for k in ("quic_version_negotiations", "quic_retries", "quic_resets",
+              "quic_refused"):
+        check(c.delta(k) in (None, 0), "hello's %s grew by %s"
+              % (k, c.delta(k)))
     still_serves()
 
 
@@ -943,13 +982,18 @@ def raw_small_initial():
 def raw_version_negotiation():
     """A 1200-byte datagram of the unknown version 0x1a2a3a4a gets one
     Version Negotiation packet back: version 0, the CIDs swapped, version
-    1 listed, and no longer than the datagram that caused it."""
+    1 listed, and no longer than the datagram that caused it; hello counts
+    it."""
     rng = random.Random(13)
     s = udp_sock()
     dcid, scid = rng.randbytes(12), rng.randbytes(9)
-    s.sendto(long_packet(1200, version=0x1a2a3a4a, dcid=dcid, scid=scid,
-                         rng=rng), (peer.host, peer.port))
-    back = receive(s, 0.5)
+    with Counting(peer) as n:
+        s.sendto(long_packet(1200, version=0x1a2a3a4a, dcid=dcid,
+                             scid=scid, rng=rng), (peer.host, peer.port))
+        back = receive(s, 0.5)
+    if n.delta("quic_version_negotiations") is not None:
+        eq(n.delta("quic_version_negotiations"), 1,
+           "hello's quic_version_negotiations")
     eq(len(back), 1, "answers")
     d = back[0]
     check(d[0] & 0x80, "long header")
@@ -1054,7 +1098,9 @@ def stateless_reset():
     21 bytes, smaller than the packet that caused it); and one for a CID
     it no longer knows (issued to a client whose connection has since
     closed) gets a reset ending in exactly the token the server gave for
-    that CID (in NEW_CONNECTION_ID, or the transport parameters)."""
+    that CID (in NEW_CONNECTION_ID, or the transport parameters). hello
+    counts its resets."""
+    before = peer.stats()["quic_resets"]
     s = udp_sock()
     rng = random.Random(15)
     pkt = bytes([0x40 | rng.randrange(64)]) + rng.randbytes(80)
@@ -1100,6 +1146,8 @@ def stateless_reset():
     eq(found[0] & 0xc0, 0x40, "reset's first bits (short header, fixed)")
     check(21 <= len(found) < len(pkt), "reset of %d bytes for a %d-byte "
           "packet" % (len(found), len(pkt)))
+    got = peer.stats()["quic_resets"] - before
+    check(got >= 2, "hello counted %d stateless resets" % got)
 
 
 @h3case
