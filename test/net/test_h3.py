@@ -1150,14 +1150,61 @@ def stateless_reset():
     check(got >= 2, "hello counted %d stateless resets" % got)
 
 
-@h3case
+def restart_and_reset(secret_a, secret_b):
+    """hello A (--quic-secret secret_a) on a UDP port; a client connects
+    and holds its request back 1.5 s (--delay-stream); A is killed
+    (SIGKILL: the client is told nothing) and hello B (secret_b) takes the
+    same port before the request leaves. Returns the client's run, the
+    reset tokens A gave it, and B's quic_resets."""
+    a = Hello(cert, key, "--quic-secret", secret_a)
+    port = a.port
+    try:
+        cmd_run = {}
+
+        def run():
+            cmd_run["r"] = client(a, ["/"], "--delay-stream=1500ms",
+                                  "--timeout=3s", timeout=15)
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.6)
+    finally:
+        a.kill()
+    b = Hello(cert, key, "--quic-port", str(port), "--quic-secret",
+              secret_b)
+    try:
+        t.join(20)
+        check("r" in cmd_run, "the client run failed")
+        r = cmd_run["r"]
+        resets = b.stats()["quic_resets"]
+    finally:
+        b.kill()
+    check(r.has("QUIC handshake has been confirmed"),
+          "the client never connected to the first server: %r" % r.tail())
+    tokens = set(re.findall(r"stateless_reset_token=0x([0-9a-f]+)", r.log))
+    check(tokens, "the first server gave no reset token")
+    return r, tokens, resets
+
+
+@h3case(timeout=60, hello_only="gtlsserver never sends stateless resets")
 def stateless_reset_after_restart():
-    """RFC 9000 §10.3: a server restarted with the same static key resets
-    the connections of its previous life. hello has no option to fix its
-    reset secret across restarts, so this cannot be driven from outside;
-    the case skips until it has one."""
-    raise Skip("hello exposes no way to keep its stateless-reset secret "
-               "across a restart")
+    """RFC 9000 §10.3: a server restarted with the same secret
+    (--quic-secret) resets the connections of its previous life: the
+    client's delayed request reaches the new process, which answers with a
+    stateless reset carrying a token the old one issued, and the client
+    drops the connection at once (it logs SR; no response). A new process
+    with another secret cannot: its reset does not match, so the client
+    takes it for noise."""
+    same = "00112233445566778899aabbccddeeff0123456789abcdef"
+    r, tokens, resets = restart_and_reset(same, same)
+    sr = re.findall(r"\bSR token=0x([0-9a-f]+) randlen=\d+", r.log)
+    check(sr, "no stateless reset reached the client: %r" % r.tail())
+    check(set(sr) <= tokens, "reset tokens %r, issued %r" % (sr, tokens))
+    eq(r.statuses(), {}, "responses after the restart")
+    check(resets >= 1, "the new hello counted %d resets" % resets)
+    r, tokens, resets = restart_and_reset(same, "ff" * 24)
+    eq(re.findall(r"\bSR token=", r.log), [], "a reset from a server with "
+       "another secret was accepted")
+    check(resets >= 1, "the other-secret hello sent no reset (%d)" % resets)
 
 
 @h3case
