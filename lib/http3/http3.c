@@ -48,7 +48,9 @@
  * unacknowledged bytes, which the peer's flow-control window and
  * acknowledgements bound, plus whatever the handler writes ahead: `pending`
  * reports all of it, so streamed writes and WebSocket see backpressure as
- * on HTTP/2.
+ * on HTTP/2. A stream we end early (a reset either way, an abort) keeps
+ * the bytes it handed out, in limbo, until QUIC closes the stream: ngtcp2
+ * 0.12 may still resend lost pieces of them after our RESET_STREAM.
  *
  * Flow control. The QUIC windows are the only ones. The non-DATA bytes
  * nghttp3 reports consumed (frame headers, HEADERS, unknown frames, the
@@ -143,6 +145,7 @@ enum {
   S_EARLY = 1u << 13,      /* head bytes came in 0-RTT */
   S_TRAILERS = 1u << 14,   /* response trailers are submitted */
   S_STOP_READ = 1u << 15,  /* STOP_SENDING (H3_NO_ERROR) is due */
+  S_LIMBO = 1u << 16,      /* closed for us; bytes wait for QUIC's close */
 };
 
 struct h3_stream {
@@ -177,6 +180,7 @@ struct h3_conn {
   nghttp3_mem mem;    /* nghttp3 keeps a pointer to it, as its rcbufs do */
   int refs;           /* quic's (until app->free) + one per h3_stream */
   tern__list streams; /* open streams (each holds a request) */
+  tern__list limbo;   /* streams ended early, bytes still with QUIC */
   h3_stream *settle;  /* streams with work for the next pump */
   size_t nopen;       /* streams on `streams` */
   size_t nq;          /* streams the server is working on (S_COUNTED) */
@@ -400,16 +404,39 @@ static void stream_timer_stop(h3_conn *h, h3_stream *s) {
 
 /* ---- Closing streams ------------------------------------------------- */
 
+/* The bytes nghttp3 was handed for a stream we end early stay where
+ * they are until QUIC has closed the stream: ngtcp2 0.12 keeps pointers
+ * to them for retransmission, and it may resend lost pieces even after
+ * our RESET_STREAM (its loss recovery does not look at the reset). The
+ * request stays alive for them (s->link on h->limbo, a reference of its
+ * own); nghttp3's stream_close, or the connection's end, lets go. */
+static void limbo_end(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+  s->flags &= ~(unsigned)S_LIMBO;
+  tern__list_remove(&s->link);
+  tern__outq_fail(h->w, &r->out, TERN_ECLOSED);
+  tern__request_unref(r);
+}
+
+static void limbo_drop(h3_conn *h) {
+  while (!tern__list_empty(&h->limbo))
+    limbo_end(h, TERN__CONTAINER_OF(h->limbo.next, h3_stream, link));
+}
+
 /* The stream is over (nghttp3 closed it, we abandoned it, or the
  * connection is closing): finish what the peer acknowledged, fail the
- * rest, drop our reference. */
-static void stream_closed(h3_conn *h, h3_stream *s) {
+ * rest, drop our reference. `keep`: QUIC still has the stream, so the
+ * bytes handed out wait in limbo. Returns whether they do: if not, `s`
+ * may be gone. */
+static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
   tern_request *r = s->r;
   tern__worker *w = h->w;
   uint64_t acked;
+  size_t handed;
+  int kept = 0;
 
   if (!(s->flags & S_OPEN))
-    return;
+    return 0;
   stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
   drop_held(h, s);
   s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
@@ -420,7 +447,8 @@ static void stream_closed(h3_conn *h, h3_stream *s) {
   if (h->stopping)
     schedule(h); /* perhaps the last one: time to close */
   r->refs++;     /* held across the callbacks below */
-  acked = s->acked;
+  acked = s->acked < s->handed ? s->acked : s->handed;
+  handed = s->handed - (size_t)acked;
   s->acked = 0;
   s->handed = 0;
   /* The peer has these bytes: their writes are done. */
@@ -437,7 +465,21 @@ static void stream_closed(h3_conn *h, h3_stream *s) {
     }
     tern__request_gone(r);
   }
-  tern__outq_fail(w, &r->out, TERN_ECLOSED);
+  if (keep && !h->dead && handed > 0 && handed <= r->out.bytes) {
+    /* Only what follows the handed-out bytes fails now. read_body hands
+     * out whole segments, so the cut never falls inside a reference. */
+    tern__seg *cut = NULL;
+    size_t ncut = 0;
+    if (tern__outq_cut(w, &r->out, handed, &cut, &ncut) == 0) {
+      tern__outq_fail_cut(w, &r->out, cut, ncut, TERN_ECLOSED);
+      s->flags |= S_LIMBO;
+      r->refs++; /* limbo's */
+      tern__list_append(&h->limbo, &s->link);
+      kept = 1;
+    }
+  }
+  if (!kept)
+    tern__outq_fail(w, &r->out, TERN_ECLOSED);
   if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
     /* Never handed to a handler: the user's reference goes too. */
     r->flags |= TERN__RQ_ENDED;
@@ -445,22 +487,25 @@ static void stream_closed(h3_conn *h, h3_stream *s) {
   }
   tern__request_unref(r); /* the adapter's */
   tern__request_unref(r); /* the one taken above */
+  return kept;
 }
 
 /* Forget a stream that is still open, ending it both ways with `code`
  * (RESET_STREAM and STOP_SENDING). Safe inside nghttp3's receive
- * callbacks; never called from its data reader. */
+ * callbacks; never called from its data reader. nghttp3 keeps the
+ * stream's user data only while bytes wait in limbo. */
 static void abandon(h3_conn *h, h3_stream *s, uint64_t code) {
+  int64_t id = s->id;
   if (!(s->flags & S_OPEN))
     return;
   if (!h->dead) {
-    nghttp3_conn_set_stream_user_data(h->ng, s->id, NULL);
-    nghttp3_conn_shutdown_stream_write(h->ng, s->id);
-    (void)nghttp3_conn_shutdown_stream_read(h->ng, s->id);
-    (void)tern__quic_shut(h->q, s->id, code);
+    nghttp3_conn_shutdown_stream_write(h->ng, id);
+    (void)nghttp3_conn_shutdown_stream_read(h->ng, id);
+    (void)tern__quic_shut(h->q, id, code);
     tern__quic_want_write(h->q);
   }
-  stream_closed(h, s);
+  if (!stream_closed(h, s, 1) && !h->dead)
+    nghttp3_conn_set_stream_user_data(h->ng, id, NULL);
 }
 
 static void drop_streams(h3_conn *h, uint64_t code) {
@@ -468,6 +513,7 @@ static void drop_streams(h3_conn *h, uint64_t code) {
     h3_stream *s = TERN__CONTAINER_OF(h->streams.next, h3_stream, link);
     abandon(h, s, code);
   }
+  limbo_drop(h);
 }
 
 /* ---- Request bodies ---------------------------------------------------- */
@@ -1026,8 +1072,10 @@ static int on_stream_close(nghttp3_conn *ng, int64_t id, uint64_t code,
   (void)code;
   if (h->dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s != NULL)
-    stream_closed(h, s);
+  if (s != NULL && (s->flags & S_LIMBO))
+    limbo_end(h, s);
+  else if (s != NULL)
+    stream_closed(h, s, 0);
   if (is_bidi(id))
     tern__quic_more_streams(h->q, 1);
   return 0;
@@ -1057,8 +1105,8 @@ static int on_reset_stream(nghttp3_conn *ng, int64_t id, uint64_t code,
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   tern__quic_want_write(h->q);
   if (s != NULL && (s->flags & S_OPEN)) {
-    nghttp3_conn_set_stream_user_data(ng, id, NULL);
-    stream_closed(h, s);
+    if (!stream_closed(h, s, 1))
+      nghttp3_conn_set_stream_user_data(ng, id, NULL);
   }
   return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
 }
@@ -1255,6 +1303,7 @@ static int q_start(tern__quic *q) {
   h->w = head->w;
   h->refs = 1;
   tern__list_init(&h->streams);
+  tern__list_init(&h->limbo);
   h->mem.user_data = head->w;
   h->mem.malloc = ng_malloc;
   h->mem.free = ng_free;
