@@ -65,7 +65,10 @@
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
  * files, for new handshakes), --tls-engine auto|gnutls|mbedtls (the TLS
  * engine; its name goes to stderr as "tls engine NAME"), --tls-min 1.2|1.3
- * (the lowest TLS version accepted),
+ * (the lowest TLS version accepted), --quic-port N (HTTP/3 on UDP port N
+ * with the certificates of --tls-port, which it needs; N may equal the TLS
+ * port; 0: any; prints "quic listening on PORT"), --quic-retry (validate
+ * every new QUIC client with a Retry), --quic-early-data (accept 0-RTT),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns. --error-hook answers tern's own error answers (404, 405,
@@ -891,12 +894,14 @@ int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts;
   const char *host = "127.0.0.1";
-  unsigned long long v, port = 8080, tls_port = 0;
+  unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
+  tern_quic_options quic_opts;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
+  tern_quic_options_init(&quic_opts);
   for (i = 1; i < argc; i++) {
     if (option(argc, argv, &i, "--port", &port))
       continue;
@@ -925,6 +930,18 @@ int main(int argc, char **argv) {
     }
     if (option(argc, argv, &i, "--tls-port", &tls_port)) {
       tls_port = tls_port ? tls_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (option(argc, argv, &i, "--quic-port", &quic_port)) {
+      quic_port = quic_port ? quic_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (strcmp(argv[i], "--quic-retry") == 0) {
+      quic_opts.retry = TERN_QUIC_RETRY_ALWAYS;
+      continue;
+    }
+    if (strcmp(argv[i], "--quic-early-data") == 0) {
+      quic_opts.early_data = 1;
       continue;
     }
     if (strcmp(argv[i], "--error-hook") == 0) {
@@ -1002,6 +1019,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("listening on %d\n", bound);
+  if (quic_port != 0 && tls_port == 0) {
+    fprintf(stderr, "hello: --quic-port needs --tls-port (its certificates)\n");
+    return 2;
+  }
   if (tls_port != 0) {
     pthread_t t;
     if (ncerts == 0 || ncerts != nkeys) {
@@ -1020,6 +1041,16 @@ int main(int argc, char **argv) {
     }
     printf("tls listening on %d\n", bound);
     fprintf(stderr, "tls engine %s\n", tern_tls_engine_name(tls));
+    if (quic_port != 0) {
+      rc = tern_listen_quic(server, host,
+                            quic_port == 65536 ? 0 : (int)quic_port, tls,
+                            &quic_opts, &bound);
+      if (rc != 0) {
+        fprintf(stderr, "hello: quic: %s\n", tern_strerror(rc));
+        return 1;
+      }
+      printf("quic listening on %d\n", bound);
+    }
     signal(SIGHUP, on_hup);
     if (pthread_create(&t, NULL, reloader, NULL) == 0)
       pthread_detach(t);

@@ -301,6 +301,70 @@ TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
                                 tern_tls *tls, int *bound_port);
 
 /* ---------------------------------------------------------------------
+ * HTTP/3 over QUIC
+ *
+ * A QUIC listener serves HTTP/3 on a UDP port with the certificates of a
+ * tern_tls (the same set may serve a TLS listener too: one certificate
+ * configuration for both). QUIC's TLS is TLS 1.3 from GnuTLS (through
+ * ngtcp2's crypto helper), so the set must use the GnuTLS engine. Each
+ * worker has its own UDP socket on the port (SO_REUSEPORT), and every
+ * connection stays on the worker that took its first packet: a packet
+ * that reaches another worker (a client that moved to a new address or
+ * port) is handed to the owner. The same handlers serve HTTP/3 as
+ * HTTP/1.1 and HTTP/2; tern_request_protocol says TERN_PROTO_HTTP3.
+ * ------------------------------------------------------------------ */
+
+enum {
+  /* Address validation (RFC 9000 8.1): a stateless Retry proves that a
+   * new client owns its address before the server spends a handshake on
+   * it. LOAD: only while a worker has many handshakes in progress (the
+   * default); ALWAYS: every new connection (one more round trip); NEVER:
+   * none (the 3x amplification limit still holds until the handshake
+   * proves the address). A client that brings a token from an earlier
+   * connection (NEW_TOKEN) is spared it. */
+  TERN_QUIC_RETRY_LOAD = 0,
+  TERN_QUIC_RETRY_ALWAYS = 1,
+  TERN_QUIC_RETRY_NEVER = 2,
+};
+
+#define TERN_QUIC_OPTIONS_VERSION 1
+
+/* A QUIC listener's options (versioned as the ABI rule at the top says:
+ * fill with tern_quic_options_init, then change fields). */
+typedef struct {
+  int version;
+  uint32_t size;
+  int retry;            /* TERN_QUIC_RETRY_* (default LOAD) */
+  int early_data;       /* 1: accept 0-RTT requests (replayable; default 0) */
+  uint32_t max_streams; /* concurrent requests per connection, 1 to 1000
+                           (default 100) */
+} tern_quic_options;
+
+/* The defaults, with version and size set. */
+TERN_EXTERN void tern_quic_options_init(tern_quic_options *opts);
+
+/* Serve HTTP/3 on UDP `host`:`port` (host and port as tern_listen; NULL
+ * host: every IPv6 and IPv4 address; port 0: the kernel picks one, stored
+ * in *bound_port) with the certificates of `tls` (committed already, on
+ * the GnuTLS engine). `opts` may be NULL for the defaults. The first QUIC
+ * listener also makes HTTP/1.1 and HTTP/2 responses over TLS advertise
+ * it (Alt-Svc; see tern_server_set_alt_svc). Errors: TERN_EINVAL (an
+ * option out of range, logged), TERN_ESTATE (running, or `tls` has no
+ * committed set), TERN_ENOTSUP (no GnuTLS in this build, or `tls` uses
+ * mbedTLS), TERN_EADDR, TERN_EADDRINUSE, TERN_ENOMEM. Configuration
+ * time only, like tern_listen. */
+TERN_EXTERN int tern_listen_quic(tern_server *srv, const char *host, int port,
+                                 tern_tls *tls, const tern_quic_options *opts,
+                                 int *bound_port);
+
+/* The Alt-Svc field that HTTP/1.1 and HTTP/2 responses over TLS carry, so
+ * that clients learn of HTTP/3. NULL: automatic (the default): once a
+ * QUIC listener exists, h3=":PORT" with its port, else none. "": none.
+ * Otherwise the value given (a C string, copied, at most 255 bytes, no
+ * CR or LF: TERN_EINVAL). Before tern_run only (TERN_ESTATE). */
+TERN_EXTERN int tern_server_set_alt_svc(tern_server *srv, const char *value);
+
+/* ---------------------------------------------------------------------
  * Routing
  * ------------------------------------------------------------------ */
 

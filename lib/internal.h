@@ -681,7 +681,7 @@ typedef struct {
   void (*free)(tern__conn *c);
 } tern__transport;
 
-enum { TERN__POOL_STREAM = 0, TERN__POOL_COUNT };
+enum { TERN__POOL_STREAM = 0, TERN__POOL_QUIC, TERN__POOL_COUNT };
 
 /* The transports the build has, NULL-terminated (lib/protocols.c). */
 extern const tern__transport *const tern__transports[];
@@ -778,11 +778,17 @@ typedef struct {
   void (*stop)(tern__listener *l, tern__worker *w);
   /* Free the listener once no worker uses it. */
   void (*free)(tern__listener *l, tern_server *srv);
+  /* A QUIC listener's UDP port (for Alt-Svc); NULL for the others. */
+  int (*quic_port)(const tern__listener *l);
 } tern__listener_ops;
 
 struct tern__listener {
   const tern__listener_ops *ops;
 };
+
+/* A QUIC listener on `port` exists: the automatic Alt-Svc names it (the
+ * first one's; not when the user set the field). */
+void tern__server_quic_port(tern_server *srv, int port);
 
 /* Take `l` into the server (idle only); TERN_ENOMEM leaves it the
  * caller's. */
@@ -871,6 +877,11 @@ struct tern_server {
   _Atomic int stop_wanted; /* tern_stop was called (in any state) */
 
   _Atomic uint64_t allocs, alloc_bytes, frees;
+  /* The Alt-Svc line of responses over TLS ("Alt-Svc: VALUE\r\n"; empty:
+   * none), and whether the user set it (tern_server_set_alt_svc). */
+  char alt_svc[280];
+  size_t alt_svc_len;
+  int alt_svc_user;
   tern_tls *tls_list;
   /* Frees tls_list (set by lib/tls once a tern_tls exists), so that the
    * core names no TLS code. */

@@ -10,10 +10,17 @@
 #include "internal.h"
 #include "net/stream.h"
 #include "tls/tls.h"
+#ifdef TERN_HAVE_QUIC
+#include "quic/quic.h"
+#endif
 
 extern const tern__proto tern__http1;
 #ifdef TERN_HAVE_HTTP2
 extern const tern__proto tern__http2;
+#endif
+#ifdef TERN_HAVE_HTTP3
+extern const tern__proto tern__http3;
+extern const tern__quic_app tern__http3_app;
 #endif
 
 /* HTTP/1.1 first: every byte-stream connection starts with it. */
@@ -22,8 +29,21 @@ const tern__proto *const tern__protocols[] = {
 #ifdef TERN_HAVE_HTTP2
     &tern__http2,
 #endif
+#ifdef TERN_HAVE_HTTP3
+    &tern__http3,
+#endif
     NULL,
 };
+
+#ifdef TERN_HAVE_QUIC
+/* QUIC's application: HTTP/3 where it is built (without it, QUIC
+ * listeners are refused: TERN_ENOTSUP). */
+#ifdef TERN_HAVE_HTTP3
+const tern__quic_app *const tern__quic_h3 = &tern__http3_app;
+#else
+const tern__quic_app *const tern__quic_h3 = NULL;
+#endif
+#endif
 
 #ifdef TERN_HAVE_MBEDTLS
 extern const tern__tls_engine tern__tls_mbedtls;
@@ -44,6 +64,9 @@ const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES] = {
 
 const tern__transport *const tern__transports[] = {
     &tern__stream_transport,
+#ifdef TERN_HAVE_QUIC
+    &tern__quic_transport,
+#endif
     NULL,
 };
 
@@ -54,3 +77,28 @@ const tern__proto *tern__proto_find(const char *name, size_t len) {
       return *p;
   return NULL;
 }
+
+#ifndef TERN_HAVE_QUIC
+/* A build without QUIC still exports its API (an FFI binding may look
+ * the symbols up): options fill in, listeners are refused. */
+void tern_quic_options_init(tern_quic_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_QUIC_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+  o->max_streams = 100;
+}
+
+int tern_listen_quic(tern_server *srv, const char *host, int port,
+                     tern_tls *tls, const tern_quic_options *opts,
+                     int *bound_port) {
+  (void)srv;
+  (void)host;
+  (void)port;
+  (void)tls;
+  (void)opts;
+  (void)bound_port;
+  return TERN_ENOTSUP;
+}
+#endif

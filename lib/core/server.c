@@ -415,6 +415,47 @@ void tern__server_unref(tern_server *srv) {
 
 /* ---- Listeners ------------------------------------------------- */
 
+void tern__server_quic_port(tern_server *srv, int port) {
+  int n;
+  if (srv->alt_svc_user || srv->alt_svc_len > 0)
+    return;
+  n = snprintf(srv->alt_svc, sizeof(srv->alt_svc), "Alt-Svc: h3=\":%d\"\r\n",
+               port);
+  srv->alt_svc_len = n > 0 ? (size_t)n : 0;
+}
+
+int tern_server_set_alt_svc(tern_server *srv, const char *value) {
+  size_t n;
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  if (value == NULL) { /* automatic: the first QUIC listener's port */
+    size_t i;
+    srv->alt_svc_user = 0;
+    srv->alt_svc_len = 0;
+    for (i = 0; i < srv->nlisteners; i++)
+      if (srv->listeners[i]->ops->quic_port != NULL) {
+        tern__server_quic_port(
+            srv, srv->listeners[i]->ops->quic_port(srv->listeners[i]));
+        break;
+      }
+    return 0;
+  }
+  n = strlen(value);
+  if (n > 255 || strpbrk(value, "\r\n") != NULL)
+    return TERN_EINVAL;
+  srv->alt_svc_user = 1;
+  srv->alt_svc_len = 0;
+  if (n > 0) {
+    memcpy(srv->alt_svc, "Alt-Svc: ", 9);
+    memcpy(srv->alt_svc + 9, value, n);
+    memcpy(srv->alt_svc + 9 + n, "\r\n", 2);
+    srv->alt_svc_len = n + 11;
+  }
+  return 0;
+}
+
 int tern__server_add_listener(tern_server *srv, tern__listener *l) {
   tern__listener **ls =
       tern__realloc(srv, srv->listeners, (srv->nlisteners + 1) * sizeof(*ls));

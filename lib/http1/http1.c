@@ -245,7 +245,7 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
       r->flags |= TERN__RQ_CHUNKED;
   }
   /* Status line, Date, framing and Connection fit in 128 bytes more. */
-  need += 128 + reason_len + w->date_len;
+  need += 128 + reason_len + w->date_len + w->srv->alt_svc_len;
   q = outq(r);
   if (q == &c->out)
     state(r)->out_start = c->out.consumed + c->out.bytes;
@@ -260,6 +260,9 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   o = PUT_LIT(o, "\r\n");
   o = put_fields(o, h, n, status == 304);
   o = PUT(o, w->date, w->date_len);
+  /* Over TLS, HTTP/3's address for clients that can use it (RFC 7838). */
+  if (c->filter != NULL)
+    o = PUT(o, w->srv->alt_svc, w->srv->alt_svc_len);
   if (r->flags & TERN__RQ_CHUNKED) {
     o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
   } else if (cl >= 0 && !no_length) {

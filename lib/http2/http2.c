@@ -1824,10 +1824,18 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
 
   if (h == NULL)
     return TERN_ECLOSED;
-  if ((rc = head_open(w, &hd, status, f, n, 2)) != 0)
+  if ((rc = head_open(w, &hd, status, f, n, 3)) != 0)
     goto done;
   nv = hd.nv;
   k = hd.k;
+  if (h->c->filter != NULL && w->srv->alt_svc_len > 11) {
+    /* "Alt-Svc: " value "\r\n": HTTP/3's address (RFC 7838) */
+    nv[k].name = (uint8_t *)"alt-svc";
+    nv[k].namelen = 7;
+    nv[k].value = (uint8_t *)w->srv->alt_svc + 9;
+    nv[k].valuelen = w->srv->alt_svc_len - 11;
+    nv[k++].flags = NGHTTP2_NV_FLAG_NONE;
+  }
   if (w->date_len > 8) { /* "Date: " value "\r\n" */
     nv[k].name = (uint8_t *)"date";
     nv[k].namelen = 4;

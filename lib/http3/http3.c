@@ -58,10 +58,11 @@
  * credited only when they have left tern's hands: at once for a collected
  * body, after the body callback returns for a streamed one, and not while
  * the handler has paused (the bytes it cannot take wait in the stream, at
- * most its window). The windows grow by the core's policy (tern__window)
- * as on HTTP/2: a stream's from what quic announced up to 8 MiB, the
- * connection's up to 16 MiB, each doubling when a whole window was
- * consumed with nothing held back.
+ * most its window). The windows grow by ngtcp2's own auto-tuning, up to
+ * the maxima quic.c sets (as HTTP/2's: 8 MiB a stream, 16 MiB the
+ * connection), and only while credit comes back within a couple of round
+ * trips: a fast handler gets a wide window, a slow or paused one keeps a
+ * small one, the same policy as tern__window on HTTP/2.
  *
  * The core's view. c->nq (h3_busy) counts the streams the server is
  * working on: routed to a handler (or answered by tern) and not yet ended
@@ -105,8 +106,6 @@
 extern const tern__proto tern__http3;
 extern const tern__quic_app tern__http3_app;
 
-#define H3_STREAM_WIN_MAX (8u << 20)
-#define H3_CONN_WIN_MAX (16u << 20)
 #define H3_QPACK_TABLE 4096
 #define H3_QPACK_BLOCKED 100
 #define H3_DELIVER_MAX (64 * 1024) /* one body callback's largest piece */
@@ -167,10 +166,9 @@ struct h3_stream {
   uint64_t received; /* request body bytes that arrived */
   char *pend;        /* body bytes the handler cannot take yet */
   size_t pend_off, pend_len, pend_cap;
-  size_t owed;       /* delivered while paused: credited on resume */
-  size_t handed;     /* bytes of r->out handed to nghttp3, not yet acked */
-  uint64_t acked;    /* acknowledged bytes not yet consumed from r->out */
-  tern__window rwin; /* our receive window for the stream */
+  size_t owed;    /* delivered while paused: credited on resume */
+  size_t handed;  /* bytes of r->out handed to nghttp3, not yet acked */
+  uint64_t acked; /* acknowledged bytes not yet consumed from r->out */
 };
 
 struct h3_conn {
@@ -196,9 +194,6 @@ struct h3_conn {
   uint64_t stop_at; /* loop time for the final GOAWAY */
   uint32_t reset_tokens;
   uint64_t reset_time;
-  tern__window rwin;   /* our receive window for the connection */
-  uint32_t stream_win; /* the largest window a stream here grew to */
-  size_t held;         /* bytes in all streams' pend buffers */
 };
 
 /* ---- nghttp3's allocator: the worker's pools ------------------------- */
@@ -233,11 +228,6 @@ static int is_gone(const tern_request *r) {
 
 static int is_bidi(int64_t id) {
   return (id & 0x2) == 0;
-}
-
-/* A window quic announced, as the policy counts it (at most 2^31 - 1). */
-static uint32_t clamp_win(uint64_t win) {
-  return win < 0x7fffffffu ? (uint32_t)win : 0x7fffffffu;
 }
 
 static void conn_unref(h3_conn *h) {
@@ -285,38 +275,19 @@ static int fail(h3_conn *h, int rv) {
 
 /* ---- Flow control ---------------------------------------------------- */
 
-/* `n` bytes of the stream's body left tern's hands: credit them, growing
- * the windows while the handler keeps up. */
+/* `n` bytes of the stream's body left tern's hands: credit them. ngtcp2
+ * grows the windows itself (quic.c sets its auto-tuning maxima), and only
+ * while credit comes back quickly, that is while the handler keeps up. */
 static void consume(h3_conn *h, h3_stream *s, size_t n) {
-  uint32_t old, win;
-
   if (n == 0 || h->dead)
     return;
-  if (!(s->flags & S_OPEN)) {
-    (void)tern__quic_credit(h->q, -1, n);
-    return;
-  }
-  (void)tern__quic_credit(h->q, s->id, n);
-  old = s->rwin.win;
-  win = tern__window_consumed(&s->rwin, n,
-                              s->pend_len > 0 || (s->flags & S_REMOTE_DONE),
-                              h->stream_win);
-  if (win > old) {
-    (void)tern__quic_grow_stream(h->q, s->id, win - old);
-    if (win > h->stream_win)
-      h->stream_win = win;
-  }
-  old = h->rwin.win;
-  win = tern__window_consumed(&h->rwin, n, h->held > 0, 0);
-  if (win > old)
-    (void)tern__quic_credit(h->q, -1, win - old);
+  (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
 }
 
 /* Body bytes the stream holds or owes go back to the connection window
  * (the stream's own no longer matters). */
 static void drop_held(h3_conn *h, h3_stream *s) {
   size_t n = s->pend_len + s->owed;
-  h->held -= s->pend_len;
   s->pend_len = s->pend_off = 0;
   s->owed = 0;
   if (n > 0 && !h->dead)
@@ -341,7 +312,6 @@ static int hold(h3_conn *h, h3_stream *s, const uint8_t *p, size_t n) {
   }
   memcpy(s->pend + s->pend_off + s->pend_len, p, n);
   s->pend_len += n;
-  h->held += n;
   return 0;
 }
 
@@ -543,7 +513,6 @@ static void deliver(h3_conn *h, h3_stream *s) {
       const char *p = s->pend + s->pend_off;
       s->pend_off += n;
       s->pend_len -= n;
-      h->held -= n;
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
       if (s->pend_len == 0)
         s->pend_off = 0;
@@ -799,8 +768,6 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   s->r = r;
   s->id = id;
   s->flags = S_OPEN;
-  tern__window_init(&s->rwin, clamp_win(tern__quic_stream_window(h->q)),
-                    H3_STREAM_WIN_MAX);
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP3;
@@ -1342,8 +1309,6 @@ static int q_start(tern__quic *q) {
     return rv == NGHTTP3_ERR_NOMEM ? TERN_ENOMEM : rv;
   }
   nghttp3_conn_set_max_client_streams_bidi(h->ng, tern__quic_max_bidi(q));
-  tern__window_init(&h->rwin, clamp_win(tern__quic_conn_window(q)),
-                    H3_CONN_WIN_MAX);
   h->reset_tokens = H3_RESET_BURST;
   h->reset_time = uv_now(h->w->loop);
   tern__quic_set_app(q, h);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "net/stream.h"
+#include "net/udp.h"
 #include "tls/tls.h"
 
 typedef struct {
@@ -85,19 +86,6 @@ static const tern__listener_ops tcp_ops = {
     .free = tcp_free,
 };
 
-static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
-  memset(ss, 0, sizeof(*ss));
-  if (host == NULL)
-    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
-  if (strcmp(host, "localhost") == 0)
-    host = "127.0.0.1";
-  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-    return 0;
-  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-    return 0;
-  return TERN_EADDR;
-}
-
 /* One listening socket per address, shared by every worker (each gets a
  * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
  * would spread connections over the workers in the kernel, but it cannot
@@ -144,7 +132,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
-  if ((rc = parse_host(host, port, &ss)) != 0)
+  if ((rc = tern__net_addr(host, port, &ss)) != 0)
     return rc;
   l = tern__malloc(srv, sizeof(*l));
   if (l == NULL)

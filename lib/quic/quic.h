@@ -81,6 +81,9 @@ typedef struct {
   void (*free)(tern__quic *q);
 } tern__quic_app;
 
+/* The QUIC transport (lib/quic/quic.c), listed in lib/protocols.c. */
+extern const tern__transport tern__quic_transport;
+
 /* The HTTP/3 adapter's glue table (lib/http3; bound in lib/protocols.c). */
 extern const tern__quic_app *const tern__quic_h3;
 
@@ -103,17 +106,6 @@ uint64_t tern__quic_max_bidi(tern__quic *q);
 /* `n` bytes of stream `id` were consumed: give the peer that much credit
  * on the stream and on the connection (stream -1: the connection only). */
 int tern__quic_credit(tern__quic *q, int64_t id, uint64_t n);
-/* Let the peer send `n` bytes more on stream `id` (>= 0) alone, on top of
- * the credit for what was consumed: its window grew (the adapter's
- * tern__window policy decided so). The connection's window is left as
- * it is; tern__quic_credit(q, -1, n) grows that one. Returns 0 or
- * TERN_ENOMEM; a stream that is gone is no error. */
-int tern__quic_grow_stream(tern__quic *q, int64_t id, uint64_t n);
-/* The receive windows our transport parameters announced: a client bidi
- * stream's (initial_max_stream_data_bidi_remote) and the connection's
- * (initial_max_data). The adapter's window policy starts from them. */
-uint64_t tern__quic_stream_window(tern__quic *q);
-uint64_t tern__quic_conn_window(tern__quic *q);
 /* Let the peer open `n` more bidi streams (a request stream finished). */
 void tern__quic_more_streams(tern__quic *q, uint64_t n);
 /* End stream `id` abruptly with app error `code`: RESET_STREAM on our

@@ -35,6 +35,7 @@ typedef struct {
  * (GnuTLS then picks a pair by key type). */
 typedef struct {
   gnutls_priority_t prio;
+  gnutls_priority_t quic_prio; /* TLS 1.3 only, no compatibility mode */
   gnutls_certificate_credentials_t all;
 } gtls_conf;
 
@@ -60,6 +61,14 @@ static const char prio_13[] =
     "NONE:+VERS-TLS1.3:+AES-128-GCM:+CHACHA20-POLY1305:+AES-256-GCM:+AEAD:"
     "+SIGN-ALL:+GROUP-X25519:+GROUP-SECP256R1:+GROUP-SECP384R1:+COMP-NULL:"
     "+CTYPE-X509:%SERVER_PRECEDENCE";
+
+/* QUIC (RFC 9001): TLS 1.3 only, and without the middlebox compatibility
+ * mode (no ChangeCipherSpec, no fake session id), which QUIC forbids. */
+static const char prio_quic[] =
+    "NONE:+VERS-TLS1.3:+AES-128-GCM:+CHACHA20-POLY1305:+AES-256-GCM:"
+    "+AES-128-CCM:+AEAD:+SIGN-ALL:+GROUP-X25519:+GROUP-SECP256R1:"
+    "+GROUP-SECP384R1:+COMP-NULL:+CTYPE-X509:%SERVER_PRECEDENCE:"
+    "%DISABLE_TLS13_COMPAT_MODE";
 
 static int gtls_error(tern_tls *t, int rc, const char *what, const char *path) {
   return tern__tls_error(t, what, path, gnutls_strerror(rc));
@@ -190,6 +199,8 @@ static void gtls_gen_free(tern__tls_gen *g) {
   gtls_conf *c = g->conf;
   if (c->prio != NULL)
     gnutls_priority_deinit(c->prio);
+  if (c->quic_prio != NULL)
+    gnutls_priority_deinit(c->quic_prio);
   if (c->all != NULL)
     gnutls_certificate_free_credentials(c->all);
   tern__free(g->tls->srv, c);
@@ -210,6 +221,9 @@ static int gtls_gen_build(tern_tls *t, tern__tls_gen *g) {
       &c->prio, g->min_version >= TERN_TLS_1_3 ? prio_13 : prio_12, &err);
   if (rc < 0)
     return gtls_error(t, rc, "priorities", err);
+  rc = gnutls_priority_init(&c->quic_prio, prio_quic, &err);
+  if (rc < 0)
+    return gtls_error(t, rc, "QUIC priorities", err);
   rc = gnutls_certificate_allocate_credentials(&c->all);
   if (rc < 0)
     return gtls_error(t, rc, "credentials", NULL);
@@ -261,9 +275,7 @@ static int on_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms) {
 
 /* SNI: the pair naming the host; none named, every pair (GnuTLS picks
  * one by key type). */
-static int on_client_hello(gnutls_session_t s) {
-  gtls_conn *c = gnutls_session_get_ptr(s);
-  const tern__tls_gen *g = c->gen;
+static int pick_credentials(gnutls_session_t s, const tern__tls_gen *g) {
   gtls_conf *conf = g->conf;
   gnutls_certificate_credentials_t cred = conf->all;
   char host[256];
@@ -276,6 +288,11 @@ static int on_client_hello(gnutls_session_t s) {
       cred = ((gtls_pair *)g->pairs[i].eng[TERN__TLS_GNUTLS])->cred;
   }
   return gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred);
+}
+
+static int on_client_hello(gnutls_session_t s) {
+  gtls_conn *c = gnutls_session_get_ptr(s);
+  return pick_credentials(s, c->gen);
 }
 
 static void gtls_detach(void *st, tern__worker *w) {
@@ -492,6 +509,66 @@ static const char *gtls_alpn(const void *st) {
   return c->alpn;
 }
 
+/* ---- QUIC ----------------------------------------------------------- */
+
+/* A QUIC session's pointer is ngtcp2's (its crypto helper finds the
+ * connection through it), so the generation rides in the session's
+ * database pointer, which tern uses for nothing else (tickets need no
+ * session database). */
+static int on_quic_client_hello(gnutls_session_t s) {
+  return pick_credentials(s, gnutls_db_get_ptr(s));
+}
+
+static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
+                             const char *alpn, void *anti_replay) {
+  gtls_state *ts = tls->state[TERN__TLS_GNUTLS];
+  unsigned flags = GNUTLS_SERVER | GNUTLS_NO_AUTO_SEND_TICKET |
+                   GNUTLS_NO_END_OF_EARLY_DATA | GNUTLS_NO_SIGNAL;
+  gnutls_datum_t proto;
+  gnutls_session_t s;
+  tern__tls_gen *g = tern__tls_acquire(tls);
+  gtls_conf *conf;
+  int rc;
+
+  if (g == NULL)
+    return TERN_ESTATE;
+  if (anti_replay != NULL)
+    flags |= GNUTLS_ENABLE_EARLY_DATA;
+  if (gnutls_init(&s, flags) < 0) {
+    tern__tls_release(g);
+    return TERN_ENOMEM;
+  }
+  conf = g->conf;
+  proto.data = (unsigned char *)alpn;
+  proto.size = (unsigned)strlen(alpn);
+  rc = gnutls_priority_set(s, conf->quic_prio);
+  if (rc >= 0)
+    rc = gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, conf->all);
+  /* QUIC requires ALPN: a client offering none of ours is refused. */
+  if (rc >= 0)
+    rc = gnutls_alpn_set_protocols(s, &proto, 1, GNUTLS_ALPN_MANDATORY);
+  if (rc >= 0)
+    rc = gnutls_session_ticket_enable_server(s, &ts->ticket_key);
+  if (rc < 0) {
+    gnutls_deinit(s);
+    tern__tls_release(g);
+    return rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
+  }
+  if (anti_replay != NULL) {
+    /* GnuTLS takes early data only with anti-replay on; RFC 9001 4.6.1
+     * requires this size in a QUIC ticket. */
+    gnutls_anti_replay_enable(s, anti_replay);
+    gnutls_record_set_max_early_data_size(s, 0xffffffffu);
+  }
+  gnutls_db_set_ptr(s, g);
+  gnutls_handshake_set_post_client_hello_function(s, on_quic_client_hello);
+  /* ngtcp2's handshake timeout bounds the handshake. */
+  gnutls_handshake_set_timeout(s, 0);
+  *session = s;
+  *gen = g;
+  return 0;
+}
+
 const tern__filter tern__tls_gnutls_filter = {
     .name = "tls-gnutls",
     .attach = gtls_attach,
@@ -519,4 +596,5 @@ const tern__tls_engine tern__tls_gnutls = {
     .gen_build = gtls_gen_build,
     .gen_free = gtls_gen_free,
     .filter = &tern__tls_gnutls_filter,
+    .quic_session = gtls_quic_session,
 };

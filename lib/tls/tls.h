@@ -104,6 +104,15 @@ struct tern__tls_engine {
   void (*gen_free)(tern__tls_gen *g);
   /* Its per-connection filter; the configuration is the tern_tls. */
   const tern__filter *filter;
+  /* A server session for a new QUIC connection (a gnutls_session_t in
+   * *session, holding a reference on the current generation, *gen, which
+   * the caller releases after freeing the session), speaking only `alpn`,
+   * TLS 1.3; no ticket is sent by itself. Early data (0-RTT) is accepted
+   * when `anti_replay` (a gnutls_anti_replay_t of the caller's worker) is
+   * not NULL. NULL: the engine cannot serve QUIC (only GnuTLS can,
+   * through ngtcp2's crypto helper). */
+  int (*quic_session)(tern_tls *t, void **session, tern__tls_gen **gen,
+                      const char *alpn, void *anti_replay);
 };
 
 struct tern_tls {
