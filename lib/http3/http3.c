@@ -186,12 +186,14 @@ struct h3_conn {
   unsigned dead : 1;  /* the connection is closing: no more calls out */
   unsigned flow : 1;  /* some stream has S_FLOW */
   unsigned stopping : 1;
-  unsigned noticed : 1;  /* the GOAWAY notice is queued */
-  unsigned final : 1;    /* nghttp3_conn_shutdown was called (once!) */
-  unsigned closed : 1;   /* tern__quic_close was called */
-  unsigned rx_early : 1; /* the bytes being read came in 0-RTT */
+  unsigned noticed : 1;    /* the GOAWAY notice is queued */
+  unsigned final : 1;      /* nghttp3_conn_shutdown was called (once!) */
+  unsigned goaway_out : 1; /* the final GOAWAY went into packets */
+  unsigned closed : 1;     /* tern__quic_close was called */
+  unsigned rx_early : 1;   /* the bytes being read came in 0-RTT */
   unsigned pumping : 1;
   uint64_t stop_at; /* loop time for the final GOAWAY */
+  int64_t ctrl;     /* our control stream */
   uint32_t reset_tokens;
   uint64_t reset_time;
 };
@@ -1212,7 +1214,9 @@ static void stop_step(h3_conn *h) {
     }
     tern__quic_want_write(h->q);
   }
-  if (h->nopen == 0 && !h->closed) {
+  /* Closed once the final GOAWAY is out: a CONNECTION_CLOSE written in
+   * the same pass would go first and the GOAWAY never. */
+  if (h->goaway_out && h->nopen == 0 && !h->closed) {
     h->closed = 1;
     tern__quic_close(h->q, NGHTTP3_H3_NO_ERROR, "");
   }
@@ -1309,6 +1313,7 @@ static int q_start(tern__quic *q) {
     return rv == NGHTTP3_ERR_NOMEM ? TERN_ENOMEM : rv;
   }
   nghttp3_conn_set_max_client_streams_bidi(h->ng, tern__quic_max_bidi(q));
+  h->ctrl = ctrl;
   h->reset_tokens = H3_RESET_BURST;
   h->reset_time = uv_now(h->w->loop);
   tern__quic_set_app(q, h);
@@ -1487,7 +1492,13 @@ static int q_written(tern__quic *q, int64_t id, size_t n) {
   if (h == NULL)
     return 0;
   rv = nghttp3_conn_add_write_offset(h->ng, id, n);
-  return rv == 0 ? 0 : fail(h, rv);
+  if (rv != 0)
+    return fail(h, rv);
+  if (h->final && !h->goaway_out && id == h->ctrl && n > 0) {
+    h->goaway_out = 1; /* the last thing queued on the control stream */
+    schedule(h);
+  }
+  return 0;
 }
 
 static int q_blocked(tern__quic *q, int64_t id) {
