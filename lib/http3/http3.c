@@ -145,6 +145,7 @@ enum {
   S_TRAILERS = 1u << 14,   /* response trailers are submitted */
   S_STOP_READ = 1u << 15,  /* STOP_SENDING (H3_NO_ERROR) is due */
   S_LIMBO = 1u << 16,      /* closed for us; bytes wait for QUIC's close */
+  S_PEER_STOP = 1u << 17,  /* the client's STOP_SENDING: abandon it */
 };
 
 struct h3_stream {
@@ -1149,6 +1150,8 @@ static nghttp3_ssize read_body(nghttp3_conn *ng, int64_t id, nghttp3_vec *vec,
 
 /* ---- The pump: what waits for a moment outside nghttp3 ----------------- */
 
+static void count_reset(h3_conn *h);
+
 /* A stream's recorded work: acknowledged bytes finish their writes (a
  * `done` may write again: it only queues), zero-length markers at the
  * front run, a reader that waited is resumed, a STOP_SENDING goes out. */
@@ -1162,6 +1165,10 @@ static void settle_one(h3_conn *h, h3_stream *s) {
     acked = s->handed; /* never past what nghttp3 was given */
   s->handed -= (size_t)acked;
   tern__outq_consume(h->w, &r->out, (size_t)acked);
+  if (!h->dead && (s->flags & S_PEER_STOP) && (s->flags & S_OPEN)) {
+    count_reset(h);
+    abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+  }
   if (!h->dead && (s->flags & S_OPEN)) {
     if ((s->flags & S_DEFERRED) &&
         (r->out.bytes > s->handed || (s->flags & S_RESP_END))) {
@@ -1409,50 +1416,55 @@ static h3_stream *find_stream(h3_conn *h, int64_t id) {
   return NULL;
 }
 
-/* The client ended its side abruptly: RESET_STREAM (it cancels the
- * request, unless our complete response is out: then it only stops an
- * upload we asked it to stop) or STOP_SENDING (it wants no response; ngtcp2
- * resets our side itself). */
-static int peer_ended(tern__quic *q, int64_t id, int reset) {
+/* A client that ends streams abruptly, again and again, makes work for
+ * nothing (CVE-2023-44487): past the bucket the connection closes. */
+static void count_reset(h3_conn *h) {
+  if (!reset_allowed(h) && !h->closed) {
+    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: too many stream resets");
+    tern__quic_close(h->q, NGHTTP3_H3_EXCESSIVE_LOAD, "too many resets");
+    h->closed = 1;
+  }
+}
+
+/* RESET_STREAM from the client: it cancels the request, unless our
+ * complete response is out already, when it only ends an upload we asked
+ * it to stop (RFC 9114 4.1.1). */
+static int q_reset(tern__quic *q, int64_t id, uint64_t code) {
   h3_conn *h = app_of(q);
   h3_stream *s;
   int rv;
 
+  (void)code;
   if (h == NULL)
     return 0;
   rv = nghttp3_conn_shutdown_stream_read(h->ng, id);
   if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND)
     return fail(h, rv);
-  if (!is_bidi(id))
+  if (!is_bidi(id) || (s = find_stream(h, id)) == NULL)
     return 0;
-  s = find_stream(h, id);
-  if (s == NULL)
-    return 0;
-  if (reset && (s->flags & S_END_SENT)) {
+  if (s->flags & S_END_SENT) {
     s->flags |= S_REMOTE_DONE;
     drop_held(h, s);
     stream_timer(h, s);
     return 0;
   }
-  if (!reset_allowed(h)) {
-    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: too many stream resets");
-    tern__quic_close(q, NGHTTP3_H3_EXCESSIVE_LOAD, "too many resets");
-    h->closed = 1;
-  }
+  count_reset(h);
   h->refs++;
   abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
   conn_unref(h);
   return 0;
 }
 
-static int q_reset(tern__quic *q, int64_t id, uint64_t code) {
-  (void)code;
-  return peer_ended(q, id, 1);
-}
-
+/* ngtcp2 0.12's stream_stop_sending: OUR read side was shut (by us, with
+ * STOP_SENDING); nghttp3 forgets what it buffered for the stream. */
 static int q_stop_sending(tern__quic *q, int64_t id, uint64_t code) {
+  h3_conn *h = app_of(q);
+  int rv;
   (void)code;
-  return peer_ended(q, id, 0);
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_shutdown_stream_read(h->ng, id);
+  return rv == 0 || rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : fail(h, rv);
 }
 
 static int q_unblocked(tern__quic *q, int64_t id) {
@@ -1508,10 +1520,20 @@ static int q_blocked(tern__quic *q, int64_t id) {
   return 0;
 }
 
+/* The stream can no longer send: the client's STOP_SENDING (ngtcp2 0.12
+ * reset our side itself and says so only now, at the next write). It
+ * wants no more of the response: the request is cancelled, at the next
+ * pump (this runs inside quic's write loop). */
 static int q_shut_wr(tern__quic *q, int64_t id) {
   h3_conn *h = app_of(q);
-  if (h != NULL)
-    nghttp3_conn_shutdown_stream_write(h->ng, id);
+  h3_stream *s;
+  if (h == NULL)
+    return 0;
+  nghttp3_conn_shutdown_stream_write(h->ng, id);
+  if (is_bidi(id) && (s = find_stream(h, id)) != NULL) {
+    s->flags |= S_PEER_STOP;
+    settle_add(h, s);
+  }
   return 0;
 }
 
