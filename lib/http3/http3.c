@@ -76,7 +76,11 @@
  * an early answer), re-armed by each DATA payload. A head that times out
  * resets the stream (H3_REQUEST_REJECTED: nothing was processed); a body
  * that times out answers 408 or, once a response started, resets the
- * stream (H3_REQUEST_CANCELLED).
+ * stream (H3_REQUEST_CANCELLED). Then WRITE (body_timeout_ms, as the
+ * byte-stream transports' write timer) while response bytes wait for the
+ * client, re-armed by each acknowledgement: a client that withholds its
+ * flow-control credit cannot hold a response forever; the stream is
+ * reset (H3_REQUEST_CANCELLED).
  *
  * Defences. QUIC bounds the streams a client may open (we grant one more
  * as each closes) and nghttp3 checks the framing and the fields' form.
@@ -150,7 +154,7 @@ enum {
 
 struct h3_stream {
   tern__list link;   /* h->streams, while S_OPEN */
-  tern__timer timer; /* HEAD, then BODY while tern waits (stream_timer) */
+  tern__timer timer; /* HEAD, BODY or WRITE (stream_timer) */
   h3_stream *settle_next;
   h3_conn *h; /* referenced until the stream is freed */
   tern_request *r;
@@ -360,6 +364,9 @@ static void stream_timer(h3_conn *h, h3_stream *s) {
     kind = TERN__T_HEAD;
   else if (wants_body(s))
     kind = TERN__T_BODY;
+  else if ((s->flags & S_OPEN) && s->r->out.bytes > 0 &&
+           !(s->r->flags & TERN__RQ_TUNNEL))
+    kind = TERN__T_WRITE; /* the client must take (and acknowledge) them */
   if (kind == s->timer.kind)
     return;
   if (s->timer.kind == TERN__T_NONE)
@@ -575,6 +582,15 @@ static void stream_timeout(tern__timer *t, int kind) {
     tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: stream %lld: head timed out",
               (long long)s->id);
     abandon(h, s, NGHTTP3_H3_REQUEST_REJECTED);
+    goto out;
+  }
+  if (kind == TERN__T_WRITE) {
+    /* No acknowledgement for a whole timeout: a client that holds back
+     * its flow-control credit (or its ACKs) holds the response for
+     * nothing. */
+    tern__log(h->w->srv, TERN_LOG_DEBUG,
+              "http3: stream %lld: response not taken", (long long)s->id);
+    abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
     goto out;
   }
   s->flags |= S_TIMEDOUT;
@@ -1165,6 +1181,8 @@ static void settle_one(h3_conn *h, h3_stream *s) {
     acked = s->handed; /* never past what nghttp3 was given */
   s->handed -= (size_t)acked;
   tern__outq_consume(h->w, &r->out, (size_t)acked);
+  if (acked > 0 && s->timer.kind == TERN__T_WRITE && (s->flags & S_OPEN))
+    tern__timer_set(h->w, &s->timer, TERN__T_WRITE); /* progress re-arms */
   if (!h->dead && (s->flags & S_PEER_STOP) && (s->flags & S_OPEN)) {
     count_reset(h);
     abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
@@ -1185,6 +1203,7 @@ static void settle_one(h3_conn *h, h3_stream *s) {
         tern__quic_want_write(h->q);
       }
     }
+    stream_timer(h, s); /* output waiting for the client: WRITE */
   }
   tern__request_unref(r);
 }
