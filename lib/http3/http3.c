@@ -792,6 +792,8 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   r->protocol = TERN_PROTO_HTTP3;
   tern__list_append(&h->streams, &s->link);
   h->nopen++;
+  if (h->rx_early)
+    s->flags |= S_EARLY; /* the head began in 0-RTT */
   nghttp3_conn_set_stream_user_data(ng, id, s);
   stream_timer(h, s); /* HEAD until the head is complete */
   return 0;
