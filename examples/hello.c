@@ -59,7 +59,8 @@
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
  *
- * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * Options: --port N (0: any; prints "listening on PORT"), --host H ("*":
+ * every IPv6 and IPv4 address),
  * --tls-port N --cert FILE --key FILE (HTTP/1.1 over TLS, and HTTP/2 where
  * it is built, on that port; prints "tls listening on PORT"; up to four
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
@@ -573,12 +574,18 @@ static void stats(tern_request *r, void *user) {
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
       "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
-      "\"gone_eclosed\":%lu}\n",
+      "\"gone_eclosed\":%lu,\"quic_forwarded\":%llu,\"quic_retries\":%llu,"
+      "\"quic_resets\":%llu,\"quic_version_negotiations\":%llu,"
+      "\"quic_refused\":%llu}\n",
       (unsigned long long)s.requests, (unsigned long long)s.connections,
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
       (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
-      (unsigned long)gone_seen, (unsigned long)gone_eclosed);
+      (unsigned long)gone_seen, (unsigned long)gone_eclosed,
+      (unsigned long long)s.quic_forwarded, (unsigned long long)s.quic_retries,
+      (unsigned long long)s.quic_resets,
+      (unsigned long long)s.quic_version_negotiations,
+      (unsigned long long)s.quic_refused);
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
@@ -907,6 +914,8 @@ int main(int argc, char **argv) {
       continue;
     if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
       host = argv[++i];
+      if (strcmp(host, "*") == 0)
+        host = NULL; /* every IPv6 and IPv4 address */
       continue;
     }
     if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc && ncerts < 4) {
@@ -1014,7 +1023,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
-    fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,
+    fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
   }

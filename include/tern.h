@@ -945,7 +945,7 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 1
+#define TERN_STATS_VERSION 2
 
 /* Server counters, filled by tern_server_stats(). Initialise with
  * tern_stats_init() (or set version and size); a call leaves both valid
@@ -962,6 +962,15 @@ typedef struct {
   uint64_t allocations;     /* calls to malloc/realloc that allocated */
   uint64_t bytes_allocated; /* bytes asked for by those calls */
   uint64_t frees;
+  /* Version 2: QUIC datagrams tern answered or moved without a
+   * connection of their own on the worker that read them. */
+  uint64_t quic_forwarded; /* handed to the worker owning their connection
+                              (a client that moved to a new address) */
+  uint64_t quic_retries;   /* Retry packets sent (address validation) */
+  uint64_t quic_resets;    /* stateless resets sent (unknown CIDs) */
+  uint64_t quic_version_negotiations; /* for unsupported versions */
+  uint64_t quic_refused;              /* first Initials refused (stopping,
+                                         max_connections, a bad token) */
 } tern_stats;
 
 /* Zero `st` and set its version and size. */

@@ -65,6 +65,8 @@ static inline void tern__list_remove(tern__list *n) {
  * on the hot path. */
 typedef struct {
   _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
+  _Atomic uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn,
+      quic_refused;
 } tern__wstats;
 
 #define TERN__STAT_ADD(field, n)                                               \

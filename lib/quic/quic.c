@@ -1058,8 +1058,10 @@ static void send_version_negotiation(quic_wl *wl, const ngtcp2_version_cid *vc,
   sv[1] = NGTCP2_PROTO_VER_V2_DRAFT;
   n = ngtcp2_pkt_write_version_negotiation(
       buf, sizeof(buf), r, vc->scid, vc->scidlen, vc->dcid, vc->dcidlen, sv, 2);
-  if (n > 0)
+  if (n > 0) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_vn, 1);
+  }
 }
 
 static void send_stateless_reset(quic_wl *wl, const ngtcp2_version_cid *vc,
@@ -1096,8 +1098,10 @@ static void send_stateless_reset(quic_wl *wl, const ngtcp2_version_cid *vc,
     return;
   rand_bytes(rnd, randlen);
   n = ngtcp2_pkt_write_stateless_reset(buf, sizeof(buf), token, rnd, randlen);
-  if (n > 0)
+  if (n > 0) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_resets, 1);
+  }
 }
 
 static void send_retry(quic_wl *wl, const ngtcp2_pkt_hd *hd,
@@ -1116,8 +1120,10 @@ static void send_retry(quic_wl *wl, const ngtcp2_pkt_hd *hd,
   n = ngtcp2_crypto_write_retry(buf, sizeof(buf), hd->version, &hd->scid, &scid,
                                 &hd->dcid, token, (size_t)tl);
   /* Within the amplification limit of what the client sent. */
-  if (n > 0 && (size_t)n <= 3 * pktlen)
+  if (n > 0 && (size_t)n <= 3 * pktlen) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_retries, 1);
+  }
 }
 
 static void send_refusal(quic_wl *wl, const ngtcp2_pkt_hd *hd,
@@ -1125,6 +1131,7 @@ static void send_refusal(quic_wl *wl, const ngtcp2_pkt_hd *hd,
   uint8_t buf[256];
   ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(
       buf, sizeof(buf), hd->version, &hd->scid, &hd->dcid, code, NULL, 0);
+  TERN__STAT_ADD(wl->w->stats.quic_refused, 1);
   if (n > 0)
     send_raw(wl, path, buf, (size_t)n);
 }
@@ -1322,6 +1329,7 @@ static void forward(quic_wl *wl, unsigned to, const uint8_t *p, size_t n,
   f->ecn = ecn;
   f->len = n;
   memcpy(f->data, p, n);
+  TERN__STAT_ADD(wl->w->stats.quic_forwarded, 1);
   (void)tern__worker_post(&wl->l->srv->workers[to], &f->m);
 }
 
