@@ -180,16 +180,17 @@ struct h3_conn {
   tern__quic *q;
   tern__worker *w;
   nghttp3_conn *ng;
-  nghttp3_mem mem;    /* nghttp3 keeps a pointer to it, as its rcbufs do */
-  int refs;           /* quic's (until app->free) + one per h3_stream */
-  tern__list streams; /* open streams (each holds a request) */
-  tern__list limbo;   /* streams ended early, bytes still with QUIC */
-  h3_stream *settle;  /* streams with work for the next pump */
-  size_t nopen;       /* streams on `streams` */
-  size_t nq;          /* streams the server is working on (S_COUNTED) */
-  uint32_t waiting;   /* streams whose stream timer is armed */
-  unsigned dead : 1;  /* the connection is closing: no more calls out */
-  unsigned flow : 1;  /* some stream has S_FLOW */
+  nghttp3_mem mem;     /* nghttp3 keeps a pointer to it, as its rcbufs do */
+  int refs;            /* quic's (until app->free) + one per h3_stream */
+  tern__list streams;  /* open streams (each holds a request) */
+  tern__list limbo;    /* streams ended early, bytes still with QUIC */
+  h3_stream *settle;   /* streams with work for the next pump */
+  h3_stream *settling; /* those the pump running now takes, in turn */
+  size_t nopen;        /* streams on `streams` */
+  size_t nq;           /* streams the server is working on (S_COUNTED) */
+  uint32_t waiting;    /* streams whose stream timer is armed */
+  unsigned dead : 1;   /* the connection is closing: no more calls out */
+  unsigned flow : 1;   /* some stream has S_FLOW */
   unsigned stopping : 1;
   unsigned noticed : 1;    /* the GOAWAY notice is queued */
   unsigned final : 1;      /* nghttp3_conn_shutdown was called (once!) */
@@ -259,16 +260,23 @@ static void settle_add(h3_conn *h, h3_stream *s) {
   schedule(h);
 }
 
-static void settle_remove(h3_conn *h, h3_stream *s) {
-  h3_stream **p;
-  if (!(s->flags & S_SETTLE))
-    return;
-  for (p = &h->settle; *p != NULL; p = &(*p)->settle_next) {
+static int unlink_from(h3_stream **p, h3_stream *s) {
+  for (; *p != NULL; p = &(*p)->settle_next) {
     if (*p == s) {
       *p = s->settle_next;
-      break;
+      return 1;
     }
   }
+  return 0;
+}
+
+/* Off both lists: a stream the running pump has yet to take may end (and
+ * be freed) while it settles another. */
+static void settle_remove(h3_conn *h, h3_stream *s) {
+  if (!(s->flags & S_SETTLE))
+    return;
+  if (!unlink_from(&h->settle, s))
+    (void)unlink_from(&h->settling, s);
   s->flags &= ~(unsigned)S_SETTLE;
 }
 
@@ -1251,7 +1259,7 @@ static void stop_step(h3_conn *h) {
 }
 
 static void pump(h3_conn *h) {
-  h3_stream *list, *s;
+  h3_stream *s;
 
   if (h->pumping)
     return;
@@ -1259,18 +1267,15 @@ static void pump(h3_conn *h) {
   h->refs++;
   /* Only what was recorded before this pass: a `done` that writes again
    * is settled in the next one. */
-  list = h->settle;
+  h->settling = h->settle;
   h->settle = NULL;
-  for (s = list; s != NULL; s = list) {
-    list = s->settle_next;
+  while ((s = h->settling) != NULL && !h->dead) {
+    h->settling = s->settle_next;
     s->flags &= ~(unsigned)S_SETTLE;
     settle_one(h, s);
-    if (h->dead)
-      break;
   }
-  while (list != NULL) { /* the connection closed under us */
-    s = list;
-    list = s->settle_next;
+  while ((s = h->settling) != NULL) { /* the connection closed under us */
+    h->settling = s->settle_next;
     s->flags &= ~(unsigned)S_SETTLE;
   }
   if (!h->dead && h->flow)
