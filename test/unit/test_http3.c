@@ -428,11 +428,12 @@ static void submit(int64_t id, const char *method, const char *path,
 /* ---- Routes ---- */
 
 static const tern_header tp[] = {{"Content-Type", 12, "text/plain", 10}};
-static int wrong_protocol;
+static int wrong_protocol, early_seen;
 static void h_hello(tern_request *r, void *u) {
   (void)u;
   if (tern_request_protocol(r) != TERN_PROTO_HTTP3)
     wrong_protocol++;
+  early_seen += tern_request_early(r);
   tern_respond(r, 200, tp, 1, "hello\n", 6);
 }
 static void h_trailers(tern_request *r, void *u) {
@@ -607,16 +608,19 @@ static void test_header_limits(void) {
 /* A head from 0-RTT may be a replay: 425 unless the method is safe. */
 static void test_early_data(void) {
   conn_open();
+  early_seen = 0;
   Q->early = 1;
   submit(0, "POST", "/", NULL, 0, 0);
   submit(4, "GET", "/", NULL, 0, 0);
   exchange();
   T_EQ_INT(resp_of(0)->status, 425);
   T_EQ_INT(resp_of(4)->status, 200);
+  T_EQ_INT(early_seen, 1); /* the GET, marked replayable */
   Q->early = 0;
   submit(8, "POST", "/", NULL, 0, 0);
   exchange();
   T_EQ_INT(resp_of(8)->status, 200);
+  T_EQ_INT(early_seen, 1);
   conn_close();
 }
 
