@@ -778,12 +778,10 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   if (su != NULL || !is_bidi(id))
     return 0;
   s = tern__small_malloc(h->w, sizeof(*s));
-  if (s == NULL)
-    return NGHTTP3_ERR_CALLBACK_FAILURE;
-  r = tern__request_new(tern__quic_head(h->q));
+  r = s != NULL ? tern__request_new(tern__quic_head(h->q)) : NULL;
   if (r == NULL) {
     tern__small_free(h->w, s);
-    /* No request can be made: this stream alone is refused. */
+    /* No memory for a request: this stream alone is refused. */
     nghttp3_conn_shutdown_stream_write(ng, id);
     (void)nghttp3_conn_shutdown_stream_read(ng, id);
     (void)tern__quic_shut(h->q, id, NGHTTP3_H3_REQUEST_REJECTED);
