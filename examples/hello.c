@@ -70,6 +70,8 @@
  * with the certificates of --tls-port, which it needs; N may equal the TLS
  * port; 0: any; prints "quic listening on PORT"), --quic-retry (validate
  * every new QUIC client with a Retry), --quic-early-data (accept 0-RTT),
+ * --quic-secret HEX (the token and stateless-reset secret, 16 to 64 bytes
+ * in hex: the same across restarts),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns. --error-hook answers tern's own error answers (404, 405,
@@ -947,6 +949,28 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--quic-retry") == 0) {
       quic_opts.retry = TERN_QUIC_RETRY_ALWAYS;
+      continue;
+    }
+    if (strcmp(argv[i], "--quic-secret") == 0 && i + 1 < argc) {
+      /* Hex; the same secret across restarts keeps tokens valid and lets
+       * the new process reset the old one's connections. */
+      static unsigned char secret[64];
+      const char *hx = argv[++i];
+      size_t k, n = strlen(hx) / 2;
+      if (n < 16 || n > sizeof(secret) || strlen(hx) % 2 != 0) {
+        fprintf(stderr, "hello: --quic-secret wants 32 to 128 hex digits\n");
+        return 2;
+      }
+      for (k = 0; k < n; k++) {
+        unsigned v;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
+          fprintf(stderr, "hello: --quic-secret: not hex\n");
+          return 2;
+        }
+        secret[k] = (unsigned char)v;
+      }
+      quic_opts.secret = secret;
+      quic_opts.secret_len = n;
       continue;
     }
     if (strcmp(argv[i], "--quic-early-data") == 0) {

@@ -338,6 +338,14 @@ typedef struct {
   int early_data;       /* 1: accept 0-RTT requests (replayable; default 0) */
   uint32_t max_streams; /* concurrent requests per connection, 1 to 1000
                            (default 100) */
+  /* The secret that Retry and NEW_TOKEN tokens and stateless-reset
+   * tokens are derived from: `secret_len` bytes (16 to 64), copied; NULL
+   * (the default) draws one at random, shared by the server's QUIC
+   * listeners. Give every process behind one address the same secret,
+   * and keep it across restarts, so that one can validate another's
+   * tokens and reset another's (or a previous run's) connections. */
+  const void *secret;
+  size_t secret_len;
 } tern_quic_options;
 
 /* The defaults, with version and size set. */

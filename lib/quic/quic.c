@@ -1649,7 +1649,7 @@ void tern_quic_options_init(tern_quic_options *o) {
 }
 
 static const size_t quic_options_ends[] = {
-    TERN__END(tern_quic_options, max_streams),
+    TERN__END(tern_quic_options, secret_len),
 };
 
 int tern_listen_quic(tern_server *srv, const char *host, int port,
@@ -1687,7 +1687,8 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   }
   if (l->o.retry < TERN_QUIC_RETRY_LOAD || l->o.retry > TERN_QUIC_RETRY_NEVER ||
       (l->o.early_data != 0 && l->o.early_data != 1) || l->o.max_streams < 1 ||
-      l->o.max_streams > 1000) {
+      l->o.max_streams > 1000 ||
+      (l->o.secret != NULL && (l->o.secret_len < 16 || l->o.secret_len > 64))) {
     tern__log(
         srv, TERN_LOG_ERROR,
         "tern_listen_quic: retry, early_data or max_streams out of range");
@@ -1697,16 +1698,24 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   l->base.ops = &quic_ops;
   l->srv = srv;
   l->tls = tls;
-  /* The server's secrets: the first QUIC listener's, shared by the
-   * others, so that tokens and resets hold across its ports. */
-  for (i = 0; i < srv->nlisteners; i++)
-    if (srv->listeners[i]->ops == &quic_ops) {
+  /* The server's secrets: the caller's, else the first QUIC listener's,
+   * shared by the others, so that tokens and resets hold across its
+   * ports. A caller's secret of any length is hashed to the key size. */
+  if (l->o.secret != NULL) {
+    rc = gnutls_hash_fast(GNUTLS_DIG_SHA256, l->o.secret, l->o.secret_len,
+                          l->secret);
+    l->o.secret = NULL; /* not the caller's memory past this call */
+  } else {
+    for (i = 0; i < srv->nlisteners; i++)
+      if (srv->listeners[i]->ops == &quic_ops)
+        break;
+    if (i < srv->nlisteners)
       memcpy(l->secret, ((quic_listener *)srv->listeners[i])->secret,
              QUIC_SECRET);
-      break;
-    }
-  if (i == srv->nlisteners &&
-      gnutls_rnd(GNUTLS_RND_KEY, l->secret, QUIC_SECRET) != 0) {
+    else
+      rc = gnutls_rnd(GNUTLS_RND_KEY, l->secret, QUIC_SECRET);
+  }
+  if (rc != 0) {
     tern__free(srv, l);
     return TERN_ETLS;
   }
