@@ -9,6 +9,7 @@
  *                       late=1 answers a failed body not in the body
  *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
+ *   GET  /trailers      a streamed body followed by two trailer fields
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
@@ -329,6 +330,18 @@ static void stream(tern_request *r, void *user) {
     tern_response_write(r, line, (size_t)n, NULL, NULL);
   }
   tern_response_end(r, NULL, 0);
+}
+
+/* A streamed body with trailers: the same answer on every protocol
+ * (chunked trailers on HTTP/1.1, a trailing HEADERS frame on HTTP/2 and
+ * HTTP/3). */
+static void trailers_route(tern_request *r, void *user) {
+  static const tern_header t[] = {{"x-checksum", 10, "abc123", 6},
+                                  {"x-rows", 6, "2", 1}};
+  (void)user;
+  tern_response_start(r, 200, text_plain, 1, -1);
+  tern_response_write(r, "row 1\nrow 2\n", 12, NULL, NULL);
+  tern_response_end(r, t, 2);
 }
 
 static void big_body(tern_request *r, void *user) {
@@ -1010,6 +1023,7 @@ int main(int argc, char **argv) {
   tern_route(server, "POST", "/collect", collect, NULL);
   tern_route(server, "GET", "/stream", stream, NULL);
   tern_route(server, "GET", "/big", big_body, NULL);
+  tern_route(server, "GET", "/trailers", trailers_route, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);

@@ -487,6 +487,14 @@ TERN_EXTERN const char *tern_request_authority(const tern_request *r,
                                                size_t *len);
 /* TERN_PROTO_*. */
 TERN_EXTERN int tern_request_protocol(const tern_request *r);
+/* 1 when the request's head arrived in TLS early data (0-RTT on HTTP/3,
+ * with tern_quic_options.early_data on), else 0. Such a request may be a
+ * replay of one the client sent before, by an attacker that recorded it:
+ * tern has answered 425 Too Early to every method but GET, HEAD and
+ * OPTIONS already, and a handler whose GET is not safe to repeat answers
+ * 425 itself (RFC 8470: the client retries after the handshake). The
+ * handler's thread, like the other accessors. */
+TERN_EXTERN int tern_request_early(const tern_request *r);
 
 /* The value of path parameter `name` (`name_len` bytes, without the ':'),
  * or NULL. The wildcard's value is named "*". */

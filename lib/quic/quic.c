@@ -1495,14 +1495,17 @@ uint64_t tern__quic_max_bidi(tern__quic *q) {
 }
 
 int tern__quic_credit(tern__quic *q, int64_t id, uint64_t n) {
+  int rv = 0;
   if (q->ng == NULL || n == 0)
     return 0;
-  if (id >= 0 && ngtcp2_conn_extend_max_stream_offset(q->ng, id, n) != 0)
-    return TERN_ENOMEM;
+  /* A stream already gone (reset, closed) needs no credit, but its bytes
+   * counted against the connection's window all the same. */
+  if (id >= 0)
+    rv = ngtcp2_conn_extend_max_stream_offset(q->ng, id, n);
   ngtcp2_conn_extend_max_offset(q->ng, n);
   if (!(q->flags & Q_IN_NG))
     tern__conn_mark_dirty(&q->head); /* MAX_DATA goes out */
-  return 0;
+  return rv == NGTCP2_ERR_NOMEM ? TERN_ENOMEM : 0;
 }
 
 void tern__quic_more_streams(tern__quic *q, uint64_t n) {
