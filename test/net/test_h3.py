@@ -537,7 +537,13 @@ def many_requests_one_connection():
     if peer.kind == "hello":
         after = peer.stats()
         got = after["requests"] - before["requests"]
-        check(got >= n, "hello counted %d requests, want >= %d" % (got, n))
+        # hello counts a response when the client has acknowledged all of
+        # it; gtlsclient closes the connection as soon as it has the last
+        # ones, often before its ACK for them leaves, so up to a window
+        # of them (100 streams) may go uncounted, depending on timing.
+        check(got >= n - 100, "hello counted %d requests, want >= %d"
+              % (got, n - 100))
+        suite.note("hello counted %d of the %d requests" % (got, n))
         eq(after["connections"] - before["connections"], 2, "connections: "
            "the QUIC one, and this /stats request's")
 
@@ -1027,7 +1033,7 @@ def amplification_limit():
     check(os.path.getsize(c) > 6000, "certificate too small")
     with start_peer(c, k) as s:
         r = client(s, ["/"], "-r", "1.0", "--handshake-timeout=2s",
-                   "--initial-rtt=100ms", timeout=15)
+                   "--timeout=2s", "--initial-rtt=100ms", timeout=15)
         sent = got = 0
         first_tx = None
         for way, n in r.datagrams():
@@ -1205,6 +1211,46 @@ def stateless_reset_after_restart():
     eq(re.findall(r"\bSR token=", r.log), [], "a reset from a server with "
        "another secret was accepted")
     check(resets >= 1, "the other-secret hello sent no reset (%d)" % resets)
+
+
+@h3case(timeout=40, hello_only="the stop is hello's (SIGTERM: a graceful "
+          "stop with a 5 s deadline)")
+def graceful_stop():
+    """SIGTERM while a request is in flight (/defer?ms=1500) and a
+    client's handshake hangs half-done (it drops all it receives): the
+    request is answered in full, the connection then closes with
+    H3_NO_ERROR, and hello exits 0 within its 5 s stop deadline."""
+    s = start_peer()
+    res = {}
+
+    def one(key, *args, **kw):
+        res[key] = client(s, *args, **kw)
+    ts = [threading.Thread(target=one, args=("a", ["/defer?ms=1500"]),
+                           kwargs={"timeout": 15}),
+          threading.Thread(target=one, args=("b", ["/"], "-r", "1.0",
+                                             "--handshake-timeout=6s",
+                                             "--timeout=6s"),
+                           kwargs={"timeout": 15, "download": False})]
+    try:
+        for t in ts:
+            t.start()
+        time.sleep(0.4)
+        t0 = time.monotonic()
+        s.signal(signal.SIGTERM)
+        rc = s.wait(8)
+        took = time.monotonic() - t0
+    finally:
+        s.kill()
+        for t in ts:
+            t.join()
+    eq(rc, 0, "hello's exit status after SIGTERM")
+    a = res.get("a")
+    check(a is not None, "the in-flight client failed")
+    eq(a.statuses(), {0: 200}, "the in-flight request's status")
+    eq(a.file("/defer?ms=1500"), b"deferred", "its body")
+    eq(a.closed(), {0: 0x100}, "its stream")
+    check(took < 5.5, "hello took %.1f s to stop" % took)
+    suite.note("stopped in %.2f s" % took)
 
 
 @h3case
