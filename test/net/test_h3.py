@@ -1169,7 +1169,7 @@ def restart_and_reset(secret_a, secret_b):
 
         def run():
             cmd_run["r"] = client(a, ["/"], "--delay-stream=1500ms",
-                                  "--timeout=3s", timeout=15)
+                                  "--timeout=2s", timeout=15)
         t = threading.Thread(target=run)
         t.start()
         time.sleep(0.6)
