@@ -737,8 +737,10 @@ TERN_EXTERN int tern_respond_interim(tern_request *r, int status,
                                      const tern_header *headers,
                                      size_t nheaders);
 
-/* Write completion: status 0 when written to the socket, TERN_ECLOSED when
- * the client went away first. Runs on the owning worker. */
+/* Write completion: status 0 when written to the socket (over TLS:
+ * encrypted into it; HTTP/2: framed into it; HTTP/3: acknowledged by the
+ * client), TERN_ECLOSED when the client went away first. Runs on the
+ * owning worker. */
 typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
 
 /* Write a piece of a streamed response. `data` is referenced, not copied,

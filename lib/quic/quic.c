@@ -184,6 +184,8 @@ struct tern__quic {
 
 static void write_loop(tern__quic *q);
 static void arm_timer(tern__quic *q);
+static void quic_output(tern__conn *c);
+static void quic_flush(tern__conn *c);
 static void after_ng(tern__quic *q);
 
 /* ---- Small things ---------------------------------------------------- */
@@ -980,9 +982,17 @@ static void on_timer(uv_timer_t *t) {
     }
     after_ng(q);
   }
+  /* Write now, as the check phase would: a timer runs before the loop's
+   * poll, and the check phase comes only after it, which may wait for
+   * the next datagram or timer (pacing would stall for that long). */
+  if ((q->head.flags & (TERN__C_OUTPUT | TERN__C_CLOSING)) == TERN__C_OUTPUT) {
+    q->head.flags &= ~(unsigned)TERN__C_OUTPUT;
+    quic_output(&q->head);
+  }
   if (!(q->head.flags & TERN__C_CLOSING))
-    tern__conn_mark_dirty(&q->head); /* the write loop, in the check phase */
-  arm_timer(q);
+    quic_flush(&q->head);
+  if (!(q->head.flags & TERN__C_CLOSING))
+    arm_timer(q);
 }
 
 static void arm_timer(tern__quic *q) {

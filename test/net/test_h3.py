@@ -564,6 +564,27 @@ def large_download():
     check(body == peer.big_body(n), "downloaded bytes differ")
 
 
+@h3case(timeout=40)
+def no_stall_in_slow_start():
+    """Five downloads of 300 kB, each on a new connection, finish in a few
+    tenths of a second each, not seconds: while a response is still in
+    slow start the server's next datagrams wait for its pacing timer, and
+    a write loop left to the check phase after a timer (which comes only
+    after the loop's next poll) stalled until some unrelated event (a path
+    MTU probe, 450 ms later), about 1.4 s per download here. The bound is
+    loose (4 s for all five, against about 0.3 s) so that a loaded
+    machine does not trip it; a stall of that kind does."""
+    n = 300000
+    path = peer.big_path(n)
+    t0 = time.monotonic()
+    for _ in range(5):
+        r = client(peer, [path], quiet=True, timeout=20)
+        eq(len(r.file(path)), n, "downloaded length")
+    took = time.monotonic() - t0
+    suite.note("5 x 300 kB in %.2f s" % took)
+    check(took < 4.0, "5 downloads of 300 kB took %.1f s: a stall" % took)
+
+
 @h3case
 def concurrent_transfers():
     """Several requests in one run, open at once on one connection (all
