@@ -43,7 +43,7 @@ GTLSSERVER = shutil.which("gtlsserver") or (
     else None)
 tmp = tempfile.mkdtemp(prefix="tern-h3-")
 # The largest body hello's /big serves (its static buffer, 1 MiB).
-HELLO_BIG_MAX = 1 << 20
+HELLO_BIG_MAX = 64 << 20
 
 cert = key = None
 peer = None  # the shared server
@@ -550,11 +550,11 @@ def many_requests_one_connection():
 
 @h3case
 def large_download():
-    """The largest /big hello serves (1 MiB; gtlsserver: the same size)
-    byte for byte, with the client's flow-control windows small (64 KiB
-    per stream, 256 KiB per connection, no auto-tuning) so that the server
-    must wait for MAX_STREAM_DATA and MAX_DATA many times."""
-    n = HELLO_BIG_MAX
+    """8 MiB (gtlsserver: the same size) byte for byte, with the client's
+    flow-control windows small (64 KiB per stream, 256 KiB per connection,
+    no auto-tuning) so that the server must wait for MAX_STREAM_DATA and
+    MAX_DATA many times."""
+    n = 8 << 20
     path = peer.big_path(n)
     r = client(peer, [path], "--max-stream-data-bidi-local=64K",
                "--max-data=256K", "--max-window=0", "--max-stream-window=0",
