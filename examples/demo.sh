@@ -2,6 +2,7 @@
 # The demo: install what is missing, build, and run tern's reference
 # server on localhost with every protocol built so far: HTTP/1.1 and h2c
 # on the plain port, HTTP/1.1 and HTTP/2 over TLS on the TLS port,
+# HTTP/3 on the same port number over UDP (advertised with Alt-Svc),
 # WebSocket on both (/ws echoes), and the chat room (examples/chat) on the
 # next two ports: open it in two browser tabs. A self-signed certificate
 # for localhost is made on the first run. Ctrl-C stops both gracefully.
@@ -25,7 +26,7 @@ if [ ! -f "$certs/cert.pem" ]; then
   mkdir -p "$certs"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
     -nodes -days 365 -subj /CN=localhost \
-    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
     -keyout "$certs/key.pem" -out "$certs/cert.pem" 2>/dev/null
   echo "demo: made a self-signed certificate in $certs"
 fi
@@ -46,9 +47,10 @@ build/examples/chat --port "$chat_port" --tls-port "$chat_tls" \
   --cert "$certs/cert.pem" --key "$certs/key.pem" > >(sed -u 's/^/chat: /') &
 pids+=($!)
 echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
+echo "demo: HTTP/3: gtlsclient 127.0.0.1 TLSPORT https://localhost:TLSPORT/ (package ngtcp2-client)"
 echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
 build/examples/hello --port "$port" --tls-port "$tls_port" \
-  --cert "$certs/cert.pem" --key "$certs/key.pem" &
+  --quic-port "$tls_port" --cert "$certs/cert.pem" --key "$certs/key.pem" &
 pids+=($!)
 # Either server ending on its own (a port in use, say) ends the demo.
 rc=0

@@ -9,6 +9,7 @@
  *                       late=1 answers a failed body not in the body
  *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
+ *   GET  /trailers      a streamed body followed by two trailer fields
  *   GET  /big?bytes=N   N bytes of 'x', referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
@@ -58,7 +59,8 @@
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
  *
- * Options: --port N (0: any; prints "listening on PORT"), --host H,
+ * Options: --port N (0: any; prints "listening on PORT"), --host H ("*":
+ * every IPv6 and IPv4 address),
  * --tls-port N --cert FILE --key FILE (HTTP/1.1 over TLS, and HTTP/2 where
  * it is built, on that port; prints "tls listening on PORT"; up to four
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
@@ -68,6 +70,8 @@
  * with the certificates of --tls-port, which it needs; N may equal the TLS
  * port; 0: any; prints "quic listening on PORT"), --quic-retry (validate
  * every new QUIC client with a Retry), --quic-early-data (accept 0-RTT),
+ * --quic-secret HEX (the token and stateless-reset secret, 16 to 64 bytes
+ * in hex: the same across restarts),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns. --error-hook answers tern's own error answers (404, 405,
@@ -328,6 +332,18 @@ static void stream(tern_request *r, void *user) {
   tern_response_end(r, NULL, 0);
 }
 
+/* A streamed body with trailers: the same answer on every protocol
+ * (chunked trailers on HTTP/1.1, a trailing HEADERS frame on HTTP/2 and
+ * HTTP/3). */
+static void trailers_route(tern_request *r, void *user) {
+  static const tern_header t[] = {{"x-checksum", 10, "abc123", 6},
+                                  {"x-rows", 6, "2", 1}};
+  (void)user;
+  tern_response_start(r, 200, text_plain, 1, -1);
+  tern_response_write(r, "row 1\nrow 2\n", 12, NULL, NULL);
+  tern_response_end(r, t, 2);
+}
+
 static void big_body(tern_request *r, void *user) {
   long n = query_num(r, "bytes");
   (void)user;
@@ -560,12 +576,18 @@ static void stats(tern_request *r, void *user) {
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
       "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
-      "\"gone_eclosed\":%lu}\n",
+      "\"gone_eclosed\":%lu,\"quic_forwarded\":%llu,\"quic_retries\":%llu,"
+      "\"quic_resets\":%llu,\"quic_version_negotiations\":%llu,"
+      "\"quic_refused\":%llu}\n",
       (unsigned long long)s.requests, (unsigned long long)s.connections,
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
       (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
-      (unsigned long)gone_seen, (unsigned long)gone_eclosed);
+      (unsigned long)gone_seen, (unsigned long)gone_eclosed,
+      (unsigned long long)s.quic_forwarded, (unsigned long long)s.quic_retries,
+      (unsigned long long)s.quic_resets,
+      (unsigned long long)s.quic_version_negotiations,
+      (unsigned long long)s.quic_refused);
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
@@ -894,6 +916,8 @@ int main(int argc, char **argv) {
       continue;
     if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
       host = argv[++i];
+      if (strcmp(host, "*") == 0)
+        host = NULL; /* every IPv6 and IPv4 address */
       continue;
     }
     if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc && ncerts < 4) {
@@ -925,6 +949,28 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--quic-retry") == 0) {
       quic_opts.retry = TERN_QUIC_RETRY_ALWAYS;
+      continue;
+    }
+    if (strcmp(argv[i], "--quic-secret") == 0 && i + 1 < argc) {
+      /* Hex; the same secret across restarts keeps tokens valid and lets
+       * the new process reset the old one's connections. */
+      static unsigned char secret[64];
+      const char *hx = argv[++i];
+      size_t k, n = strlen(hx) / 2;
+      if (n < 16 || n > sizeof(secret) || strlen(hx) % 2 != 0) {
+        fprintf(stderr, "hello: --quic-secret wants 32 to 128 hex digits\n");
+        return 2;
+      }
+      for (k = 0; k < n; k++) {
+        unsigned v;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
+          fprintf(stderr, "hello: --quic-secret: not hex\n");
+          return 2;
+        }
+        secret[k] = (unsigned char)v;
+      }
+      quic_opts.secret = secret;
+      quic_opts.secret_len = n;
       continue;
     }
     if (strcmp(argv[i], "--quic-early-data") == 0) {
@@ -977,6 +1023,7 @@ int main(int argc, char **argv) {
   tern_route(server, "POST", "/collect", collect, NULL);
   tern_route(server, "GET", "/stream", stream, NULL);
   tern_route(server, "GET", "/big", big_body, NULL);
+  tern_route(server, "GET", "/trailers", trailers_route, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
@@ -1000,7 +1047,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
-    fprintf(stderr, "hello: listen %s:%llu: %s\n", host, port,
+    fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
   }

@@ -338,6 +338,14 @@ typedef struct {
   int early_data;       /* 1: accept 0-RTT requests (replayable; default 0) */
   uint32_t max_streams; /* concurrent requests per connection, 1 to 1000
                            (default 100) */
+  /* The secret that Retry and NEW_TOKEN tokens and stateless-reset
+   * tokens are derived from: `secret_len` bytes (16 to 64), copied; NULL
+   * (the default) draws one at random, shared by the server's QUIC
+   * listeners. Give every process behind one address the same secret,
+   * and keep it across restarts, so that one can validate another's
+   * tokens and reset another's (or a previous run's) connections. */
+  const void *secret;
+  size_t secret_len;
 } tern_quic_options;
 
 /* The defaults, with version and size set. */
@@ -479,6 +487,14 @@ TERN_EXTERN const char *tern_request_authority(const tern_request *r,
                                                size_t *len);
 /* TERN_PROTO_*. */
 TERN_EXTERN int tern_request_protocol(const tern_request *r);
+/* 1 when the request's head arrived in TLS early data (0-RTT on HTTP/3,
+ * with tern_quic_options.early_data on), else 0. Such a request may be a
+ * replay of one the client sent before, by an attacker that recorded it:
+ * tern has answered 425 Too Early to every method but GET, HEAD and
+ * OPTIONS already, and a handler whose GET is not safe to repeat answers
+ * 425 itself (RFC 8470: the client retries after the handshake). The
+ * handler's thread, like the other accessors. */
+TERN_EXTERN int tern_request_early(const tern_request *r);
 
 /* The value of path parameter `name` (`name_len` bytes, without the ':'),
  * or NULL. The wildcard's value is named "*". */
@@ -945,7 +961,7 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 1
+#define TERN_STATS_VERSION 2
 
 /* Server counters, filled by tern_server_stats(). Initialise with
  * tern_stats_init() (or set version and size); a call leaves both valid
@@ -962,6 +978,15 @@ typedef struct {
   uint64_t allocations;     /* calls to malloc/realloc that allocated */
   uint64_t bytes_allocated; /* bytes asked for by those calls */
   uint64_t frees;
+  /* Version 2: QUIC datagrams tern answered or moved without a
+   * connection of their own on the worker that read them. */
+  uint64_t quic_forwarded; /* handed to the worker owning their connection
+                              (a client that moved to a new address) */
+  uint64_t quic_retries;   /* Retry packets sent (address validation) */
+  uint64_t quic_resets;    /* stateless resets sent (unknown CIDs) */
+  uint64_t quic_version_negotiations; /* for unsupported versions */
+  uint64_t quic_refused;              /* first Initials refused (stopping,
+                                         max_connections, a bad token) */
 } tern_stats;
 
 /* Zero `st` and set its version and size. */

@@ -65,6 +65,8 @@ static inline void tern__list_remove(tern__list *n) {
  * on the hot path. */
 typedef struct {
   _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
+  _Atomic uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn,
+      quic_refused;
 } tern__wstats;
 
 #define TERN__STAT_ADD(field, n)                                               \
@@ -230,6 +232,13 @@ int tern__outq_move(tern__worker *w, tern__outq *dst, tern__outq *src, size_t n,
                     tern_request *hold);
 /* Fill up to n iovecs from the pending segments; returns how many. */
 size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n);
+/* The same, for the pending bytes past the first `skip` of them: a
+ * transport that hands bytes out before they count as written (QUIC keeps
+ * them until the peer acknowledges them) fills vectors from where it left
+ * off. Zero-length segments are passed over; the vectors point into the
+ * queue's own segments, valid until tern__outq_consume covers them. */
+size_t tern__outq_iov_from(const tern__outq *q, size_t skip, uv_buf_t *iov,
+                           size_t n);
 /* `n` bytes were written: finish segments (status 0). */
 void tern__outq_consume(tern__worker *w, tern__outq *q, size_t n);
 /* Take back what follows the first `keep` pending bytes, for output that
@@ -278,6 +287,9 @@ enum {
   TERN__RQ_WS_CONNECT = 1u << 15, /* HTTP/2 extended CONNECT, websocket */
   TERN__RQ_CUT = 1u << 16,        /* the stop deadline took the user's
                                      reference (tern__request_cut) */
+  TERN__RQ_EARLY = 1u << 17,      /* the head came in 0-RTT (TLS early data):
+                                     the client may have sent it before, so
+                                     it is replayable (HTTP/3) */
 };
 
 /* The user's side of a request, in tern_request.ustate: what the response

@@ -13,15 +13,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-test}
 build=(build-essential meson ninja-build pkg-config
-  libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev)
+  libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev
+  libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev)
 case "$what" in
 demo) pkgs=("${build[@]}" openssl) ;;
-# The tests: clang and its runtime for the fuzz targets, the real clients,
+# The tests: clang and its runtime for the fuzz targets, the real clients
+# (gtlsclient, from ngtcp2-client, is Debian's HTTP/3 client),
 # clang-format and valgrind for CI's format check and performance gate.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
-    nghttp2-client gnutls-bin python3-websockets chromium clang-format
-    valgrind)
+    nghttp2-client gnutls-bin ngtcp2-client python3-websockets chromium
+    clang-format valgrind)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

@@ -335,6 +335,25 @@ size_t tern__outq_iov(const tern__outq *q, uv_buf_t *iov, size_t n) {
   return k;
 }
 
+size_t tern__outq_iov_from(const tern__outq *q, size_t skip, uv_buf_t *iov,
+                           size_t n) {
+  size_t i, k = 0, off = q->head_off;
+  for (i = 0; i < q->count && k < n; i++) {
+    const tern__seg *s = &q->segs[q->head + i];
+    size_t avail = s->len > off ? s->len - off : 0;
+    if (skip >= avail) {
+      skip -= avail; /* handed out already (or a marker) */
+    } else {
+      iov[k].base = (char *)s->base + off + skip;
+      iov[k].len = avail - skip;
+      skip = 0;
+      k++;
+    }
+    off = 0;
+  }
+  return k;
+}
+
 static void finish(tern__worker *w, tern__outq *q, tern__seg *s, int status) {
   switch (s->kind) {
   case TERN__SEG_COPY:

@@ -435,6 +435,10 @@ int tern_request_protocol(const tern_request *r) {
   return r->protocol;
 }
 
+int tern_request_early(const tern_request *r) {
+  return (r->flags & TERN__RQ_EARLY) != 0;
+}
+
 const char *tern_request_param(const tern_request *r, const char *name,
                                size_t name_len, size_t *len) {
   size_t i;

@@ -90,7 +90,8 @@ SAME_HEAD(tern_stats);
 static const size_t settings_ends[] = {TERN__END(tern_settings, log_level)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size)};
-static const size_t stats_ends[] = {TERN__END(tern_stats, frees)};
+static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
+                                    TERN__END(tern_stats, quic_refused)};
 #define NVERSIONS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 _Static_assert(NVERSIONS(settings_ends) == TERN_SETTINGS_VERSION,
                "one end per tern_settings version");
@@ -772,6 +773,16 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
         atomic_load_explicit(&w->active, memory_order_relaxed);
     st.bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
     st.bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
+    st.quic_forwarded +=
+        atomic_load_explicit(&w->quic_forwarded, memory_order_relaxed);
+    st.quic_retries +=
+        atomic_load_explicit(&w->quic_retries, memory_order_relaxed);
+    st.quic_resets +=
+        atomic_load_explicit(&w->quic_resets, memory_order_relaxed);
+    st.quic_version_negotiations +=
+        atomic_load_explicit(&w->quic_vn, memory_order_relaxed);
+    st.quic_refused +=
+        atomic_load_explicit(&w->quic_refused, memory_order_relaxed);
   }
   st.allocations = atomic_load(&srv->allocs);
   st.bytes_allocated = atomic_load(&srv->alloc_bytes);

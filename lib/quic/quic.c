@@ -1058,8 +1058,10 @@ static void send_version_negotiation(quic_wl *wl, const ngtcp2_version_cid *vc,
   sv[1] = NGTCP2_PROTO_VER_V2_DRAFT;
   n = ngtcp2_pkt_write_version_negotiation(
       buf, sizeof(buf), r, vc->scid, vc->scidlen, vc->dcid, vc->dcidlen, sv, 2);
-  if (n > 0)
+  if (n > 0) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_vn, 1);
+  }
 }
 
 static void send_stateless_reset(quic_wl *wl, const ngtcp2_version_cid *vc,
@@ -1096,8 +1098,10 @@ static void send_stateless_reset(quic_wl *wl, const ngtcp2_version_cid *vc,
     return;
   rand_bytes(rnd, randlen);
   n = ngtcp2_pkt_write_stateless_reset(buf, sizeof(buf), token, rnd, randlen);
-  if (n > 0)
+  if (n > 0) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_resets, 1);
+  }
 }
 
 static void send_retry(quic_wl *wl, const ngtcp2_pkt_hd *hd,
@@ -1116,8 +1120,10 @@ static void send_retry(quic_wl *wl, const ngtcp2_pkt_hd *hd,
   n = ngtcp2_crypto_write_retry(buf, sizeof(buf), hd->version, &hd->scid, &scid,
                                 &hd->dcid, token, (size_t)tl);
   /* Within the amplification limit of what the client sent. */
-  if (n > 0 && (size_t)n <= 3 * pktlen)
+  if (n > 0 && (size_t)n <= 3 * pktlen) {
     send_raw(wl, path, buf, (size_t)n);
+    TERN__STAT_ADD(wl->w->stats.quic_retries, 1);
+  }
 }
 
 static void send_refusal(quic_wl *wl, const ngtcp2_pkt_hd *hd,
@@ -1125,6 +1131,7 @@ static void send_refusal(quic_wl *wl, const ngtcp2_pkt_hd *hd,
   uint8_t buf[256];
   ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(
       buf, sizeof(buf), hd->version, &hd->scid, &hd->dcid, code, NULL, 0);
+  TERN__STAT_ADD(wl->w->stats.quic_refused, 1);
   if (n > 0)
     send_raw(wl, path, buf, (size_t)n);
 }
@@ -1322,6 +1329,7 @@ static void forward(quic_wl *wl, unsigned to, const uint8_t *p, size_t n,
   f->ecn = ecn;
   f->len = n;
   memcpy(f->data, p, n);
+  TERN__STAT_ADD(wl->w->stats.quic_forwarded, 1);
   (void)tern__worker_post(&wl->l->srv->workers[to], &f->m);
 }
 
@@ -1487,14 +1495,17 @@ uint64_t tern__quic_max_bidi(tern__quic *q) {
 }
 
 int tern__quic_credit(tern__quic *q, int64_t id, uint64_t n) {
+  int rv = 0;
   if (q->ng == NULL || n == 0)
     return 0;
-  if (id >= 0 && ngtcp2_conn_extend_max_stream_offset(q->ng, id, n) != 0)
-    return TERN_ENOMEM;
+  /* A stream already gone (reset, closed) needs no credit, but its bytes
+   * counted against the connection's window all the same. */
+  if (id >= 0)
+    rv = ngtcp2_conn_extend_max_stream_offset(q->ng, id, n);
   ngtcp2_conn_extend_max_offset(q->ng, n);
   if (!(q->flags & Q_IN_NG))
     tern__conn_mark_dirty(&q->head); /* MAX_DATA goes out */
-  return 0;
+  return rv == NGTCP2_ERR_NOMEM ? TERN_ENOMEM : 0;
 }
 
 void tern__quic_more_streams(tern__quic *q, uint64_t n) {
@@ -1641,7 +1652,7 @@ void tern_quic_options_init(tern_quic_options *o) {
 }
 
 static const size_t quic_options_ends[] = {
-    TERN__END(tern_quic_options, max_streams),
+    TERN__END(tern_quic_options, secret_len),
 };
 
 int tern_listen_quic(tern_server *srv, const char *host, int port,
@@ -1679,7 +1690,8 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   }
   if (l->o.retry < TERN_QUIC_RETRY_LOAD || l->o.retry > TERN_QUIC_RETRY_NEVER ||
       (l->o.early_data != 0 && l->o.early_data != 1) || l->o.max_streams < 1 ||
-      l->o.max_streams > 1000) {
+      l->o.max_streams > 1000 ||
+      (l->o.secret != NULL && (l->o.secret_len < 16 || l->o.secret_len > 64))) {
     tern__log(
         srv, TERN_LOG_ERROR,
         "tern_listen_quic: retry, early_data or max_streams out of range");
@@ -1689,16 +1701,24 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   l->base.ops = &quic_ops;
   l->srv = srv;
   l->tls = tls;
-  /* The server's secrets: the first QUIC listener's, shared by the
-   * others, so that tokens and resets hold across its ports. */
-  for (i = 0; i < srv->nlisteners; i++)
-    if (srv->listeners[i]->ops == &quic_ops) {
+  /* The server's secrets: the caller's, else the first QUIC listener's,
+   * shared by the others, so that tokens and resets hold across its
+   * ports. A caller's secret of any length is hashed to the key size. */
+  if (l->o.secret != NULL) {
+    rc = gnutls_hash_fast(GNUTLS_DIG_SHA256, l->o.secret, l->o.secret_len,
+                          l->secret);
+    l->o.secret = NULL; /* not the caller's memory past this call */
+  } else {
+    for (i = 0; i < srv->nlisteners; i++)
+      if (srv->listeners[i]->ops == &quic_ops)
+        break;
+    if (i < srv->nlisteners)
       memcpy(l->secret, ((quic_listener *)srv->listeners[i])->secret,
              QUIC_SECRET);
-      break;
-    }
-  if (i == srv->nlisteners &&
-      gnutls_rnd(GNUTLS_RND_KEY, l->secret, QUIC_SECRET) != 0) {
+    else
+      rc = gnutls_rnd(GNUTLS_RND_KEY, l->secret, QUIC_SECRET);
+  }
+  if (rc != 0) {
     tern__free(srv, l);
     return TERN_ETLS;
   }

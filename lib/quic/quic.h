@@ -57,9 +57,12 @@ typedef struct {
   int (*acked)(tern__quic *q, int64_t id, uint64_t n);
   /* Stream `id` is closed both ways (code: the app error, if any). */
   int (*closed)(tern__quic *q, int64_t id, uint64_t code);
-  /* The peer reset its sending side (RESET_STREAM) or asked us to stop
-   * sending (STOP_SENDING). */
+  /* The peer reset its sending side (RESET_STREAM). */
   int (*reset)(tern__quic *q, int64_t id, uint64_t code);
+  /* Our own read side of stream `id` was shut (ngtcp2 0.12's
+   * stream_stop_sending: we sent STOP_SENDING, or a reset made ngtcp2
+   * send it). The peer's STOP_SENDING reaches the app as shut_wr from
+   * the write loop. */
   int (*stop_sending)(tern__quic *q, int64_t id, uint64_t code);
   /* Flow-control credit arrived for stream `id`: it may send again. */
   int (*unblocked)(tern__quic *q, int64_t id);
@@ -97,14 +100,16 @@ void *tern__quic_app_data(const tern__quic *q);
 void tern__quic_set_app(tern__quic *q, void *app);
 
 /* Open a unidirectional stream of ours (HTTP/3's control and QPACK
- * streams): 0 with its id, or TERN_ENOMEM / TERN_ELIMIT. */
+ * streams): 0 with its id, or TERN_ENOMEM / TERN_ETOOBIG (the peer's
+ * stream limit). */
 int tern__quic_open_uni(tern__quic *q, int64_t *id);
 /* The most unidirectional streams we may open now. */
 uint64_t tern__quic_uni_left(tern__quic *q);
 /* The client bidi stream limit we announced (initial_max_streams_bidi). */
 uint64_t tern__quic_max_bidi(tern__quic *q);
 /* `n` bytes of stream `id` were consumed: give the peer that much credit
- * on the stream and on the connection (stream -1: the connection only). */
+ * on the stream and on the connection (stream -1, or a stream ngtcp2 has
+ * already closed: the connection only). */
 int tern__quic_credit(tern__quic *q, int64_t id, uint64_t n);
 /* Let the peer open `n` more bidi streams (a request stream finished). */
 void tern__quic_more_streams(tern__quic *q, uint64_t n);

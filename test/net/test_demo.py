@@ -7,9 +7,11 @@ servers gracefully and ends the script."""
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -34,7 +36,7 @@ def start_demo():
         stderr=subprocess.STDOUT, start_new_session=True)
     ports, out = {}, b""
     deadline = time.monotonic() + 60
-    want = ("hello", "hello-tls", "chat", "chat-tls")
+    want = ("hello", "hello-tls", "hello-quic", "chat", "chat-tls")
     while not all(k in ports for k in want):
         left = deadline - time.monotonic()
         if left <= 0 or proc.poll() is not None:
@@ -44,12 +46,29 @@ def start_demo():
         if r:
             chunk = os.read(proc.stdout.fileno(), 4096)
             out += chunk
-        for m in re.finditer(rb"^(chat: )?(tls )?listening on (\d+)$", out,
-                             re.M):
+        for m in re.finditer(rb"^(chat: )?(tls |quic )?listening on (\d+)$",
+                             out, re.M):
             key = ("chat" if m.group(1) else "hello") + (
-                "-tls" if m.group(2) else "")
+                "-" + m.group(2).decode().strip() if m.group(2) else "")
             ports[key] = int(m.group(3))
     return proc, ports
+
+
+def h3_get(port):
+    """GET / over HTTP/3 with Debian's gtlsclient: the demo serves every
+    protocol."""
+    if shutil.which("gtlsclient") is None:
+        return  # test/deps.sh installs it; test_h3 says so when missing
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(
+            ["gtlsclient", "-q", "--exit-on-all-streams-close",
+             "--download=" + d, "127.0.0.1", str(port),
+             "https://localhost:%d/" % port],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, timeout=20)
+        eq(p.returncode, 0, "gtlsclient's exit status: %r" % p.stderr[-300:])
+        with open(os.path.join(d, "index.html"), "rb") as f:
+            eq(f.read(), HELLO_BODY, "hello's body over HTTP/3")
 
 
 def stops_on(sig):
@@ -59,6 +78,7 @@ def stops_on(sig):
         eq(r.body, HELLO_BODY, "hello's body")
         r = get(ports["chat"], "/")
         eq(r.status, 200, "the chat page")
+        h3_get(ports["hello-quic"])
         os.kill(proc.pid, sig)  # the script alone, not its process group
         try:
             rc = proc.wait(15)
@@ -67,6 +87,8 @@ def stops_on(sig):
                                  % sig)
         eq(rc, 0, "demo.sh's exit status")
         for name, port in ports.items():
+            if name == "hello-quic":
+                continue  # UDP: nothing to connect to
             try:
                 connect(port, timeout=1).close()
                 refused = False

@@ -88,10 +88,16 @@ typedef struct {
   uint64_t requests, connections;
 } stats_short;
 
+/* Version 2 added the QUIC counters. */
 typedef struct {
   stats_v1 v1;
-  uint64_t future;
+  uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn, quic_refused;
 } stats_v2;
+
+typedef struct {
+  stats_v2 v2;
+  uint64_t future;
+} stats_v3;
 
 /* The old layouts are the current header's prefixes, field for field. */
 _Static_assert(offsetof(settings_v1, log_level) ==
@@ -105,6 +111,10 @@ _Static_assert(sizeof(ws_options_v1) ==
                "ws options v1 ends where deflate_level begins");
 _Static_assert(offsetof(stats_v1, frees) == offsetof(tern_stats, frees),
                "stats v1");
+_Static_assert(sizeof(stats_v2) == sizeof(tern_stats) &&
+                   offsetof(stats_v2, quic_refused) ==
+                       offsetof(tern_stats, quic_refused),
+               "stats v2");
 
 /* `n` bytes whose end is the start of a PROT_NONE page. */
 static void *at_page_end(size_t n) {
@@ -350,6 +360,10 @@ static void test_stats(void) {
     stats_v2 s;
     unsigned char b[sizeof(stats_v2) + 32];
   } v2;
+  union {
+    stats_v3 s;
+    unsigned char b[sizeof(stats_v3) + 32];
+  } v3;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
@@ -385,17 +399,29 @@ static void test_stats(void) {
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v1), TERN_EINVAL);
   T_EQ_INT(v1.s.requests, 0);
 
-  /* From a newer header: this library's fields, the version it filled
-   * written back, the newer field and what follows untouched. */
+  /* Version 2: the QUIC counters too (none without QUIC traffic). */
   memset(&v2, 0xAB, sizeof(v2));
   v2.s.v1.version = 2;
   v2.s.v1.size = sizeof(v2.s);
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v2), 0);
-  T_EQ_INT(v2.s.v1.version, 1);
-  T_EQ_INT(v2.s.v1.size, sizeof(stats_v2));
-  T_EQ_INT(v2.s.v1.frees, v1.s.frees);
-  for (i = sizeof(stats_v1); i < sizeof(v2.b); i++)
+  T_EQ_INT(v2.s.v1.version, 2);
+  T_EQ_INT(v2.s.quic_forwarded, 0);
+  T_EQ_INT(v2.s.quic_refused, 0);
+  for (i = sizeof(stats_v2); i < sizeof(v2.b); i++)
     T_EQ_INT(v2.b[i], 0xAB);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v3, 0xAB, sizeof(v3));
+  v3.s.v2.v1.version = 3;
+  v3.s.v2.v1.size = sizeof(v3.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v3), 0);
+  T_EQ_INT(v3.s.v2.v1.version, 2);
+  T_EQ_INT(v3.s.v2.v1.size, sizeof(stats_v3));
+  T_EQ_INT(v3.s.v2.v1.frees, v1.s.frees);
+  T_EQ_INT(v3.s.v2.quic_resets, 0);
+  for (i = sizeof(stats_v2); i < sizeof(v3.b); i++)
+    T_EQ_INT(v3.b[i], 0xAB);
   tern_server_free(srv);
 }
 

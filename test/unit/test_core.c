@@ -202,6 +202,51 @@ static void test_outq_ref_and_marks(void) {
   teardown();
 }
 
+/* QUIC hands bytes out before they are acknowledged: vectors start past
+ * what was handed out, whatever the segment boundaries, markers and a
+ * partly consumed head, and the bytes stay queued until consumed. */
+static void test_outq_iov_from(void) {
+  tern__outq q;
+  uv_buf_t iov[4];
+  static const char body[] = "0123456789";
+  setup();
+  released = 0;
+  done_status = 99;
+  tern__outq_init(&q);
+  T_ASSERT(tern__outq_copy(&w, &q, "head", 4) == 0);
+  T_ASSERT(tern__outq_mark(&w, &q, TERN__SEG_MARK, NULL, on_done, NULL) == 0);
+  T_ASSERT(tern__outq_ref(&w, &q, body, 10, on_release, NULL) == 0);
+  T_EQ_INT(tern__outq_iov_from(&q, 0, iov, 4), 2);
+  T_EQ_STR(iov[0].base, iov[0].len, "head");
+  T_EQ_STR(iov[1].base, iov[1].len, "0123456789");
+  T_EQ_INT(tern__outq_iov_from(&q, 2, iov, 4), 2);
+  T_EQ_STR(iov[0].base, iov[0].len, "ad");
+  T_EQ_INT(tern__outq_iov_from(&q, 4, iov, 4), 1); /* the marker: skipped */
+  T_EQ_STR(iov[0].base, iov[0].len, "0123456789");
+  T_EQ_INT(tern__outq_iov_from(&q, 7, iov, 1), 1);
+  T_EQ_STR(iov[0].base, iov[0].len, "3456789");
+  T_EQ_INT(tern__outq_iov_from(&q, 14, iov, 4), 0); /* all handed out */
+  /* Acknowledged bytes leave the front; the skip counts from there. */
+  tern__outq_consume(&w, &q, 3);
+  T_EQ_INT(done_status, 99);
+  T_EQ_INT(tern__outq_iov_from(&q, 0, iov, 4), 2);
+  T_EQ_STR(iov[0].base, iov[0].len, "d");
+  T_EQ_INT(tern__outq_iov_from(&q, 3, iov, 4), 1);
+  T_EQ_STR(iov[0].base, iov[0].len, "23456789");
+  tern__outq_consume(&w, &q, 1);
+  T_EQ_INT(done_status, 0); /* the marker ran with the bytes before it */
+  T_EQ_INT(released, 0);
+  /* Copies appended later join the handed-out tail segment's block. */
+  T_ASSERT(tern__outq_copy(&w, &q, "tail", 4) == 0);
+  T_EQ_INT(tern__outq_iov_from(&q, 10, iov, 4), 1);
+  T_EQ_STR(iov[0].base, iov[0].len, "tail");
+  tern__outq_consume(&w, &q, 14);
+  T_EQ_INT(released, 1);
+  T_EQ_INT(q.bytes, 0);
+  tern__outq_free(&w, &q);
+  teardown();
+}
+
 static void test_outq_fail_reports(void) {
   tern__outq q;
   setup();
@@ -502,6 +547,7 @@ int main(void) {
   T_RUN(test_outq_coalesces);
   T_RUN(test_outq_spans_blocks);
   T_RUN(test_outq_ref_and_marks);
+  T_RUN(test_outq_iov_from);
   T_RUN(test_outq_fail_reports);
   T_RUN(test_outq_splice_keeps_order);
   T_RUN(test_outq_cut);

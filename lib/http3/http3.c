@@ -1,0 +1,2017 @@
+/* The HTTP/3 adapter: one nghttp3 server connection per QUIC connection,
+ * driven through lib/quic's glue (quic/quic.h) and nothing else: this
+ * file sees no ngtcp2, no socket and no libuv handle. quic.c hands us
+ * stream bytes as packets are read (tern__quic_app.recv), asks us for the
+ * next bytes to send in its write loop (next / written), and reports
+ * acknowledgements, resets and closes; we answer with credit, stream
+ * shutdowns and a close. nghttp3's memory comes from the worker's small
+ * block pools (an nghttp3_mem over tern__small_malloc), as nghttp2's does.
+ *
+ * Streams and requests. A HEADERS frame on a client bidi stream creates a
+ * tern_request and its stream state (h3_stream, in r->proto_data and
+ * nghttp3's stream user data), exactly as an HTTP/2 HEADERS frame does,
+ * and from there the request runs through the same core helpers
+ * (tern__request_fields, _route, _collect, _dispatch, tern__respond_status)
+ * so that a handler cannot tell the carriers apart but by
+ * tern_request_protocol(). Header names and values are views into
+ * nghttp3's refcounted buffers (rcbufs), kept alive until the request is
+ * released; only joined cookie crumbs are copied. The stream's own
+ * structure keeps the connection's state (h3_conn) alive by a reference,
+ * since those rcbufs free themselves through the nghttp3_mem that lives
+ * there, possibly after the QUIC connection is gone.
+ *
+ * References. As on HTTP/2: the user's reference (dropped by the
+ * finishing response call), one the adapter holds while the stream is
+ * open, and one per marker (a write's `done`) until it has run. When
+ * nghttp3 closes the stream (both directions done, everything we sent
+ * acknowledged) the response counts if it was complete; otherwise the
+ * request is gone: a reading handler gets TERN_BODY_ERROR and pending
+ * `done` callbacks run with TERN_ECLOSED.
+ *
+ * Output. A response's body waits in the request's own queue (r->out).
+ * nghttp3's data reader (read_body) gets vectors that point INTO that
+ * queue, starting past the bytes it was handed before (s->handed): bytes
+ * are never copied, and they stay in the queue until the peer has
+ * acknowledged them (acked_stream_data), when tern__outq_consume finishes
+ * them, so on QUIC a write's `done` means "acknowledged by the peer".
+ * With nothing to hand out, the reader says WOULDBLOCK and the stream is
+ * resumed (nghttp3_conn_resume_stream, then quic's write loop) when bytes
+ * arrive. nghttp3 0.8 asks for data only while a stream has less than 4
+ * KiB unsent and keeps at most 1024 unacknowledged pieces per stream, so
+ * the reader hands out whole segments, up to 8 at a time. Acknowledgements
+ * arrive inside ngtcp2's packet callbacks: they are only recorded there
+ * (s->acked) and the queue is consumed in the next pump (after the packet
+ * batch, or the check phase), so that no `done` runs, and no response
+ * call comes back into nghttp3, while nghttp3 walks its own queues.
+ * Everything a response call changes in nghttp3's send state (resuming a
+ * stream) also waits for the pump. What a stream holds is its response's
+ * unacknowledged bytes, which the peer's flow-control window and
+ * acknowledgements bound, plus whatever the handler writes ahead: `pending`
+ * reports all of it, so streamed writes and WebSocket see backpressure as
+ * on HTTP/2. A stream we end early (a reset either way, an abort) keeps
+ * the bytes it handed out, in limbo, until QUIC closes the stream: ngtcp2
+ * 0.12 may still resend lost pieces of them after our RESET_STREAM.
+ *
+ * Flow control. The QUIC windows are the only ones. The non-DATA bytes
+ * nghttp3 reports consumed (frame headers, HEADERS, unknown frames, the
+ * control and QPACK streams) are credited at once; body bytes are
+ * credited only when they have left tern's hands: at once for a collected
+ * body, after the body callback returns for a streamed one, and not while
+ * the handler has paused (the bytes it cannot take wait in the stream, at
+ * most its window). The windows grow by ngtcp2's own auto-tuning, up to
+ * the maxima quic.c sets (as HTTP/2's: 8 MiB a stream, 16 MiB the
+ * connection), and only while credit comes back within a couple of round
+ * trips: a fast handler gets a wide window, a slow or paused one keeps a
+ * small one, the same policy as tern__window on HTTP/2.
+ *
+ * The core's view. c->nq (h3_busy) counts the streams the server is
+ * working on: routed to a handler (or answered by tern) and not yet ended
+ * by the response calls. The connection's timer is idle while no request
+ * stream is open, else none: each stream times itself.
+ *
+ * Stream timers. Each stream embeds a tern__timer: HEAD from its HEADERS
+ * frame's start until the head is complete (never re-armed by its bytes),
+ * then BODY while tern waits for body bytes (collecting them, a streaming
+ * handler reading and not paused, or the short rest of a body read after
+ * an early answer), re-armed by each DATA payload. A head that times out
+ * resets the stream (H3_REQUEST_REJECTED: nothing was processed); a body
+ * that times out answers 408 or, once a response started, resets the
+ * stream (H3_REQUEST_CANCELLED). Then WRITE (body_timeout_ms, as the
+ * byte-stream transports' write timer) while response bytes wait for the
+ * client, re-armed by each acknowledgement: a client that withholds its
+ * flow-control credit cannot hold a response forever; the stream is
+ * reset (H3_REQUEST_CANCELLED).
+ *
+ * Defences. QUIC bounds the streams a client may open (we grant one more
+ * as each closes) and nghttp3 checks the framing and the fields' form.
+ * nghttp3 0.8 only advertises SETTINGS_MAX_FIELD_SECTION_SIZE: the adapter
+ * counts each field (name + value + 32, RFC 9114 4.2.2) against
+ * max_head_size and the fields against max_header_count and answers 431,
+ * as on HTTP/2. The QPACK tables are kept at 4 KiB. Client stream resets
+ * draw on a token bucket like HTTP/2's (CVE-2023-44487); when it is empty
+ * the connection closes with H3_EXCESSIVE_LOAD. A head that came in 0-RTT
+ * is marked replayable and answered 425 unless its method is safe. After
+ * a complete response to a request still uploading, a short rest of a body
+ * with a length is read and dropped; otherwise STOP_SENDING (H3_NO_ERROR)
+ * tells the client to stop (RFC 9114 4.1.1).
+ *
+ * Graceful stop: GOAWAY with the notice id, then after a probe timeout
+ * the real GOAWAY (nghttp3_conn_shutdown, once: a second one aborts the
+ * process), then CONNECTION_CLOSE with H3_NO_ERROR once no request stream
+ * is left. Neither GOAWAY may be queued before the control stream is
+ * bound (app->start), and a stop before then closes at once.
+ */
+#include <nghttp3/nghttp3.h>
+#include <string.h>
+
+#include "internal.h"
+#include "quic/quic.h"
+
+extern const tern__proto tern__http3;
+extern const tern__quic_app tern__http3_app;
+
+#define H3_QPACK_TABLE 4096
+#define H3_QPACK_BLOCKED 100
+#define H3_DELIVER_MAX (64 * 1024) /* one body callback's largest piece */
+/* After an early answer, a body with a length at most this much short of
+ * it is read to its end (its length checked) rather than stopped. */
+#define H3_DRAIN_MAX (64 * 1024)
+/* Client stream resets: a bucket of H3_RESET_BURST tokens refilled at
+ * H3_RESET_RATE a second, as HTTP/2's (CVE-2023-44487). */
+#define H3_RESET_BURST 400
+#define H3_RESET_RATE 33
+#define H3_VECS 8 /* nghttp3 0.8 asks for at most 8 vectors at a time */
+
+/* quic.h's tern__qvec passes for nghttp3_vec unchanged. */
+_Static_assert(sizeof(tern__qvec) == sizeof(nghttp3_vec) &&
+                   offsetof(tern__qvec, base) == offsetof(nghttp3_vec, base) &&
+                   offsetof(tern__qvec, len) == offsetof(nghttp3_vec, len),
+               "tern__qvec must be laid out as nghttp3_vec");
+
+typedef struct h3_conn h3_conn;
+typedef struct h3_stream h3_stream;
+
+enum {
+  S_OPEN = 1u << 0,        /* the stream is ours; we hold a ref */
+  S_COUNTED = 1u << 1,     /* counted in h->nq */
+  S_HEAD_DONE = 1u << 2,   /* the request head is complete */
+  S_REMOTE_DONE = 1u << 3, /* the client's FIN arrived */
+  S_PROVIDER = 1u << 4,    /* the response has a body reader */
+  S_DEFERRED = 1u << 5,    /* its reader said WOULDBLOCK */
+  S_RESP_END = 1u << 6,    /* the response's last byte is queued */
+  S_END_SENT = 1u << 7,    /* nghttp3 has the end of our response */
+  S_SETTLE = 1u << 8,      /* on the settle list */
+  S_FLOW = 1u << 9,        /* body delivery to retry */
+  S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 9220) */
+  S_DRAIN = 1u << 11,      /* answered: the body's rest is read, dropped */
+  S_TIMEDOUT = 1u << 12,   /* its body timer fired */
+  S_EARLY = 1u << 13,      /* head bytes came in 0-RTT */
+  S_TRAILERS = 1u << 14,   /* response trailers are submitted */
+  S_STOP_READ = 1u << 15,  /* STOP_SENDING (H3_NO_ERROR) is due */
+  S_LIMBO = 1u << 16,      /* closed for us; bytes wait for QUIC's close */
+  S_PEER_STOP = 1u << 17,  /* the client's STOP_SENDING: abandon it */
+};
+
+struct h3_stream {
+  tern__list link;   /* h->streams, while S_OPEN */
+  tern__timer timer; /* HEAD, BODY or WRITE (stream_timer) */
+  h3_stream *settle_next;
+  h3_conn *h; /* referenced until the stream is freed */
+  tern_request *r;
+  int64_t id;
+  unsigned flags;
+  int status;       /* a status tern answers instead of routing */
+  int has_length;   /* content_length was given */
+  size_t head_size; /* RFC 9114 4.2.2 size of the field section */
+  nghttp3_rcbuf **rc;
+  size_t nrc, rc_cap;
+  size_t ncookie;
+  char *cookie; /* cookie crumbs joined with "; " */
+  uint64_t content_length;
+  uint64_t received; /* request body bytes that arrived */
+  char *pend;        /* body bytes the handler cannot take yet */
+  size_t pend_off, pend_len, pend_cap;
+  size_t owed;    /* delivered while paused: credited on resume */
+  size_t handed;  /* bytes of r->out handed to nghttp3, not yet acked */
+  uint64_t acked; /* acknowledged bytes not yet consumed from r->out */
+};
+
+struct h3_conn {
+  tern__quic *q;
+  tern__worker *w;
+  nghttp3_conn *ng;
+  nghttp3_mem mem;     /* nghttp3 keeps a pointer to it, as its rcbufs do */
+  int refs;            /* quic's (until app->free) + one per h3_stream */
+  tern__list streams;  /* open streams (each holds a request) */
+  tern__list limbo;    /* streams ended early, bytes still with QUIC */
+  h3_stream *settle;   /* streams with work for the next pump */
+  h3_stream *settling; /* those the pump running now takes, in turn */
+  size_t nopen;        /* streams on `streams` */
+  size_t nq;           /* streams the server is working on (S_COUNTED) */
+  uint32_t waiting;    /* streams whose stream timer is armed */
+  unsigned dead : 1;   /* the connection is closing: no more calls out */
+  unsigned flow : 1;   /* some stream has S_FLOW */
+  unsigned stopping : 1;
+  unsigned noticed : 1;    /* the GOAWAY notice is queued */
+  unsigned final : 1;      /* nghttp3_conn_shutdown was called (once!) */
+  unsigned goaway_out : 1; /* the final GOAWAY went into packets */
+  unsigned closed : 1;     /* tern__quic_close was called */
+  unsigned rx_early : 1;   /* the bytes being read came in 0-RTT */
+  unsigned pumping : 1;
+  uint64_t stop_at; /* loop time for the final GOAWAY */
+  int64_t ctrl;     /* our control stream */
+  uint32_t reset_tokens;
+  uint64_t reset_time;
+};
+
+/* ---- nghttp3's allocator: the worker's pools ------------------------- */
+
+static void *ng_malloc(size_t size, void *u) {
+  return tern__small_malloc(u, size);
+}
+
+static void ng_free(void *p, void *u) {
+  tern__small_free(u, p);
+}
+
+static void *ng_calloc(size_t n, size_t size, void *u) {
+  void *p;
+  if (size != 0 && n > SIZE_MAX / size)
+    return NULL;
+  p = tern__small_malloc(u, n * size);
+  if (p != NULL)
+    memset(p, 0, n * size);
+  return p;
+}
+
+static void *ng_realloc(void *p, size_t size, void *u) {
+  return tern__small_realloc(u, p, size);
+}
+
+/* ---- Small helpers --------------------------------------------------- */
+
+static int is_gone(const tern_request *r) {
+  return atomic_load_explicit(&r->gone, memory_order_acquire);
+}
+
+static int is_bidi(int64_t id) {
+  return (id & 0x2) == 0;
+}
+
+static void conn_unref(h3_conn *h) {
+  if (--h->refs > 0)
+    return;
+  tern__free(h->w->srv, h);
+}
+
+/* Something for the next pump: it runs after the packet batch (input) or
+ * in the check phase (output), before quic's write loop. */
+static void schedule(h3_conn *h) {
+  if (!h->dead)
+    tern__conn_want_output(tern__quic_head(h->q));
+}
+
+static void settle_add(h3_conn *h, h3_stream *s) {
+  if (!(s->flags & S_SETTLE)) {
+    s->flags |= S_SETTLE;
+    s->settle_next = h->settle;
+    h->settle = s;
+  }
+  schedule(h);
+}
+
+static int unlink_from(h3_stream **p, h3_stream *s) {
+  for (; *p != NULL; p = &(*p)->settle_next) {
+    if (*p == s) {
+      *p = s->settle_next;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Off both lists: a stream the running pump has yet to take may end (and
+ * be freed) while it settles another. */
+static void settle_remove(h3_conn *h, h3_stream *s) {
+  if (!(s->flags & S_SETTLE))
+    return;
+  if (!unlink_from(&h->settle, s))
+    (void)unlink_from(&h->settling, s);
+  s->flags &= ~(unsigned)S_SETTLE;
+}
+
+/* An nghttp3 call failed fatally: the connection closes with the error
+ * nghttp3 maps it to. Returns the negative value the glue passes on. */
+static int fail(h3_conn *h, int rv) {
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: %s", nghttp3_strerror(rv));
+  tern__quic_set_app_error(h->q, nghttp3_err_infer_quic_app_error_code(rv));
+  return rv < 0 ? rv : NGHTTP3_ERR_CALLBACK_FAILURE;
+}
+
+/* ---- Flow control ---------------------------------------------------- */
+
+/* `n` bytes of the stream's body left tern's hands: credit them. ngtcp2
+ * grows the windows itself (quic.c sets its auto-tuning maxima), and only
+ * while credit comes back quickly, that is while the handler keeps up. */
+static void consume(h3_conn *h, h3_stream *s, size_t n) {
+  if (n == 0 || h->dead)
+    return;
+  (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
+}
+
+/* Body bytes the stream holds or owes go back to the connection window
+ * (the stream's own no longer matters). */
+static void drop_held(h3_conn *h, h3_stream *s) {
+  size_t n = s->pend_len + s->owed;
+  s->pend_len = s->pend_off = 0;
+  s->owed = 0;
+  if (n > 0 && !h->dead)
+    (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
+}
+
+static int hold(h3_conn *h, h3_stream *s, const uint8_t *p, size_t n) {
+  if (s->pend_off > 0 && s->pend_off + s->pend_len + n > s->pend_cap) {
+    memmove(s->pend, s->pend + s->pend_off, s->pend_len);
+    s->pend_off = 0;
+  }
+  if (s->pend_len + n > s->pend_cap) {
+    size_t cap = s->pend_cap ? s->pend_cap * 2 : 16384;
+    char *nb;
+    while (cap < s->pend_len + n)
+      cap *= 2;
+    nb = tern__small_realloc(h->w, s->pend, cap);
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    s->pend = nb;
+    s->pend_cap = cap;
+  }
+  memcpy(s->pend + s->pend_off + s->pend_len, p, n);
+  s->pend_len += n;
+  return 0;
+}
+
+/* ---- Counting and timers --------------------------------------------- */
+
+static void count(h3_conn *h, h3_stream *s) {
+  if (!(s->flags & S_COUNTED)) {
+    s->flags |= S_COUNTED;
+    h->nq++;
+  }
+}
+
+static void uncount(h3_conn *h, h3_stream *s) {
+  if (s->flags & S_COUNTED) {
+    s->flags &= ~(unsigned)S_COUNTED;
+    h->nq--;
+  }
+}
+
+/* Does tern wait for the stream's body bytes? As on HTTP/2: while it
+ * collects them for the route, while a streaming handler reads without
+ * having paused, and after an early answer while the short rest of a body
+ * with a length is read to check it; never for a tunnel. */
+static int wants_body(const h3_stream *s) {
+  unsigned rf = s->r->flags;
+  if ((s->flags & (S_OPEN | S_HEAD_DONE | S_REMOTE_DONE | S_TIMEDOUT)) !=
+          (S_OPEN | S_HEAD_DONE) ||
+      (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
+    return 0;
+  if (rf & TERN__RQ_ENDED)
+    return (s->flags & S_DRAIN) != 0;
+  if (rf & TERN__RQ_STREAM)
+    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
+           TERN__RQ_READING;
+  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
+}
+
+/* Arm or disarm the stream's timer as its state asks, keeping a running
+ * one's deadline; h->waiting counts the armed ones. */
+static void stream_timer(h3_conn *h, h3_stream *s) {
+  int kind = TERN__T_NONE;
+  if ((s->flags & (S_OPEN | S_HEAD_DONE)) == S_OPEN)
+    kind = TERN__T_HEAD;
+  else if (wants_body(s))
+    kind = TERN__T_BODY;
+  else if ((s->flags & S_OPEN) && s->r->out.bytes > 0 &&
+           !(s->r->flags & TERN__RQ_TUNNEL))
+    kind = TERN__T_WRITE; /* the client must take (and acknowledge) them */
+  if (kind == s->timer.kind)
+    return;
+  if (s->timer.kind == TERN__T_NONE)
+    h->waiting++;
+  else if (kind == TERN__T_NONE)
+    h->waiting--;
+  tern__timer_set(h->w, &s->timer, kind);
+}
+
+static void stream_timer_stop(h3_conn *h, h3_stream *s) {
+  if (s->timer.kind != TERN__T_NONE)
+    h->waiting--;
+  tern__timer_stop(&s->timer);
+}
+
+/* ---- Closing streams ------------------------------------------------- */
+
+/* The bytes nghttp3 was handed for a stream we end early stay where
+ * they are until QUIC has closed the stream: ngtcp2 0.12 keeps pointers
+ * to them for retransmission, and it may resend lost pieces even after
+ * our RESET_STREAM (its loss recovery does not look at the reset). The
+ * request stays alive for them (s->link on h->limbo, a reference of its
+ * own); nghttp3's stream_close, or the connection's end, lets go. */
+static void limbo_end(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+  s->flags &= ~(unsigned)S_LIMBO;
+  tern__list_remove(&s->link);
+  tern__outq_fail(h->w, &r->out, TERN_ECLOSED);
+  tern__request_unref(r);
+}
+
+static void limbo_drop(h3_conn *h) {
+  while (!tern__list_empty(&h->limbo))
+    limbo_end(h, TERN__CONTAINER_OF(h->limbo.next, h3_stream, link));
+}
+
+/* The stream is over (nghttp3 closed it, we abandoned it, or the
+ * connection is closing): finish what the peer acknowledged, fail the
+ * rest, drop our reference. `keep`: QUIC still has the stream, so the
+ * bytes handed out wait in limbo. Returns whether they do: if not, `s`
+ * may be gone. */
+static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
+  tern_request *r = s->r;
+  tern__worker *w = h->w;
+  uint64_t acked;
+  size_t handed;
+  int kept = 0;
+
+  if (!(s->flags & S_OPEN))
+    return 0;
+  stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
+  drop_held(h, s);
+  s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
+  tern__list_remove(&s->link);
+  h->nopen--;
+  uncount(h, s);
+  settle_remove(h, s);
+  if (h->stopping)
+    schedule(h); /* perhaps the last one: time to close */
+  r->refs++;     /* held across the callbacks below */
+  acked = s->acked < s->handed ? s->acked : s->handed;
+  handed = s->handed - (size_t)acked;
+  s->acked = 0;
+  s->handed = 0;
+  /* The peer has these bytes: their writes are done. */
+  tern__outq_consume(w, &r->out, (size_t)acked);
+  if ((s->flags & S_END_SENT) && r->out.bytes == 0) {
+    TERN__STAT_ADD(w->stats.requests, 1);
+    r->flags |= TERN__RQ_WRITTEN;
+  } else {
+    atomic_store_explicit(&r->gone, 1, memory_order_release);
+    if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_BODY_DONE) &&
+        !(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL) {
+      r->flags |= TERN__RQ_BODY_DONE;
+      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+    }
+    tern__request_gone(r);
+  }
+  if (keep && !h->dead && handed > 0 && handed <= r->out.bytes) {
+    /* Only what follows the handed-out bytes fails now. read_body hands
+     * out whole segments, so the cut never falls inside a reference. */
+    tern__seg *cut = NULL;
+    size_t ncut = 0;
+    if (tern__outq_cut(w, &r->out, handed, &cut, &ncut) == 0) {
+      tern__outq_fail_cut(w, &r->out, cut, ncut, TERN_ECLOSED);
+      s->flags |= S_LIMBO;
+      r->refs++; /* limbo's */
+      tern__list_append(&h->limbo, &s->link);
+      kept = 1;
+    }
+  }
+  if (!kept)
+    tern__outq_fail(w, &r->out, TERN_ECLOSED);
+  if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
+    /* Never handed to a handler: the user's reference goes too. */
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+  }
+  tern__request_unref(r); /* the adapter's */
+  tern__request_unref(r); /* the one taken above */
+  return kept;
+}
+
+/* Forget a stream that is still open, ending it both ways with `code`
+ * (RESET_STREAM and STOP_SENDING). Safe inside nghttp3's receive
+ * callbacks; never called from its data reader. nghttp3 keeps the
+ * stream's user data only while bytes wait in limbo. */
+static void abandon(h3_conn *h, h3_stream *s, uint64_t code) {
+  int64_t id = s->id;
+  if (!(s->flags & S_OPEN))
+    return;
+  if (!h->dead) {
+    nghttp3_conn_shutdown_stream_write(h->ng, id);
+    (void)nghttp3_conn_shutdown_stream_read(h->ng, id);
+    (void)tern__quic_shut(h->q, id, code);
+    tern__quic_want_write(h->q);
+  }
+  if (!stream_closed(h, s, 1) && !h->dead)
+    nghttp3_conn_set_stream_user_data(h->ng, id, NULL);
+}
+
+static void drop_streams(h3_conn *h, uint64_t code) {
+  while (!tern__list_empty(&h->streams)) {
+    h3_stream *s = TERN__CONTAINER_OF(h->streams.next, h3_stream, link);
+    abandon(h, s, code);
+  }
+  limbo_drop(h);
+}
+
+/* ---- Request bodies ---------------------------------------------------- */
+
+/* Hand held bytes (then the end) to a streaming handler while it reads. */
+static void deliver(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+
+  r->refs++;
+  for (;;) {
+    unsigned f = r->flags;
+    if (h->dead || !(s->flags & S_OPEN) || (f & TERN__RQ_BODY_DONE))
+      break;
+    if (f & TERN__RQ_ENDED) {
+      drop_held(h, s); /* answered without reading the rest */
+      break;
+    }
+    if (!(f & TERN__RQ_READING) || (f & TERN__RQ_PAUSED))
+      break;
+    if (s->owed > 0) {
+      size_t n = s->owed;
+      s->owed = 0;
+      consume(h, s, n);
+    }
+    if (s->pend_len > 0) {
+      size_t n = s->pend_len < H3_DELIVER_MAX ? s->pend_len : H3_DELIVER_MAX;
+      const char *p = s->pend + s->pend_off;
+      s->pend_off += n;
+      s->pend_len -= n;
+      r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
+      if (s->pend_len == 0)
+        s->pend_off = 0;
+      if (h->dead || !(s->flags & S_OPEN))
+        break;
+      if (r->flags & TERN__RQ_PAUSED)
+        s->owed += n;
+      else
+        consume(h, s, n);
+      continue;
+    }
+    if (s->flags & S_REMOTE_DONE) {
+      r->flags |= TERN__RQ_BODY_DONE;
+      r->body_fn(r, TERN_BODY_END, NULL, 0, r->body_user);
+    }
+    break;
+  }
+  if (!h->dead && (s->flags & S_OPEN))
+    stream_timer(h, s);
+  tern__request_unref(r);
+}
+
+static void run_flows(h3_conn *h) {
+  tern__list *l;
+  h->flow = 0;
+again:
+  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+    h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, link);
+    if (s->flags & S_FLOW) {
+      s->flags &= ~(unsigned)S_FLOW;
+      deliver(h, s); /* may change the list: start over */
+      goto again;
+    }
+  }
+}
+
+/* tern answers the request itself (404, 413, 425, 431, ...). */
+static void answer(h3_conn *h, h3_stream *s, int status, const char *allow,
+                   size_t allow_len) {
+  tern_request *r = s->r;
+  if (r->flags & (TERN__RQ_ENDED | TERN__RQ_STARTED))
+    return;
+  count(h, s);
+  tern__respond_status(r, status, allow, allow_len);
+}
+
+/* The stream's timer fired (see "Stream timers" at the top). */
+static void stream_timeout(tern__timer *t, int kind) {
+  h3_stream *s = TERN__CONTAINER_OF(t, h3_stream, timer);
+  h3_conn *h = s->h;
+  tern_request *r = s->r;
+  unsigned started;
+
+  h->waiting--; /* the sweep disarmed it */
+  r->refs++;
+  if (kind == TERN__T_HEAD) {
+    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: stream %lld: head timed out",
+              (long long)s->id);
+    abandon(h, s, NGHTTP3_H3_REQUEST_REJECTED);
+    goto out;
+  }
+  if (kind == TERN__T_WRITE) {
+    /* No acknowledgement for a whole timeout: a client that holds back
+     * its flow-control credit (or its ACKs) holds the response for
+     * nothing. */
+    tern__log(h->w->srv, TERN_LOG_DEBUG,
+              "http3: stream %lld: response not taken", (long long)s->id);
+    abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+    goto out;
+  }
+  s->flags |= S_TIMEDOUT;
+  tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: stream %lld: body timed out",
+            (long long)s->id);
+  started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
+  if ((r->flags & TERN__RQ_READING) &&
+      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
+      r->body_fn != NULL) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+  }
+  if (!h->dead && (s->flags & S_OPEN)) {
+    if (started) {
+      if (s->flags & S_END_SENT) {
+        /* The answer is out: only the client's upload is stopped. */
+        s->flags |= S_STOP_READ;
+        settle_add(h, s);
+      } else {
+        abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+      }
+    } else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) {
+      ; /* the handler answered just now: its answer goes out */
+    } else if (!(r->flags & TERN__RQ_HANDLED)) {
+      answer(h, s, 408, NULL, 0);
+    } else if (tern__request_answer_held(r, 408) != 0 && !h->dead &&
+               (s->flags & S_OPEN)) {
+      abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+    }
+  }
+out:
+  tern__request_unref(r);
+  schedule(h);
+}
+
+/* ---- Requests ---------------------------------------------------------- */
+
+static void route(h3_conn *h, h3_stream *s) {
+  tern_server *srv = h->w->srv;
+  tern_request *r = s->r;
+  const char *allow;
+  size_t allow_len;
+  int rc;
+
+  if (s->status != 0) {
+    answer(h, s, s->status, NULL, 0);
+    return;
+  }
+  if (r->target_len > srv->s.max_uri_length) {
+    answer(h, s, 414, NULL, 0);
+    return;
+  }
+  rc = tern__request_route(
+      r,
+      r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
+          memcmp(r->method, "OPTIONS", 7) == 0,
+      s->has_length && !(s->flags & S_REMOTE_DONE) ? (int64_t)s->content_length
+                                                   : -1,
+      &allow, &allow_len);
+  if (rc != 0) {
+    answer(h, s, rc, allow, allow_len);
+    return;
+  }
+  if (r->flags & TERN__RQ_STREAM) {
+    /* Even an empty body is delivered, as TERN_BODY_END, once the handler
+     * reads. */
+    count(h, s);
+    tern__request_dispatch(r);
+    return;
+  }
+  if (s->flags & S_REMOTE_DONE) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    count(h, s);
+    tern__request_dispatch(r);
+    return;
+  }
+  /* Otherwise the body is collected as DATA arrives. */
+}
+
+static int keep_rcbuf(h3_conn *h, h3_stream *s, nghttp3_rcbuf *b) {
+  if (nghttp3_rcbuf_is_static(b))
+    return 0;
+  if (s->nrc == s->rc_cap) {
+    size_t cap = s->rc_cap ? s->rc_cap * 2 : 16;
+    nghttp3_rcbuf **nb = tern__small_realloc(h->w, s->rc, cap * sizeof(*s->rc));
+    if (nb == NULL)
+      return TERN_ENOMEM;
+    s->rc = nb;
+    s->rc_cap = cap;
+  }
+  nghttp3_rcbuf_incref(b);
+  s->rc[s->nrc++] = b;
+  return 0;
+}
+
+static int lit_eq(const uint8_t *p, size_t n, const char *lit) {
+  return strlen(lit) == n && memcmp(p, lit, n) == 0;
+}
+
+/* Methods a replayed request cannot harm (RFC 8470 5.2: the server
+ * answers 425 to the others when they came in early data). */
+static int safe_method(const tern_request *r) {
+  return (r->method_len == 3 && memcmp(r->method, "GET", 3) == 0) ||
+         (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0) ||
+         (r->method_len == 7 && memcmp(r->method, "OPTIONS", 7) == 0);
+}
+
+/* The request head is complete: fill in what HTTP/1.1 gets from its
+ * request line, join cookie crumbs, route. */
+static void head_done(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+  const char *q;
+
+  s->flags |= S_HEAD_DONE;
+  if (r->target != NULL) {
+    r->path = r->target;
+    q = memchr(r->target, '?', r->target_len);
+    if (q != NULL) {
+      r->path_len = (size_t)(q - r->target);
+      r->query = q + 1;
+      r->query_len = r->target_len - r->path_len - 1;
+    } else {
+      r->path_len = r->target_len;
+    }
+  } else {
+    r->path = r->target = ""; /* CONNECT */
+  }
+  if (r->method == NULL) {
+    r->method = ""; /* nghttp3 checked the head; never seen */
+  }
+  if (s->flags & S_EARLY) {
+    r->flags |= TERN__RQ_EARLY;
+    if (s->status == 0 && !safe_method(r))
+      s->status = 425; /* RFC 8470: it may be a replay */
+  }
+  if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
+    r->flags |= TERN__RQ_HEAD;
+  if (s->flags & S_WEBSOCKET) {
+    /* RFC 9220 extended CONNECT: routed as the GET of an HTTP/1.1
+     * WebSocket handshake, as on HTTP/2, so one route serves every
+     * carrier; its DATA is the WebSocket stream. */
+    r->method = "GET";
+    r->method_len = 3;
+    r->flags |= TERN__RQ_WS_CONNECT;
+  }
+  if (tern__request_fields(r, s->status == 0 ? s->ncookie : 0, &s->cookie) != 0)
+    s->status = 503;
+  route(h, s);
+}
+
+static void remote_done(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+  s->flags |= S_REMOTE_DONE;
+  if ((r->flags & TERN__RQ_ENDED) || !(s->flags & S_HEAD_DONE))
+    return;
+  if (r->flags & TERN__RQ_STREAM) {
+    deliver(h, s);
+    return;
+  }
+  if (!(r->flags & TERN__RQ_HANDLED) && r->route != NULL && s->status == 0) {
+    r->body = r->body_buf;
+    r->flags |= TERN__RQ_BODY_DONE;
+    count(h, s);
+    tern__request_dispatch(r);
+  }
+}
+
+/* ---- nghttp3 callbacks ------------------------------------------------- */
+
+static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
+  h3_conn *h = cu;
+  tern_request *r;
+  h3_stream *s;
+
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (su != NULL || !is_bidi(id))
+    return 0;
+  s = tern__small_malloc(h->w, sizeof(*s));
+  r = s != NULL ? tern__request_new(tern__quic_head(h->q)) : NULL;
+  if (r == NULL) {
+    tern__small_free(h->w, s);
+    /* No memory for a request: this stream alone is refused. */
+    nghttp3_conn_shutdown_stream_write(ng, id);
+    (void)nghttp3_conn_shutdown_stream_read(ng, id);
+    (void)tern__quic_shut(h->q, id, NGHTTP3_H3_REQUEST_REJECTED);
+    return 0;
+  }
+  memset(s, 0, sizeof(*s));
+  s->h = h;
+  h->refs++;
+  s->r = r;
+  s->id = id;
+  s->flags = S_OPEN;
+  tern__timer_init(&s->timer, stream_timeout);
+  r->proto_data = s;
+  r->protocol = TERN_PROTO_HTTP3;
+  tern__list_append(&h->streams, &s->link);
+  h->nopen++;
+  if (h->rx_early)
+    s->flags |= S_EARLY; /* the head began in 0-RTT */
+  nghttp3_conn_set_stream_user_data(ng, id, s);
+  stream_timer(h, s); /* HEAD until the head is complete */
+  return 0;
+}
+
+static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
+                     nghttp3_rcbuf *name, nghttp3_rcbuf *value, uint8_t flags,
+                     void *cu, void *su) {
+  h3_conn *h = cu;
+  tern_server *srv = h->w->srv;
+  h3_stream *s = su;
+  tern_request *r;
+  nghttp3_vec n, v;
+  const char *p;
+
+  (void)ng;
+  (void)id;
+  (void)flags;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN))
+    return 0;
+  r = s->r;
+  if (h->rx_early)
+    s->flags |= S_EARLY;
+  n = nghttp3_rcbuf_get_buf(name);
+  v = nghttp3_rcbuf_get_buf(value);
+  /* nghttp3 0.8 only announces SETTINGS_MAX_FIELD_SECTION_SIZE: the
+   * limit is ours to keep. The rest of the section is still decoded
+   * (QPACK state) but not kept. */
+  s->head_size += n.len + v.len + 32;
+  if (s->head_size > srv->s.max_head_size) {
+    if (s->status == 0)
+      s->status = 431;
+    return 0;
+  }
+  if (s->status != 0)
+    return 0;
+  p = (const char *)v.base;
+  switch (token) {
+  case NGHTTP3_QPACK_TOKEN__METHOD:
+    r->method = p;
+    r->method_len = v.len;
+    break;
+  case NGHTTP3_QPACK_TOKEN__PATH:
+    r->target = p;
+    r->target_len = v.len;
+    break;
+  case NGHTTP3_QPACK_TOKEN__AUTHORITY:
+    r->authority = p;
+    r->authority_len = v.len;
+    break;
+  case NGHTTP3_QPACK_TOKEN__PROTOCOL:
+    /* nghttp3 lets :protocol through only on a CONNECT, since our
+     * SETTINGS enable it. WebSocket is the one protocol served. */
+    if (lit_eq(v.base, v.len, "websocket"))
+      s->flags |= S_WEBSOCKET;
+    else
+      s->status = 501;
+    return 0;
+  case NGHTTP3_QPACK_TOKEN__SCHEME:
+    return 0; /* nghttp3 checked it */
+  default:
+    if (n.len > 0 && n.base[0] == ':')
+      return 0; /* other pseudo-fields (nghttp3 refuses unknown ones) */
+    if (r->nheaders >= r->headers_cap) {
+      s->status = 431;
+      return 0;
+    }
+    if (keep_rcbuf(h, s, name) != 0)
+      return NGHTTP3_ERR_CALLBACK_FAILURE;
+    r->headers[r->nheaders].name = (const char *)n.base;
+    r->headers[r->nheaders].name_len = n.len;
+    r->headers[r->nheaders].value = p;
+    r->headers[r->nheaders].value_len = v.len;
+    r->nheaders++;
+    if (token == NGHTTP3_QPACK_TOKEN_COOKIE) {
+      s->ncookie++;
+    } else if (token == NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH) {
+      /* nghttp3 has checked the syntax and checks the DATA against it;
+       * here it lets an oversized body be refused before it arrives. */
+      uint64_t cl = 0;
+      size_t i;
+      for (i = 0; i < v.len && cl < (1ull << 60); i++)
+        cl = cl * 10 + (uint64_t)(v.base[i] - '0');
+      s->content_length = cl;
+      s->has_length = 1;
+    }
+    break;
+  }
+  return keep_rcbuf(h, s, value) == 0 ? 0 : NGHTTP3_ERR_CALLBACK_FAILURE;
+}
+
+static int on_end_headers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
+                          void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  tern_request *r;
+
+  (void)ng;
+  (void)id;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN) || (s->flags & S_HEAD_DONE))
+    return 0;
+  if (h->rx_early)
+    s->flags |= S_EARLY;
+  /* The handler may run and finish (or fail) the request at once. */
+  r = s->r;
+  r->refs++;
+  if (fin)
+    s->flags |= S_REMOTE_DONE;
+  head_done(h, s);
+  if (!h->dead && (s->flags & S_OPEN))
+    stream_timer(h, s);
+  tern__request_unref(r);
+  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+}
+
+static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
+                      nghttp3_rcbuf *name, nghttp3_rcbuf *value, uint8_t flags,
+                      void *cu, void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  tern_request *r;
+  nghttp3_vec n = nghttp3_rcbuf_get_buf(name), v = nghttp3_rcbuf_get_buf(value);
+  tern_header *t;
+
+  (void)ng;
+  (void)id;
+  (void)token;
+  (void)flags;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN))
+    return 0;
+  r = s->r;
+  /* The body is fine; trailers past the limits are not exposed. */
+  s->head_size += n.len + v.len + 32;
+  if (r->ntrailers >= h->w->srv->s.max_header_count ||
+      s->head_size > 2 * (size_t)h->w->srv->s.max_head_size)
+    return 0;
+  t = tern__realloc(h->w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
+  if (t == NULL)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  r->trailers = t;
+  if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  t[r->ntrailers].name = (const char *)n.base;
+  t[r->ntrailers].name_len = n.len;
+  t[r->ntrailers].value = (const char *)v.base;
+  t[r->ntrailers].value_len = v.len;
+  r->ntrailers++;
+  return 0;
+}
+
+static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
+                   size_t len, void *cu, void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  tern_request *r;
+  int status;
+
+  (void)ng;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN)) {
+    (void)tern__quic_credit(h->q, id, len);
+    return 0;
+  }
+  r = s->r;
+  s->received += len;
+  if (len > 0 && s->timer.kind == TERN__T_BODY)
+    tern__timer_set(h->w, &s->timer, TERN__T_BODY); /* progress re-arms it */
+  if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
+      is_gone(r)) {
+    consume(h, s, len); /* answered already: the bytes are dropped */
+    return 0;
+  }
+  if (!(r->flags & TERN__RQ_STREAM)) {
+    status = tern__request_collect(r, data, len);
+    consume(h, s, len);
+    if (status != 0) {
+      r->refs++;
+      answer(h, s, status, NULL, 0);
+      tern__request_unref(r);
+    }
+    return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+  }
+  if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+      !(r->flags & TERN__RQ_PAUSED)) {
+    r->refs++;
+    r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
+    if (!h->dead && (s->flags & S_OPEN)) {
+      if (r->flags & TERN__RQ_PAUSED)
+        s->owed += len; /* credited when the handler resumes */
+      else
+        consume(h, s, len);
+    }
+    tern__request_unref(r);
+    return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+  }
+  /* Not reading (yet) or paused: hold the bytes; the stream's window
+   * bounds them. */
+  if (hold(h, s, data, len) != 0) {
+    consume(h, s, len);
+    abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
+  }
+  return 0;
+}
+
+static int on_deferred_consume(nghttp3_conn *ng, int64_t id, size_t n, void *cu,
+                               void *su) {
+  h3_conn *h = cu;
+  (void)ng;
+  (void)su;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  return tern__quic_credit(h->q, id, n) == 0 ? 0 : NGHTTP3_ERR_CALLBACK_FAILURE;
+}
+
+static int on_end_stream(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  tern_request *r;
+
+  (void)ng;
+  (void)id;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN))
+    return 0;
+  r = s->r;
+  r->refs++;
+  remote_done(h, s);
+  if (!h->dead && (s->flags & S_OPEN))
+    stream_timer(h, s);
+  tern__request_unref(r);
+  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+}
+
+/* The peer acknowledged `n` more bytes of what read_body handed out. The
+ * queue is consumed at the next pump, outside nghttp3. */
+static int on_acked(nghttp3_conn *ng, int64_t id, uint64_t n, void *cu,
+                    void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  (void)ng;
+  (void)id;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN) || n == 0)
+    return 0;
+  s->acked += n;
+  settle_add(h, s);
+  return 0;
+}
+
+static int on_stream_close(nghttp3_conn *ng, int64_t id, uint64_t code,
+                           void *cu, void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  (void)ng;
+  (void)code;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s != NULL && (s->flags & S_LIMBO))
+    limbo_end(h, s);
+  else if (s != NULL)
+    stream_closed(h, s, 0);
+  if (is_bidi(id))
+    tern__quic_more_streams(h->q, 1);
+  return 0;
+}
+
+/* nghttp3 asks us to act on QUIC (a malformed request, a stream beyond
+ * our GOAWAY): the stream is no longer ours either. */
+static int on_stop_sending(nghttp3_conn *ng, int64_t id, uint64_t code,
+                           void *cu, void *su) {
+  h3_conn *h = cu;
+  (void)ng;
+  (void)su;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  return tern__quic_shut_read(h->q, id, code) == 0
+             ? 0
+             : NGHTTP3_ERR_CALLBACK_FAILURE;
+}
+
+static int on_reset_stream(nghttp3_conn *ng, int64_t id, uint64_t code,
+                           void *cu, void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (tern__quic_shut_write(h->q, id, code) != 0)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  tern__quic_want_write(h->q);
+  if (s != NULL && (s->flags & S_OPEN)) {
+    if (!stream_closed(h, s, 1))
+      nghttp3_conn_set_stream_user_data(ng, id, NULL);
+  }
+  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+}
+
+/* The client sent GOAWAY: for a server its id is a push id, and tern
+ * pushes nothing. */
+static int on_shutdown(nghttp3_conn *ng, int64_t id, void *cu) {
+  (void)ng;
+  (void)id;
+  (void)cu;
+  return 0;
+}
+
+/* The response's end is with nghttp3 now. A request whose upload goes on
+ * is read to its end when only a little of a declared length is left
+ * (nghttp3 checks the length), else the client is asked to stop sending,
+ * without error (RFC 9114 4.1.1). */
+static void end_sent(h3_conn *h, h3_stream *s) {
+  s->flags |= S_END_SENT;
+  if (s->flags & S_REMOTE_DONE)
+    return;
+  if (!(s->flags & S_TIMEDOUT) && s->has_length &&
+      s->received <= s->content_length &&
+      s->content_length - s->received <= H3_DRAIN_MAX) {
+    s->flags |= S_DRAIN;
+    stream_timer(h, s);
+  } else {
+    s->flags |= S_STOP_READ;
+    settle_add(h, s);
+  }
+}
+
+/* nghttp3's data reader: vectors into the request's queue, past what was
+ * handed out before; the bytes stay there until acknowledged. */
+static nghttp3_ssize read_body(nghttp3_conn *ng, int64_t id, nghttp3_vec *vec,
+                               size_t veccnt, uint32_t *pflags, void *cu,
+                               void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  tern_request *r;
+  uv_buf_t iov[H3_VECS];
+  size_t i, k, sum = 0;
+
+  (void)ng;
+  (void)id;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s == NULL || !(s->flags & S_OPEN))
+    return NGHTTP3_ERR_WOULDBLOCK; /* abandoned: its write side is shut */
+  r = s->r;
+  if (r->out.bytes == s->handed && !(s->flags & S_RESP_END)) {
+    s->flags |= S_DEFERRED;
+    return NGHTTP3_ERR_WOULDBLOCK;
+  }
+  k = tern__outq_iov_from(&r->out, s->handed, iov,
+                          veccnt < H3_VECS ? veccnt : H3_VECS);
+  for (i = 0; i < k; i++) {
+    vec[i].base = (uint8_t *)iov[i].base;
+    vec[i].len = iov[i].len;
+    sum += iov[i].len;
+  }
+  s->handed += sum;
+  if (s->handed == r->out.bytes && (s->flags & S_RESP_END)) {
+    *pflags |= NGHTTP3_DATA_FLAG_EOF;
+    if (s->flags & S_TRAILERS)
+      *pflags |= NGHTTP3_DATA_FLAG_NO_END_STREAM;
+    end_sent(h, s);
+  }
+  return (nghttp3_ssize)k;
+}
+
+/* ---- The pump: what waits for a moment outside nghttp3 ----------------- */
+
+static void count_reset(h3_conn *h);
+
+/* A stream's recorded work: acknowledged bytes finish their writes (a
+ * `done` may write again: it only queues), zero-length markers at the
+ * front run, a reader that waited is resumed, a STOP_SENDING goes out. */
+static void settle_one(h3_conn *h, h3_stream *s) {
+  tern_request *r = s->r;
+  uint64_t acked = s->acked;
+
+  r->refs++;
+  s->acked = 0;
+  if (acked > s->handed)
+    acked = s->handed; /* never past what nghttp3 was given */
+  s->handed -= (size_t)acked;
+  tern__outq_consume(h->w, &r->out, (size_t)acked);
+  if (acked > 0 && s->timer.kind == TERN__T_WRITE && (s->flags & S_OPEN))
+    tern__timer_set(h->w, &s->timer, TERN__T_WRITE); /* progress re-arms */
+  if (!h->dead && (s->flags & S_PEER_STOP) && (s->flags & S_OPEN)) {
+    count_reset(h);
+    abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+  }
+  if (!h->dead && (s->flags & S_OPEN)) {
+    if ((s->flags & S_DEFERRED) &&
+        (r->out.bytes > s->handed || (s->flags & S_RESP_END))) {
+      s->flags &= ~(unsigned)S_DEFERRED;
+      (void)nghttp3_conn_resume_stream(h->ng, s->id);
+      tern__quic_want_write(h->q);
+    }
+    if (s->flags & S_STOP_READ) {
+      s->flags &= ~(unsigned)S_STOP_READ;
+      if (!(s->flags & S_REMOTE_DONE)) {
+        drop_held(h, s);
+        (void)nghttp3_conn_shutdown_stream_read(h->ng, s->id);
+        (void)tern__quic_shut_read(h->q, s->id, NGHTTP3_H3_NO_ERROR);
+        tern__quic_want_write(h->q);
+      }
+    }
+    stream_timer(h, s); /* output waiting for the client: WRITE */
+  }
+  tern__request_unref(r);
+}
+
+/* Graceful stop: the notice, a probe timeout later the final GOAWAY (once),
+ * and the close when no request stream is left. */
+static void stop_step(h3_conn *h) {
+  uint64_t now = uv_now(h->w->loop);
+  int rv;
+
+  if (!h->noticed) {
+    uint64_t pto = tern__quic_pto_ms(h->q);
+    h->noticed = 1;
+    rv = nghttp3_conn_submit_shutdown_notice(h->ng);
+    if (rv != 0) {
+      tern__quic_close(h->q, NGHTTP3_H3_INTERNAL_ERROR, "no memory");
+      h->closed = 1;
+      return;
+    }
+    h->stop_at = now + pto;
+    tern__quic_wake_after(h->q, pto);
+    tern__quic_want_write(h->q);
+    return;
+  }
+  if (!h->final) {
+    if (now < h->stop_at)
+      return; /* the wake-up calls output again */
+    h->final = 1;
+    rv = nghttp3_conn_shutdown(h->ng);
+    if (rv != 0) {
+      tern__quic_close(h->q, NGHTTP3_H3_INTERNAL_ERROR, "no memory");
+      h->closed = 1;
+      return;
+    }
+    tern__quic_want_write(h->q);
+  }
+  /* Closed once the final GOAWAY is out: a CONNECTION_CLOSE written in
+   * the same pass would go first and the GOAWAY never. */
+  if (h->goaway_out && h->nopen == 0 && !h->closed) {
+    h->closed = 1;
+    tern__quic_close(h->q, NGHTTP3_H3_NO_ERROR, "");
+  }
+}
+
+static void pump(h3_conn *h) {
+  h3_stream *s;
+
+  if (h->pumping)
+    return;
+  h->pumping = 1;
+  h->refs++;
+  /* Only what was recorded before this pass: a `done` that writes again
+   * is settled in the next one. */
+  h->settling = h->settle;
+  h->settle = NULL;
+  while ((s = h->settling) != NULL && !h->dead) {
+    h->settling = s->settle_next;
+    s->flags &= ~(unsigned)S_SETTLE;
+    settle_one(h, s);
+  }
+  while ((s = h->settling) != NULL) { /* the connection closed under us */
+    h->settling = s->settle_next;
+    s->flags &= ~(unsigned)S_SETTLE;
+  }
+  if (!h->dead && h->flow)
+    run_flows(h);
+  if (!h->dead && h->stopping && !h->closed)
+    stop_step(h);
+  h->pumping = 0;
+  conn_unref(h);
+}
+
+/* ---- The glue: tern__quic_app ------------------------------------------ */
+
+static int q_start(tern__quic *q) {
+  tern__conn *head = tern__quic_head(q);
+  tern_server *srv = head->w->srv;
+  nghttp3_callbacks cb;
+  nghttp3_settings settings;
+  int64_t ctrl, qenc, qdec;
+  h3_conn *h;
+  int rv;
+
+  if (tern__quic_uni_left(q) < 3)
+    return TERN_ETOOBIG; /* the client allows too few streams for HTTP/3 */
+  h = tern__malloc(srv, sizeof(*h));
+  if (h == NULL)
+    return TERN_ENOMEM;
+  memset(h, 0, sizeof(*h));
+  h->q = q;
+  h->w = head->w;
+  h->refs = 1;
+  tern__list_init(&h->streams);
+  tern__list_init(&h->limbo);
+  h->mem.user_data = head->w;
+  h->mem.malloc = ng_malloc;
+  h->mem.free = ng_free;
+  h->mem.calloc = ng_calloc;
+  h->mem.realloc = ng_realloc;
+  memset(&cb, 0, sizeof(cb));
+  cb.acked_stream_data = on_acked;
+  cb.stream_close = on_stream_close;
+  cb.recv_data = on_data;
+  cb.deferred_consume = on_deferred_consume;
+  cb.begin_headers = on_begin_headers;
+  cb.recv_header = on_header;
+  cb.end_headers = on_end_headers;
+  cb.recv_trailer = on_trailer;
+  cb.stop_sending = on_stop_sending;
+  cb.end_stream = on_end_stream;
+  cb.reset_stream = on_reset_stream;
+  cb.shutdown = on_shutdown;
+  nghttp3_settings_default(&settings);
+  settings.max_field_section_size = srv->s.max_head_size;
+  settings.qpack_max_dtable_capacity = H3_QPACK_TABLE;
+  settings.qpack_encoder_max_dtable_capacity = H3_QPACK_TABLE;
+  settings.qpack_blocked_streams = H3_QPACK_BLOCKED;
+  settings.enable_connect_protocol = 1; /* RFC 9220 */
+  if (nghttp3_conn_server_new(&h->ng, &cb, &settings, &h->mem, h) != 0) {
+    tern__free(srv, h);
+    return TERN_ENOMEM;
+  }
+  if ((rv = tern__quic_open_uni(q, &ctrl)) != 0 ||
+      (rv = tern__quic_open_uni(q, &qenc)) != 0 ||
+      (rv = tern__quic_open_uni(q, &qdec)) != 0 ||
+      (rv = nghttp3_conn_bind_control_stream(h->ng, ctrl)) != 0 ||
+      (rv = nghttp3_conn_bind_qpack_streams(h->ng, qenc, qdec)) != 0) {
+    nghttp3_conn_del(h->ng);
+    tern__free(srv, h);
+    return rv == NGHTTP3_ERR_NOMEM ? TERN_ENOMEM : rv;
+  }
+  nghttp3_conn_set_max_client_streams_bidi(h->ng, tern__quic_max_bidi(q));
+  h->ctrl = ctrl;
+  h->reset_tokens = H3_RESET_BURST;
+  h->reset_time = uv_now(h->w->loop);
+  tern__quic_set_app(q, h);
+  if (head->flags & TERN__C_STOPPING)
+    h->stopping = 1;        /* the stop came during the handshake */
+  tern__quic_want_write(q); /* our SETTINGS */
+  schedule(h);
+  return 0;
+}
+
+static h3_conn *app_of(tern__quic *q) {
+  h3_conn *h = tern__quic_app_data(q);
+  return h != NULL && !h->dead ? h : NULL;
+}
+
+static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
+                  int fin, int early) {
+  h3_conn *h = app_of(q);
+  nghttp3_ssize rv;
+
+  if (h == NULL)
+    return 0;
+  h->refs++;
+  h->rx_early = early != 0;
+  rv = nghttp3_conn_read_stream(h->ng, id, p, n, fin);
+  h->rx_early = 0;
+  if (rv < 0) {
+    int e = fail(h, (int)rv);
+    conn_unref(h);
+    return e;
+  }
+  if (rv > 0 && !h->dead)
+    (void)tern__quic_credit(q, id, (uint64_t)rv);
+  conn_unref(h);
+  return 0;
+}
+
+static int q_acked(tern__quic *q, int64_t id, uint64_t n) {
+  h3_conn *h = app_of(q);
+  int rv;
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_add_ack_offset(h->ng, id, n);
+  return rv == 0 ? 0 : fail(h, rv);
+}
+
+static int q_closed(tern__quic *q, int64_t id, uint64_t code) {
+  h3_conn *h = app_of(q);
+  int rv;
+  if (h == NULL)
+    return 0;
+  h->refs++;
+  rv = nghttp3_conn_close_stream(h->ng, id,
+                                 code != 0 ? code : NGHTTP3_H3_NO_ERROR);
+  if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
+    /* A stream nghttp3 never saw (reset before any byte arrived). */
+    if (is_bidi(id) && !h->dead)
+      tern__quic_more_streams(q, 1);
+    rv = 0;
+  }
+  if (rv != 0)
+    rv = fail(h, rv);
+  conn_unref(h);
+  return rv;
+}
+
+/* RST_STREAM from the client: a token bucket (CVE-2023-44487). */
+static int reset_allowed(h3_conn *h) {
+  uint64_t now = uv_now(h->w->loop);
+  uint64_t add = (now - h->reset_time) * H3_RESET_RATE / 1000;
+  if (add > 0) {
+    h->reset_tokens = add >= H3_RESET_BURST - h->reset_tokens
+                          ? H3_RESET_BURST
+                          : h->reset_tokens + (uint32_t)add;
+    h->reset_time = now;
+  }
+  if (h->reset_tokens == 0)
+    return 0;
+  h->reset_tokens--;
+  return 1;
+}
+
+/* The stream nghttp3 knows as `id`, ours, or NULL. nghttp3 0.8 has no
+ * getter for a stream's user data: the open streams are looked through
+ * (resets are rare, and bounded by the bucket). */
+static h3_stream *find_stream(h3_conn *h, int64_t id) {
+  tern__list *l;
+  for (l = h->streams.next; l != &h->streams; l = l->next) {
+    h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, link);
+    if (s->id == id)
+      return s;
+  }
+  return NULL;
+}
+
+/* A client that ends streams abruptly, again and again, makes work for
+ * nothing (CVE-2023-44487): past the bucket the connection closes. */
+static void count_reset(h3_conn *h) {
+  if (!reset_allowed(h) && !h->closed) {
+    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: too many stream resets");
+    tern__quic_close(h->q, NGHTTP3_H3_EXCESSIVE_LOAD, "too many resets");
+    h->closed = 1;
+  }
+}
+
+/* RESET_STREAM from the client: it cancels the request, unless our
+ * complete response is out already, when it only ends an upload we asked
+ * it to stop (RFC 9114 4.1.1). */
+static int q_reset(tern__quic *q, int64_t id, uint64_t code) {
+  h3_conn *h = app_of(q);
+  h3_stream *s;
+  int rv;
+
+  (void)code;
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_shutdown_stream_read(h->ng, id);
+  if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND)
+    return fail(h, rv);
+  if (!is_bidi(id) || (s = find_stream(h, id)) == NULL)
+    return 0;
+  if (s->flags & S_END_SENT) {
+    s->flags |= S_REMOTE_DONE;
+    drop_held(h, s);
+    stream_timer(h, s);
+    return 0;
+  }
+  count_reset(h);
+  h->refs++;
+  abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
+  conn_unref(h);
+  return 0;
+}
+
+/* ngtcp2 0.12's stream_stop_sending: OUR read side was shut (by us, with
+ * STOP_SENDING); nghttp3 forgets what it buffered for the stream. */
+static int q_stop_sending(tern__quic *q, int64_t id, uint64_t code) {
+  h3_conn *h = app_of(q);
+  int rv;
+  (void)code;
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_shutdown_stream_read(h->ng, id);
+  return rv == 0 || rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : fail(h, rv);
+}
+
+static int q_unblocked(tern__quic *q, int64_t id) {
+  h3_conn *h = app_of(q);
+  int rv;
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_unblock_stream(h->ng, id);
+  return rv == 0 || rv == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : fail(h, rv);
+}
+
+static int q_max_streams(tern__quic *q, uint64_t max) {
+  h3_conn *h = app_of(q);
+  if (h != NULL)
+    nghttp3_conn_set_max_client_streams_bidi(h->ng, max);
+  return 0;
+}
+
+static int q_next(tern__quic *q, int64_t *id, int *fin, tern__qvec *v,
+                  size_t n) {
+  h3_conn *h = app_of(q);
+  nghttp3_ssize k;
+
+  *id = -1;
+  *fin = 0;
+  if (h == NULL)
+    return 0;
+  k = nghttp3_conn_writev_stream(h->ng, id, fin, (nghttp3_vec *)(void *)v, n);
+  if (k < 0)
+    return fail(h, (int)k);
+  return (int)k;
+}
+
+static int q_written(tern__quic *q, int64_t id, size_t n) {
+  h3_conn *h = app_of(q);
+  int rv;
+  if (h == NULL)
+    return 0;
+  rv = nghttp3_conn_add_write_offset(h->ng, id, n);
+  if (rv != 0)
+    return fail(h, rv);
+  if (h->final && !h->goaway_out && id == h->ctrl && n > 0) {
+    h->goaway_out = 1; /* the last thing queued on the control stream */
+    schedule(h);
+  }
+  return 0;
+}
+
+static int q_blocked(tern__quic *q, int64_t id) {
+  h3_conn *h = app_of(q);
+  if (h != NULL)
+    nghttp3_conn_block_stream(h->ng, id);
+  return 0;
+}
+
+/* The stream can no longer send: the client's STOP_SENDING (ngtcp2 0.12
+ * reset our side itself and says so only now, at the next write). It
+ * wants no more of the response: the request is cancelled, at the next
+ * pump (this runs inside quic's write loop). */
+static int q_shut_wr(tern__quic *q, int64_t id) {
+  h3_conn *h = app_of(q);
+  h3_stream *s;
+  if (h == NULL)
+    return 0;
+  nghttp3_conn_shutdown_stream_write(h->ng, id);
+  if (is_bidi(id) && (s = find_stream(h, id)) != NULL) {
+    s->flags |= S_PEER_STOP;
+    settle_add(h, s);
+  }
+  return 0;
+}
+
+static void q_free(tern__quic *q) {
+  h3_conn *h = tern__quic_app_data(q);
+  if (h == NULL)
+    return;
+  tern__quic_set_app(q, NULL);
+  if (!h->dead) {
+    h->dead = 1;
+    drop_streams(h, NGHTTP3_H3_NO_ERROR);
+  }
+  nghttp3_conn_del(h->ng);
+  h->ng = NULL;
+  conn_unref(h); /* the rcbufs requests still hold keep h->mem alive */
+}
+
+const tern__quic_app tern__http3_app = {
+    .alpn = "h3",
+    .code_none = NGHTTP3_H3_NO_ERROR,
+    .code_internal = NGHTTP3_H3_INTERNAL_ERROR,
+    .start = q_start,
+    .recv = q_recv,
+    .acked = q_acked,
+    .closed = q_closed,
+    .reset = q_reset,
+    .stop_sending = q_stop_sending,
+    .unblocked = q_unblocked,
+    .max_streams = q_max_streams,
+    .next = q_next,
+    .written = q_written,
+    .blocked = q_blocked,
+    .shut_wr = q_shut_wr,
+    .free = q_free,
+};
+
+/* ---- The connection side ------------------------------------------------ */
+
+static void h3_input(tern__conn *c) {
+  h3_conn *h = app_of(tern__quic_of(c));
+  if (h != NULL)
+    pump(h);
+}
+
+static void h3_output(tern__conn *c) {
+  h3_conn *h = app_of(tern__quic_of(c));
+  if (h != NULL)
+    pump(h);
+}
+
+static void h3_stop(tern__conn *c) {
+  h3_conn *h = app_of(tern__quic_of(c));
+  /* Still in the handshake: app->start sees TERN__C_STOPPING and begins
+   * the stop there (the head timer bounds a handshake that never ends). */
+  if (h == NULL)
+    return;
+  h->stopping = 1;
+  schedule(h);
+}
+
+/* The connection is closing: fail what is in flight. No call goes to
+ * nghttp3 or quic any more; app->free deletes nghttp3's state. */
+static void h3_close(tern__conn *c) {
+  h3_conn *h = app_of(tern__quic_of(c));
+  if (h == NULL)
+    return;
+  h->dead = 1;
+  h->refs++;
+  drop_streams(h, NGHTTP3_H3_NO_ERROR);
+  conn_unref(h);
+}
+
+static size_t h3_busy(const tern__conn *c) {
+  const h3_conn *h = tern__quic_app_data((const tern__quic *)(const void *)c);
+  return h != NULL ? h->nq : 0;
+}
+
+/* Idle while no request stream is open; each open one times itself. */
+static int h3_timer(const tern__conn *c) {
+  const h3_conn *h = tern__quic_app_data((const tern__quic *)(const void *)c);
+  return h != NULL && h->nopen > 0 ? TERN__T_NONE : TERN__T_IDLE;
+}
+
+/* ---- Responses --------------------------------------------------------- */
+
+/* Fields tern writes itself, and those HTTP/3 forbids (RFC 9114 4.2). */
+static int dropped_field(const tern_header *f) {
+  switch (f->name_len) {
+  case 2:
+    return tern__ieq_lit(f->name, 2, "te");
+  case 4:
+    return tern__ieq_lit(f->name, 4, "date");
+  case 7:
+    return tern__ieq_lit(f->name, 7, "upgrade");
+  case 10:
+    return tern__ieq_lit(f->name, 10, "connection") ||
+           tern__ieq_lit(f->name, 10, "keep-alive");
+  case 14:
+    return tern__ieq_lit(f->name, 14, "content-length");
+  case 16:
+    return tern__ieq_lit(f->name, 16, "proxy-connection");
+  case 17:
+    return tern__ieq_lit(f->name, 17, "transfer-encoding");
+  default:
+    return 0;
+  }
+}
+
+/* Fill nv from fields: names lower-cased into buf, values trimmed of
+ * whitespace. nghttp3 copies both. Returns the number of entries. */
+static size_t put_fields(nghttp3_nv *nv, char *buf, const tern_header *f,
+                         size_t n) {
+  size_t i, j, k = 0;
+  for (i = 0; i < n; i++) {
+    const char *v = f[i].value;
+    size_t vl = f[i].value_len;
+    if (dropped_field(&f[i]))
+      continue;
+    while (vl > 0 && (v[0] == ' ' || v[0] == '\t')) {
+      v++;
+      vl--;
+    }
+    while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+      vl--;
+    nv[k].name = (uint8_t *)buf;
+    nv[k].namelen = f[i].name_len;
+    for (j = 0; j < f[i].name_len; j++) {
+      unsigned char ch = (unsigned char)f[i].name[j];
+      *buf++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
+    }
+    nv[k].value = (uint8_t *)(uintptr_t)v;
+    nv[k].valuelen = vl;
+    nv[k].flags = NGHTTP3_NV_FLAG_NONE;
+    k++;
+  }
+  return k;
+}
+
+static size_t names_bytes(const tern_header *f, size_t n) {
+  size_t i, size = 0;
+  for (i = 0; i < n; i++)
+    size += f[i].name_len;
+  return size;
+}
+
+static h3_conn *live(tern_request *r, h3_stream **sp) {
+  h3_stream *s = r->proto_data;
+  *sp = s;
+  if (s == NULL || !(s->flags & S_OPEN) || s->h->dead)
+    return NULL;
+  return s->h;
+}
+
+/* Fields as nghttp3 takes them, with `first` entries of our own in front
+ * (:status) and room for `extra` more behind; on the stack when they fit,
+ * as nearly every head does. fields_close frees what fields_open took. */
+typedef struct {
+  nghttp3_nv stack[24], *nv;
+  char buf_stack[1024], *buf;
+  char st[3];
+  size_t k; /* entries filled */
+} h3_fields;
+
+static int fields_open(tern__worker *w, h3_fields *hd, int status,
+                       const tern_header *f, size_t n, size_t extra) {
+  size_t names = names_bytes(f, n);
+  size_t first = status != 0 ? 1 : 0;
+  hd->nv = hd->stack;
+  hd->buf = hd->buf_stack;
+  hd->k = 0;
+  if (n + first + extra > sizeof(hd->stack) / sizeof(hd->stack[0]))
+    hd->nv = tern__malloc(w->srv, (n + first + extra) * sizeof(*hd->nv));
+  if (names > sizeof(hd->buf_stack))
+    hd->buf = tern__malloc(w->srv, names);
+  if (hd->nv == NULL || hd->buf == NULL)
+    return TERN_ENOMEM;
+  if (status != 0) {
+    hd->st[0] = (char)('0' + status / 100);
+    hd->st[1] = (char)('0' + status / 10 % 10);
+    hd->st[2] = (char)('0' + status % 10);
+    hd->nv[0].name = (uint8_t *)":status";
+    hd->nv[0].namelen = 7;
+    hd->nv[0].value = (uint8_t *)hd->st;
+    hd->nv[0].valuelen = 3;
+    hd->nv[0].flags = NGHTTP3_NV_FLAG_NONE;
+  }
+  hd->k = first + put_fields(hd->nv + first, hd->buf, f, n);
+  return 0;
+}
+
+static void fields_close(tern__worker *w, h3_fields *hd) {
+  if (hd->nv != NULL && hd->nv != hd->stack)
+    tern__free(w->srv, hd->nv);
+  if (hd->buf != NULL && hd->buf != hd->buf_stack)
+    tern__free(w->srv, hd->buf);
+}
+
+static int ng_error(int rv) {
+  return rv == NGHTTP3_ERR_NOMEM ? TERN_ENOMEM : TERN_ECLOSED;
+}
+
+static const nghttp3_data_reader body_reader = {read_body};
+
+static int h3_start(tern_request *r, int status, const tern_header *f, size_t n,
+                    int64_t cl) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  int bodyless = (r->flags & TERN__RQ_HEAD) || status < 200 || status == 204 ||
+                 status == 304;
+  int no_length = status < 200 || status == 204 || status == 304;
+  h3_fields hd;
+  nghttp3_nv *nv;
+  char len[20];
+  size_t k;
+  int rc;
+
+  if (h == NULL)
+    return TERN_ECLOSED;
+  if ((rc = fields_open(w, &hd, status, f, n, 2)) != 0)
+    goto done;
+  nv = hd.nv;
+  k = hd.k;
+  if (w->date_len > 8) { /* "Date: " value "\r\n" */
+    nv[k].name = (uint8_t *)"date";
+    nv[k].namelen = 4;
+    nv[k].value = (uint8_t *)w->date + 6;
+    nv[k].valuelen = w->date_len - 8;
+    nv[k++].flags = NGHTTP3_NV_FLAG_NONE;
+  }
+  if (cl >= 0 && !no_length) {
+    nv[k].name = (uint8_t *)"content-length";
+    nv[k].namelen = 14;
+    nv[k].value = (uint8_t *)len;
+    nv[k].valuelen = tern__fmt_u64(len, (uint64_t)cl);
+    nv[k++].flags = NGHTTP3_NV_FLAG_NONE;
+  }
+  rc = nghttp3_conn_submit_response(h->ng, s->id, nv, k,
+                                    bodyless || cl == 0 ? NULL : &body_reader);
+  if (rc != 0) {
+    rc = ng_error(rc);
+    goto done;
+  }
+  r->flags |= TERN__RQ_STARTED;
+  r->resp_left = bodyless ? 0 : cl;
+  if (bodyless)
+    r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
+  count(h, s);
+  if (!bodyless && cl != 0)
+    s->flags |= S_PROVIDER;
+  else
+    end_sent(h, s); /* the FIN follows the head */
+  tern__quic_want_write(h->q);
+done:
+  fields_close(w, &hd);
+  return rc;
+}
+
+static int h3_write(tern_request *r, const void *p, size_t len, int copy,
+                    tern_write_fn done, void *duser, tern_release_fn release,
+                    void *ruser) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  int rc = 0;
+
+  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
+      (uint64_t)len > (uint64_t)r->resp_left)
+    return TERN_EINVAL;
+  if (r->flags & TERN__RQ_HEAD)
+    len = 0; /* HEAD: the length was announced, the bytes are not sent */
+  if (h == NULL) {
+    if (s == NULL || (s->flags & S_OPEN) || !(s->flags & S_END_SENT) ||
+        !(r->flags & TERN__RQ_HEAD))
+      return TERN_ECLOSED;
+    /* A bodyless answer, complete and its stream closed already: there
+     * is nothing to send, so the write is done at once. */
+    if (release != NULL)
+      release((void *)(uintptr_t)p, ruser);
+    if (done != NULL) {
+      if (tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser) != 0)
+        return TERN_ENOMEM;
+      tern__outq_consume(w, &r->out, 0);
+    }
+    return 0;
+  }
+  if (len > 0 || release != NULL) {
+    if (copy)
+      rc = tern__outq_copy(w, &r->out, p, len);
+    else
+      rc = tern__outq_ref(w, &r->out, p, len, release, ruser);
+  }
+  if (rc == 0 && done != NULL)
+    rc = tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser);
+  if (rc != 0)
+    return rc;
+  if (r->resp_left > 0)
+    r->resp_left -= (int64_t)len;
+  /* The reader is resumed, and markers with nothing unacknowledged before
+   * them run, at the next pump. */
+  settle_add(h, s);
+  return 0;
+}
+
+static int h3_end(tern_request *r, const tern_header *t, size_t n) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+
+  if (h == NULL) {
+    r->flags |= TERN__RQ_ENDED;
+    return 0; /* a bodyless answer whose stream has closed already */
+  }
+  if (r->resp_left > 0) {
+    tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
+    r->flags |= TERN__RQ_ABORT;
+  }
+  r->flags |= TERN__RQ_ENDED;
+  uncount(h, s); /* what is left waits for the client (its window) */
+  stream_timer(h, s);
+  if (r->flags & TERN__RQ_ABORT) {
+    /* Cut short: the stream must not look complete. */
+    abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
+    return 0;
+  }
+  if (n > 0 && (s->flags & S_PROVIDER)) {
+    /* Submitted now, sent after the body (the reader's last vectors say
+     * NO_END_STREAM): nghttp3 copies the fields. */
+    h3_fields hd;
+    int rc = fields_open(w, &hd, 0, t, n, 0);
+    if (rc == 0 && hd.k > 0) {
+      rc = nghttp3_conn_submit_trailers(h->ng, s->id, hd.nv, hd.k);
+      if (rc != 0)
+        rc = ng_error(rc);
+      else
+        s->flags |= S_TRAILERS;
+    }
+    fields_close(w, &hd);
+    if (rc != 0)
+      return rc;
+  }
+  s->flags |= S_RESP_END;
+  if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
+    drop_held(h, s); /* the rest of the body is not wanted */
+  settle_add(h, s);
+  return 0;
+}
+
+static void h3_body_flow(tern_request *r) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  if (h == NULL || is_gone(r))
+    return;
+  if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
+    s->flags |= S_FLOW;
+    h->flow = 1;
+    schedule(h);
+  }
+  stream_timer(h, s); /* reading: the body timer; paused: none */
+}
+
+/* RFC 9220: the answer to an extended CONNECT is a 200 without a length;
+ * the stream's DATA frames then carry the tunnel both ways. */
+static int h3_tunnel(tern_request *r, const tern_header *f, size_t n) {
+  int rc;
+  if (!(r->flags & TERN__RQ_WS_CONNECT))
+    return TERN_ESTATE;
+  r->flags |= TERN__RQ_TUNNEL;
+  rc = h3_start(r, 200, f, n, -1);
+  if (rc != 0)
+    r->flags &= ~(unsigned)TERN__RQ_TUNNEL;
+  return rc;
+}
+
+/* Everything not yet acknowledged: what the peer's window and ACKs hold
+ * back is what a streaming writer must see. */
+static size_t h3_pending(const tern_request *r) {
+  return r->out.bytes;
+}
+
+static void h3_release(tern_request *r) {
+  h3_stream *s = r->proto_data;
+  tern__worker *w = r->w;
+  h3_conn *h;
+  size_t i;
+
+  if (s == NULL)
+    return;
+  h = s->h;
+  for (i = 0; i < s->nrc; i++)
+    nghttp3_rcbuf_decref(s->rc[i]);
+  tern__small_free(w, s->rc);
+  tern__small_free(w, s->cookie);
+  tern__small_free(w, s->pend);
+  tern__small_free(w, s);
+  r->proto_data = NULL;
+  conn_unref(h);
+}
+
+/* A 1xx interim answer (103 Early Hints) ahead of the final one. */
+static int h3_interim(tern_request *r, int status, const tern_header *f,
+                      size_t n) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  tern__worker *w = r->w;
+  h3_fields hd;
+  int rc;
+
+  if (h == NULL)
+    return TERN_ECLOSED;
+  rc = fields_open(w, &hd, status, f, n, 0);
+  if (rc == 0) {
+    rc = nghttp3_conn_submit_info(h->ng, s->id, hd.nv, hd.k);
+    if (rc == 0)
+      tern__quic_want_write(h->q);
+    else
+      rc = ng_error(rc);
+  }
+  fields_close(w, &hd);
+  return rc;
+}
+
+/* One stream's answer failed: that stream ends, RESET_STREAM and
+ * STOP_SENDING with H3_INTERNAL_ERROR; the connection's others go on. */
+static void h3_abort(tern_request *r) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
+  r->flags |= TERN__RQ_ABORT;
+  if (h == NULL)
+    return; /* its stream has ended already */
+  h->refs++;
+  abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
+  conn_unref(h);
+}
+
+static const tern__req_ops h3_ops = {
+    .start = h3_start,
+    .write = h3_write,
+    .end = h3_end,
+    .interim = h3_interim,
+    .body_flow = h3_body_flow,
+    .tunnel = h3_tunnel,
+    .pending = h3_pending,
+    .abort = h3_abort,
+    .release = h3_release,
+};
+
+const tern__proto tern__http3 = {
+    .name = "h3",
+    .input = h3_input,
+    .output = h3_output,
+    .stop = h3_stop,
+    .close = h3_close,
+    .busy = h3_busy,
+    .timer = h3_timer,
+    .ops = &h3_ops,
+};
