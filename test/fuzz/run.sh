@@ -84,6 +84,13 @@ dict="$src/test/fuzz/${name#fuzz_}.dict"
 args=(-max_total_time="$secs" -print_final_stats=1 -timeout=10
   -artifact_prefix="$out/$name-")
 [ -f "$dict" ] && args+=(-dict="$dict")
+# A target's own libFuzzer flags, one a line ('#' starts a comment).
+opts="$src/test/fuzz/${name#fuzz_}.options"
+if [ -f "$opts" ]; then
+  while read -r o; do
+    case $o in '' | '#'*) ;; *) args+=("$o") ;; esac
+  done <"$opts"
+fi
 if "$out/$name" "${args[@]}" "$out/$name-corpus" "$seeds" \
     >"$out/$name.log" 2>&1; then
   runs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$out/$name.log" |
