@@ -172,7 +172,8 @@ struct tern__quic {
   uint64_t end_at;  /* closing/draining: when to free (loop ms) */
   uint8_t *close_pkt;
   size_t close_len;
-  uint32_t close_seen; /* packets received while closing */
+  uint32_t close_seen;   /* packets received while closing */
+  uint64_t close_budget; /* bytes the close may still be resent with */
   /* Datagrams the socket did not take (UDP_AGAIN), sent first. */
   uint8_t *pend;
   size_t pend_len, pend_seg;
@@ -1033,11 +1034,21 @@ static void feed(tern__quic *q, const uint8_t *p, size_t n,
   if (q->flags & Q_FREEING)
     return;
   if (q->flags & Q_CLOSING) {
-    /* Answer with the close again, ever more rarely (1, 2, 4, ...). */
+    /* Answer with the close again, ever more rarely (1, 2, 4, ...), and
+     * only on the connection's own path and within three times what
+     * arrived there meanwhile (RFC 9000 10.2.1 and 8.1): a packet that
+     * names the connection's CID from another address must not make it
+     * a reflector. */
+    if (!path_eq(path, &q->path))
+      return;
     q->close_seen++;
-    if (q->close_pkt != NULL && (q->close_seen & (q->close_seen - 1)) == 0)
+    q->close_budget += 3 * n;
+    if (q->close_pkt != NULL && (q->close_seen & (q->close_seen - 1)) == 0 &&
+        q->close_budget >= q->close_len) {
+      q->close_budget -= q->close_len;
       (void)tern__udp_send(&q->wl->udp, path, 0, q->close_pkt, q->close_len,
                            q->close_len);
+    }
     return;
   }
   if ((q->flags & Q_DRAINING) || (q->head.flags & TERN__C_CLOSING))
