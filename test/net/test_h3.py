@@ -615,6 +615,21 @@ def concurrent_transfers():
     check(first_close > max(submits), "all requests were open together")
 
 
+@h3case(hello_only="gtlsserver sends trailers only with --send-trailers")
+def trailers():
+    """hello's /trailers (the handler every protocol shares: a streamed
+    body, then trailer fields) over HTTP/3: the body, then a trailer
+    section with both fields, then a clean stream close."""
+    r = client(peer, ["/trailers"])
+    eq(r.statuses().get(0), 200, "status (%r)" % r.tail())
+    eq(r.file("/trailers"), b"row 1\nrow 2\n", "body")
+    tail = r.log[r.log.find("stream 0x0 trailers started"):]
+    check(r.has("stream 0x0 trailers started"), "no trailers: %r" % r.tail())
+    check("[x-checksum: abc123]" in tail and "[x-rows: 2]" in tail,
+          "trailer fields: %r" % tail[:300])
+    eq(r.closed(), {0: 0x100}, "stream close")
+
+
 def cipher_case(priority, suite_name):
     r = get_root(peer, "--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:"
                  "-CIPHER-ALL:+" + priority)
