@@ -85,6 +85,7 @@ _Static_assert(sizeof(tern__qvec) == sizeof(ngtcp2_vec) &&
 #define QUIC_RESET_BURST 64
 #define QUIC_RESET_RATE 64
 #define QUIC_CLOSE_MAX_MS 3000 /* a closing or draining period's cap */
+#define QUIC_CLOSE_STOP_MS 500 /* the same while the server stops */
 #define QUIC_STREAM_WIN_INIT (64 * 1024)
 #define QUIC_STREAM_WIN_MAX (8u << 20)
 #define QUIC_CONN_WIN_INIT (1u << 20)
@@ -517,9 +518,14 @@ static void finish(tern__quic *q) {
   }
 }
 
+/* Three probe timeouts (RFC 9000 10.2), capped; shorter once the server
+ * stops, so that closing connections do not hold its exit: a packet that
+ * comes later gets a stateless reset, or nothing, which is all the
+ * closing period would have told it. */
 static uint64_t close_period_ms(tern__quic *q) {
   uint64_t ms = 3 * ngtcp2_conn_get_pto(q->ng) / NGTCP2_MILLISECONDS + 1;
-  return ms > QUIC_CLOSE_MAX_MS ? QUIC_CLOSE_MAX_MS : ms;
+  uint64_t max = q->wl->stopping ? QUIC_CLOSE_STOP_MS : QUIC_CLOSE_MAX_MS;
+  return ms > max ? max : ms;
 }
 
 /* Write CONNECTION_CLOSE and enter the closing period (or, when nothing
@@ -1624,7 +1630,18 @@ static int quic_start(tern__listener *base, tern__worker *w) {
 static void quic_stop(tern__listener *base, tern__worker *w) {
   quic_listener *l = (quic_listener *)base;
   quic_wl *wl = &l->wls[w->id];
+  tern__list *e, *next;
   wl->stopping = 1;
+  /* A connection still in its handshake carries no request: it closes
+   * now, as a byte-stream connection without one does, rather than hold
+   * the stop until a client that may never finish does. */
+  for (e = w->conns.next; e != &w->conns; e = next) {
+    tern__conn *c = TERN__CONTAINER_OF(e, tern__conn, all_link);
+    next = e->next;
+    if (c->tp == &tern__quic_transport && tern__quic_of(c)->wl == wl &&
+        (tern__quic_of(c)->flags & Q_HANDSHAKE))
+      tern__conn_close(c);
+  }
   if (wl->open && wl->nconns == 0) {
     wl->open = 0;
     tern__udp_close(&wl->udp);
