@@ -790,6 +790,26 @@ def nat_rebinding():
           "the server did not validate the new path")
 
 
+@h3case(timeout=60, hello_only="the count is hello's /stats")
+def forwarded_to_owner():
+    """A connection belongs to the worker that took its first packet;
+    after a client moves to a new port the kernel's SO_REUSEPORT hash
+    may hand its datagrams to another worker's socket, which forwards
+    them by the worker named in the connection ID. With 4 workers and 8
+    clients that each move once, every request still answers on its new
+    path, and hello counts forwarded datagrams (the chance that all 8
+    new paths land on their own worker is 4^-8)."""
+    with Hello(cert, key, "--workers", "4") as s:
+        before = s.stats()["quic_forwarded"]
+        for _ in range(8):
+            r = get_root(s, "--change-local-addr=100ms",
+                         "--delay-stream=300ms")
+            eq(len(r.local_ports()), 2, "client local ports used")
+        got = s.stats()["quic_forwarded"] - before
+    check(got > 0, "no datagram was forwarded between workers")
+    suite.note("datagrams forwarded: %d" % got)
+
+
 @h3case(timeout=60)
 def handshake_loss():
     """Four handshakes in parallel, each losing 20% of the datagrams both
