@@ -8,7 +8,8 @@
  *
  *   h3client [options] METHOD https://HOST:PORT/PATH
  *
- *   -n N              N requests (concurrent up to the server's MAX_STREAMS)
+ *   -n N, --streams N N requests, all opened at once as far as the
+ *                     server's MAX_STREAMS lets (more as it grants them)
  *   --body-size N     a POST body of N bytes (byte i is i % 251)
  *   --header-bytes N  one extra field of N bytes (x-big: aaa...)
  *   --headers N       N extra small fields (x-h-I: v)
@@ -769,9 +770,11 @@ static int setup_socket(const char *host, const char *port) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: h3client [-n N] [--body-size N] [--header-bytes N]\n"
-                  "  [--headers N] [--reset-mid-body K] [--no-read] [--idle]\n"
-                  "  [--timeout-ms N] [-v] GET|POST https://HOST:PORT/PATH\n");
+  fprintf(
+      stderr,
+      "usage: h3client [-n|--streams N] [--body-size N] [--header-bytes N]\n"
+      "  [--headers N] [--reset-mid-body K] [--no-read] [--idle]\n"
+      "  [--timeout-ms N] [-v] GET|POST https://HOST:PORT/PATH\n");
   return 2;
 }
 
@@ -797,7 +800,7 @@ int main(int argc, char **argv) {
   for (a = 1; a < argc; a++) {
     const char *o = argv[a];
     uint64_t *dst = NULL;
-    if (strcmp(o, "-n") == 0)
+    if (strcmp(o, "-n") == 0 || strcmp(o, "--streams") == 0)
       dst = &n;
     else if (strcmp(o, "--body-size") == 0)
       dst = &cl.body_size;
