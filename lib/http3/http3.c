@@ -176,10 +176,16 @@ struct h3_stream {
   uint64_t acked; /* acknowledged bytes not yet consumed from r->out */
 };
 
+/* Request streams refused before nghttp3 saw them (refuse_oversized), by
+ * id: their later bytes are dropped here, not fed to nghttp3. */
+#define H3_REFUSED 32
+
 struct h3_conn {
   tern__quic *q;
   tern__worker *w;
   nghttp3_conn *ng;
+  int64_t refused[H3_REFUSED]; /* -1: empty */
+  int64_t max_first;           /* the highest request stream seen */
   nghttp3_mem mem;     /* nghttp3 keeps a pointer to it, as its rcbufs do */
   int refs;            /* quic's (until app->free) + one per h3_stream */
   tern__list streams;  /* open streams (each holds a request) */
@@ -1301,6 +1307,8 @@ static int q_start(tern__quic *q) {
   if (h == NULL)
     return TERN_ENOMEM;
   memset(h, 0, sizeof(*h));
+  memset(h->refused, 0xff, sizeof(h->refused));
+  h->max_first = -1;
   h->q = q;
   h->w = head->w;
   h->refs = 1;
@@ -1360,6 +1368,54 @@ static h3_conn *app_of(tern__quic *q) {
   return h != NULL && !h->dead ? h : NULL;
 }
 
+/* An HTTP/3 variable-length integer at p[0 .. n): its length, or 0 when
+ * n is too short. */
+static size_t varint(const uint8_t *p, size_t n, uint64_t *v) {
+  size_t len, i;
+  if (n == 0)
+    return 0;
+  len = (size_t)1 << (p[0] >> 6);
+  if (n < len)
+    return 0;
+  *v = p[0] & 0x3f;
+  for (i = 1; i < len; i++)
+    *v = (*v << 8) | p[i];
+  return len;
+}
+
+/* The first bytes of a request stream: a HEADERS frame too large for
+ * any head within max_head_size is refused here, before nghttp3 sees
+ * it. nghttp3 0.8 fails the whole connection for a compressed value over
+ * 64 KiB (NGHTTP3_ERR_QPACK_HEADER_TOO_LARGE), where one stream's error
+ * must cost that stream only (RFC 9114 4.2.2). The bound is twice
+ * max_head_size plus room for the fields' framing (QPACK never needs
+ * more than a few bytes over the raw size: Huffman is used only where it
+ * is shorter), and below 64 KiB, so no value nghttp3 is given can reach
+ * its cap. Returns 1 when the stream was refused (reset and stopped with
+ * H3_EXCESSIVE_LOAD; nothing was processed). Checked: the first bytes of
+ * each request stream that appears after every lower one (nghttp3 0.8
+ * cannot say whether it knows a stream), with the frame header whole in
+ * them; a client that reorders its streams' first bytes or splits a
+ * frame header that finely meets nghttp3's own limit instead. */
+static int refuse_oversized(h3_conn *h, int64_t id, const uint8_t *p,
+                            size_t n) {
+  uint64_t type, len, max = 2 * (uint64_t)h->w->srv->s.max_head_size + 4096;
+  size_t a, b;
+  if (max > 65535 - 16)
+    max = 65535 - 16;
+  if ((a = varint(p, n, &type)) == 0 || (b = varint(p + a, n - a, &len)) == 0)
+    return 0;
+  if (type != 0x01 || len <= max)
+    return 0;
+  h->refused[(uint64_t)id / 4 % H3_REFUSED] = id;
+  (void)tern__quic_shut(h->q, id, NGHTTP3_H3_EXCESSIVE_LOAD);
+  return 1;
+}
+
+static int was_refused(const h3_conn *h, int64_t id) {
+  return h->refused[(uint64_t)id / 4 % H3_REFUSED] == id;
+}
+
 static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
                   int fin, int early) {
   h3_conn *h = app_of(q);
@@ -1367,6 +1423,18 @@ static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
 
   if (h == NULL)
     return 0;
+  if (is_bidi(id) && id > h->max_first) {
+    h->max_first = id;
+    if (!h->dead && refuse_oversized(h, id, p, n)) {
+      (void)tern__quic_credit(q, -1, n);
+      return 0;
+    }
+  } else if (is_bidi(id) && was_refused(h, id)) {
+    /* The refused stream's bytes still count against the connection's
+     * window: credit them back, drop them. */
+    (void)tern__quic_credit(q, -1, n);
+    return 0;
+  }
   h->refs++;
   h->rx_early = early != 0;
   rv = nghttp3_conn_read_stream(h->ng, id, p, n, fin);
