@@ -157,6 +157,13 @@ void tern__pool_drain(tern__worker *w, tern__pool *p);
 void *tern__small_malloc(tern__worker *w, size_t n);
 void *tern__small_realloc(tern__worker *w, void *p, size_t n);
 void tern__small_free(tern__worker *w, void *p);
+/* The same four calls in the shape nghttp2's, ngtcp2's and nghttp3's
+ * memory structs take (the user pointer is the worker), so that each
+ * library's per-connection memory comes from its worker's pools. */
+void *tern__small_mem_malloc(size_t n, void *w);
+void tern__small_mem_free(void *p, void *w);
+void *tern__small_mem_calloc(size_t n, size_t size, void *w);
+void *tern__small_mem_realloc(void *p, size_t n, void *w);
 
 /* ---- Read buffers: refcounted so that request views stay valid ---- */
 

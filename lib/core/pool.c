@@ -128,3 +128,25 @@ void tern__rbuf_unref(tern__worker *w, tern__rbuf *b) {
   if (b != NULL && --b->refs == 0)
     tern__pool_put(w, &w->rbuf_pool, b);
 }
+
+void *tern__small_mem_malloc(size_t n, void *w) {
+  return tern__small_malloc(w, n);
+}
+
+void tern__small_mem_free(void *p, void *w) {
+  tern__small_free(w, p);
+}
+
+void *tern__small_mem_calloc(size_t n, size_t size, void *w) {
+  void *p;
+  if (size != 0 && n > SIZE_MAX / size)
+    return NULL;
+  p = tern__small_malloc(w, n * size);
+  if (p != NULL)
+    memset(p, 0, n * size);
+  return p;
+}
+
+void *tern__small_mem_realloc(void *p, size_t n, void *w) {
+  return tern__small_realloc(w, p, n);
+}

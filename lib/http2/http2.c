@@ -217,33 +217,6 @@ struct h2_conn {
   size_t nq; /* streams the server is working on (S_COUNTED) */
 };
 
-/* ---- nghttp2's allocator: tern's hook, so its memory is counted ------ */
-
-/* A session lives on one worker: its small blocks (streams, header
- * buffers, queued frames) come from the worker's size-class pools, so a
- * steady stream of requests does not call the allocator at all. */
-static void *ng_malloc(size_t size, void *u) {
-  return tern__small_malloc(u, size);
-}
-
-static void ng_free(void *p, void *u) {
-  tern__small_free(u, p);
-}
-
-static void *ng_calloc(size_t n, size_t size, void *u) {
-  void *p;
-  if (size != 0 && n > SIZE_MAX / size)
-    return NULL;
-  p = tern__small_malloc(u, n * size);
-  if (p != NULL)
-    memset(p, 0, n * size);
-  return p;
-}
-
-static void *ng_realloc(void *p, size_t size, void *u) {
-  return tern__small_realloc(u, p, size);
-}
-
 /* ---- Small helpers --------------------------------------------------- */
 
 static int is_gone(const tern_request *r) {
@@ -1402,11 +1375,14 @@ static h2_conn *h2_new(tern__stream *c) {
   h->c = c;
   h->w = c->head.w;
   tern__list_init(&h->streams);
+  /* A session lives on one worker: its small blocks (streams, header
+   * buffers, queued frames) come from the worker's size-class pools, so
+   * a steady stream of requests does not call the allocator at all. */
   mem.mem_user_data = c->head.w;
-  mem.malloc = ng_malloc;
-  mem.free = ng_free;
-  mem.calloc = ng_calloc;
-  mem.realloc = ng_realloc;
+  mem.malloc = tern__small_mem_malloc;
+  mem.free = tern__small_mem_free;
+  mem.calloc = tern__small_mem_calloc;
+  mem.realloc = tern__small_mem_realloc;
   if (nghttp2_session_server_new3(&h->ng, ng_cbs, h, ng_opts, &mem) != 0) {
     tern__free(srv, h);
     return NULL;

@@ -210,30 +210,6 @@ struct h3_conn {
   uint64_t reset_time;
 };
 
-/* ---- nghttp3's allocator: the worker's pools ------------------------- */
-
-static void *ng_malloc(size_t size, void *u) {
-  return tern__small_malloc(u, size);
-}
-
-static void ng_free(void *p, void *u) {
-  tern__small_free(u, p);
-}
-
-static void *ng_calloc(size_t n, size_t size, void *u) {
-  void *p;
-  if (size != 0 && n > SIZE_MAX / size)
-    return NULL;
-  p = tern__small_malloc(u, n * size);
-  if (p != NULL)
-    memset(p, 0, n * size);
-  return p;
-}
-
-static void *ng_realloc(void *p, size_t size, void *u) {
-  return tern__small_realloc(u, p, size);
-}
-
 /* ---- Small helpers --------------------------------------------------- */
 
 static int is_gone(const tern_request *r) {
@@ -1315,10 +1291,10 @@ static int q_start(tern__quic *q) {
   tern__list_init(&h->streams);
   tern__list_init(&h->limbo);
   h->mem.user_data = head->w;
-  h->mem.malloc = ng_malloc;
-  h->mem.free = ng_free;
-  h->mem.calloc = ng_calloc;
-  h->mem.realloc = ng_realloc;
+  h->mem.malloc = tern__small_mem_malloc;
+  h->mem.free = tern__small_mem_free;
+  h->mem.calloc = tern__small_mem_calloc;
+  h->mem.realloc = tern__small_mem_realloc;
   memset(&cb, 0, sizeof(cb));
   cb.acked_stream_data = on_acked;
   cb.stream_close = on_stream_close;

@@ -213,25 +213,6 @@ static void on_rand(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx) {
   rand_bytes(dest, len);
 }
 
-static void *q_malloc(size_t n, void *u) {
-  return tern__small_malloc(u, n);
-}
-static void q_free(void *p, void *u) {
-  tern__small_free(u, p);
-}
-static void *q_calloc(size_t n, size_t size, void *u) {
-  void *p;
-  if (size != 0 && n > SIZE_MAX / size)
-    return NULL;
-  p = tern__small_malloc(u, n * size);
-  if (p != NULL)
-    memset(p, 0, n * size);
-  return p;
-}
-static void *q_realloc(void *p, size_t n, void *u) {
-  return tern__small_realloc(u, p, n);
-}
-
 static void path_of(ngtcp2_path *np, const tern__udp_path *p) {
   np->local.addr = (ngtcp2_sockaddr *)&p->local;
   np->local.addrlen = p->local_len;
@@ -1234,10 +1215,10 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
   tern__list_init(&q->blocked_link);
   q->path = *path;
   q->mem.user_data = w;
-  q->mem.malloc = q_malloc;
-  q->mem.free = q_free;
-  q->mem.calloc = q_calloc;
-  q->mem.realloc = q_realloc;
+  q->mem.malloc = tern__small_mem_malloc;
+  q->mem.free = tern__small_mem_free;
+  q->mem.calloc = tern__small_mem_calloc;
+  q->mem.realloc = tern__small_mem_realloc;
   q->ref.get_conn = get_conn;
   q->ref.user_data = q;
   ngtcp2_connection_close_error_default(&q->ccerr);
