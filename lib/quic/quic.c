@@ -86,6 +86,7 @@ _Static_assert(sizeof(tern__qvec) == sizeof(ngtcp2_vec) &&
 #define QUIC_RESET_RATE 64
 #define QUIC_CLOSE_MAX_MS 3000 /* a closing or draining period's cap */
 #define QUIC_CLOSE_STOP_MS 500 /* the same while the server stops */
+#define QUIC_FWD_MAX 4096      /* forwarded datagrams in flight, per listener */
 #define QUIC_STREAM_WIN_INIT (64 * 1024)
 #define QUIC_STREAM_WIN_MAX (8u << 20)
 #define QUIC_CONN_WIN_INIT (1u << 20)
@@ -135,6 +136,10 @@ struct quic_listener {
   int *fds;     /* one per worker until its socket owns it */
   tern_quic_options o;
   int port;
+  /* Datagrams forwarded to another worker and not yet handled there: a
+   * flood of packets naming other workers' CIDs must not grow inboxes
+   * without bound. */
+  _Atomic uint32_t fwd_inflight;
   uint64_t hash_key;
   uint8_t secret[QUIC_SECRET];
 };
@@ -1312,6 +1317,7 @@ static void dispatch(quic_wl *wl, uint8_t *p, size_t n,
 static void fwd_apply(tern__msg *m) {
   fwd_msg *f = (fwd_msg *)m;
   quic_wl *wl = &f->l->wls[f->wid];
+  atomic_fetch_sub(&f->l->fwd_inflight, 1);
   if (wl->open)
     dispatch(wl, f->data, f->len, &f->path, f->ecn, 1);
   tern__free(f->l->srv, f);
@@ -1320,6 +1326,7 @@ static void fwd_apply(tern__msg *m) {
 static void fwd_drop(tern__msg *m, int refused) {
   fwd_msg *f = (fwd_msg *)m;
   (void)refused;
+  atomic_fetch_sub(&f->l->fwd_inflight, 1);
   tern__free(f->l->srv, f);
 }
 
@@ -1327,9 +1334,18 @@ static const tern__msg_ops fwd_ops = {.apply = fwd_apply, .drop = fwd_drop};
 
 static void forward(quic_wl *wl, unsigned to, const uint8_t *p, size_t n,
                     const tern__udp_path *path, unsigned ecn) {
-  fwd_msg *f = tern__malloc(wl->l->srv, sizeof(*f) + n);
-  if (f == NULL)
+  fwd_msg *f;
+  /* Past the bound the datagram is dropped, as a full socket would:
+   * QUIC takes it for a loss. */
+  if (atomic_fetch_add(&wl->l->fwd_inflight, 1) >= QUIC_FWD_MAX) {
+    atomic_fetch_sub(&wl->l->fwd_inflight, 1);
     return;
+  }
+  f = tern__malloc(wl->l->srv, sizeof(*f) + n);
+  if (f == NULL) {
+    atomic_fetch_sub(&wl->l->fwd_inflight, 1);
+    return;
+  }
   f->m.ops = &fwd_ops;
   f->l = wl->l;
   f->wid = to;
