@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "net/stream.h"
-#include "net/udp.h"
+#include "net/net.h"
 #include "tls/tls.h"
 
 typedef struct {
@@ -85,6 +85,25 @@ static const tern__listener_ops tcp_ops = {
     .stop = tcp_stop,
     .free = tcp_free,
 };
+
+int tern__net_addr(const char *host, int port, struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof(*ss));
+  if (host == NULL)
+    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+    return 0;
+  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+    return 0;
+  return TERN_EADDR;
+}
+
+int tern__net_port(const struct sockaddr_storage *ss) {
+  return ntohs(ss->ss_family == AF_INET
+                   ? ((const struct sockaddr_in *)ss)->sin_port
+                   : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
 
 /* One listening socket per address, shared by every worker (each gets a
  * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
@@ -175,9 +194,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
   if ((rc = tern__server_add_listener(srv, &l->base)) != 0)
     goto fail;
   if (bound_port != NULL)
-    *bound_port = ntohs(ss.ss_family == AF_INET
-                            ? ((struct sockaddr_in *)&ss)->sin_port
-                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    *bound_port = tern__net_port(&ss);
   return 0;
 fail:
   if (l->fds == NULL) {

@@ -22,19 +22,6 @@
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
-int tern__net_addr(const char *host, int port, struct sockaddr_storage *ss) {
-  memset(ss, 0, sizeof(*ss));
-  if (host == NULL)
-    return uv_ip6_addr("::", port, (struct sockaddr_in6 *)ss) ? TERN_EADDR : 0;
-  if (strcmp(host, "localhost") == 0)
-    host = "127.0.0.1";
-  if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-    return 0;
-  if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-    return 0;
-  return TERN_EADDR;
-}
-
 int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
   int one = 1, zero = 0, fd;
   int v6 = addr->ss_family == AF_INET6;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "internal.h"
+#include "net/net.h"
 
 /* The two ends of a datagram: the peer's address and ours (the one it was
  * sent to, from IP_PKTINFO; a datagram sent on the path leaves from it). */
@@ -44,10 +45,6 @@ struct tern__udp {
   uint8_t *rbuf;    /* UDP_BATCH datagrams of UDP_DGRAM_MAX bytes */
   uint64_t dropped; /* datagrams too large for a receive buffer */
 };
-
-/* A listener's address: an IPv4 or IPv6 literal, "localhost" (IPv4's),
- * or NULL for the IPv6 wildcard (which takes IPv4 too); TERN_EADDR. */
-int tern__net_addr(const char *host, int port, struct sockaddr_storage *ss);
 
 /* A socket bound to `addr` with SO_REUSEPORT, every option QUIC needs,
  * non-blocking: the descriptor, or a negative tern error (TERN_EADDRINUSE

@@ -1789,9 +1789,7 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
     quic_free_listener(&l->base, srv);
     return rc;
   }
-  l->port =
-      ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  l->port = tern__net_port(&ss);
   if (bound_port != NULL)
     *bound_port = l->port;
   tern__server_quic_port(srv, l->port);
