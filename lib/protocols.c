@@ -80,16 +80,8 @@ const tern__proto *tern__proto_find(const char *name, size_t len) {
 
 #ifndef TERN_HAVE_QUIC
 /* A build without QUIC still exports its API (an FFI binding may look
- * the symbols up): options fill in, listeners are refused. */
-void tern_quic_options_init(tern_quic_options *o) {
-  if (o == NULL)
-    return;
-  memset(o, 0, sizeof(*o));
-  o->version = TERN_QUIC_OPTIONS_VERSION;
-  o->size = sizeof(*o);
-  o->max_streams = 100;
-}
-
+ * the symbols up): options fill in (lib/core/server.c), listeners are
+ * refused. */
 int tern_listen_quic(tern_server *srv, const char *host, int port,
                      tern_tls *tls, const tern_quic_options *opts,
                      int *bound_port) {

@@ -200,6 +200,19 @@ void tern_route_options_init(tern_route_options *o) {
   o->size = sizeof(*o);
 }
 
+/* Here, not in lib/quic, so that a build without QUIC fills in the same
+ * defaults. */
+void tern_quic_options_init(tern_quic_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_QUIC_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+  o->retry = TERN_QUIC_RETRY_LOAD;
+  o->early_data = 0;
+  o->max_streams = 100;
+}
+
 void tern_stats_init(tern_stats *st) {
   memset(st, 0, sizeof(*st));
   st->version = TERN_STATS_VERSION;

@@ -1675,17 +1675,6 @@ static const tern__listener_ops quic_ops = {
     .free = quic_free_listener,
 };
 
-void tern_quic_options_init(tern_quic_options *o) {
-  if (o == NULL)
-    return;
-  memset(o, 0, sizeof(*o));
-  o->version = TERN_QUIC_OPTIONS_VERSION;
-  o->size = sizeof(*o);
-  o->retry = TERN_QUIC_RETRY_LOAD;
-  o->early_data = 0;
-  o->max_streams = 100;
-}
-
 static const size_t quic_options_ends[] = {
     TERN__END(tern_quic_options, secret_len),
 };
