@@ -93,6 +93,7 @@
 #include <uv.h>
 
 #include "../unit/count_alloc.h"
+#include "fuzz_cert.h"
 #include "tern.h"
 
 /* A failed check names itself before it traps. */
@@ -151,27 +152,6 @@ static uint8_t retry_token[256], retry_scid[20];
 static size_t retry_token_len, retry_scid_len;
 static const void *retry_to;
 static uint8_t rbuf[65536];
-
-/* A throwaway self-signed P-256 certificate for localhost, for tests
- * alone (the one fuzz_conn uses; made with openssl req -x509). */
-static const char fuzz_cert[] =
-    "-----BEGIN CERTIFICATE-----\n"
-    "MIIBljCCATugAwIBAgIUaOZMo27KIChrD4ZoM+1aomeX8eEwCgYIKoZIzj0EAwIw\n"
-    "FDESMBAGA1UEAwwJbG9jYWxob3N0MCAXDTI2MTIwMTIxMzQwNVoYDzIxMjYxMTA3\n"
-    "MjEzNDA1WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjO\n"
-    "PQMBBwNCAATvlCKn6E7g2o8/0Rqw/Z/TMeQwQ58Wb5JBFy62a8peGZ/49f0ddhUj\n"
-    "iv5nY+Ply4yRKqYe8iaOOSN+NZgmTE5Io2kwZzAdBgNVHQ4EFgQUDL4Sq/HgnTBn\n"
-    "XrLqTTr+OZwPLKEwHwYDVR0jBBgwFoAUDL4Sq/HgnTBnXrLqTTr+OZwPLKEwDwYD\n"
-    "VR0TAQH/BAUwAwEB/zAUBgNVHREEDTALgglsb2NhbGhvc3QwCgYIKoZIzj0EAwID\n"
-    "SQAwRgIhAO+Yj+PYxfkj9hfa3sTAyFhc6d0JsVK7Rxfb6orTwby9AiEA3KDJqRVF\n"
-    "mfdWurC3VTvt8n6C1L1fAagDL/8rM0j1dF8=\n"
-    "-----END CERTIFICATE-----\n";
-static const char fuzz_key[] =
-    "-----BEGIN PRIVATE KEY-----\n"
-    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgogsQHsjI+x1zaClG\n"
-    "J5SgGB9fNtmwOdSOmGnCVvBT5DihRANCAATvlCKn6E7g2o8/0Rqw/Z/TMeQwQ58W\n"
-    "b5JBFy62a8peGZ/49f0ddhUjiv5nY+Ply4yRKqYe8iaOOSN+NZgmTE5I\n"
-    "-----END PRIVATE KEY-----\n";
 
 static double now_s(void) {
   struct timespec ts;
