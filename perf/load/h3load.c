@@ -1569,7 +1569,7 @@ static void report_json(FILE *f, double secs, double rate_achieved,
 
 int main(int argc, char **argv) {
   const char *json = NULL;
-  uint64_t now, setup_end, end_by, drain_end, linger_end, k, nerr = 0;
+  uint64_t now, setup_end, end_by, drain_end, linger_end, wake, k, nerr = 0;
   double secs, rate_achieved;
   long i, size = 128;
   int a, ready_ever, binary = 0, deflate = 0;
@@ -1818,10 +1818,13 @@ int main(int argc, char **argv) {
       break;
     /* The next due time, unless it has passed (then the request waits
      * for room, which only a packet or a timer can make). */
-    poll_once(g.rate > 0 && g.sched_next < g.sched_total &&
-                      due(g.sched_next) > now && due(g.sched_next) < end_by
-                  ? due(g.sched_next)
-                  : end_by);
+    wake = end_by;
+    if (g.rate > 0 && g.sched_next < g.sched_total && due(g.sched_next) > now &&
+        due(g.sched_next) < wake)
+      wake = due(g.sched_next);
+    if (!g.measuring && g.win_start > now && g.win_start < wake)
+      wake = g.win_start; /* to say "measuring" on time */
+    poll_once(wake);
   }
   g.issuing = 0;
   g.ws_sending = 0;
@@ -1881,6 +1884,12 @@ int main(int argc, char **argv) {
     step();
     poll_once(linger_end);
   }
+  /* Whatever the last poll made due (the ACK timer, if this process was
+   * descheduled past the linger) goes out before the close. */
+  now = lg_now_ns();
+  for (i = 0; i < g.nconns; i++)
+    expire_conn(&g.conns[i], now);
+  step();
   conn_close_all();
   for (i = 0; i < g.nconns; i++) {
     conn *c = &g.conns[i];
