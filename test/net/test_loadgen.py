@@ -4,6 +4,7 @@ coordinated omission and keeps its schedule, that churn and idle work, and
 that the allocation-counting shim agrees with tern's own counters. These
 are tests of the tools, not benchmarks: the loads are small."""
 
+import contextlib
 import json
 import os
 import re
@@ -387,28 +388,32 @@ def make_cert(d):
     return cert, key
 
 
-def quic_hello(d):
-    """hello --workers 1 with a QUIC port; returns (Server, QUIC port), or
-    raises Skip where tern was built without HTTP/3."""
-    cert, key = make_cert(d)
-    try:
-        s = Server("hello", ["--workers", "1", "--tls-port", "0",
-                             "--quic-port", "0", "--cert", cert, "--key",
-                             key])
-    except ServerError as e:
-        if re.search(r"unknown option --quic-port|quic: not built", str(e)):
-            raise Skip("hello has no HTTP/3 here")
-        raise
-    quic = None
-    for _ in range(3):
-        m = re.match(r"quic listening on (\d+)$", s.next_line())
-        if m:
-            quic = int(m.group(1))
-            break
-    if quic is None:
-        s.kill()
-        raise AssertionError("hello printed no quic port line")
-    return s, quic
+@contextlib.contextmanager
+def quic_hello():
+    """with quic_hello() as (s, quic): hello --workers 1 with a QUIC port
+    (Skip where tern was built without HTTP/3); like Server, it must
+    still serve and stop cleanly at the end."""
+    h3load_tool()
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = make_cert(d)
+        quic = None
+        try:
+            s = Server("hello", ["--workers", "1", "--tls-port", "0",
+                                 "--quic-port", "0", "--cert", cert,
+                                 "--key", key])
+            for _ in range(3):
+                m = re.match(r"quic listening on (\d+)$", s.next_line())
+                if m:
+                    quic = int(m.group(1))
+                    break
+        except ServerError as e:
+            if re.search(r"unknown option --quic-port|quic: not built",
+                         str(e)):
+                raise Skip("hello has no HTTP/3 here")
+            raise
+        with s:
+            check(quic is not None, "hello printed no quic port line")
+            yield s, quic
 
 
 def h3load(port, *args, timeout=60):
@@ -448,27 +453,24 @@ def h3load_counts_agree_with_hello_and_gtlsclient():
     # acknowledged all of it, counted exactly as many: h3load's graceful
     # close (after its last ACKs) loses none.
     n = 3000
-    with tempfile.TemporaryDirectory() as d:
-        s, quic = quic_hello(d)
-        with s:
-            with Conn(s.port) as st:
-                before = stats_from(st)
-                rc, text, r = h3load(quic, "--requests", str(n),
-                                     "--expect-body", HELLO_BODY.decode())
-                after = stats_from(st)
-            h3_ok(rc, text, r)
-            eq(r["requests"], n, "h3load's requests")
-            eq(after["requests"] - before["requests"] - 1, n,
-               "hello's request count (less the first /stats)")
-            eq(r["bytes_down"], n * len(HELLO_BODY), "bytes_down")
-            eq(r["conns"], 4, "conns")
-            eq(r["streams"], 32, "streams")
-            eq(r["latency_us"]["count"], n, "latencies recorded")
-            check(r["rate_achieved"] > 0, "rate_achieved")
-            # The same body for gtlsclient, the reference client.
-            if GTLSCLIENT is not None:
-                dl = os.path.join(d, "dl")
-                os.mkdir(dl)
+    with quic_hello() as (s, quic):
+        with Conn(s.port) as st:
+            before = stats_from(st)
+            rc, text, r = h3load(quic, "--requests", str(n),
+                                 "--expect-body", HELLO_BODY.decode())
+            after = stats_from(st)
+        h3_ok(rc, text, r)
+        eq(r["requests"], n, "h3load's requests")
+        eq(after["requests"] - before["requests"] - 1, n,
+           "hello's request count (less the first /stats)")
+        eq(r["bytes_down"], n * len(HELLO_BODY), "bytes_down")
+        eq(r["conns"], 4, "conns")
+        eq(r["streams"], 32, "streams")
+        eq(r["latency_us"]["count"], n, "latencies recorded")
+        check(r["rate_achieved"] > 0, "rate_achieved")
+        # The same body for gtlsclient, the reference client.
+        if GTLSCLIENT is not None:
+            with tempfile.TemporaryDirectory() as dl:
                 g = subprocess.run(
                     [GTLSCLIENT, "--exit-on-all-streams-close",
                      "--timeout=5s", "--handshake-timeout=5s", "-q",
@@ -488,24 +490,22 @@ def h3load_counts_errors():
     # response; a status other than the expected one a status error; a
     # port nobody listens on gives connect errors and exit status 1 (it
     # could not start), still with a report.
-    with tempfile.TemporaryDirectory() as d:
-        s, quic = quic_hello(d)
-        with s:
-            rc, text, r = h3load(quic, "--requests", "200",
-                                 "--expect-body", "Hello, World?")
-            eq(rc, 0, "exit status (%s)" % text.strip())
-            eq(r["requests"], 0, "correct responses")
-            eq(r["error_kinds"]["body"], 200, "body errors")
-            eq(r["errors"], 200, "errors")
-            check("first body error" in text, "no body error described")
-            rc, text, r = h3load(quic, "--requests", "50",
-                                 "--expect-length", "13",
-                                 "--expect-status", "404")
-            eq(r["error_kinds"]["status"], 50, "status errors")
-            rc, text, r = h3load(quic, "--requests", "50", "--path",
-                                 "/nothing-here", "--expect-status", "404")
-            eq(r["errors"], 0, "errors for an expected 404")
-            eq(r["requests"], 50, "expected 404s")
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--requests", "200",
+                             "--expect-body", "Hello, World?")
+        eq(rc, 0, "exit status (%s)" % text.strip())
+        eq(r["requests"], 0, "correct responses")
+        eq(r["error_kinds"]["body"], 200, "body errors")
+        eq(r["errors"], 200, "errors")
+        check("first body error" in text, "no body error described")
+        rc, text, r = h3load(quic, "--requests", "50",
+                             "--expect-length", "13",
+                             "--expect-status", "404")
+        eq(r["error_kinds"]["status"], 50, "status errors")
+        rc, text, r = h3load(quic, "--requests", "50", "--path",
+                             "/nothing-here", "--expect-status", "404")
+        eq(r["errors"], 0, "errors for an expected 404")
+        eq(r["requests"], 50, "expected 404s")
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     u.bind(("127.0.0.1", 0))
     dead = u.getsockname()[1]
@@ -520,11 +520,9 @@ def h3load_counts_errors():
 def h3load_rate_is_kept():
     # --rate: the open model; the rate achieved follows the rate offered
     # (loosely: a busy machine may lag, never by half).
-    with tempfile.TemporaryDirectory() as d:
-        s, quic = quic_hello(d)
-        with s:
-            rc, text, r = h3load(quic, "--rate", "400", "--duration", "2",
-                                 "--expect-body", HELLO_BODY.decode())
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--rate", "400", "--duration", "2",
+                             "--expect-body", HELLO_BODY.decode())
     h3_ok(rc, text, r)
     eq(r["rate_offered"], 400, "rate_offered")
     check(r["rate_achieved"] > 200, "rate_achieved %s for 400 offered"
@@ -540,12 +538,10 @@ def h3load_uploads():
     # 16 MiB POST bodies: each is read to its end by hello's /upload,
     # which answers the byte count; bytes_up counts them all.
     n, size = 4, 16 << 20
-    with tempfile.TemporaryDirectory() as d:
-        s, quic = quic_hello(d)
-        with s:
-            rc, text, r = h3load(quic, "--requests", str(n), "--path",
-                                 "/upload", "--upload-size", str(size),
-                                 "--expect-body", str(size))
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--requests", str(n), "--path",
+                             "/upload", "--upload-size", str(size),
+                             "--expect-body", str(size))
     h3_ok(rc, text, r)
     eq(r["requests"], n, "uploads answered")
     eq(r["bytes_up"], n * size, "bytes_up")
@@ -557,24 +553,22 @@ def h3load_uploads():
 def h3load_websocket_over_h3():
     # --ws: extended CONNECT (RFC 9220) to hello's /ws echo, every echo
     # checked; with --deflate, permessage-deflate on every socket.
-    with tempfile.TemporaryDirectory() as d:
-        s, quic = quic_hello(d)
-        with s:
-            for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
-                rc, text, r = h3load(quic, "--ws", "--conns", "2",
-                                     "--streams", "8", "--duration", "1",
-                                     *extra)
-                h3_ok(rc, text, r)
-                eq(r["sockets"], 16, "sockets")
-                eq(r["upgraded"], 16, "sockets upgraded")
-                check(r["messages"] > 0, "no echo")
-                eq(r["messages"], r["requests"], "messages = requests")
-                eq(r["close_unanswered"], 0, "Closes unanswered")
-                if extra:
-                    eq(r["deflate_negotiated"], 16, "deflate sockets")
-                    check(r["extension"].startswith("permessage-deflate"),
-                          "extension %r" % r["extension"])
-                suite.note(summary(text))
+    with quic_hello() as (s, quic):
+        for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
+            rc, text, r = h3load(quic, "--ws", "--conns", "2",
+                                 "--streams", "8", "--duration", "1",
+                                 *extra)
+            h3_ok(rc, text, r)
+            eq(r["sockets"], 16, "sockets")
+            eq(r["upgraded"], 16, "sockets upgraded")
+            check(r["messages"] > 0, "no echo")
+            eq(r["messages"], r["requests"], "messages = requests")
+            eq(r["close_unanswered"], 0, "Closes unanswered")
+            if extra:
+                eq(r["deflate_negotiated"], 16, "deflate sockets")
+                check(r["extension"].startswith("permessage-deflate"),
+                      "extension %r" % r["extension"])
+            suite.note(summary(text))
 
 
 @case(timeout=60)
