@@ -182,6 +182,7 @@ struct conn {
   uint64_t last_rx; /* when a packet last came in */
   int ws_dirty;     /* --ws: a socket may send more now */
   long ws_opened;   /* --ws: sockets opened (never reopened) */
+  int goaway;       /* the server is shutting down: no new streams */
 };
 
 static struct {
@@ -884,6 +885,18 @@ static int h3_end_stream(nghttp3_conn *h3, int64_t id, void *user,
   return 0;
 }
 
+/* GOAWAY: the server takes no new streams on this connection (those in
+ * flight may still finish; then it closes, counted once as closed). */
+static int h3_shutdown(nghttp3_conn *h3, int64_t id, void *user) {
+  conn *c = user;
+  (void)h3;
+  (void)id;
+  if (!c->goaway)
+    fprintf(stderr, PROG ": the server sent GOAWAY\n");
+  c->goaway = 1;
+  return 0;
+}
+
 static int h3_stop_sending(nghttp3_conn *h3, int64_t id, uint64_t code,
                            void *user, void *sdata) {
   conn *c = user;
@@ -945,6 +958,7 @@ static int setup_h3(conn *c) {
   cb.end_stream = h3_end_stream;
   cb.stop_sending = h3_stop_sending;
   cb.reset_stream = h3_reset_stream;
+  cb.shutdown = h3_shutdown;
   nghttp3_settings_default(&st);
   st.qpack_max_dtable_capacity = 4096;
   st.qpack_blocked_streams = 100;
@@ -973,8 +987,8 @@ static nghttp3_nv nv(const char *n, size_t nlen, const char *v, size_t vlen) {
 
 /* Whether `c` can take one more request now. */
 static int has_room(const conn *c) {
-  return c->state == C_READY && c->want_open && c->inflight < g.streams &&
-         c->open < 2 * g.streams;
+  return c->state == C_READY && c->want_open && !c->goaway &&
+         c->inflight < g.streams && c->open < 2 * g.streams;
 }
 
 /* Open one request on `c`; 1 if opened, 0 if the server's MAX_STREAMS or
@@ -1775,12 +1789,19 @@ int main(int argc, char **argv) {
       poll_once(setup_end);
     }
     for (i = 0; i < g.nconns; i++) {
+      conn *c = &g.conns[i];
       long j;
-      for (j = 0; g.conns[i].state == C_READY && j < 2 * g.streams; j++) {
-        slot *s = &g.conns[i].slots[j];
+      for (j = 0; c->state == C_READY && j < 2 * g.streams; j++) {
+        slot *s = &c->slots[j];
         if (s->k != NULL && s->used && s->k->state == W_UPGRADING)
           ws_done(s, K_HANDSHAKE, "no response to the CONNECT within 5 s");
       }
+      if (c->state == C_READY && c->ws_opened < g.streams)
+        error(K_HANDSHAKE, (uint64_t)(g.streams - c->ws_opened),
+              "the server's MAX_STREAMS let only %ld sockets open on a "
+              "connection",
+              c->ws_opened);
+      c->ws_dirty = 1; /* every socket starts sending */
     }
     g.ws_sending = 1;
   }
