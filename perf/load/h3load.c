@@ -50,7 +50,9 @@
  * (the server reset a request stream), closed (requests lost with a
  * connection the server closed, or 1 for a closed idle one), unanswered,
  * protocol (a QUIC or HTTP/3 error on this side; the connection is
- * dropped). The first error of each kind is described on stderr.
+ * dropped). The first error of each kind is described on stderr. A
+ * GOAWAY stops new requests on its connection; those in flight may
+ * finish. Connections are not reopened.
  *
  * --ws: WebSocket over HTTP/3 (RFC 9220) echo load, as wsload does it
  * over HTTP/1.1 (perf/load/wsproto.c, which both share, frames, deflates
@@ -58,7 +60,8 @@
  * stream opened by an extended CONNECT (:protocol websocket, with
  * "permessage-deflate; client_max_window_bits" offered under --deflate);
  * 200 opens it, anything else is a status error, a wrong extension answer
- * a handshake error. All are opened before the clock starts (up to 5 s).
+ * a handshake error, and so is each socket the server's MAX_STREAMS did
+ * not let open. All are opened before the clock starts (up to 5 s).
  * Then each keeps --depth messages of --size bytes in flight, every echo
  * checked byte for byte and in order (a mismatch is a body error, a
  * framing error a protocol one, a Close or end from the server a closed
@@ -205,7 +208,9 @@ static struct {
   conn *conns;
   long ready;
   int issuing, measuring;
+  int drained; /* the drain is over: answers no longer count */
   uint64_t win_start, win_end;
+  uint64_t win_last; /* --requests: the window's end for duration_s */
   double ns_per_req;
   uint64_t sched_t0, sched_total, sched_next, first_measured;
   uint64_t issued, answered_total;
@@ -292,6 +297,8 @@ static void answered(slot *s, int kind, uint64_t now) {
   c->inflight--;
   c->want_open = 1;
   g.answered_total++;
+  if (g.drained)
+    return; /* already counted as unanswered */
   if (g.rate > 0 && now >= g.win_start && now < g.win_end)
     g.in_window++;
   /* Closed loop: what ends in the window counts. --rate: what was due in
@@ -423,7 +430,7 @@ static int ws_on_echo(void *u, wsp_sock *ws, uint64_t seq) {
   slot *s = u;
   uint64_t now = lg_now_ns(), sent = s->k->sent_ns[seq % (uint64_t)g.depth];
   (void)ws;
-  if (in_window(now)) {
+  if (in_window(now) && !g.drained) {
     g.requests++;
     lg_hist_record(&g.hist, now > sent ? (now - sent + 500) / 1000 : 0);
   }
@@ -1484,6 +1491,13 @@ static long inflight_total(void) {
  * value without the spaces around it. */
 static void add_header(char *h) {
   char *colon = strchr(h, ':'), *v, *e, *p;
+  if (h[0] == ':') {
+    fprintf(stderr,
+            PROG ": --header cannot set a pseudo-field ('%s'): "
+                 "see --method, --path, --authority\n",
+            h);
+    exit(2);
+  }
   if (colon == NULL || colon == h || strpbrk(h, "\r\n") != NULL) {
     fprintf(stderr, PROG ": --header needs 'name: value', not '%s'\n", h);
     exit(2);
@@ -1860,8 +1874,11 @@ int main(int argc, char **argv) {
     poll_once(drain_end);
   }
   now = lg_now_ns();
+  /* --requests: the window (for duration_s) ends here, but body bytes
+   * acknowledged during the linger still count in bytes_up. */
   if (g.requests_limit > 0)
-    g.win_end = now;
+    g.win_last = now;
+  g.drained = 1;
   k = (uint64_t)inflight_total();
   if (k > 0)
     error(K_UNANSWERED, k, "%llu %s in flight after the %.1f s drain",
@@ -1936,6 +1953,8 @@ int main(int argc, char **argv) {
     fflush(stderr);
   }
 
+  if (g.requests_limit > 0)
+    g.win_end = g.win_last;
   secs =
       g.win_end > g.win_start ? (double)(g.win_end - g.win_start) / 1e9 : 0.0;
   for (a = 0; a < K_COUNT; a++)

@@ -626,6 +626,7 @@ def h3load_rejects_bad_arguments():
         [],
         ["--port", "9", "--conns", "0"],
         ["--port", "9", "--header", "bad"],
+        ["--port", "9", "--header", ":path: /x"],
         ["--port", "9", "--expect-body", "x", "--expect-length", "1"],
         ["--port", "9", "--rate", "10", "--requests", "5"],
         ["--port", "9", "--ws", "--requests", "5"],
