@@ -411,7 +411,10 @@ static void flow_close(flow *f, int reset) {
   nflows--;
 }
 
+static void flow_update(flow *f);
+
 static void flows_reap(void) {
+  int freed = 0;
   while (dead.next != &dead) {
     flow *f = dead.next;
     dq_free(&f->q[0]);
@@ -419,6 +422,22 @@ static void flows_reap(void) {
     f->prev->next = f->next;
     f->next->prev = f->prev;
     free(f);
+    freed = 1;
+  }
+  if (!freed)
+    return;
+  /* A queue refused its first buffer when all of them together were at
+   * the budget: nothing of its own will drain to wake it, so try again
+   * now that memory was given back. */
+  for (flow *f = flows.next; f != &flows; f = f->next) {
+    int retry = 0;
+    for (int i = 0; i < 2; i++)
+      if (f->full[i] && f->q[i].count == 0) {
+        f->full[i] = 0;
+        retry = 1;
+      }
+    if (retry)
+      flow_update(f);
   }
 }
 

@@ -233,6 +233,19 @@ def tcp_transfers():
 
 
 @case(timeout=120)
+def tcp_bounded_queue():
+    """--max-queue 64k: an 8 MiB echo still arrives whole (the relay stops
+    reading a side whose queue is full), and no queue ever held more."""
+    with Echo() as e, Relay(e.port, D, "--max-queue", "64k") as r:
+        data = pattern(8 << 20, 3)
+        got, _ = tcp_exchange(r.tcp, data)
+        check(got == data, "8 MiB through 64 KiB queues (%d back)" % len(got))
+        s = r.stop()
+        check(0 < s["max_queue_bytes"] <= 65536, "max queue %d" %
+              s["max_queue_bytes"])
+
+
+@case(timeout=120)
 def tcp_half_close():
     """The client's FIN reaches the server, which only then answers: data
     still flows to a client that has shut its sending side, and the
