@@ -60,6 +60,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,34 @@ static int lose(void) {
  * session. */
 enum { EP_TCP_LISTEN, EP_UDP_LISTEN, EP_FLOW, EP_SESSION, EP_TIMER, EP_SIG };
 
+/* ---- Lists ----
+ *
+ * Intrusive and circular: a head is a node whose neighbours are itself
+ * when the list is empty. */
+typedef struct node {
+  struct node *next, *prev;
+} node;
+
+#define OWNER(p, type, member)                                                 \
+  ((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+static void node_init(node *h) {
+  h->next = h->prev = h;
+}
+
+static void node_remove(node *n) {
+  n->prev->next = n->next;
+  n->next->prev = n->prev;
+  n->next = n->prev = n;
+}
+
+static void node_append(node *h, node *n) {
+  n->next = h;
+  n->prev = h->prev;
+  h->prev->next = n;
+  h->prev = n;
+}
+
 /* ---- Delay queue ----------------------------------------------------------
  *
  * A byte ring plus a ring of chunk records {due, offset, length}. A chunk
@@ -151,19 +180,18 @@ typedef struct dqueue {
   chunk *ch;
   uint32_t ccap, chead, count, ndue;
   /* Link in the list of queues holding chunks not yet due. */
-  struct dqueue *next, *prev;
+  node wait;
   int listed;
   int kind, idx; /* its owner: an EP_FLOW or EP_SESSION, and which queue */
   int stream;    /* a byte stream (TCP): chunks may merge */
   void *owner;
 } dqueue;
 
-static dqueue waiting; /* list head */
+static node waiting; /* list head */
 
 static void dq_unlist(dqueue *q) {
   if (q->listed) {
-    q->prev->next = q->next;
-    q->next->prev = q->prev;
+    node_remove(&q->wait);
     q->listed = 0;
   }
 }
@@ -293,10 +321,7 @@ done:
   if (q->bytes > st.max_queue)
     st.max_queue = q->bytes;
   if (!q->listed) {
-    q->next = &waiting;
-    q->prev = waiting.prev;
-    waiting.prev->next = q;
-    waiting.prev = q;
+    node_append(&waiting, &q->wait);
     q->listed = 1;
   }
   return 1;
@@ -378,21 +403,12 @@ typedef struct flow {
   int full[2];    /* q[i] is full: not reading side i */
   int blocked[2]; /* writing side i would block: waiting for EPOLLOUT */
   int dead;
-  struct flow *next, *prev;
+  node link; /* on flows, or once closed on dead */
 } flow;
 
-static flow flows; /* list head: open flows */
-static flow dead;  /* closed, freed after the events in hand */
+static node flows; /* open flows */
+static node dead;  /* closed, freed after the events in hand */
 static unsigned nflows;
-
-static void list_move(flow *f, flow *head) {
-  f->prev->next = f->next;
-  f->next->prev = f->prev;
-  f->next = head;
-  f->prev = head->prev;
-  head->prev->next = f;
-  head->prev = f;
-}
 
 /* Close both sides (`reset`: with an RST). The flow's memory stays until
  * flows_reap, as events already taken from epoll may point at it. */
@@ -407,7 +423,8 @@ static void flow_close(flow *f, int reset) {
   if (reset)
     st.tcp_resets++;
   f->dead = 1;
-  list_move(f, &dead);
+  node_remove(&f->link);
+  node_append(&dead, &f->link);
   nflows--;
 }
 
@@ -416,11 +433,10 @@ static void flow_update(flow *f);
 static void flows_reap(void) {
   int freed = 0;
   while (dead.next != &dead) {
-    flow *f = dead.next;
+    flow *f = OWNER(dead.next, flow, link);
     dq_free(&f->q[0]);
     dq_free(&f->q[1]);
-    f->prev->next = f->next;
-    f->next->prev = f->prev;
+    node_remove(&f->link);
     free(f);
     freed = 1;
   }
@@ -429,7 +445,8 @@ static void flows_reap(void) {
   /* A queue refused its first buffer when all of them together were at
    * the budget: nothing of its own will drain to wake it, so try again
    * now that memory was given back. */
-  for (flow *f = flows.next; f != &flows; f = f->next) {
+  for (node *n = flows.next; n != &flows; n = n->next) {
+    flow *f = OWNER(n, flow, link);
     int retry = 0;
     for (int i = 0; i < 2; i++)
       if (f->full[i] && f->q[i].count == 0) {
@@ -544,10 +561,7 @@ static void tcp_accept(int lfd) {
           .kind = EP_FLOW, .fd = i ? ufd : cfd, .side = i, .owner = f};
       dq_init(&f->q[i], EP_FLOW, f, i);
     }
-    f->next = &flows;
-    f->prev = flows.prev;
-    flows.prev->next = f;
-    flows.prev = f;
+    node_append(&flows, &f->link);
     nflows++;
     st.tcp_conns++;
     if (connect(ufd, (struct sockaddr *)&to_addr, to_len) < 0) {
@@ -607,13 +621,14 @@ typedef struct session {
   socklen_t peer_len;
   dqueue q[2];
   uint64_t last;
-  int blocked; /* upstream send would block */
-  struct session *hnext, *next, *prev;
+  int blocked;           /* upstream send would block */
+  struct session *hnext; /* hash chain */
+  node link;             /* on sessions */
 } session;
 
 #define HASH_SIZE 2048 /* a power of two, >= MAX_SESSIONS */
 static session *table[HASH_SIZE];
-static session sessions; /* list head */
+static node sessions;
 static unsigned nsessions;
 static endpoint udp_ep;
 static int udp_blocked; /* the listening socket's sends would block */
@@ -635,8 +650,7 @@ static void session_free(session *s) {
   close(s->ep.fd);
   dq_free(&s->q[0]);
   dq_free(&s->q[1]);
-  s->prev->next = s->next;
-  s->next->prev = s->prev;
+  node_remove(&s->link);
   nsessions--;
   free(s);
 }
@@ -672,10 +686,7 @@ static session *session_get(const struct sockaddr_storage *peer,
   s->peer_len = len;
   s->hnext = table[h];
   table[h] = s;
-  s->next = &sessions;
-  s->prev = sessions.prev;
-  sessions.prev->next = s;
-  sessions.prev = s;
+  node_append(&sessions, &s->link);
   nsessions++;
   st.udp_sessions++;
   watch(&s->ep, EPOLLIN);
@@ -923,8 +934,9 @@ static void report(FILE *out) {
  * Returns the earliest due time left, or 0. */
 static uint64_t release_due(uint64_t now) {
   uint64_t next = 0;
-  for (dqueue *q = waiting.next, *nx; q != &waiting; q = nx) {
-    nx = q->next;
+  for (node *n = waiting.next, *nx; n != &waiting; n = nx) {
+    dqueue *q = OWNER(n, dqueue, wait);
+    nx = n->next;
     uint32_t before = q->ndue;
     uint64_t due = dq_release(q, now);
     if (due && (!next || due < next))
@@ -958,17 +970,20 @@ static uint64_t release_due(uint64_t now) {
 /* The listening UDP socket can send again: every session's due replies. */
 static void udp_unblock(void) {
   udp_blocked = 0;
-  for (session *s = sessions.next; s != &sessions; s = s->next)
+  for (node *n = sessions.next; n != &sessions; n = n->next) {
+    session *s = OWNER(n, session, link);
     if (s->q[1].ndue > 0 && !udp_flush(s, 1)) {
       udp_blocked = 1;
       break;
     }
+  }
   watch(&udp_ep, EPOLLIN | (udp_blocked ? EPOLLOUT : 0));
 }
 
 static void sweep_sessions(uint64_t now) {
-  for (session *s = sessions.next, *nx; s != &sessions; s = nx) {
-    nx = s->next;
+  for (node *n = sessions.next, *nx; n != &sessions; n = nx) {
+    session *s = OWNER(n, session, link);
+    nx = n->next;
     if (now - s->last >= SESSION_IDLE_NS && s->q[0].count == 0 &&
         s->q[1].count == 0)
       session_free(s);
@@ -1056,10 +1071,10 @@ int main(int argc, char **argv) {
             strerror(errno));
     return 1;
   }
-  waiting.next = waiting.prev = &waiting;
-  flows.next = flows.prev = &flows;
-  dead.next = dead.prev = &dead;
-  sessions.next = sessions.prev = &sessions;
+  node_init(&waiting);
+  node_init(&flows);
+  node_init(&dead);
+  node_init(&sessions);
   endpoint sig_ep = {.kind = EP_SIG, .fd = sfd};
   endpoint timer_ep = {.kind = EP_TIMER, .fd = tfd};
   endpoint tcp_ep = {.kind = EP_TCP_LISTEN, .fd = lfd};

@@ -349,23 +349,30 @@ def relay_drained(port):
     return True
 
 
+def send_and_stop(r, n):
+    """Send n datagrams to relay r, wait until it has read them all (its
+    socket's queue is empty), then stop it: its summary."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(n):
+        u.sendto(b"%d" % i, (HOST, r.udp))
+    deadline = time.monotonic() + 10
+    while not relay_drained(r.udp) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = r.stop()
+    u.close()
+    eq(s["udp"]["datagrams_up"], n, "datagrams the relay read")
+    return s
+
+
 @case(timeout=60)
 def udp_loss():
     """--loss 100 drops every datagram, --loss 0 none; --loss 50 with a
     seed drops some and passes some."""
     with Echo() as e, Relay(e.port, D, "--udp", "--loss", "100") as r:
         eq(r.tcp, 0, "no TCP with --udp")
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for i in range(200):
-            u.sendto(b"%d" % i, (HOST, r.udp))
-        deadline = time.monotonic() + 10
-        while not relay_drained(r.udp) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        s = r.stop()
-        eq(s["udp"]["datagrams_up"], 200, "datagrams the relay read")
+        s = send_and_stop(r, 200)
         eq(s["udp"]["lost_up"], 200, "datagrams lost")
         eq(e.udp_count, 0, "datagrams that reached the server")
-        u.close()
     with Echo() as e, Relay(e.port, D, "--udp", "--loss", "0") as r:
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         many = [b"%d" % i for i in range(400)]
@@ -375,17 +382,8 @@ def udp_loss():
         eq(s["udp"]["lost_up"] + s["udp"]["lost_down"], 0, "lost")
     with Echo() as e, Relay(e.port, 1, "--udp", "--loss", "50",
                             "--seed", "42") as r:
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for i in range(400):
-            u.sendto(b"%d" % i, (HOST, r.udp))
-        deadline = time.monotonic() + 10
-        while not relay_drained(r.udp) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        s = r.stop()
-        lost = s["udp"]["lost_up"]
-        eq(s["udp"]["datagrams_up"], 400, "datagrams the relay read")
+        lost = send_and_stop(r, 400)["udp"]["lost_up"]
         check(100 < lost < 300, "--loss 50 lost %d of 400" % lost)
-        u.close()
 
 
 @case(timeout=60)
