@@ -76,8 +76,9 @@
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns, --max-stream-window, --max-conn-window (the largest HTTP/2
- * and HTTP/3 receive windows, per stream and per connection, in bytes). --error-hook answers tern's own error answers (404, 405,
- * 413, 414, 431, 400, ...) with hello's JSON {"error":S,"reason":"...",
+ * and HTTP/3 receive windows, per stream and per connection, in bytes).
+ * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
+ * 400, ...) with hello's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
  * routes unmatched requests to a handler answering {"default":404 or 405,
  * "allow":"..."} (405 with Allow). SIGINT/SIGTERM stop gracefully (5 s

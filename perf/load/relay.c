@@ -33,10 +33,11 @@
  * too (a router would), and counted apart. A session idle for 60 s ends.
  *
  * Memory is bounded: a queue grows by doubling up to --max-queue, all the
- * queues together to 4 x --max-queue, at most MAX_FLOWS TCP connections
- * and MAX_SESSIONS UDP sessions exist at once (beyond: the connection is
- * refused, the datagram dropped). Queues keep their buffers until their
- * connection ends, so the steady state allocates nothing per packet.
+ * queues (bytes and chunk records) together to 4 x --max-queue, and at
+ * most MAX_FLOWS TCP connections and MAX_SESSIONS UDP sessions exist at
+ * once (beyond: the connection is refused, the datagram dropped). Queues
+ * keep their buffers until their connection ends, so the steady state
+ * allocates nothing per packet.
  *
  * One thread, epoll, level-triggered. A timerfd armed (absolute,
  * nanoseconds) at the earliest due time of any queue wakes the loop; a
@@ -206,7 +207,7 @@ static void dq_init(dqueue *q, int kind, void *owner, int idx) {
 
 static void dq_free(dqueue *q) {
   dq_unlist(q);
-  st.allocated -= q->cap;
+  st.allocated -= q->cap + sizeof(chunk) * q->ccap;
   free(q->buf);
   free(q->ch);
   q->buf = NULL;
@@ -266,24 +267,17 @@ static int dq_grow(dqueue *q) {
   return 1;
 }
 
-/* Room for at least `min` bytes (up to `want`): a pointer into the ring
- * and its length, or NULL when the queue is full. Nothing changes until
- * dq_commit. */
-static char *dq_reserve(dqueue *q, size_t min, size_t want, size_t *len) {
-  size_t off, gap = dq_gap(q, &off);
-  while (gap < want && dq_grow(q))
-    gap = dq_gap(q, &off);
-  if (gap < min || q->count == CHUNKS_MAX)
-    return NULL;
-  *len = gap < want ? gap : want;
-  return q->buf + off;
-}
-
+/* Double the chunk records (up to CHUNKS_MAX, within the budget, which
+ * counts them too). Returns 0 when they may not grow. */
 static int dq_chunks_grow(dqueue *q) {
   uint32_t ncap = q->ccap ? q->ccap * 2 : 64;
+  size_t more = sizeof(chunk) * (ncap - q->ccap);
+  if (ncap > CHUNKS_MAX || st.allocated + more > cfg.budget)
+    return 0;
   chunk *n = malloc(sizeof *n * ncap);
   if (!n)
     return 0;
+  st.allocated += more;
   for (uint32_t i = 0; i < q->count; i++)
     n[i] = *dq_at(q, i);
   free(q->ch);
@@ -293,10 +287,25 @@ static int dq_chunks_grow(dqueue *q) {
   return 1;
 }
 
+/* Room for at least `min` bytes (up to `want`): a pointer into the ring
+ * and its length, or NULL when the queue is full. Nothing changes until
+ * dq_commit. */
+static char *dq_reserve(dqueue *q, size_t min, size_t want, size_t *len) {
+  size_t off, gap = dq_gap(q, &off);
+  while (gap < want && dq_grow(q))
+    gap = dq_gap(q, &off);
+  /* A record for the chunk too, so that dq_commit cannot fail once the
+   * bytes are read. */
+  if (gap < min || (q->count == q->ccap && !dq_chunks_grow(q)))
+    return NULL;
+  *len = gap < want ? gap : want;
+  return q->buf + off;
+}
+
 /* Append `len` bytes written at `p` (from dq_reserve; len may be 0 with
- * fin), due at `due`. Returns 0 when out of memory for the record. */
-static int dq_commit(dqueue *q, const char *p, size_t len, uint64_t due,
-                     int fin) {
+ * fin), due at `due`. */
+static void dq_commit(dqueue *q, const char *p, size_t len, uint64_t due,
+                      int fin) {
   uint32_t off = q->buf ? (uint32_t)(p - q->buf) : 0;
   if (q->stream && q->count > q->ndue && !fin) {
     /* A read right behind an undue one joins it, delaying the older bytes
@@ -309,8 +318,6 @@ static int dq_commit(dqueue *q, const char *p, size_t len, uint64_t due,
       goto done;
     }
   }
-  if (q->count == q->ccap && !dq_chunks_grow(q))
-    return 0;
   q->ch[(q->chead + q->count) % q->ccap] =
       (chunk){.due = due, .off = off, .len = (uint32_t)len, .fin = fin};
   if (q->count++ == 0)
@@ -324,7 +331,6 @@ done:
     node_append(&waiting, &q->wait);
     q->listed = 1;
   }
-  return 1;
 }
 
 /* Mark the chunks due by `now`. Returns the next due time, or 0. */
@@ -522,12 +528,11 @@ static int flow_read(flow *f, int side) {
   ssize_t n = recv(f->ep[side].fd, p, room, 0);
   if (n < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
-  uint64_t due = now_ns() + cfg.delay_ns;
-  if (n == 0) {
+  /* 0: the EOF, queued as a FIN chunk. */
+  dq_commit(q, p, (size_t)n, now_ns() + cfg.delay_ns, n == 0);
+  if (n == 0)
     f->eof[side] = 1;
-    return dq_commit(q, p, 0, due, 1) ? 0 : -1;
-  }
-  return dq_commit(q, p, (size_t)n, due, 0) ? 0 : -1;
+  return 0;
 }
 
 static void tcp_nodelay(int fd) {
@@ -708,8 +713,7 @@ static void udp_queue(session *s, int dir, const char *d, size_t len) {
     return;
   }
   memcpy(p, d, len);
-  if (!dq_commit(&s->q[dir], p, len, now_ns() + cfg.delay_ns, 0))
-    st.udp_overflow[dir]++;
+  dq_commit(&s->q[dir], p, len, now_ns() + cfg.delay_ns, 0);
 }
 
 /* Send what is due in s->q[dir]. Returns 0 when it would block. */
