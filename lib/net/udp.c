@@ -23,7 +23,7 @@
 static void on_poll(uv_poll_t *h, int status, int events);
 
 int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
-  int one = 1, zero = 0, fd;
+  int one = 1, zero = 0, rcvbuf = 4 << 20, fd;
   int v6 = addr->ss_family == AF_INET6;
   socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 
@@ -34,6 +34,12 @@ int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
    * them by 4-tuple, and a packet that lands on the wrong worker (a new
    * path) is forwarded by connection ID (lib/quic). */
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  /* One socket takes every datagram of the worker's connections, and a
+   * client's burst at a long round trip (a window's worth, sent at once)
+   * overflows the system default of about 208 KiB: the losses then cut
+   * the sender's congestion window. Ask for 4 MiB (the kernel caps it at
+   * net.core.rmem_max; docs/http3.md). */
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   if (v6) {
     int pmtu = IPV6_PMTUDISC_DO;
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
