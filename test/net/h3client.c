@@ -140,6 +140,7 @@ static struct {
   uint8_t *ring;   /* RING bytes; index = count % RING */
   uint64_t filled; /* bytes read from fd 0; r->sent / r->acked follow */
   int in_eof;      /* fd 0 said EOF */
+  int in_hup;      /* fd 0's writer left while the ring was full */
   int deferred;    /* the data reader said WOULDBLOCK */
   int ended;       /* the server ended the stream (FIN or reset) */
   int out_closed;  /* fd 1 is closed (or its reader left) */
@@ -799,8 +800,20 @@ static int t_eof(req *r) {
 
 /* fd 0 into the ring while it has room (bytes the server has not
  * acknowledged stay). 0, 1 (leave: --on-eof close) or -1. */
-static int t_in(void) {
+static int t_in(int revents) {
   req *r = &cl.reqs[0];
+  if (cl.filled - r->acked >= RING) {
+    /* No room, and the writer has gone: an abort (reset, stop, close)
+     * need not wait for room that a stalled server may never make. */
+    if (!(revents & (POLLHUP | POLLERR)))
+      return 0;
+    if (cl.on_eof == EOF_FIN) {
+      cl.in_hup = 1; /* the rest is read once there is room */
+      return 0;
+    }
+    cl.in_eof = 1;
+    return t_eof(r);
+  }
   for (;;) {
     uint64_t used = cl.filled - r->acked;
     size_t off = (size_t)(cl.filled % RING), room = RING - off;
@@ -1179,7 +1192,10 @@ int main(int argc, char **argv) {
       continue;
     }
     if (cl.tunnel != NULL && cl.ended && cl.olen == 0 && !cl.reqs[0].finished) {
-      close(1); /* the reader sees EOF, as after a TCP server's FIN */
+      /* The reader sees EOF, as after a TCP server's FIN, even when fd 0
+       * is the same socket and stays open. */
+      (void)shutdown(1, SHUT_WR);
+      close(1);
       cl.out_closed = 1;
       finish(&cl.reqs[0]);
     }
@@ -1198,10 +1214,13 @@ int main(int argc, char **argv) {
     ms = exp <= t ? 0 : (int)((exp - t + 999999) / 1000000);
     pf[0].fd = cl.fd;
     pf[0].events = POLLIN;
-    if (cl.tunnel != NULL && cl.reqs[0].opened && !cl.in_eof &&
-        cl.filled - cl.reqs[0].acked < RING) {
-      pf[npf].fd = 0;
-      pf[npf++].events = POLLIN;
+    if (cl.tunnel != NULL && cl.reqs[0].opened && !cl.in_eof) {
+      /* Without room only a hang-up is watched for (events 0). */
+      int room = cl.filled - cl.reqs[0].acked < RING;
+      if (room || !cl.in_hup) {
+        pf[npf].fd = 0;
+        pf[npf++].events = room ? POLLIN : 0;
+      }
     }
     if (cl.tunnel != NULL && cl.olen > 0 && !cl.out_closed) {
       pf[npf].fd = 1;
@@ -1221,9 +1240,9 @@ int main(int argc, char **argv) {
       for (k = 1; k < npf; k++) {
         if (pf[k].revents == 0)
           continue;
-        if (pf[k].events == POLLOUT) {
+        if (pf[k].fd == 1) {
           t_out();
-        } else if ((r = t_in()) != 0) {
+        } else if ((r = t_in(pf[k].revents)) != 0) {
           rc = r > 0 ? 0 : 1;
           goto end;
         }
@@ -1251,6 +1270,7 @@ end:
      * server's last words (a close frame before CONNECTION_CLOSE). */
     (void)fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
     t_out();
+    (void)shutdown(1, SHUT_WR);
     close(1);
   }
   if (!cl.closed && cl.conn != NULL &&
