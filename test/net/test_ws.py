@@ -30,8 +30,10 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
                      eq, sanitized, shared_hello_teardown, vmrss_kib)
-from wslib import (close_payload, deflate_raw, expect_close, frame,
-                   mask_bytes, payload, read_frame, ws_frame_header, ws_key)
+from wslib import (answer_going_away, close_payload, deflate_raw,
+                   expect_close, frame, mask_bytes, payload,
+                   push_until_stalled, read_back, read_frame,
+                   ws_frame_header, ws_key)
 
 try:
     import websockets
@@ -535,12 +537,7 @@ def graceful_stop_sends_1001():
         conns[0].send(frame(0x1, b"x"))
         eq(read_frame(conns[0])[3], b"x", "echo before the stop")
         s.signal()
-        for c in conns:
-            fin, rsv, op, payload = read_frame(c)
-            eq((op, payload[:2]), (0x8, b"\x03\xe9"), "close 1001")
-            c.send(frame(0x8, payload[:2]))
-            check(c.at_eof(5.0), "closed after the handshake")
-            c.close()
+        answer_going_away(conns)
         eq(s.wait(10), 0, "exit status")
     finally:
         if s.alive():
@@ -560,47 +557,15 @@ def slow_reader_bounded_by_high_water():
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             msg = frame(0x2, b"s" * 65536)
             rss0 = vmrss_kib(s.proc.pid)
-            sock.setblocking(False)
-            sent, off, stalled_since = 0, 0, None
-            deadline = time.monotonic() + 30
-            while sent < (64 << 20) and time.monotonic() < deadline:
-                try:
-                    n = sock.send(msg[off:])  # frames stay whole on the wire
-                    sent += n
-                    off = (off + n) % len(msg)
-                    stalled_since = None
-                except BlockingIOError:
-                    if stalled_since is None:
-                        stalled_since = time.monotonic()
-                    elif time.monotonic() - stalled_since > 1.5:
-                        break
-                    time.sleep(0.01)
+            sent, off = push_until_stalled(sock, msg)
             grown = vmrss_kib(s.proc.pid) - rss0
             suite.note("sent %d KiB before the server stopped reading; "
                        "server RSS grew %d KiB" % (sent >> 10, grown))
             check(sent < (32 << 20), "the server pushed back (sent %d)" % sent)
             if not sanitized():  # ASan's quarantine keeps freed memory
                 check(grown < 16 * 1024, "RSS grew %d KiB" % grown)
-            # Reading now drains it, and reading resumes: finish the frame
-            # being sent while a thread reads; every message comes back.
-            sock.setblocking(True)
-            want = (sent + (len(msg) - off if off else 0)) // len(msg)
-            got = []
-
-            def reader():
-                try:
-                    for _ in range(want):
-                        got.append(read_frame(c, 20)[2:])
-                except Exception as e:  # reported below as a short count
-                    got.append(e)
-            t = threading.Thread(target=reader)
-            t.start()
-            if off:
-                c.send(msg[off:])
-            t.join(60)
-            eq(len(got), want, "echoes read back")
-            check(all(g == (0x2, b"s" * 65536) for g in got),
-                  "every echo intact")
+            # Reading now drains it, and reading resumes.
+            read_back(c, msg, sent, off)
     finally:
         eq(s.stop(), 0, "hello exit status")
 

@@ -22,7 +22,6 @@ EnableWebsocketsOverHttp3) chatting through examples/chat over h3. After
 every case the shared hello must still answer a GET over HTTP/3.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -30,82 +29,52 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (BUILD, Conn, Server, Skip, Suite, build_request, check,
+from harness import (Conn, Server, Skip, Suite, build_request, check,
                      eq, sanitized, shared_hello_teardown, vmrss_kib)
-from wslib import (close_payload, deflate_raw, expect_close, frame, payload,
-                   read_frame)
+import test_h3_defences as h3d  # noqa: E402 (its cases are not run here)
+from test_h3 import spki_hash  # noqa: E402
+from wslib import (answer_going_away, close_payload, deflate_raw,
+                   expect_close, frame, payload, push_until_stalled,
+                   read_back, read_frame)
 
 suite = Suite()
 case = suite.case
-CLIENT = os.path.join(BUILD, "test", "net", "h3client")
+CLIENT = h3d.CLIENT
 BROWSER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "..", "browser")
-HELLO_SHA = hashlib.sha256(b"Hello, World!").hexdigest()
-H3_REQUEST_CANCELLED = 0x10c
-# Slower under the sanitizers: client time limits get this much slack.
-SLACK = 3.0 if sanitized() else 1.0
-tmp = tempfile.mkdtemp(prefix="tern-wsh3-")
+HELLO_SHA = h3d.HELLO_SHA
+SLACK = h3d.SLACK  # slower under the sanitizers: client time limits
+tmp = h3d.tmp
 cert = key = None
 srv = None
 
 
-def make_cert():
-    c = os.path.join(tmp, "cert.pem")
-    k = os.path.join(tmp, "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-subj", "/CN=localhost", "-keyout", k, "-out", c,
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return c, k
+def hello(*extra):
+    """hello with HTTP/3 on UDP .quic_port (test_h3_defences' start: one
+    worker, TLS too, plain TCP on .port). Alive after a case means the TCP
+    check and a GET / over HTTP/3."""
+    s = h3d.start(*extra)
 
-
-def quic_lines(s):
-    """Read a server's start lines up to "quic listening on PORT"."""
-    for _ in range(4):
-        line = s.next_line()
-        m = re.match(r"tls listening on (\d+)$", line)
-        if m:
-            s.tls_port = int(m.group(1))
-        m = re.match(r"quic listening on (\d+)$", line)
-        if m:
-            s.quic_port = int(m.group(1))
-            return
-    raise AssertionError("no quic listening line")
-
-
-class Hello(Server):
-    """hello with HTTP/3 on UDP .quic_port (TLS on .tls_port, plain TCP on
-    .port). Alive means: the TCP check, and a GET / over HTTP/3."""
-
-    def __init__(self, *extra):
-        Server.__init__(self, "hello", [
-            "--workers", "1", "--tls-port", "0", "--cert", cert, "--key",
-            key, "--quic-port", "0"] + list(extra))
-        try:
-            quic_lines(self)
-        except BaseException:
-            self.kill()
-            raise
-
-    def check_alive(self):
-        Server.check_alive(self)
-        out = h3get(self.quic_port, "/")
+    def alive():
+        Server.check_alive(s)
+        out = h3get(s.quic_port, "/")
         check(("stream 0 status 200" in out and
                "stream 0 body 13 sha256 %s" % HELLO_SHA in out),
               "GET / over HTTP/3 after the case: %r" % out[-500:])
+    s.check_alive = alive
+    return s
 
-    def stats(self):
-        with Conn(self.port) as c:
-            c.send(build_request("GET", "/stats"))
-            return json.loads(c.response().body)
+
+def stats(s):
+    with Conn(s.port) as c:
+        c.send(build_request("GET", "/stats"))
+        return json.loads(c.response().body)
 
 
 def h3get(port, path):
@@ -210,8 +179,8 @@ def opened(path="/ws", deflate=False, port=None, **kw):
 
 def setup():
     global srv, cert, key
-    cert, key = make_cert()
-    srv = Hello()
+    cert, key = h3d.cert, h3d.key = h3d.make_cert()
+    srv = hello()
 
 
 def teardown():
@@ -571,43 +540,17 @@ def client_vanishes():
 def graceful_stop_sends_1001():
     """SIGTERM: every socket gets close 1001 over its stream; once the
     clients answer, the server exits cleanly."""
-    s = Hello()
+    s = hello()
     try:
         ts = [opened(port=s.quic_port) for _ in range(4)]
         ts[0].send(frame(0x1, b"x"))
         eq(read_frame(ts[0])[3], b"x", "echo before the stop")
         s.signal()
-        for t in ts:
-            fin, rsv, op, p = read_frame(t, 10)
-            eq((op, p[:2]), (0x8, b"\x03\xe9"), "close 1001")
-            t.send(frame(0x8, p[:2]))
-            check(t.at_eof(10.0), "stream ended after the handshake")
-            t.close()
+        answer_going_away(ts, 10.0)
         eq(s.wait(15), 0, "exit status")
     finally:
         if s.alive():
             s.kill()
-
-
-def push_until_stalled(sock, msg, limit=64 << 20):
-    """Send `msg` over and over without reading until `limit` bytes went
-    or the socket stays full for 2 s: (bytes sent, offset in msg)."""
-    sock.setblocking(False)
-    sent, off, stalled_since = 0, 0, None
-    deadline = time.monotonic() + 40
-    while sent < limit and time.monotonic() < deadline:
-        try:
-            n = sock.send(msg[off:])
-            sent += n
-            off = (off + n) % len(msg)
-            stalled_since = None
-        except BlockingIOError:
-            if stalled_since is None:
-                stalled_since = time.monotonic()
-            elif time.monotonic() - stalled_since > 2.0:
-                break
-            time.sleep(0.01)
-    return sent, off
 
 
 @case(timeout=60)
@@ -617,7 +560,7 @@ def window_never_extended_bounded():
     its reading, however much the client pushes; the client's reset then
     frees it all."""
     t = opened("/ws?hw=65536", opts=["--no-read", "--on-eof", "reset"])
-    sent, _ = push_until_stalled(t.sock, frame(0x2, b"n" * 16384))
+    sent, _ = push_until_stalled(t.sock, frame(0x2, b"n" * 16384), stall=2.0)
     suite.note("sent %d KiB against a window that never grows" %
                (sent >> 10))
     check(sent < (16 << 20), "the server pushed back (sent %d)" % sent)
@@ -631,7 +574,7 @@ def slow_reader_bounded_by_high_water():
     the 1 MiB mark (hw=1048576) and it stops reading, so the client is
     flow-controlled in turn: far less than the 64 MiB it tries goes in,
     and the server's RSS stays bounded. Reading then drains everything."""
-    s = Hello()
+    s = hello()
     try:
         t = opened("/ws?hw=1048576", port=s.quic_port)
         with t:
@@ -639,31 +582,14 @@ def slow_reader_bounded_by_high_water():
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             msg = frame(0x2, b"s" * 65536)
             rss0 = vmrss_kib(s.proc.pid)
-            sent, off = push_until_stalled(sock, msg)
+            sent, off = push_until_stalled(sock, msg, stall=2.0, within=40)
             grown = vmrss_kib(s.proc.pid) - rss0
             suite.note("sent %d KiB before the server stopped reading; "
                        "server RSS grew %d KiB" % (sent >> 10, grown))
             check(sent < (40 << 20), "the server pushed back (sent %d)" % sent)
             if not sanitized():  # ASan's quarantine keeps freed memory
                 check(grown < 32 * 1024, "RSS grew %d KiB" % grown)
-            sock.setblocking(True)
-            want = (sent + (len(msg) - off if off else 0)) // len(msg)
-            got = []
-
-            def reader():
-                try:
-                    for _ in range(want):
-                        got.append(read_frame(t, 30)[2:])
-                except Exception as e:  # reported below as a short count
-                    got.append(e)
-            th = threading.Thread(target=reader)
-            th.start()
-            if off:
-                t.send(msg[off:])
-            th.join(60)
-            eq(len(got), want, "echoes read back")
-            check(all(g == (0x2, b"s" * 65536) for g in got),
-                  "every echo intact")
+            read_back(t, msg, sent, off, timeout=30)
     finally:
         eq(s.stop(), 0, "hello exit status")
 
@@ -674,7 +600,7 @@ def idle_socket_outlives_quic_idle_timeout():
     socket left idle for 4 s still echoes (over HTTP/1.1 and HTTP/2 an
     open socket holds its connection too); the server keeps QUIC alive
     while a tunnel is open. A connection without one still idles out."""
-    s = Hello("--idle-timeout-ms", "1000")
+    s = hello("--idle-timeout-ms", "1000")
     try:
         with opened(port=s.quic_port) as t:
             time.sleep(4)
@@ -707,9 +633,9 @@ def allocations_per_echo():
                 for j in range(i, i + 100):
                     eq(read_frame(t)[3], b"m%05d" % j, "echo %d" % j)
         echoes(1000)
-        a0 = srv.stats()
+        a0 = stats(srv)
         echoes(n)
-        a1 = srv.stats()
+        a1 = stats(srv)
         allocs = a1["allocations"] - a0["allocations"]
         live = (a1["allocations"] - a1["frees"]) - \
             (a0["allocations"] - a0["frees"])
@@ -729,8 +655,12 @@ def chat_server():
     if chat is None:
         chat = Server("chat", ["--tls-port", "0", "--cert", cert, "--key",
                                key, "--quic"])
-        quic_lines(chat)
-        eq(chat.quic_port, chat.tls_port, "chat's UDP port is its TLS port")
+        tls = re.match(r"tls listening on (\d+)$", chat.next_line())
+        quic = re.match(r"quic listening on (\d+)$", chat.next_line())
+        check(tls and quic, "chat's listening lines")
+        chat.quic_port = int(quic.group(1))
+        eq(chat.quic_port, int(tls.group(1)),
+           "chat's UDP port is its TLS port")
     return chat
 
 
@@ -765,15 +695,6 @@ def need_browser():
         raise Skip("playwright-core is missing: test/deps.sh installs it")
 
 
-def spki_hash(c):
-    der = subprocess.run(
-        "openssl x509 -in %s -pubkey -noout | openssl pkey -pubin "
-        "-outform der" % c, shell=True, check=True,
-        capture_output=True).stdout
-    import base64
-    return base64.b64encode(hashlib.sha256(der).digest()).decode()
-
-
 @case(timeout=120)
 def chromium_chat_over_h3():
     """Chromium 156 with EnableWebsocketsOverHttp3 loads chat's page over
@@ -783,10 +704,11 @@ def chromium_chat_over_h3():
     need_browser()
     c = chat_server()
     netlog = os.path.join(tmp, "netlog.json")
-    p = subprocess.run(["node", os.path.join(BROWSER, "chat_h3.mjs"),
-                        "localhost:%d" % c.quic_port, spki_hash(cert),
-                        netlog], capture_output=True, text=True, timeout=100)
-    check(p.returncode == 0, "chat_h3.mjs failed: %s" % p.stderr[-1500:])
+    p = subprocess.run(["node", os.path.join(BROWSER, "chat.mjs"),
+                        "https://localhost:%d/" % c.quic_port,
+                        spki_hash(cert), netlog],
+                       capture_output=True, text=True, timeout=100)
+    check(p.returncode == 0, "chat.mjs failed: %s" % p.stderr[-1500:])
     r = json.loads(p.stdout.strip().splitlines()[-1])
     for who in ("a", "b"):
         eq(r[who]["protocol"], "h3", "page %s loaded over" % who)

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import os
 import struct
+import threading
 import time
 import zlib
 
@@ -108,3 +109,71 @@ def payload(n, text):
                 s = s[:-1]
     seed = hashlib.sha256(b"%d" % n).digest()
     return (seed * (n // 32 + 1))[:n]
+
+
+def push_until_stalled(sock, msg, limit=64 << 20, stall=1.5, within=30.0):
+    """Send `msg` over and over on `sock` without reading, until `limit`
+    bytes went, the socket stayed full for `stall` seconds, or `within`
+    passed: (bytes sent, offset reached in msg). Leaves it non-blocking."""
+    sock.setblocking(False)
+    sent, off, stalled_since = 0, 0, None
+    deadline = time.monotonic() + within
+    while sent < limit and time.monotonic() < deadline:
+        try:
+            n = sock.send(msg[off:])  # frames stay whole on the wire
+            sent += n
+            off = (off + n) % len(msg)
+            stalled_since = None
+        except BlockingIOError:
+            if stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > stall:
+                break
+            time.sleep(0.01)
+    return sent, off
+
+
+def read_back(c, msg, sent, off, timeout=20.0):
+    """After push_until_stalled: finish the frame being sent while a thread
+    reads, and check that every message came back intact."""
+    c.sock.setblocking(True)
+    want = (sent + (len(msg) - off if off else 0)) // len(msg)
+    echo = read_frame_of(msg)
+    got = []
+
+    def reader():
+        try:
+            for _ in range(want):
+                got.append(read_frame(c, timeout)[2:])
+        except Exception as e:  # reported below as a short count
+            got.append(e)
+    t = threading.Thread(target=reader)
+    t.start()
+    if off:
+        c.send(msg[off:])
+    t.join(60)
+    eq(len(got), want, "echoes read back")
+    check(all(g == echo for g in got), "every echo intact")
+
+
+def read_frame_of(msg):
+    """(opcode, payload) of a masked client frame that frame() built."""
+    op, n = msg[0] & 0x0F, msg[1] & 0x7F
+    at = 2 + (2 if n == 126 else 8 if n == 127 else 0)
+    key, body = msg[at:at + 4], msg[at + 4:]
+    m = (key * (len(body) // 4 + 1))[:len(body)]
+    if not body:
+        return op, b""
+    return op, (int.from_bytes(body, "big") ^
+                int.from_bytes(m, "big")).to_bytes(len(body), "big")
+
+
+def answer_going_away(conns, timeout=5.0):
+    """A graceful stop: each socket's next frame is close 1001; echo it,
+    and the server ends the socket."""
+    for c in conns:
+        fin, rsv, op, p = read_frame(c, timeout)
+        eq((op, p[:2]), (0x8, b"\x03\xe9"), "close 1001")
+        c.send(frame(0x8, p[:2]))
+        check(c.at_eof(timeout), "closed after the handshake")
+        c.close()
