@@ -613,7 +613,10 @@ static int open_one(void) {
   if (++cl.open_now > cl.max_open)
     cl.max_open = cl.open_now;
   gnutls_hash_init(&r->hash, GNUTLS_DIG_SHA256);
-  hd[n++] = nv(":method", cl.method, strlen(cl.method));
+  if (connect)
+    hd[n++] = nv(":method", "CONNECT", 7);
+  else
+    hd[n++] = nv(":method", r->is_post ? "POST" : "GET", r->is_post ? 4 : 3);
   if (cl.tunnel != NULL)
     hd[n++] = nv(":protocol", cl.tunnel, strlen(cl.tunnel));
   /* A plain CONNECT names only its authority (RFC 9114 4.4). */
