@@ -28,6 +28,7 @@
 #define tern__quic_wake_after fake_quic_wake_after
 #define tern__quic_pto_ms fake_quic_pto_ms
 #define tern__quic_early fake_quic_early
+#define tern__quic_keep_alive fake_quic_keep_alive
 #define tern__http3 fake_http3
 #define tern__http3_app fake_http3_app
 #define tern__quic fake_quic
@@ -130,6 +131,11 @@ uint64_t fake_quic_pto_ms(fake_quic *q) {
 }
 int fake_quic_early(fake_quic *q) {
   return q->early;
+}
+/* Only WebSocket tunnels turn it on; test_ws_h3.py checks the PINGs. */
+void fake_quic_keep_alive(fake_quic *q, int on) {
+  (void)q;
+  (void)on;
 }
 
 /* ---- The fake transport under the head ---- */
