@@ -554,6 +554,27 @@ def graceful_stop_sends_1001():
 
 
 @case(timeout=60)
+def graceful_stop_client_silent():
+    """SIGTERM with a client that never answers the 1001: the socket ends
+    at the close timeout, its stream closes, the GOAWAY'd connection goes,
+    and the server exits 0 (no WebSocket keeps an HTTP/3 stop waiting)."""
+    s = hello()
+    try:
+        t = opened(port=s.quic_port)
+        with t:
+            t.send(frame(0x1, b"x"))
+            eq(read_frame(t)[3], b"x", "echo before the stop")
+            s.signal()
+            fin, rsv, op, p = read_frame(t, 10)
+            eq((op, p[:2]), (0x8, b"\x03\xe9"), "close 1001")
+            eq(s.wait(20), 0, "exit status")
+            check(t.at_eof(10.0), "the stream ended")
+    finally:
+        if s.alive():
+            s.kill()
+
+
+@case(timeout=60)
 def window_never_extended_bounded():
     """--no-read: the client's 1 KiB stream window never grows, so no echo
     can leave; the server's queue stops at its mark (hw=65536) and so does
