@@ -3,7 +3,8 @@
  *
  * Debian 12's HTTP/3 clients (gtlsclient, Chromium) cannot misbehave on
  * purpose; this one can, chosen by options, so that test_h3_defences.py
- * can check tern's HTTP/3 defences over real sockets. It verifies no
+ * can check tern's HTTP/3 defences over real sockets, and test_ws_h3.py
+ * can run raw WebSocket frames over RFC 9220 (--tunnel). It verifies no
  * certificate (the tests use self-signed ones) and offers ALPN h3 only.
  *
  *   h3client [options] METHOD https://HOST:PORT/PATH
@@ -42,6 +43,7 @@
  *   stream ID reset 0xCODE bytes LEN  (the server reset it; bytes so far)
  *   stream ID stop 0xCODE             (the server sent STOP_SENDING)
  *   stream ID cancelled               (this client reset it)
+ *   stream ID stopped                 (this client sent STOP_SENDING)
  *   closed TYPE 0xCODE        the server closed (TYPE: transport or app)
  *   idle-close                QUIC's idle timeout ended the connection
  *   done requests N finished M max-open X
@@ -49,6 +51,9 @@
  *   stream ID header NAME: VALUE      (--tunnel: each response field)
  *   stream ID fin             (--tunnel: the server ended its side)
  *   stream ID closed          (--tunnel: QUIC closed the stream)
+ *
+ * Every stream's fields follow its own method: METHOD for the requests
+ * of -n, GET for --reset-mid-body's second one.
  *
  * CONNECT without --tunnel is a plain CONNECT: :method and :authority
  * only (RFC 9114 4.4), with nothing sent after it.
@@ -64,7 +69,9 @@
  * stops the server at our window (real backpressure); with --no-read the
  * 1 KiB window is never extended at all. When the server ends the stream
  * (FIN or RESET_STREAM) what is buffered is written, fd 1 is closed, and
- * the client exits, so the reader sees EOF where a TCP client would.
+ * the client exits, so the reader sees EOF where a TCP client would. A
+ * reader that hangs up while the ring is full is noticed all the same
+ * (POLLHUP), so --on-eof reset/stop/close act against a stalled server.
  *
  * Exit status: 0 done, 1 the connection failed, 2 usage, 3 timed out.
  * Each run is bounded by --timeout-ms and talks to one address only.
