@@ -6,11 +6,17 @@
  *
  * Over HTTP/1.1 the page's WebSocket is an Upgrade; when the page came
  * over HTTP/2 (TLS), Chromium opens it as an RFC 8441 extended CONNECT on
- * the same connection. The welcome line says which ("via h2").
+ * the same connection, and over HTTP/3 as an RFC 9220 one (Chromium does
+ * so only with --enable-features=EnableWebsocketsOverHttp3). The welcome
+ * line says which carrier the server sees ("via h3"), and each join is
+ * logged on stderr with it ("chat: user1 joined via h3").
  *
  * Options: --port N (0: any; prints "listening on PORT"), --host H,
  * --tls-port N --cert FILE --key FILE (prints "tls listening on PORT"),
- * --workers N. SIGINT/SIGTERM stop gracefully: members get close 1001.
+ * --quic (HTTP/3 on the UDP port of the same number as the TLS port, with
+ * the same certificate; prints "quic listening on PORT"; TLS responses
+ * then advertise it with Alt-Svc), --workers N. SIGINT/SIGTERM stop
+ * gracefully: members get close 1001.
  *
  * The room is a list under a mutex, since members may live on different
  * workers. A message is sent with tern_ws_broadcast: one frame, shared by
@@ -72,6 +78,18 @@ static const char page[] =
     "};\n"
     "</script></body></html>\n";
 
+/* The carrier as the welcome line and the log name it. */
+static const char *carrier(const tern_ws *ws) {
+  switch (tern_ws_protocol(ws)) {
+  case TERN_PROTO_HTTP3:
+    return "h3";
+  case TERN_PROTO_HTTP2:
+    return "h2";
+  default:
+    return "http/1.1";
+  }
+}
+
 static void on_signal(int sig) {
   (void)sig;
   tern_stop(server, 5000);
@@ -118,9 +136,9 @@ static void on_open(tern_ws *ws, void *user) {
     return;
   }
   tern_ws_set_data(ws, (void *)(uintptr_t)id);
-  n = snprintf(line, sizeof(line), "welcome user%lu (via %s)", id,
-               tern_ws_protocol(ws) == TERN_PROTO_HTTP2 ? "h2" : "http/1.1");
+  n = snprintf(line, sizeof(line), "welcome user%lu (via %s)", id, carrier(ws));
   tern_ws_send(ws, TERN_WS_TEXT, line, (size_t)n);
+  fprintf(stderr, "chat: user%lu joined via %s\n", id, carrier(ws));
   n = snprintf(line, sizeof(line), "user%lu joined", id);
   broadcast(line, (size_t)n);
 }
@@ -191,9 +209,13 @@ int main(int argc, char **argv) {
   tern_settings s;
   const char *host = "127.0.0.1", *port = "8081", *tls_port = NULL;
   const char *cert = NULL, *key = NULL, *workers = "1";
-  int i, bound, rc;
+  int i, bound, rc, quic = 0;
 
   for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quic") == 0) {
+      quic = 1;
+      continue;
+    }
     if (!arg(argc, argv, &i, "--port", &port) &&
         !arg(argc, argv, &i, "--host", &host) &&
         !arg(argc, argv, &i, "--tls-port", &tls_port) &&
@@ -202,7 +224,7 @@ int main(int argc, char **argv) {
         !arg(argc, argv, &i, "--workers", &workers)) {
       fprintf(stderr,
               "usage: chat [--port N] [--host H] [--tls-port N --cert F "
-              "--key F] [--workers N]\n");
+              "--key F [--quic]] [--workers N]\n");
       return 2;
     }
   }
@@ -228,6 +250,18 @@ int main(int argc, char **argv) {
       return 1;
     }
     printf("tls listening on %d\n", bound);
+    /* The same port number on UDP, as browsers expect of Alt-Svc's
+     * h3=":PORT" and as --origin-to-force-quic-on dials. */
+    if (quic &&
+        (rc = tern_listen_quic(server, host, bound, tls, NULL, &bound)) != 0) {
+      fprintf(stderr, "chat: QUIC: %s\n", tern_strerror(rc));
+      return 1;
+    }
+    if (quic)
+      printf("quic listening on %d\n", bound);
+  } else if (quic) {
+    fprintf(stderr, "chat: --quic needs --tls-port (its certificates)\n");
+    return 2;
   }
   fflush(stdout);
   signal(SIGINT, on_signal);

@@ -768,16 +768,17 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
 
 /* ---------------------------------------------------------------------
- * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2)
+ * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2, RFC
+ * 9220 over HTTP/3)
  *
  * A route accepts WebSocket by calling tern_ws_accept() from its handler
  * (on the owning worker; not from a TERN_ROUTE_BLOCKING route). Register
- * the route for GET: an HTTP/2 extended CONNECT with :protocol websocket
- * is routed as GET, so one route serves both carriers. tern validates the
- * handshake, answers it (101 on HTTP/1.1, 200 on HTTP/2), negotiates
- * permessage-deflate (RFC 7692) and from then on speaks frames: the
- * callbacks below receive whole messages (or pieces, see
- * stream_messages), and tern_ws_send() and friends send them.
+ * the route for GET: an HTTP/2 or HTTP/3 extended CONNECT with :protocol
+ * websocket is routed as GET, so one route serves every carrier. tern
+ * validates the handshake, answers it (101 on HTTP/1.1, 200 on HTTP/2 and
+ * HTTP/3), negotiates permessage-deflate (RFC 7692) and from then on
+ * speaks frames: the callbacks below receive whole messages (or pieces,
+ * see stream_messages), and tern_ws_send() and friends send them.
  *
  * tern enforces the protocol: masked client frames, control frame rules,
  * fragmentation order, UTF-8 in text messages and close reasons, close
@@ -889,7 +890,8 @@ typedef struct {
 TERN_EXTERN void tern_ws_options_init(tern_ws_options *o);
 
 /* Is `r` a WebSocket handshake (HTTP/1.1 Upgrade: websocket or an HTTP/2
- * extended CONNECT)? Only looks; tern_ws_accept() validates. 1 or 0. */
+ * or HTTP/3 extended CONNECT)? Only looks; tern_ws_accept() validates. 1
+ * or 0. */
 TERN_EXTERN int tern_ws_is_upgrade(const tern_request *r);
 
 /* Did the client offer subprotocol `name` (`len` bytes) in
@@ -961,7 +963,7 @@ TERN_EXTERN size_t tern_ws_buffered(const tern_ws *ws);
 TERN_EXTERN int tern_ws_pause(tern_ws *ws);
 TERN_EXTERN int tern_ws_resume(tern_ws *ws);
 
-/* The carrier: TERN_PROTO_HTTP11 or TERN_PROTO_HTTP2. */
+/* The carrier: TERN_PROTO_HTTP11, TERN_PROTO_HTTP2 or TERN_PROTO_HTTP3. */
 TERN_EXTERN int tern_ws_protocol(const tern_ws *ws);
 
 /* Per-socket user pointer (initially NULL). */

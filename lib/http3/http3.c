@@ -150,6 +150,7 @@ enum {
   S_STOP_READ = 1u << 15,  /* STOP_SENDING (H3_NO_ERROR) is due */
   S_LIMBO = 1u << 16,      /* closed for us; bytes wait for QUIC's close */
   S_PEER_STOP = 1u << 17,  /* the client's STOP_SENDING: abandon it */
+  S_TUNNEL = 1u << 18,     /* answered 200 to an extended CONNECT */
 };
 
 struct h3_stream {
@@ -194,6 +195,7 @@ struct h3_conn {
   h3_stream *settling; /* those the pump running now takes, in turn */
   size_t nopen;        /* streams on `streams` */
   size_t nq;           /* streams the server is working on (S_COUNTED) */
+  size_t tunnels;      /* open S_TUNNEL streams: QUIC keep-alive is on */
   uint32_t waiting;    /* streams whose stream timer is armed */
   unsigned dead : 1;   /* the connection is closing: no more calls out */
   unsigned flow : 1;   /* some stream has S_FLOW */
@@ -409,6 +411,8 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
     return 0;
   stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
   drop_held(h, s);
+  if ((s->flags & S_TUNNEL) && --h->tunnels == 0 && !h->dead)
+    tern__quic_keep_alive(h->q, 0);
   s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
   tern__list_remove(&s->link);
   h->nopen--;
@@ -1966,14 +1970,24 @@ static void h3_body_flow(tern_request *r) {
 /* RFC 9220: the answer to an extended CONNECT is a 200 without a length;
  * the stream's DATA frames then carry the tunnel both ways. */
 static int h3_tunnel(tern_request *r, const tern_header *f, size_t n) {
+  h3_stream *s;
+  h3_conn *h = live(r, &s);
   int rc;
   if (!(r->flags & TERN__RQ_WS_CONNECT))
     return TERN_ESTATE;
   r->flags |= TERN__RQ_TUNNEL;
   rc = h3_start(r, 200, f, n, -1);
-  if (rc != 0)
+  if (rc != 0) {
     r->flags &= ~(unsigned)TERN__RQ_TUNNEL;
-  return rc;
+    return rc;
+  }
+  /* A WebSocket may stay quiet for longer than QUIC's idle timeout; over
+   * TCP an open socket holds its connection, so here QUIC's keep-alive
+   * does, while any tunnel is open (stream_closed turns it off). */
+  s->flags |= S_TUNNEL;
+  if (h->tunnels++ == 0)
+    tern__quic_keep_alive(h->q, 1);
+  return 0;
 }
 
 /* Everything not yet acknowledged: what the peer's window and ACKs hold

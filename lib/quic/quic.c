@@ -1592,6 +1592,25 @@ void tern__quic_wake_after(tern__quic *q, uint64_t ms) {
     arm_timer(q);
 }
 
+void tern__quic_keep_alive(tern__quic *q, int on) {
+  ngtcp2_duration idle = 0;
+  if (q->ng == NULL)
+    return;
+  if (on) {
+    /* The idle timeout in force is the smaller of the two announced (0:
+     * none); a PING at half of it keeps both ends' timers from firing. */
+    const ngtcp2_transport_params *rp =
+        ngtcp2_conn_get_remote_transport_params(q->ng);
+    idle = ngtcp2_conn_get_local_transport_params(q->ng)->max_idle_timeout;
+    if (rp != NULL && rp->max_idle_timeout != 0 &&
+        (idle == 0 || rp->max_idle_timeout < idle))
+      idle = rp->max_idle_timeout;
+  }
+  ngtcp2_conn_set_keep_alive_timeout(q->ng, idle / 2);
+  if (!(q->flags & Q_IN_NG))
+    arm_timer(q);
+}
+
 uint64_t tern__quic_pto_ms(tern__quic *q) {
   uint64_t ms = ngtcp2_conn_get_pto(q->ng) / NGTCP2_MILLISECONDS;
   return ms ? ms : 1;

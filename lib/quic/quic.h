@@ -131,6 +131,11 @@ void tern__quic_set_app_error(tern__quic *q, uint64_t code);
  * milliseconds, even if nothing arrives (a graceful stop's pause between
  * GOAWAYs). One pending wake-up per connection; a later call replaces it. */
 void tern__quic_wake_after(tern__quic *q, uint64_t ms);
+/* While `on`, the connection sends a PING after half the idle timeout
+ * without traffic, so that QUIC's idle timeout does not end it: the app
+ * holds a stream that may stay quiet for long (a WebSocket), as a TCP
+ * connection with an open socket is not timed out either. */
+void tern__quic_keep_alive(tern__quic *q, int on);
 /* The probe timeout now, in ms (at least 1): a graceful stop waits about
  * this long between the GOAWAY notice and the final GOAWAY. */
 uint64_t tern__quic_pto_ms(tern__quic *q);

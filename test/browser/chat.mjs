@@ -2,11 +2,21 @@
 // first sends a line, both must show it. Reports, as JSON, the
 // protocol each page was loaded over, the welcome lines (which name the
 // WebSocket's carrier as the server saw it) and what the second page got.
-//   node chat.mjs URL
+//   node chat.mjs URL [SPKI [NETLOG]]
+// With SPKI (chat --quic): HTTP/3, QUIC forced on for URL's origin
+// (https://localhost:PORT/) with the certificate trusted by that hash, and
+// WebSocket over HTTP/3 (RFC 9220) enabled, so each page's socket is an
+// extended CONNECT stream on the page's own HTTP/3 connection (Chromium
+// never dials QUIC for a WebSocket: it only reuses an h3 connection whose
+// SETTINGS enable CONNECT). NETLOG receives Chromium's net log, to tell
+// why a socket went elsewhere.
 import { launchChromium } from "./launch.mjs";
 
-const url = process.argv[2];
-const browser = await launchChromium();
+const [url, spki, netlog] = process.argv.slice(2);
+const extra = spki ? ["--enable-features=EnableWebsocketsOverHttp3"] : [];
+if (netlog) extra.push("--log-net-log=" + netlog);
+const browser = await launchChromium(
+  spki ? { quic: new URL(url).host, spki, extra } : { extra });
 try {
   const context = await browser.newContext({ ignoreHTTPSErrors: true });
   const open = async () => {

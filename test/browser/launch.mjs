@@ -5,13 +5,14 @@
 // through its SPKI hash (`spki`), because Chromium's QUIC verifier ignores
 // --ignore-certificate-errors, and every host name but localhost (pinned
 // to 127.0.0.1) fails at the resolver, so that nothing leaves loopback.
+// `extra` adds flags (features, --log-net-log=FILE).
 import { chromium } from "playwright-core";
 
-export function launchChromium({ quic = null, spki = null } = {}) {
+export function launchChromium({ quic = null, spki = null, extra = [] } = {}) {
   const args = [
     "--no-sandbox", "--disable-gpu", "--no-first-run",
     "--disable-background-networking", "--disable-component-update",
-    "--disable-sync",
+    "--disable-sync", ...extra,
   ];
   if (quic) {
     args.push("--origin-to-force-quic-on=" + quic,

@@ -3,7 +3,8 @@
  *
  * Debian 12's HTTP/3 clients (gtlsclient, Chromium) cannot misbehave on
  * purpose; this one can, chosen by options, so that test_h3_defences.py
- * can check tern's HTTP/3 defences over real sockets. It verifies no
+ * can check tern's HTTP/3 defences over real sockets, and test_ws_h3.py
+ * can run raw WebSocket frames over RFC 9220 (--tunnel). It verifies no
  * certificate (the tests use self-signed ones) and offers ALPN h3 only.
  *
  *   h3client [options] METHOD https://HOST:PORT/PATH
@@ -19,6 +20,17 @@
  *   --no-read         a 1 KiB stream window that is never extended for
  *                     response bodies (ACKs still flow)
  *   --idle            after the requests, stay idle until the server closes
+ *   --header 'N: V'   an extra request field (repeatable)
+ *   --tunnel PROTO    one extended CONNECT (RFC 9220 / 8441, :protocol
+ *                     PROTO, METHOD must be CONNECT), then relay bytes:
+ *                     fd 0 -> the stream's DATA, DATA -> fd 1 (below)
+ *   --omit FIELD      leave the pseudo-field :path or :scheme out of the
+ *                     request (the server must refuse such a CONNECT)
+ *   --on-eof ACTION   tunnel: at EOF on fd 0, "fin" (default) ends our
+ *                     side with FIN; "reset" resets the stream (RESET_
+ *                     STREAM and STOP_SENDING, H3_REQUEST_CANCELLED);
+ *                     "stop" only sends STOP_SENDING; "close" closes the
+ *                     whole QUIC connection (the client vanishes)
  *   --timeout-ms N    give up after N ms (default 15000; exit status 3)
  *   -v                ngtcp2's debug log on stderr
  *
@@ -31,14 +43,41 @@
  *   stream ID reset 0xCODE bytes LEN  (the server reset it; bytes so far)
  *   stream ID stop 0xCODE             (the server sent STOP_SENDING)
  *   stream ID cancelled               (this client reset it)
+ *   stream ID stopped                 (this client sent STOP_SENDING)
  *   closed TYPE 0xCODE        the server closed (TYPE: transport or app)
  *   idle-close                QUIC's idle timeout ended the connection
  *   done requests N finished M max-open X
+ *
+ *   stream ID header NAME: VALUE      (--tunnel: each response field)
+ *   stream ID fin             (--tunnel: the server ended its side)
+ *   stream ID closed          (--tunnel: QUIC closed the stream)
+ *
+ * Every stream's fields follow its own method: METHOD for the requests
+ * of -n, GET for --reset-mid-body's second one.
+ *
+ * CONNECT without --tunnel is a plain CONNECT: :method and :authority
+ * only (RFC 9114 4.4), with nothing sent after it.
+ *
+ * Tunnel mode. fd 1 carries the stream's bytes, so the facts above go to
+ * stderr instead (one a line, interleaved with -v's log). Both fds are
+ * made non-blocking and served from the one poll loop, so QUIC's timers
+ * and ACKs go on while a reader is slow. fd 0 is read only while the send
+ * ring (1 MiB) has room; its bytes stay in the ring until the server has
+ * acknowledged them, since nghttp3 keeps pointers to them. Bytes from the
+ * server are written to fd 1 as it takes them, and the stream's flow-
+ * control window is extended only by what fd 1 took: a reader that stops
+ * stops the server at our window (real backpressure); with --no-read the
+ * 1 KiB window is never extended at all. When the server ends the stream
+ * (FIN or RESET_STREAM) what is buffered is written, fd 1 is closed, and
+ * the client exits, so the reader sees EOF where a TCP client would. A
+ * reader that hangs up while the ring is full is noticed all the same
+ * (POLLHUP), so --on-eof reset/stop/close act against a stalled server.
  *
  * Exit status: 0 done, 1 the connection failed, 2 usage, 3 timed out.
  * Each run is bounded by --timeout-ms and talks to one address only.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <netdb.h>
@@ -47,6 +86,7 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +97,10 @@
 
 #define PATTERN_LEN (251 * 256) /* whole periods of i % 251 */
 #define MAX_EXTRA 4096          /* --headers' ceiling */
+#define MAX_FIELDS 32           /* --header's ceiling */
+#define RING (1u << 20)         /* tunnel: fd 0's bytes until acknowledged */
+
+enum { EOF_FIN, EOF_RESET, EOF_STOP, EOF_CLOSE };
 
 typedef struct {
   int64_t id;
@@ -94,6 +138,21 @@ static struct {
   char *big;
   nghttp3_nv *extra;
   size_t nextra;
+  nghttp3_nv fields[MAX_FIELDS]; /* --header */
+  size_t nfields;
+  int omit_path, omit_scheme;
+  /* --tunnel: the relay's state (see "Tunnel mode" at the top). */
+  const char *tunnel;
+  int on_eof;
+  uint8_t *ring;   /* RING bytes; index = count % RING */
+  uint64_t filled; /* bytes read from fd 0; r->sent / r->acked follow */
+  int in_eof;      /* fd 0 said EOF */
+  int in_hup;      /* fd 0's writer left while the ring was full */
+  int deferred;    /* the data reader said WOULDBLOCK */
+  int ended;       /* the server ended the stream (FIN or reset) */
+  int out_closed;  /* fd 1 is closed (or its reader left) */
+  uint8_t *obuf;   /* bytes from the server: [ooff, olen) for fd 1 */
+  size_t ooff, olen, ocap;
 } cl;
 
 static uint8_t pattern[PATTERN_LEN];
@@ -104,13 +163,15 @@ static ngtcp2_tstamp now_ns(void) {
   return (ngtcp2_tstamp)ts.tv_sec * 1000000000u + (ngtcp2_tstamp)ts.tv_nsec;
 }
 
+/* One fact: on stdout, or on stderr when stdout carries a tunnel. */
 static void out(const char *fmt, ...) {
+  FILE *f = cl.tunnel != NULL ? stderr : stdout;
   va_list ap;
   va_start(ap, fmt);
-  vprintf(fmt, ap);
+  vfprintf(f, fmt, ap);
   va_end(ap);
-  fputc('\n', stdout);
-  fflush(stdout);
+  fputc('\n', f);
+  fflush(f);
 }
 
 static void hex_digest(gnutls_hash_hd_t h, char *hex) {
@@ -230,7 +291,12 @@ static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t id,
   if (r != NULL && !r->closed) {
     r->closed = 1;
     cl.open_now--;
-    finish(r);
+    if (cl.tunnel != NULL) {
+      out("stream %lld closed", (long long)id);
+      cl.ended = 1; /* finished once fd 1 has what was buffered */
+    } else {
+      finish(r);
+    }
   }
   return 0;
 }
@@ -244,7 +310,10 @@ static int stream_reset_cb(ngtcp2_conn *conn, int64_t id, uint64_t final_size,
   if (r != NULL) {
     out("stream %lld reset 0x%llx bytes %llu", (long long)id,
         (unsigned long long)code, (unsigned long long)r->got);
-    finish(r);
+    if (cl.tunnel != NULL)
+      cl.ended = 1;
+    else
+      finish(r);
   }
   if (cl.h3 != NULL && nghttp3_conn_shutdown_stream_read(cl.h3, id) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -295,7 +364,7 @@ static int h3_acked(nghttp3_conn *c, int64_t id, uint64_t len, void *u,
   (void)id;
   (void)u;
   if (r != NULL)
-    r->acked += len;
+    r->acked += len; /* --tunnel: frees that much of the ring */
   return 0;
 }
 
@@ -311,6 +380,30 @@ static int h3_recv_data(nghttp3_conn *c, int64_t id, const uint8_t *data,
   /* The connection's window always moves; the stream's does not under
    * --no-read, which is the point of that option. */
   ngtcp2_conn_extend_max_offset(cl.conn, len);
+  if (cl.tunnel != NULL && r != NULL) {
+    /* For fd 1; the stream's window moves as fd 1 takes them, so the
+     * buffer never holds more than the window. */
+    if (cl.out_closed)
+      return 0;
+    if (cl.ooff > 0 && cl.olen + len > cl.ocap) {
+      memmove(cl.obuf, cl.obuf + cl.ooff, cl.olen - cl.ooff);
+      cl.olen -= cl.ooff;
+      cl.ooff = 0;
+    }
+    if (cl.olen + len > cl.ocap) {
+      size_t cap = cl.ocap ? cl.ocap : 65536;
+      uint8_t *nb;
+      while (cap < cl.olen + len)
+        cap *= 2;
+      if ((nb = realloc(cl.obuf, cap)) == NULL)
+        return NGHTTP3_ERR_CALLBACK_FAILURE;
+      cl.obuf = nb;
+      cl.ocap = cap;
+    }
+    memcpy(cl.obuf + cl.olen, data, len);
+    cl.olen += len;
+    return 0;
+  }
   if (!cl.no_read)
     ngtcp2_conn_extend_max_stream_offset(cl.conn, id, len);
   return 0;
@@ -332,13 +425,16 @@ static int h3_header(nghttp3_conn *c, int64_t id, int32_t token,
   req *r = sdata;
   nghttp3_vec v = nghttp3_rcbuf_get_buf(value);
   (void)c;
-  (void)id;
-  (void)name;
   (void)flags;
   (void)u;
   if (r != NULL && token == NGHTTP3_QPACK_TOKEN__STATUS && v.len == 3)
     r->status =
         (v.base[0] - '0') * 100 + (v.base[1] - '0') * 10 + (v.base[2] - '0');
+  else if (r != NULL && cl.tunnel != NULL) {
+    nghttp3_vec n = nghttp3_rcbuf_get_buf(name);
+    out("stream %lld header %.*s: %.*s", (long long)id, (int)n.len, n.base,
+        (int)v.len, v.base);
+  }
   return 0;
 }
 
@@ -360,6 +456,11 @@ static int h3_end_stream(nghttp3_conn *c, int64_t id, void *u, void *sdata) {
   (void)u;
   if (r == NULL)
     return 0;
+  if (cl.tunnel != NULL) {
+    out("stream %lld fin", (long long)id);
+    cl.ended = 1;
+    return 0;
+  }
   hex_digest(r->hash, hex);
   r->hash = NULL;
   out("stream %lld body %llu sha256 %s", (long long)id,
@@ -418,6 +519,38 @@ static nghttp3_ssize h3_read_body(nghttp3_conn *c, int64_t id, nghttp3_vec *vec,
   return 1;
 }
 
+/* --tunnel: fd 0's bytes from the ring, in place (at most two pieces, the
+ * ring's end and its start); they stay there until acknowledged. */
+static nghttp3_ssize t_read(nghttp3_conn *c, int64_t id, nghttp3_vec *vec,
+                            size_t veccnt, uint32_t *pflags, void *u,
+                            void *sdata) {
+  req *r = sdata;
+  size_t k = 0;
+  (void)c;
+  (void)id;
+  (void)u;
+  while (r->sent < cl.filled && k < veccnt && k < 2) {
+    size_t off = (size_t)(r->sent % RING);
+    uint64_t left = cl.filled - r->sent;
+    size_t len = RING - off;
+    if (len > left)
+      len = (size_t)left;
+    vec[k].base = cl.ring + off;
+    vec[k].len = len;
+    r->sent += len;
+    k++;
+  }
+  if (r->sent == cl.filled && cl.in_eof && cl.on_eof == EOF_FIN) {
+    *pflags |= NGHTTP3_DATA_FLAG_EOF;
+    return (nghttp3_ssize)k;
+  }
+  if (k == 0) {
+    cl.deferred = 1;
+    return NGHTTP3_ERR_WOULDBLOCK;
+  }
+  return (nghttp3_ssize)k;
+}
+
 static int setup_h3(void) {
   nghttp3_callbacks cb;
   nghttp3_settings st;
@@ -462,7 +595,9 @@ static nghttp3_nv nv(const char *n, const char *v, size_t vlen) {
  * left, -1 on error. */
 static int open_one(void) {
   static const nghttp3_data_reader body = {h3_read_body};
-  nghttp3_nv hd[4 + MAX_EXTRA + 1];
+  static const nghttp3_data_reader relay = {t_read};
+  nghttp3_nv hd[5 + MAX_EXTRA + 1 + MAX_FIELDS];
+  int connect = strcmp(cl.method, "CONNECT") == 0;
   size_t n = 0, i;
   req *r;
   char hex[65];
@@ -485,10 +620,20 @@ static int open_one(void) {
   if (++cl.open_now > cl.max_open)
     cl.max_open = cl.open_now;
   gnutls_hash_init(&r->hash, GNUTLS_DIG_SHA256);
-  hd[n++] = nv(":method", r->is_post ? "POST" : "GET", r->is_post ? 4 : 3);
-  hd[n++] = nv(":scheme", "https", 5);
+  if (connect)
+    hd[n++] = nv(":method", "CONNECT", 7);
+  else
+    hd[n++] = nv(":method", r->is_post ? "POST" : "GET", r->is_post ? 4 : 3);
+  if (cl.tunnel != NULL)
+    hd[n++] = nv(":protocol", cl.tunnel, strlen(cl.tunnel));
+  /* A plain CONNECT names only its authority (RFC 9114 4.4). */
+  if ((!connect || cl.tunnel != NULL) && !cl.omit_scheme)
+    hd[n++] = nv(":scheme", "https", 5);
   hd[n++] = nv(":authority", cl.authority, strlen(cl.authority));
-  hd[n++] = nv(":path", r->path, strlen(r->path));
+  if ((!connect || cl.tunnel != NULL) && !cl.omit_path)
+    hd[n++] = nv(":path", r->path, strlen(r->path));
+  for (i = 0; i < cl.nfields; i++)
+    hd[n++] = cl.fields[i];
   if (r == &cl.reqs[0]) {
     if (cl.big != NULL)
       hd[n++] = nv("x-big", cl.big, (size_t)cl.header_bytes);
@@ -501,7 +646,10 @@ static int open_one(void) {
         (unsigned long long)r->limit, hex);
   }
   rv = nghttp3_conn_submit_request(cl.h3, r->id, hd, n,
-                                   r->is_post ? &body : NULL, r);
+                                   cl.tunnel != NULL ? &relay
+                                   : r->is_post      ? &body
+                                                     : NULL,
+                                   r);
   return rv == 0 ? 1 : -1;
 }
 
@@ -630,6 +778,96 @@ static void send_close(void) {
                                          sizeof(buf), &ce, now_ns());
   if (n > 0)
     (void)send_pkt(buf, (size_t)n);
+}
+
+/* ---- the tunnel's relay ------------------------------------------------ */
+
+/* fd 0 said EOF: do what --on-eof asks. 1: leave now (close). */
+static int t_eof(req *r) {
+  switch (cl.on_eof) {
+  case EOF_FIN:
+    if (cl.deferred) { /* the reader gives the end now */
+      cl.deferred = 0;
+      (void)nghttp3_conn_resume_stream(cl.h3, r->id);
+    }
+    return 0;
+  case EOF_RESET:
+    if (ngtcp2_conn_shutdown_stream(cl.conn, r->id,
+                                    NGHTTP3_H3_REQUEST_CANCELLED) != 0)
+      return -1;
+    out("stream %lld cancelled", (long long)r->id);
+    return 0;
+  case EOF_STOP:
+    if (ngtcp2_conn_shutdown_stream_read(cl.conn, r->id,
+                                         NGHTTP3_H3_REQUEST_CANCELLED) != 0)
+      return -1;
+    out("stream %lld stopped", (long long)r->id);
+    return 0;
+  default:
+    return 1;
+  }
+}
+
+/* fd 0 into the ring while it has room (bytes the server has not
+ * acknowledged stay). 0, 1 (leave: --on-eof close) or -1. */
+static int t_in(int revents) {
+  req *r = &cl.reqs[0];
+  if (cl.filled - r->acked >= RING) {
+    /* No room, and the writer has gone: an abort (reset, stop, close)
+     * need not wait for room that a stalled server may never make. */
+    if (!(revents & (POLLHUP | POLLERR)))
+      return 0;
+    if (cl.on_eof == EOF_FIN) {
+      cl.in_hup = 1; /* the rest is read once there is room */
+      return 0;
+    }
+    cl.in_eof = 1;
+    return t_eof(r);
+  }
+  for (;;) {
+    uint64_t used = cl.filled - r->acked;
+    size_t off = (size_t)(cl.filled % RING), room = RING - off;
+    ssize_t n;
+    if (cl.in_eof || used >= RING)
+      return 0;
+    if (room > RING - used)
+      room = (size_t)(RING - used);
+    n = read(0, cl.ring + off, room);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (n <= 0) { /* an error reads as the end */
+      cl.in_eof = 1;
+      return t_eof(r);
+    }
+    cl.filled += (uint64_t)n;
+    if (cl.deferred) {
+      cl.deferred = 0;
+      (void)nghttp3_conn_resume_stream(cl.h3, r->id);
+    }
+  }
+}
+
+/* What fd 1 takes of the server's bytes; the stream's window grows by as
+ * much (never under --no-read). A reader that left drops the rest. */
+static void t_out(void) {
+  while (cl.ooff < cl.olen && !cl.out_closed) {
+    ssize_t n = write(1, cl.obuf + cl.ooff, cl.olen - cl.ooff);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) {
+      cl.out_closed = 1;
+      break;
+    }
+    cl.ooff += (size_t)n;
+    if (!cl.no_read)
+      ngtcp2_conn_extend_max_stream_offset(cl.conn, cl.reqs[0].id, (uint64_t)n);
+  }
+  if (cl.ooff == cl.olen || cl.out_closed)
+    cl.ooff = cl.olen = 0;
 }
 
 /* ---- setup ------------------------------------------------------------- */
@@ -774,7 +1012,9 @@ static int usage(void) {
       stderr,
       "usage: h3client [-n|--streams N] [--body-size N] [--header-bytes N]\n"
       "  [--headers N] [--reset-mid-body K] [--no-read] [--idle]\n"
-      "  [--timeout-ms N] [-v] GET|POST https://HOST:PORT/PATH\n");
+      "  [--header 'N: V']... [--tunnel PROTO] [--omit :path|:scheme]\n"
+      "  [--on-eof fin|reset|stop|close]\n"
+      "  [--timeout-ms N] [-v] GET|POST|CONNECT https://HOST:PORT/PATH\n");
   return 2;
 }
 
@@ -818,7 +1058,40 @@ int main(int argc, char **argv) {
       cl.idle = 1;
     else if (strcmp(o, "-v") == 0)
       cl.verbose = 1;
-    else if (posargs == 0 && o[0] != '-') {
+    else if (a + 1 < argc && strcmp(o, "--tunnel") == 0)
+      cl.tunnel = argv[++a];
+    else if (a + 1 < argc && strcmp(o, "--omit") == 0) {
+      const char *f = argv[++a];
+      if (strcmp(f, ":path") == 0)
+        cl.omit_path = 1;
+      else if (strcmp(f, ":scheme") == 0)
+        cl.omit_scheme = 1;
+      else
+        return usage();
+    } else if (a + 1 < argc && strcmp(o, "--on-eof") == 0) {
+      static const char *const acts[] = {"fin", "reset", "stop", "close"};
+      const char *v = argv[++a];
+      size_t k;
+      for (k = 0; k < 4 && strcmp(v, acts[k]) != 0; k++)
+        ;
+      if (k == 4)
+        return usage();
+      cl.on_eof = (int)k;
+    } else if (a + 1 < argc && strcmp(o, "--header") == 0) {
+      const char *f = argv[++a], *colon = strchr(f, ':');
+      nghttp3_nv *x;
+      if (colon == NULL || colon == f || cl.nfields == MAX_FIELDS)
+        return usage();
+      x = &cl.fields[cl.nfields++];
+      x->name = (uint8_t *)(uintptr_t)f;
+      x->namelen = (size_t)(colon - f);
+      colon++;
+      while (*colon == ' ')
+        colon++;
+      x->value = (uint8_t *)(uintptr_t)colon;
+      x->valuelen = strlen(colon);
+      x->flags = NGHTTP3_NV_FLAG_NONE;
+    } else if (posargs == 0 && o[0] != '-') {
       cl.method = o;
       posargs++;
     } else if (posargs == 1 && o[0] != '-') {
@@ -830,7 +1103,9 @@ int main(int argc, char **argv) {
       return usage();
   }
   if (url == NULL ||
-      (strcmp(cl.method, "GET") != 0 && strcmp(cl.method, "POST") != 0) ||
+      (strcmp(cl.method, "GET") != 0 && strcmp(cl.method, "POST") != 0 &&
+       strcmp(cl.method, "CONNECT") != 0) ||
+      (cl.tunnel != NULL && (n != 1 || cl.body_size > 0 || cl.reset_k > 0)) ||
       n == 0 || n > 1000000 || cl.nheaders > MAX_EXTRA ||
       cl.header_bytes > 16 * 1024 * 1024 ||
       parse_url(url, host, sizeof(host), port, sizeof(port)) != 0)
@@ -838,6 +1113,15 @@ int main(int argc, char **argv) {
 
   for (i = 0; i < PATTERN_LEN; i++)
     pattern[i] = (uint8_t)(i % 251);
+  if (cl.tunnel != NULL) {
+    if ((cl.ring = malloc(RING)) == NULL)
+      return 1;
+    /* Both served from the poll loop; a reader that leaves is EPIPE. */
+    if (fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK) != 0 ||
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK) != 0)
+      return 1;
+    signal(SIGPIPE, SIG_IGN);
+  }
   if (cl.header_bytes > 0) {
     cl.big = malloc((size_t)cl.header_bytes);
     if (cl.big == NULL)
@@ -882,8 +1166,8 @@ int main(int argc, char **argv) {
   deadline = now_ns() + timeout_ms * 1000000u;
   for (;;) {
     ngtcp2_tstamp t, exp;
-    struct pollfd pf;
-    int ms, r;
+    struct pollfd pf[3];
+    int ms, r, npf = 1, k;
 
     /* Open what may be opened; the second request of --reset-mid-body
      * waits for the first one's reset. */
@@ -917,6 +1201,14 @@ int main(int argc, char **argv) {
       cl.want_open = 1;
       continue;
     }
+    if (cl.tunnel != NULL && cl.ended && cl.olen == 0 && !cl.reqs[0].finished) {
+      /* The reader sees EOF, as after a TCP server's FIN, even when fd 0
+       * is the same socket and stays open. */
+      (void)shutdown(1, SHUT_WR);
+      close(1);
+      cl.out_closed = 1;
+      finish(&cl.reqs[0]);
+    }
     if (cl.finished == cl.nreqs && !cl.idle)
       break;
     t = now_ns();
@@ -930,15 +1222,40 @@ int main(int argc, char **argv) {
       exp = deadline;
     /* Round up: a timer that fires early finds nothing due and spins. */
     ms = exp <= t ? 0 : (int)((exp - t + 999999) / 1000000);
-    pf.fd = cl.fd;
-    pf.events = POLLIN;
-    pf.revents = 0;
-    if (poll(&pf, 1, ms) > 0) {
-      r = read_all();
-      if (r != 0) {
-        cl.closed = 1;
-        rc = r > 0 && cl.idle && cl.finished == cl.nreqs ? 0 : 1;
-        goto end;
+    pf[0].fd = cl.fd;
+    pf[0].events = POLLIN;
+    if (cl.tunnel != NULL && cl.reqs[0].opened && !cl.in_eof) {
+      /* Without room only a hang-up is watched for (events 0). */
+      int room = cl.filled - cl.reqs[0].acked < RING;
+      if (room || !cl.in_hup) {
+        pf[npf].fd = 0;
+        pf[npf++].events = room ? POLLIN : 0;
+      }
+    }
+    if (cl.tunnel != NULL && cl.olen > 0 && !cl.out_closed) {
+      pf[npf].fd = 1;
+      pf[npf++].events = POLLOUT;
+    }
+    for (k = 0; k < npf; k++)
+      pf[k].revents = 0;
+    if (poll(pf, (nfds_t)npf, ms) > 0) {
+      if (pf[0].revents != 0) {
+        r = read_all();
+        if (r != 0) {
+          cl.closed = 1;
+          rc = r > 0 && cl.idle && cl.finished == cl.nreqs ? 0 : 1;
+          goto end;
+        }
+      }
+      for (k = 1; k < npf; k++) {
+        if (pf[k].revents == 0)
+          continue;
+        if (pf[k].fd == 1) {
+          t_out();
+        } else if ((r = t_in(pf[k].revents)) != 0) {
+          rc = r > 0 ? 0 : 1;
+          goto end;
+        }
       }
     }
     t = now_ns();
@@ -958,6 +1275,14 @@ int main(int argc, char **argv) {
     }
   }
 end:
+  if (cl.tunnel != NULL && !cl.out_closed) {
+    /* The connection ended with bytes still for fd 1: they are the
+     * server's last words (a close frame before CONNECTION_CLOSE). */
+    (void)fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
+    t_out();
+    (void)shutdown(1, SHUT_WR);
+    close(1);
+  }
   if (!cl.closed && cl.conn != NULL &&
       !ngtcp2_conn_is_in_closing_period(cl.conn) &&
       !ngtcp2_conn_is_in_draining_period(cl.conn))
@@ -978,6 +1303,8 @@ end:
   if (cl.fd > 0)
     close(cl.fd);
   free(cl.reqs);
+  free(cl.ring);
+  free(cl.obuf);
   free(cl.big);
   free(cl.extra);
   return rc;

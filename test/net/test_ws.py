@@ -30,6 +30,10 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
                      eq, sanitized, shared_hello_teardown, vmrss_kib)
+from wslib import (answer_going_away, close_payload, deflate_raw,
+                   expect_close, frame, mask_bytes, payload,
+                   push_until_stalled, read_back, read_frame,
+                   ws_frame_header, ws_key)
 
 try:
     import websockets
@@ -68,10 +72,6 @@ def teardown():
 # ---------------------------------------------------------------------------
 # Raw WebSocket client
 
-def ws_key():
-    return base64.b64encode(os.urandom(16)).decode()
-
-
 def handshake(port, path="/ws", extra=None, key=None, version="13",
               method="GET", proto="HTTP/1.1", conn_token="Upgrade",
               upgrade="websocket"):
@@ -103,54 +103,6 @@ def opened(port, path="/ws", extra=None):
     eq(r.headers.get("sec-websocket-accept", "").encode(), want,
        "Sec-WebSocket-Accept")
     return c, r
-
-
-def frame(opcode, payload=b"", fin=True, rsv=0, mask=True, length=None):
-    b0 = (0x80 if fin else 0) | (rsv << 4) | opcode
-    n = len(payload) if length is None else length
-    if n < 126:
-        head = struct.pack("!BB", b0, (0x80 if mask else 0) | n)
-    elif n < 65536:
-        head = struct.pack("!BBH", b0, (0x80 if mask else 0) | 126, n)
-    else:
-        head = struct.pack("!BBQ", b0, (0x80 if mask else 0) | 127, n)
-    if not mask:
-        return head + payload
-    key = os.urandom(4)
-    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-    return head + key + masked
-
-
-def close_payload(code, reason=b""):
-    return struct.pack("!H", code) + reason
-
-
-def read_frame(c, timeout=5.0):
-    """One server frame: (fin, rsv, opcode, payload). Server frames must
-    not be masked."""
-    deadline = time.monotonic() + timeout
-    b0, b1 = c.read_exact(2, deadline)
-    check(not (b1 & 0x80), "server frames are unmasked")
-    n = b1 & 0x7F
-    if n == 126:
-        n = struct.unpack("!H", c.read_exact(2, deadline))[0]
-    elif n == 127:
-        n = struct.unpack("!Q", c.read_exact(8, deadline))[0]
-    payload = c.read_exact(n, deadline) if n else b""
-    return bool(b0 & 0x80), (b0 >> 4) & 7, b0 & 0x0F, payload
-
-
-def expect_close(c, code, timeout=5.0):
-    """The server's next frames end with a close carrying `code`, then the
-    connection ends."""
-    while True:
-        fin, rsv, op, payload = read_frame(c, timeout)
-        if op == 0x8:
-            break
-    got = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
-    eq(got, code, "close code")
-    check(c.at_eof(3.0), "the connection ends after the close frame")
-    return payload[2:]
 
 
 def proto_error(frames, code, path="/ws"):
@@ -392,13 +344,6 @@ def error_fragmented_message_too_big_1009():
                  frame(0x0, b"x" * 600)], 1009, "/ws?max=1000")
 
 
-def deflate_raw(data):
-    z = zlib.compressobj(9, zlib.DEFLATED, -15)
-    out = z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
-    check(out.endswith(b"\x00\x00\xff\xff"), "sync flush marker")
-    return out[:-4]
-
-
 def opened_deflate(path):
     c, r = opened(srv.port, path, [("Sec-WebSocket-Extensions",
                                     "permessage-deflate")])
@@ -592,12 +537,7 @@ def graceful_stop_sends_1001():
         conns[0].send(frame(0x1, b"x"))
         eq(read_frame(conns[0])[3], b"x", "echo before the stop")
         s.signal()
-        for c in conns:
-            fin, rsv, op, payload = read_frame(c)
-            eq((op, payload[:2]), (0x8, b"\x03\xe9"), "close 1001")
-            c.send(frame(0x8, payload[:2]))
-            check(c.at_eof(5.0), "closed after the handshake")
-            c.close()
+        answer_going_away(conns)
         eq(s.wait(10), 0, "exit status")
     finally:
         if s.alive():
@@ -617,47 +557,15 @@ def slow_reader_bounded_by_high_water():
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             msg = frame(0x2, b"s" * 65536)
             rss0 = vmrss_kib(s.proc.pid)
-            sock.setblocking(False)
-            sent, off, stalled_since = 0, 0, None
-            deadline = time.monotonic() + 30
-            while sent < (64 << 20) and time.monotonic() < deadline:
-                try:
-                    n = sock.send(msg[off:])  # frames stay whole on the wire
-                    sent += n
-                    off = (off + n) % len(msg)
-                    stalled_since = None
-                except BlockingIOError:
-                    if stalled_since is None:
-                        stalled_since = time.monotonic()
-                    elif time.monotonic() - stalled_since > 1.5:
-                        break
-                    time.sleep(0.01)
+            sent, off = push_until_stalled(sock, msg)
             grown = vmrss_kib(s.proc.pid) - rss0
             suite.note("sent %d KiB before the server stopped reading; "
                        "server RSS grew %d KiB" % (sent >> 10, grown))
             check(sent < (32 << 20), "the server pushed back (sent %d)" % sent)
             if not sanitized():  # ASan's quarantine keeps freed memory
                 check(grown < 16 * 1024, "RSS grew %d KiB" % grown)
-            # Reading now drains it, and reading resumes: finish the frame
-            # being sent while a thread reads; every message comes back.
-            sock.setblocking(True)
-            want = (sent + (len(msg) - off if off else 0)) // len(msg)
-            got = []
-
-            def reader():
-                try:
-                    for _ in range(want):
-                        got.append(read_frame(c, 20)[2:])
-                except Exception as e:  # reported below as a short count
-                    got.append(e)
-            t = threading.Thread(target=reader)
-            t.start()
-            if off:
-                c.send(msg[off:])
-            t.join(60)
-            eq(len(got), want, "echoes read back")
-            check(all(g == (0x2, b"s" * 65536) for g in got),
-                  "every echo intact")
+            # Reading now drains it, and reading resumes.
+            read_back(c, msg, sent, off)
     finally:
         eq(s.stop(), 0, "hello exit status")
 
@@ -811,24 +719,6 @@ def h2_client_reset_frees_socket():
 # A flow-controlled RFC 8441 client: WebSockets as streams of one HTTP/2
 # connection (h2c or TLS), sending within the server's windows and giving
 # credit back for what it reads, as a browser does.
-
-def mask_bytes(payload):
-    key = os.urandom(4)
-    n = len(payload)
-    if n == 0:
-        return key
-    m = (key * (n // 4 + 1))[:n]
-    return key + (int.from_bytes(payload, "big") ^
-                  int.from_bytes(m, "big")).to_bytes(n, "big")
-
-
-def ws_frame_header(b0, n):
-    if n < 126:
-        return struct.pack("!BB", b0, 0x80 | n)
-    if n < 65536:
-        return struct.pack("!BBH", b0, 0x80 | 126, n)
-    return struct.pack("!BBQ", b0, 0x80 | 127, n)
-
 
 class H2WsStream:
     def __init__(self, mux, sid, deflate):
@@ -1151,19 +1041,6 @@ def run_async(coro):
 
 
 SIZES = [0, 1, 125, 126, 127, 65535, 65536, 1 << 20, 16 << 20]
-
-
-def payload(n, text):
-    if text:
-        unit = "a\u00e9\u20ac\U0001f600"  # 1, 2, 3 and 4 byte characters
-        s = (unit * (n // 10 + 1)).encode()[:n]
-        while True:  # cut on a character boundary, pad with ASCII
-            try:
-                return s.decode() + "z" * (n - len(s))
-            except UnicodeDecodeError:
-                s = s[:-1]
-    seed = hashlib.sha256(b"%d" % n).digest()
-    return (seed * (n // 32 + 1))[:n]
 
 
 async def echo_all(path, compression, fragmented):

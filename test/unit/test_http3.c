@@ -28,6 +28,7 @@
 #define tern__quic_wake_after fake_quic_wake_after
 #define tern__quic_pto_ms fake_quic_pto_ms
 #define tern__quic_early fake_quic_early
+#define tern__quic_keep_alive fake_quic_keep_alive
 #define tern__http3 fake_http3
 #define tern__http3_app fake_http3_app
 #define tern__quic fake_quic
@@ -49,7 +50,9 @@ struct fake_quic {
   uint64_t app_error;
   uint64_t shut_rd_code[256], shut_wr_code[256];
   int nshut_rd, nshut_wr;
-  int hold_acks; /* do not acknowledge the server's bytes */
+  int hold_acks;   /* do not acknowledge the server's bytes */
+  int keep_alive;  /* tern__quic_keep_alive's last word */
+  int keep_alives; /* how often it was turned on */
   int ctrl_writes, ctrl_writes_at_close; /* our control stream (id 3) */
   int64_t stopping[16]; /* STOP_SENDINGs to write (ngtcp2 tells the app) */
   int nstopping;
@@ -130,6 +133,11 @@ uint64_t fake_quic_pto_ms(fake_quic *q) {
 }
 int fake_quic_early(fake_quic *q) {
   return q->early;
+}
+/* Only WebSocket tunnels turn it on; test_ws_h3.py checks the PINGs. */
+void fake_quic_keep_alive(fake_quic *q, int on) {
+  q->keep_alive = on;
+  q->keep_alives += on;
 }
 
 /* ---- The fake transport under the head ---- */
@@ -773,10 +781,17 @@ static void test_extended_connect(void) {
   nv.valuelen = 9;
   nv.flags = 0;
   ws_seen = 0;
-  submit(0, "CONNECT", "/ws", &nv, 1, 0);
+  submit(0, "GET", "/", NULL, 0, 0);
+  exchange();
+  T_EQ_INT(Q->keep_alives, 0); /* requests alone keep QUIC's idle rule */
+  submit(4, "CONNECT", "/ws", &nv, 1, 0);
   exchange();
   T_EQ_INT(ws_seen, 1);
-  T_EQ_INT(resp_of(0)->status, 200);
+  T_EQ_INT(resp_of(4)->status, 200);
+  /* While the tunnel was open an idle WebSocket could not let QUIC's idle
+   * timeout end the connection; both sides ended it, so that is over. */
+  T_EQ_INT(Q->keep_alives, 1);
+  T_EQ_INT(Q->keep_alive, 0);
   conn_close();
 }
 
