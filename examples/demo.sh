@@ -3,8 +3,8 @@
 # server on localhost with every protocol built so far: HTTP/1.1 and h2c
 # on the plain port, HTTP/1.1 and HTTP/2 over TLS on the TLS port,
 # HTTP/3 on the same port number over UDP (advertised with Alt-Svc),
-# WebSocket on both (/ws echoes), and the chat room (examples/chat) on the
-# next two ports: open it in two browser tabs. A self-signed certificate
+# WebSocket on all three (/ws echoes), and the chat room (examples/chat) on
+# the next two ports (HTTP/3 too): open it in two browser tabs. A self-signed certificate
 # for localhost is made on the first run. Ctrl-C stops both gracefully.
 #   examples/demo.sh [--port N] [--tls-port N]   (defaults 8080 and 8443;
 #                                                  chat on N+1)
@@ -43,7 +43,7 @@ stop() {
   exit 0
 }
 trap stop INT TERM
-build/examples/chat --port "$chat_port" --tls-port "$chat_tls" \
+build/examples/chat --port "$chat_port" --tls-port "$chat_tls" --quic \
   --cert "$certs/cert.pem" --key "$certs/key.pem" > >(sed -u 's/^/chat: /') &
 pids+=($!)
 echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"

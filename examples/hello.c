@@ -44,8 +44,8 @@
  *                       surely lives) and answers with their return codes;
  *                       /misuse?report=1 then gives the codes of the calls
  *                       it made after finishing
- *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade or HTTP/2
- *                       extended CONNECT; permessage-deflate when
+ *   GET  /ws            WebSocket echo (HTTP/1.1 Upgrade, or extended
+ *                       CONNECT over HTTP/2 and HTTP/3; permessage-deflate when
  *                       offered; subprotocol "echo" when offered). Query
  *                       knobs for the tests: stream=1 receives pieces and
  *                       echoes them as fragments; max=N caps messages at N
