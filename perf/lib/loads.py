@@ -468,13 +468,13 @@ def run_h3load(args, workdir, port, duration, warmup, sc, expect_body=None,
     return _h3_result(j, rc, argv, text, duration)
 
 
-def h3load_count(args, workdir, port, sc, n, timeout=120, prefix=(),
-                 expect_body=None, expect_length=None):
+def h3load_count(args, workdir, port, sc, n, timeout=120, expect_body=None,
+                 expect_length=None):
     """h3load --requests n (no duration): n responses (WebSocket echoes
     with --ws) in all, then a graceful close.  Returns the normalized dict;
     raises BenchError when h3load left no JSON."""
     out = _fresh_json(workdir, "h3load-count")
-    argv = list(prefix) + h3load_argv(args, port, sc, expect_body=expect_body,
+    argv = ["taskset", "-c", str(args.client_cpu)] + h3load_argv(args, port, sc, expect_body=expect_body,
                                       expect_length=expect_length) + [
         "--requests", str(n), "--json", out]
     rc, text = common.run_bounded(argv, timeout)
