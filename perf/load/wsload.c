@@ -70,12 +70,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common.h"
 #include "core/sha1.h"
+#include "wsproto.h"
 
 #define PROG "wsload"
 #define MAX_EVENTS 256
@@ -86,46 +85,18 @@
 #define MAX_SIZE (16L << 20)
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-/* The filler of the payloads: text, so that --text sends valid UTF-8 and
- * --deflate has something to compress, as chat or JSON would. */
-static const char phrase[] = "The quick brown fox jumps over the lazy dog; "
-                             "pack my box with five dozen liquor jugs. "
-                             "{\"user\":\"ada\",\"room\":42,\"typing\":false} ";
-#define PHRASE_LEN (sizeof(phrase) - 1)
-
 enum { C_DOWN, C_CONNECTING, C_HANDSHAKE, C_OPEN, C_CLOSING };
 enum { P_SETUP, P_RUN, P_DRAIN, P_CLOSE };
-enum { OP_CONT = 0, OP_TEXT = 1, OP_BINARY = 2, OP_CLOSE = 8, OP_PING = 9 };
-enum { OP_PONG = 10 };
 
 typedef struct {
   int fd;
   int state;
   int out_armed;
   uint32_t id;
-  char accept[29]; /* the Sec-WebSocket-Accept expected */
-  /* outgoing bytes not yet written */
-  unsigned char *wbuf;
-  size_t wlen, wpos, wcap;
-  /* messages: next_echo .. next_seq - 1 are in flight */
-  uint64_t next_seq, next_echo;
+  char accept[29];   /* the Sec-WebSocket-Accept expected */
+  wsp_sock ws;       /* framing, the messages in flight, deflate */
   uint64_t *sent_ns; /* indexed by seq % depth */
   uint64_t win_msgs;
-  /* incoming bytes not yet parsed */
-  unsigned char *rbuf;
-  size_t rlen, rcap;
-  /* a fragmented message being assembled */
-  unsigned char *msg;
-  size_t mlen, mcap;
-  int in_msg, mop, mcomp;
-  /* permessage-deflate */
-  int deflate;     /* negotiated */
-  int send_comp;   /* outgoing messages are compressed */
-  int client_bits; /* client_max_window_bits answered, 0 = none */
-  int reset_out;   /* client_no_context_takeover */
-  int reset_in;    /* server_no_context_takeover */
-  int zd_ok, zi_ok;
-  z_stream zd, zi;
   uint64_t close_deadline;
 } conn;
 
@@ -135,32 +106,20 @@ static struct {
   conn *conns;
   long nconns;
   long depth;
-  size_t size;
-  int binary;
-  int offer_deflate;
-  int level;
+  wsp w; /* the messages' shape, shared scratch */
   const char *host, *path;
   long port;
   int phase;
   uint64_t win_start, win_end;
   int measuring; /* the "measuring" line was printed */
-  size_t msg_limit;
-  unsigned char *filler; /* the phrase repeated, size + PHRASE_LEN bytes */
-  unsigned char *tmp;    /* one payload */
-  unsigned char *expect; /* the payload an echo should carry */
-  unsigned char *zbuf;   /* one compressed payload */
-  size_t zcap;
-  unsigned char *ibuf; /* one inflated message */
   lg_hist hist;
-  uint64_t rng;
   /* counts */
   uint64_t messages, sent, echoes;
   uint64_t bytes_out_win, bytes_in_win, bytes_out, bytes_in;
   uint64_t connect_errors, handshake_errors, mismatch, protocol_errors;
-  uint64_t closed, unanswered, close_unanswered, starved, pings;
+  uint64_t closed, unanswered, close_unanswered, starved;
   long open, upgraded, deflate_negotiated;
-  char extension[256]; /* the first Sec-WebSocket-Extensions answered */
-  int said[8];         /* the first problem of each kind was described */
+  int said[8]; /* the first problem of each kind was described */
 } g;
 
 enum { SAY_CONNECT, SAY_HANDSHAKE, SAY_MISMATCH, SAY_PROTOCOL, SAY_CLOSED };
@@ -186,98 +145,11 @@ static void ws_accept(const char *key, char out[29]) {
   out[tern__base64_encode(out, dig, sizeof(dig))] = '\0';
 }
 
-/* ---- Randomness: keys from getrandom, masks from xorshift64* ---- */
-
-static uint64_t rnd64(void) {
-  g.rng ^= g.rng >> 12;
-  g.rng ^= g.rng << 25;
-  g.rng ^= g.rng >> 27;
-  return g.rng * 0x2545f4914f6cdd1dull;
-}
-
-static void random_bytes(unsigned char *p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = getrandom(p + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      /* Not secret: fall back to the generator. */
-      for (; got < n; got++)
-        p[got] = (unsigned char)(rnd64() >> 56);
-      return;
-    }
-    got += (size_t)r;
-  }
-}
-
-/* ---- Reporting problems ---- */
-
-/* The first len bytes of p, escaped, for a one-line description. */
-static void put_escaped(FILE *f, const unsigned char *p, size_t len) {
-  size_t i;
-  for (i = 0; i < len; i++) {
-    unsigned c = p[i];
-    if (c == '\r')
-      fputs("\\r", f);
-    else if (c == '\n')
-      fputs("\\n", f);
-    else if (c == '\\')
-      fputs("\\\\", f);
-    else if (c >= 32 && c < 127)
-      fputc((int)c, f);
-    else
-      fprintf(f, "\\x%02x", c);
-  }
-}
-
 static int first_time(int kind) {
   if (g.said[kind])
     return 0;
   g.said[kind] = 1;
   return 1;
-}
-
-/* ---- Payloads ---- */
-
-/* Message seq of socket id: the sequence number and the socket's number
- * first (as hex digits in text mode, little-endian bytes in binary mode),
- * then the phrase from an offset that moves with seq. */
-static void make_payload(unsigned char *p, uint32_t id, uint64_t seq) {
-  unsigned char head[32];
-  size_t hl, n = g.size;
-  if (g.binary) {
-    int i;
-    for (i = 0; i < 8; i++)
-      head[i] = (unsigned char)(seq >> (8 * i));
-    for (i = 0; i < 4; i++)
-      head[8 + i] = (unsigned char)(id >> (8 * i));
-    hl = 12;
-  } else {
-    hl = (size_t)snprintf((char *)head, sizeof(head), "%016llx:%08x ",
-                          (unsigned long long)seq, (unsigned)id);
-  }
-  if (hl > n)
-    hl = n;
-  memcpy(p, head, hl);
-  memcpy(p + hl, g.filler + (seq * 7 + id) % PHRASE_LEN, n - hl);
-}
-
-/* ---- Connections ---- */
-
-static int reserve(unsigned char **buf, size_t *cap, size_t need) {
-  size_t c = *cap ? *cap : 4096;
-  unsigned char *nb;
-  if (need <= *cap)
-    return 0;
-  while (c < need)
-    c *= 2;
-  nb = realloc(*buf, c);
-  if (nb == NULL)
-    return -1;
-  *buf = nb;
-  *cap = c;
-  return 0;
 }
 
 static void set_events(conn *c, int out) {
@@ -299,13 +171,7 @@ static void conn_close(conn *c) {
   }
   c->fd = -1;
   c->state = C_DOWN;
-  c->wlen = c->wpos = c->rlen = c->mlen = 0;
-  c->in_msg = 0;
-  if (c->zd_ok)
-    deflateEnd(&c->zd);
-  if (c->zi_ok)
-    inflateEnd(&c->zi);
-  c->zd_ok = c->zi_ok = 0;
+  wsp_sock_reset(&c->ws);
 }
 
 static void protocol_error(conn *c, const char *why) {
@@ -322,13 +188,14 @@ static void server_closed(conn *c, const char *how) {
   if (first_time(SAY_CLOSED))
     fprintf(stderr, PROG ": socket %u: %s, %llu messages in flight\n",
             (unsigned)c->id, how,
-            (unsigned long long)(c->next_seq - c->next_echo));
+            (unsigned long long)(c->ws.next_seq - c->ws.next_echo));
   conn_close(c);
 }
 
 static void flush(conn *c) {
-  while (c->wpos < c->wlen) {
-    ssize_t w = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+  wsp_sock *s = &c->ws;
+  while (s->wpos < s->wlen) {
+    ssize_t w = send(c->fd, s->wbuf + s->wpos, s->wlen - s->wpos, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR)
         continue;
@@ -348,107 +215,18 @@ static void flush(conn *c) {
         g.bytes_out_win += (uint64_t)w;
     }
     g.bytes_out += (uint64_t)w;
-    c->wpos += (size_t)w;
+    s->wpos += (size_t)w;
   }
-  c->wlen = c->wpos = 0;
+  s->wlen = s->wpos = 0;
   set_events(c, 0);
 }
 
-static void mask_copy(unsigned char *dst, const unsigned char *src, size_t n,
-                      const unsigned char m[4]) {
-  unsigned char m8b[8];
-  uint64_t m8;
-  size_t i = 0;
-  memcpy(m8b, m, 4);
-  memcpy(m8b + 4, m, 4);
-  memcpy(&m8, m8b, 8);
-  for (; i + 8 <= n; i += 8) {
-    uint64_t x;
-    memcpy(&x, src + i, 8);
-    x ^= m8;
-    memcpy(dst + i, &x, 8);
-  }
-  for (; i < n; i++)
-    dst[i] = src[i] ^ m[i & 3];
-}
-
-/* Append one masked frame (b0: FIN, RSV and opcode) to the write batch. */
-static int put_frame(conn *c, unsigned b0, const unsigned char *p, size_t n) {
-  unsigned char *o;
-  size_t h = 2;
-  uint64_t r = rnd64();
-  unsigned char mask[4];
-  int i;
-  if (reserve(&c->wbuf, &c->wcap, c->wlen + n + 14) != 0)
-    return -1;
-  o = c->wbuf + c->wlen;
-  o[0] = (unsigned char)b0;
-  if (n < 126) {
-    o[1] = (unsigned char)(0x80 | n);
-  } else if (n < 65536) {
-    o[1] = 0x80 | 126;
-    o[2] = (unsigned char)(n >> 8);
-    o[3] = (unsigned char)n;
-    h = 4;
-  } else {
-    o[1] = 0x80 | 127;
-    for (i = 0; i < 8; i++)
-      o[2 + i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
-    h = 10;
-  }
-  for (i = 0; i < 4; i++)
-    mask[i] = (unsigned char)(r >> (8 * i));
-  memcpy(o + h, mask, 4);
-  mask_copy(o + h + 4, p, n, mask);
-  c->wlen += h + 4 + n;
-  return 0;
-}
-
-/* Raw deflate with a sync flush, the trailing 00 00 ff ff removed. Returns
- * the compressed length in g.zbuf, or -1. */
-static long compress_msg(conn *c, const unsigned char *p, size_t n) {
-  size_t out = 0;
-  c->zd.next_in = (unsigned char *)p;
-  c->zd.avail_in = (uInt)n;
-  do {
-    int rc;
-    if (out + 64 > g.zcap && reserve(&g.zbuf, &g.zcap, out + 64) != 0)
-      return -1;
-    c->zd.next_out = g.zbuf + out;
-    c->zd.avail_out = (uInt)(g.zcap - out);
-    rc = deflate(&c->zd, Z_SYNC_FLUSH);
-    if (rc != Z_OK && rc != Z_BUF_ERROR)
-      return -1;
-    out = g.zcap - c->zd.avail_out;
-    if (c->zd.avail_out == 0 && reserve(&g.zbuf, &g.zcap, g.zcap * 2) != 0)
-      return -1;
-  } while (c->zd.avail_in > 0 || c->zd.avail_out == 0);
-  if (out < 4 || memcmp(g.zbuf + out - 4, "\0\0\xff\xff", 4) != 0)
-    return -1;
-  if (c->reset_out)
-    deflateReset(&c->zd);
-  return (long)(out - 4);
-}
-
-static int put_message(conn *c, uint64_t seq) {
-  unsigned op = g.binary ? OP_BINARY : OP_TEXT;
-  make_payload(g.tmp, c->id, seq);
-  if (c->send_comp) {
-    long n = compress_msg(c, g.tmp, g.size);
-    if (n < 0)
-      return -1;
-    return put_frame(c, 0x80 | 0x40 | op, g.zbuf, (size_t)n);
-  }
-  return put_frame(c, 0x80 | op, g.tmp, g.size);
-}
-
 static void start_close(conn *c) {
-  static const unsigned char normal[2] = {0x03, 0xe8}; /* 1000 */
   if (c->state != C_OPEN)
     return;
   c->state = C_CLOSING;
   c->close_deadline = lg_now_ns() + CLOSE_NS;
-  if (put_frame(c, 0x80 | OP_CLOSE, normal, 2) != 0) {
+  if (wsp_put_close(&g.w, &c->ws) != 0) {
     conn_close(c);
     return;
   }
@@ -458,294 +236,87 @@ static void start_close(conn *c) {
 /* Keep depth messages in flight, in one write. */
 static void fill(conn *c) {
   uint64_t now;
+  wsp_sock *s = &c->ws;
   if (c->state != C_OPEN || g.phase != P_RUN ||
-      c->next_seq - c->next_echo >= (uint64_t)g.depth)
+      s->next_seq - s->next_echo >= (uint64_t)g.depth)
     return;
   now = lg_now_ns();
-  while (c->next_seq - c->next_echo < (uint64_t)g.depth) {
-    if (put_message(c, c->next_seq) != 0) {
+  while (s->next_seq - s->next_echo < (uint64_t)g.depth) {
+    c->sent_ns[s->next_seq % (uint64_t)g.depth] = now;
+    if (wsp_put_message(&g.w, s) != 0) {
       protocol_error(c, "could not compress or buffer a message");
       return;
     }
-    c->sent_ns[c->next_seq % (uint64_t)g.depth] = now;
-    c->next_seq++;
     g.sent++;
   }
   flush(c);
 }
 
-static void mismatch(conn *c, const char *why, const unsigned char *p,
-                     size_t n) {
+/* wsp_frames' events; u is the conn. */
+static void on_mismatch(void *u, wsp_sock *s, const char *why,
+                        const unsigned char *p, size_t n) {
+  conn *c = u;
   g.mismatch++;
   if (first_time(SAY_MISMATCH)) {
     fprintf(stderr, PROG ": socket %u: message %llu: %s; got %zu bytes: ",
-            (unsigned)c->id, (unsigned long long)c->next_echo, why, n);
-    put_escaped(stderr, p, n < 96 ? n : 96);
+            (unsigned)c->id, (unsigned long long)s->next_echo, why, n);
+    wsp_put_escaped(stderr, p, n < 96 ? n : 96);
     fprintf(stderr, "%s\n", n > 96 ? "..." : "");
   }
 }
 
-/* A whole message (inflated) arrived on c. */
-static void deliver(conn *c, int op, const unsigned char *p, size_t n,
-                    uint64_t now) {
-  uint64_t sent;
-  if (c->next_echo == c->next_seq) {
-    mismatch(c, "an echo with no message in flight", p, n);
-    return;
-  }
-  if (op != (g.binary ? OP_BINARY : OP_TEXT))
-    mismatch(c,
-             op == OP_TEXT ? "a text echo of a binary message"
-                           : "a binary echo of a text message",
-             p, n);
-  else if (n != g.size)
-    mismatch(c, "an echo of another length", p, n);
-  else {
-    make_payload(g.expect, c->id, c->next_echo);
-    if (memcmp(p, g.expect, n) != 0)
-      mismatch(c, "an echo that differs from the message sent", p, n);
-  }
-  sent = c->sent_ns[c->next_echo % (uint64_t)g.depth];
-  c->next_echo++;
+static int on_echo(void *u, wsp_sock *s, uint64_t seq) {
+  conn *c = u;
+  uint64_t sent = c->sent_ns[seq % (uint64_t)g.depth], now = lg_now_ns();
   g.echoes++;
   if (g.phase == P_RUN && now >= g.win_start && now < g.win_end) {
     lg_hist_record(&g.hist, now > sent ? (now - sent + 500) / 1000 : 0);
     g.messages++;
     c->win_msgs++;
   }
-  if (g.phase == P_DRAIN && c->next_echo == c->next_seq)
+  if (g.phase == P_DRAIN && s->next_echo == s->next_seq) {
     start_close(c);
-}
-
-/* Inflate one compressed message (the 00 00 ff ff tail added) into
- * g.ibuf; returns its length, or -1. */
-static long inflate_msg(conn *c, const unsigned char *p, size_t n) {
-  static const unsigned char tail[4] = {0x00, 0x00, 0xff, 0xff};
-  size_t out = 0;
-  int part;
-  for (part = 0; part < 2; part++) {
-    c->zi.next_in = (unsigned char *)(part ? tail : p);
-    c->zi.avail_in = (uInt)(part ? 4 : n);
-    do {
-      int rc;
-      if (out == g.msg_limit)
-        return -1; /* larger than any message sent */
-      c->zi.next_out = g.ibuf + out;
-      c->zi.avail_out = (uInt)(g.msg_limit - out);
-      rc = inflate(&c->zi, Z_SYNC_FLUSH);
-      out = g.msg_limit - c->zi.avail_out;
-      if (rc == Z_STREAM_END) {
-        /* a final block (BFINAL): the next message starts a new stream */
-        inflateReset(&c->zi);
-        return (long)out;
-      }
-      if (rc != Z_OK && rc != Z_BUF_ERROR)
-        return -1;
-      if (rc == Z_BUF_ERROR && c->zi.avail_in > 0 && c->zi.avail_out > 0)
-        return -1;
-    } while (c->zi.avail_in > 0 || c->zi.avail_out == 0);
+    return c->fd < 0;
   }
-  if (c->reset_in)
-    inflateReset(&c->zi);
-  return (long)out;
+  return 0;
 }
 
-static void deliver_maybe_compressed(conn *c, int op, int comp,
-                                     const unsigned char *p, size_t n,
-                                     uint64_t now) {
-  long m;
-  if (!comp) {
-    deliver(c, op, p, n, now);
+static const wsp_events ws_events = {on_mismatch, on_echo};
+
+/* Parse and act on the frames in c->ws.rbuf, then drop what was used. */
+static void frames(conn *c) {
+  size_t used;
+  unsigned code;
+  int rc = wsp_frames(&g.w, &c->ws, &ws_events, c, &used, &code);
+  if (c->fd < 0)
+    return;
+  if (rc == WSP_ERROR) {
+    protocol_error(c, c->ws.why);
     return;
   }
-  m = inflate_msg(c, p, n);
-  if (m < 0) {
-    protocol_error(c, "a compressed message that does not inflate (or "
-                      "inflates past the message size)");
-    return;
-  }
-  deliver(c, op, g.ibuf, (size_t)m, now);
-}
-
-/* Parse and act on the frames in c->rbuf; returns bytes consumed. */
-static size_t frames(conn *c, uint64_t now) {
-  size_t pos = 0;
-  while (c->fd >= 0) {
-    const unsigned char *b = c->rbuf + pos;
-    size_t n = c->rlen - pos, h = 2;
-    uint64_t len;
-    int fin, rsv, op, i;
-    if (n < 2)
-      break;
-    fin = b[0] >> 7;
-    rsv = (b[0] >> 4) & 7;
-    op = b[0] & 15;
-    if (b[1] & 0x80) {
-      protocol_error(c, "a masked frame from the server");
-      break;
-    }
-    len = b[1] & 127;
-    if (len == 126) {
-      if (n < 4)
-        break;
-      len = (uint64_t)b[2] << 8 | b[3];
-      h = 4;
-    } else if (len == 127) {
-      if (n < 10)
-        break;
-      len = 0;
-      for (i = 0; i < 8; i++)
-        len = len << 8 | b[2 + i];
-      h = 10;
-    }
-    if (len > g.msg_limit) {
-      protocol_error(c, "a frame larger than any message sent");
-      break;
-    }
-    if (n < h + len) {
-      if (reserve(&c->rbuf, &c->rcap, c->rlen + (h + len - n)) != 0) {
-        protocol_error(c, "out of memory");
-        break;
-      }
-      break;
-    }
-    pos += h + (size_t)len;
-    if (op & 8) { /* control */
-      if (!fin || len > 125 || rsv) {
-        protocol_error(c, "a fragmented, oversized or RSV control frame");
-        break;
-      }
-      if (op == OP_CLOSE) {
-        if (c->state == C_CLOSING) {
-          conn_close(c); /* the answer to our Close */
-        } else {
-          char how[160];
-          unsigned code = len >= 2 ? (unsigned)b[h] << 8 | b[h + 1] : 0;
-          snprintf(how, sizeof(how), "the server sent Close (code %u%s)", code,
-                   len >= 2 ? "" : ", none given");
-          put_frame(c, 0x80 | OP_CLOSE, b + h, len >= 2 ? 2 : 0);
-          flush(c);
-          if (c->fd >= 0)
-            server_closed(c, how);
-        }
-      } else if (op == OP_PING) {
-        g.pings++;
-        if (put_frame(c, 0x80 | OP_PONG, b + h, (size_t)len) == 0)
-          flush(c);
-      } else if (op != OP_PONG) {
-        protocol_error(c, "a reserved control opcode");
-      }
-      continue;
-    }
-    if ((rsv & 3) || (rsv && !c->deflate)) {
-      protocol_error(c, "reserved bits set that no extension defines");
-      break;
-    }
-    if (op == OP_TEXT || op == OP_BINARY) {
-      if (c->in_msg) {
-        protocol_error(c, "a new message inside a fragmented one");
-        break;
-      }
-      if (fin) {
-        deliver_maybe_compressed(c, op, rsv != 0, b + h, (size_t)len, now);
-        continue;
-      }
-      c->in_msg = 1;
-      c->mop = op;
-      c->mcomp = rsv != 0;
-      c->mlen = 0;
-    } else if (op == OP_CONT) {
-      if (!c->in_msg || rsv) {
-        protocol_error(c, "an unexpected continuation frame");
-        break;
-      }
+  wsp_consume(&c->ws, used);
+  if (rc == WSP_GOT_CLOSE) {
+    if (c->state == C_CLOSING) {
+      conn_close(c); /* the answer to our Close */
     } else {
-      protocol_error(c, "a reserved data opcode");
-      break;
+      char how[160];
+      unsigned char echo[2];
+      echo[0] = (unsigned char)(code >> 8);
+      echo[1] = (unsigned char)code;
+      snprintf(how, sizeof(how), "the server sent Close (code %u%s)", code,
+               code ? "" : ", none given");
+      wsp_put_frame(&g.w, &c->ws, 0x80 | WSP_CLOSE, echo, code ? 2 : 0);
+      flush(c);
+      if (c->fd >= 0)
+        server_closed(c, how);
     }
-    if (c->mlen + len > g.msg_limit ||
-        reserve(&c->msg, &c->mcap, c->mlen + (size_t)len) != 0) {
-      protocol_error(c, "a fragmented message larger than any sent");
-      break;
-    }
-    memcpy(c->msg + c->mlen, b + h, (size_t)len);
-    c->mlen += (size_t)len;
-    if (fin) {
-      c->in_msg = 0;
-      deliver_maybe_compressed(c, c->mop, c->mcomp, c->msg, c->mlen, now);
-    }
+    return;
   }
-  return pos;
+  if (c->ws.wlen > c->ws.wpos)
+    flush(c); /* Pongs */
 }
 
 /* ---- The handshake ---- */
-
-/* The server's Sec-WebSocket-Extensions answer: at most one extension,
- * permessage-deflate, with parameters RFC 7692 defines. Returns NULL, or
- * what is wrong. */
-static const char *parse_extension(conn *c, const char *v, size_t n) {
-  char buf[256], *save = NULL, *tok;
-  int first = 1;
-  if (n >= sizeof(buf))
-    return "an overlong Sec-WebSocket-Extensions";
-  memcpy(buf, v, n);
-  buf[n] = '\0';
-  if (g.extension[0] == '\0')
-    snprintf(g.extension, sizeof(g.extension), "%s", buf);
-  if (!g.offer_deflate)
-    return "an extension the client did not offer";
-  if (strchr(buf, ',') != NULL)
-    return "more than one extension";
-  for (tok = strtok_r(buf, ";", &save); tok != NULL;
-       tok = strtok_r(NULL, ";", &save)) {
-    char *e, *val;
-    while (*tok == ' ' || *tok == '\t')
-      tok++;
-    e = tok + strlen(tok);
-    while (e > tok && (e[-1] == ' ' || e[-1] == '\t'))
-      *--e = '\0';
-    if (first) {
-      if (strcasecmp(tok, "permessage-deflate") != 0)
-        return "an extension other than permessage-deflate";
-      first = 0;
-      continue;
-    }
-    val = strchr(tok, '=');
-    if (val != NULL) {
-      char *ne = val;
-      *val++ = '\0';
-      while (ne > tok && (ne[-1] == ' ' || ne[-1] == '\t'))
-        *--ne = '\0';
-      while (*val == ' ' || *val == '\t')
-        val++;
-      if (*val == '"' && strlen(val) >= 2 && val[strlen(val) - 1] == '"') {
-        val[strlen(val) - 1] = '\0';
-        val++;
-      }
-    }
-    if (strcasecmp(tok, "server_no_context_takeover") == 0 && val == NULL) {
-      c->reset_in = 1;
-    } else if (strcasecmp(tok, "client_no_context_takeover") == 0 &&
-               val == NULL) {
-      c->reset_out = 1;
-    } else if (strcasecmp(tok, "server_max_window_bits") == 0 && val != NULL) {
-      long bits = strtol(val, &e, 10);
-      if (*e != '\0' || bits < 8 || bits > 15)
-        return "a bad server_max_window_bits";
-    } else if (strcasecmp(tok, "client_max_window_bits") == 0 && val != NULL) {
-      long bits = strtol(val, &e, 10);
-      if (*e != '\0' || bits < 8 || bits > 15)
-        return "a bad client_max_window_bits";
-      c->client_bits = (int)bits;
-    } else {
-      return "an unknown permessage-deflate parameter";
-    }
-  }
-  if (first)
-    return "an empty Sec-WebSocket-Extensions";
-  c->deflate = 1;
-  return NULL;
-}
 
 static int handshake_failed(conn *c, const char *why, size_t head_len) {
   g.handshake_errors++;
@@ -753,7 +324,7 @@ static int handshake_failed(conn *c, const char *why, size_t head_len) {
     fprintf(stderr,
             PROG ": socket %u: handshake: %s; response: ", (unsigned)c->id,
             why);
-    put_escaped(stderr, c->rbuf, head_len < 600 ? head_len : 600);
+    wsp_put_escaped(stderr, c->ws.rbuf, head_len < 600 ? head_len : 600);
     fprintf(stderr, "\n");
   }
   conn_close(c);
@@ -762,10 +333,9 @@ static int handshake_failed(conn *c, const char *why, size_t head_len) {
 
 /* The response head (head_len bytes, ending in CRLF CRLF) of c's upgrade. */
 static int check_upgrade(conn *c, size_t head_len) {
-  const char *buf = (const char *)c->rbuf, *end = buf + head_len - 2;
+  const char *buf = (const char *)c->ws.rbuf, *end = buf + head_len - 2;
   const char *line, *why;
   int upgrade = 0, connection = 0, accept = 0;
-  c->send_comp = c->client_bits = 0;
   if (head_len < 16 || memcmp(buf, "HTTP/1.1 ", 9) != 0)
     return handshake_failed(c, "not an HTTP/1.1 response", head_len);
   if (memcmp(buf + 9, "101", 3) != 0 || (buf[12] != ' ' && buf[12] != '\r'))
@@ -787,9 +357,9 @@ static int check_upgrade(conn *c, size_t head_len) {
         return handshake_failed(c, "a wrong Sec-WebSocket-Accept", head_len);
       accept = 1;
     } else if (lg_name_is(f.name, f.name_len, "sec-websocket-extensions")) {
-      if (c->deflate)
+      if (c->ws.deflate)
         return handshake_failed(c, "two Sec-WebSocket-Extensions", head_len);
-      why = parse_extension(c, f.value, f.value_len);
+      why = wsp_parse_extension(&g.w, &c->ws, f.value, f.value_len);
       if (why != NULL)
         return handshake_failed(c, why, head_len);
     } else if (lg_name_is(f.name, f.name_len, "sec-websocket-protocol")) {
@@ -803,24 +373,11 @@ static int check_upgrade(conn *c, size_t head_len) {
     return handshake_failed(c, "no Connection: Upgrade", head_len);
   if (!accept)
     return handshake_failed(c, "no Sec-WebSocket-Accept", head_len);
-  if (c->deflate) {
-    int bits = c->client_bits ? c->client_bits : 15;
-    memset(&c->zd, 0, sizeof(c->zd));
-    memset(&c->zi, 0, sizeof(c->zi));
-    /* zlib's smallest raw window is 9 bits: with 8, send uncompressed. */
-    if (bits > 8) {
-      if (deflateInit2(&c->zd, g.level, Z_DEFLATED, -bits, 8,
-                       Z_DEFAULT_STRATEGY) != Z_OK)
-        return handshake_failed(c, "deflateInit2 failed", head_len);
-      c->zd_ok = 1;
-      c->send_comp = 1;
-    }
-    /* 15 bits inflates whatever window the server used. */
-    if (inflateInit2(&c->zi, -15) != Z_OK)
-      return handshake_failed(c, "inflateInit2 failed", head_len);
-    c->zi_ok = 1;
+  why = wsp_open(&g.w, &c->ws);
+  if (why != NULL)
+    return handshake_failed(c, why, head_len);
+  if (c->ws.deflate)
     g.deflate_negotiated++;
-  }
   c->state = C_OPEN;
   g.open++;
   g.upgraded++;
@@ -831,7 +388,7 @@ static void send_upgrade(conn *c) {
   unsigned char raw[16];
   char key[25], req[1024];
   int n;
-  random_bytes(raw, sizeof(raw));
+  wsp_random(&g.w, raw, sizeof(raw));
   key[tern__base64_encode(key, raw, sizeof(raw))] = '\0';
   ws_accept(key, c->accept);
   n = snprintf(req, sizeof(req),
@@ -841,33 +398,31 @@ static void send_upgrade(conn *c) {
                "Connection: Upgrade\r\n"
                "Sec-WebSocket-Key: %s\r\n"
                "Sec-WebSocket-Version: 13\r\n"
-               "%s"
+               "%s%s%s"
                "\r\n",
                g.path, g.host, g.port, key,
-               g.offer_deflate
-                   ? "Sec-WebSocket-Extensions: permessage-deflate; "
-                     "client_max_window_bits\r\n"
-                   : "");
+               g.w.offer ? "Sec-WebSocket-Extensions: " : "",
+               g.w.offer ? wsp_offer(&g.w) : "", g.w.offer ? "\r\n" : "");
   c->state = C_HANDSHAKE;
   if (n < 0 || (size_t)n >= sizeof(req) ||
-      reserve(&c->wbuf, &c->wcap, c->wlen + (size_t)n) != 0) {
+      wsp_reserve(&c->ws.wbuf, &c->ws.wcap, c->ws.wlen + (size_t)n) != 0) {
     handshake_failed(c, "request too long", 0);
     return;
   }
-  memcpy(c->wbuf + c->wlen, req, (size_t)n);
-  c->wlen += (size_t)n;
+  memcpy(c->ws.wbuf + c->ws.wlen, req, (size_t)n);
+  c->ws.wlen += (size_t)n;
   flush(c);
 }
 
 static void readable(conn *c, uint64_t now) {
+  wsp_sock *s = &c->ws;
   ssize_t r;
-  size_t used;
-  if (c->rcap - c->rlen < READ_SIZE &&
-      reserve(&c->rbuf, &c->rcap, c->rlen + READ_SIZE) != 0) {
+  if (s->rcap - s->rlen < READ_SIZE &&
+      wsp_reserve(&s->rbuf, &s->rcap, s->rlen + READ_SIZE) != 0) {
     protocol_error(c, "out of memory");
     return;
   }
-  r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+  r = recv(c->fd, s->rbuf + s->rlen, s->rcap - s->rlen, 0);
   if (r < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
       return;
@@ -876,7 +431,7 @@ static void readable(conn *c, uint64_t now) {
     const char *why =
         r == 0 ? "the server closed the connection" : strerror(errno);
     if (c->state == C_HANDSHAKE)
-      handshake_failed(c, why, c->rlen);
+      handshake_failed(c, why, s->rlen);
     else if (c->state == C_CLOSING) {
       g.close_unanswered++; /* closed without a Close frame */
       conn_close(c);
@@ -887,31 +442,25 @@ static void readable(conn *c, uint64_t now) {
   if (g.phase == P_RUN && now >= g.win_start && now < g.win_end)
     g.bytes_in_win += (uint64_t)r;
   g.bytes_in += (uint64_t)r;
-  c->rlen += (size_t)r;
+  s->rlen += (size_t)r;
   if (c->state == C_HANDSHAKE) {
-    const unsigned char *e = memmem(c->rbuf, c->rlen, "\r\n\r\n", 4);
+    const unsigned char *e = memmem(s->rbuf, s->rlen, "\r\n\r\n", 4);
     size_t head_len;
     if (e == NULL) {
-      if (c->rlen >= HEAD_MAX)
-        handshake_failed(c, "response head too large", c->rlen);
+      if (s->rlen >= HEAD_MAX)
+        handshake_failed(c, "response head too large", s->rlen);
       return;
     }
-    head_len = (size_t)(e - c->rbuf) + 4;
+    head_len = (size_t)(e - s->rbuf) + 4;
     if (check_upgrade(c, head_len) != 0)
       return;
-    memmove(c->rbuf, c->rbuf + head_len, c->rlen - head_len);
-    c->rlen -= head_len;
+    wsp_consume(s, head_len);
     if (g.phase == P_RUN)
       fill(c);
   }
-  used = frames(c, now);
-  if (c->fd < 0)
-    return;
-  if (used > 0) {
-    memmove(c->rbuf, c->rbuf + used, c->rlen - used);
-    c->rlen -= used;
-  }
-  fill(c);
+  frames(c);
+  if (c->fd >= 0)
+    fill(c);
 }
 
 static void on_event(conn *c, uint32_t events, uint64_t now) {
@@ -934,7 +483,7 @@ static void on_event(conn *c, uint32_t events, uint64_t now) {
     send_upgrade(c);
     return;
   }
-  if ((events & EPOLLOUT) && c->wpos < c->wlen) {
+  if ((events & EPOLLOUT) && c->ws.wpos < c->ws.wlen) {
     flush(c);
     if (c->fd < 0)
       return;
@@ -1023,12 +572,12 @@ static void report_json(FILE *f, double duration, double warmup, double rate) {
           (unsigned long long)g.mismatch, (unsigned long long)g.protocol_errors,
           (unsigned long long)g.closed, (unsigned long long)g.unanswered,
           (unsigned long long)g.starved, (unsigned long long)g.close_unanswered,
-          (unsigned long long)g.pings, g.nconns, g.upgraded, g.depth, g.size,
-          g.binary ? "binary" : "text", g.offer_deflate ? "true" : "false",
-          g.deflate_negotiated);
+          (unsigned long long)g.w.pings, g.nconns, g.upgraded, g.depth,
+          g.w.size, g.w.binary ? "binary" : "text",
+          g.w.offer ? "true" : "false", g.deflate_negotiated);
   {
     const char *p;
-    for (p = g.extension; *p; p++) {
+    for (p = g.w.extension; *p; p++) {
       if (*p == '"' || *p == '\\')
         fputc('\\', f);
       if ((unsigned char)*p >= 32)
@@ -1050,14 +599,14 @@ int main(int argc, char **argv) {
   double duration = 10, warmup = 0, drain = 2, rate;
   uint64_t now, setup_end, drain_end = 0, close_end = 0;
   long i;
+  size_t size = 128;
+  int binary = 0, offer_deflate = 0, level = Z_DEFAULT_COMPRESSION;
 
   g.host = "127.0.0.1";
   g.path = "/ws";
   g.port = -1;
   g.nconns = 64;
   g.depth = 8;
-  g.size = 128;
-  g.level = Z_DEFAULT_COMPRESSION;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     int k = (int)i;
@@ -1077,8 +626,8 @@ int main(int argc, char **argv) {
       g.depth =
           lg_arg_long(PROG, a, lg_arg_value(PROG, argc, argv, &k), 1, 4096);
     else if (strcmp(a, "--size") == 0)
-      g.size = (size_t)lg_arg_long(PROG, a, lg_arg_value(PROG, argc, argv, &k),
-                                   0, MAX_SIZE);
+      size = (size_t)lg_arg_long(PROG, a, lg_arg_value(PROG, argc, argv, &k), 0,
+                                 MAX_SIZE);
     else if (strcmp(a, "--duration") == 0)
       duration = lg_arg_double(PROG, a, lg_arg_value(PROG, argc, argv, &k),
                                0.001, 86400);
@@ -1089,13 +638,13 @@ int main(int argc, char **argv) {
       drain =
           lg_arg_double(PROG, a, lg_arg_value(PROG, argc, argv, &k), 0, 3600);
     else if (strcmp(a, "--text") == 0)
-      g.binary = 0;
+      binary = 0;
     else if (strcmp(a, "--binary") == 0)
-      g.binary = 1;
+      binary = 1;
     else if (strcmp(a, "--deflate") == 0)
-      g.offer_deflate = 1;
+      offer_deflate = 1;
     else if (strcmp(a, "--level") == 0)
-      g.level =
+      level =
           (int)lg_arg_long(PROG, a, lg_arg_value(PROG, argc, argv, &k), 0, 9);
     else if (strcmp(a, "--json") == 0)
       json = lg_arg_value(PROG, argc, argv, &k);
@@ -1122,26 +671,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  random_bytes((unsigned char *)&g.rng, sizeof(g.rng));
-  g.rng |= 1;
-  /* An echo may not be longer than a message sent; compressed frames may
-   * be a little longer than their message. */
-  g.msg_limit = g.size + g.size / 8 + 1024;
-  g.filler = malloc(g.size + PHRASE_LEN + 1);
-  g.tmp = malloc(g.size + 1);
-  g.expect = malloc(g.size + 1);
-  g.ibuf = malloc(g.msg_limit);
-  g.zcap = (size_t)compressBound((uLong)g.size) + 1024;
-  g.zbuf = malloc(g.zcap);
   g.conns = calloc((size_t)g.nconns, sizeof(conn));
   g.ep = epoll_create1(EPOLL_CLOEXEC);
-  if (g.filler == NULL || g.tmp == NULL || g.expect == NULL || g.ibuf == NULL ||
-      g.zbuf == NULL || g.conns == NULL || g.ep < 0) {
+  if (wsp_init(&g.w, size, binary, offer_deflate, level) != 0 ||
+      g.conns == NULL || g.ep < 0) {
     perror(PROG);
     return 1;
   }
-  for (i = 0; i < (long)(g.size + PHRASE_LEN); i++)
-    g.filler[i] = (unsigned char)phrase[(size_t)i % PHRASE_LEN];
 
   /* Connect and upgrade every socket before the clock starts. */
   g.phase = P_SETUP;
@@ -1149,6 +685,7 @@ int main(int argc, char **argv) {
     conn *c = &g.conns[i];
     c->fd = -1;
     c->id = (uint32_t)i;
+    c->ws.id = (uint32_t)i;
     c->sent_ns = calloc((size_t)g.depth, sizeof(uint64_t));
     if (c->sent_ns == NULL) {
       perror(PROG);
@@ -1163,7 +700,7 @@ int main(int argc, char **argv) {
   for (i = 0; i < g.nconns; i++) {
     conn *c = &g.conns[i];
     if (c->state == C_CONNECTING || c->state == C_HANDSHAKE)
-      handshake_failed(c, "no answer within 5 s", c->rlen);
+      handshake_failed(c, "no answer within 5 s", c->ws.rlen);
   }
 
   now = lg_now_ns();
@@ -1186,7 +723,7 @@ int main(int argc, char **argv) {
         conn *c = &g.conns[i];
         if (c->state == C_OPEN && c->win_msgs == 0)
           g.starved++;
-        if (c->state == C_OPEN && c->next_echo == c->next_seq)
+        if (c->state == C_OPEN && c->ws.next_echo == c->ws.next_seq)
           start_close(c);
       }
     }
@@ -1196,7 +733,7 @@ int main(int argc, char **argv) {
       for (i = 0; i < g.nconns; i++) {
         conn *c = &g.conns[i];
         if (c->state == C_OPEN) {
-          g.unanswered += c->next_seq - c->next_echo;
+          g.unanswered += c->ws.next_seq - c->ws.next_echo;
           start_close(c);
         }
       }
@@ -1225,11 +762,11 @@ int main(int argc, char **argv) {
   rate = (double)g.messages / duration;
   printf(PROG ": %s:%ld%s, %ld sockets x %ld in flight x %zu B %s%s, "
               "%.3f s (+%.3f s warm-up); %ld upgraded%s\n",
-         g.host, g.port, g.path, g.nconns, g.depth, g.size,
-         g.binary ? "binary" : "text",
-         g.offer_deflate ? ", permessage-deflate offered" : "", duration,
-         warmup, g.upgraded,
-         !g.offer_deflate || g.upgraded == 0  ? ""
+         g.host, g.port, g.path, g.nconns, g.depth, g.w.size,
+         g.w.binary ? "binary" : "text",
+         g.w.offer ? ", permessage-deflate offered" : "", duration, warmup,
+         g.upgraded,
+         !g.w.offer || g.upgraded == 0        ? ""
          : g.deflate_negotiated == g.upgraded ? ", deflate accepted"
          : g.deflate_negotiated == 0          ? ", deflate DECLINED"
                                               : ", deflate accepted on some");
