@@ -530,7 +530,7 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                         + [fmt_cell(summary[s].get(n), "cpu_us_per_req", ".2f", False)
                            for _, s in sweep] for n in servers])
             L.append("")
-    T = targets(summary, servers, rate)
+    T = targets(summary, all_servers, rate)
     if T:
         L.append("%s Targets" % heading)
         L.append("")
@@ -539,7 +539,7 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
         L.append("")
         L += ["- " + x for x in NOT_YET]
         L.append("")
-    P = _problems(summary, servers)
+    P = _problems(summary, all_servers)
     if P:
         L.append("Invalid, n/a and notes:")
         L.append("")
