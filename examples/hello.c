@@ -75,7 +75,8 @@
  * in hex: the same across restarts),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
- * --max-conns. --error-hook answers tern's own error answers (404, 405,
+ * --max-conns, --max-stream-window, --max-conn-window (the largest HTTP/2
+ * and HTTP/3 receive windows, per stream and per connection, in bytes). --error-hook answers tern's own error answers (404, 405,
  * 413, 414, 431, 400, ...) with hello's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
  * routes unmatched requests to a handler answering {"default":404 or 405,
@@ -1026,6 +1027,12 @@ int main(int argc, char **argv) {
       s.body_timeout_ms = (uint32_t)v;
     else if (option(argc, argv, &i, "--max-conns", &v))
       s.max_connections = (uint32_t)v;
+    /* Past 32 bits: UINT32_MAX, which tern refuses, rather than wrapped
+     * into a value it might take. */
+    else if (option(argc, argv, &i, "--max-stream-window", &v))
+      s.max_stream_window = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-conn-window", &v))
+      s.max_conn_window = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else {
       fprintf(stderr, "hello: unknown option %s\n", argv[i]);
       return 2;

@@ -112,12 +112,12 @@ enum {
  * a trailing newline. Called from any thread that tern runs on. */
 typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 
-#define TERN_SETTINGS_VERSION 1
+#define TERN_SETTINGS_VERSION 2
 
 /* Server settings. Initialise with tern_settings_init(), change what you
  * need, pass to tern_server_new(). Every limit has a safe default.
  * Versions (see ABI above), each ending with the field named: 1 with
- * log_level. */
+ * log_level, 2 with max_conn_window. */
 typedef struct {
   int version;               /* TERN_SETTINGS_VERSION */
   uint32_t size;             /* sizeof(tern_settings) */
@@ -140,6 +140,18 @@ typedef struct {
   tern_log_fn log;           /* NULL: errors and warnings to stderr */
   void *log_user;
   int log_level; /* most verbose level passed (WARN) */
+  /* Version 2. The largest receive windows HTTP/2 and HTTP/3 grow to
+   * (bytes; 0 = the defaults, 8 MiB and 16 MiB, 16 KiB to 1 GiB): per
+   * stream, what one request's upload may have in flight (and wait in
+   * tern, when its handler has paused), and per connection, the same for
+   * all of a connection's streams together. Windows start small (64 KiB
+   * per stream, 1 MiB per connection) and double while the handler keeps
+   * up; a maximum below the starting size lowers the start to it, so a
+   * maximum equal to it pins the window there. HTTP/2 cannot announce a
+   * connection window below 65535 (RFC 9113 6.9.2): a smaller
+   * max_conn_window keeps it at 65535. */
+  uint32_t max_stream_window;
+  uint32_t max_conn_window;
 } tern_settings;
 
 /* Fill `s` with the defaults above, its version and its size. */
@@ -160,8 +172,9 @@ typedef struct tern_request tern_request;
  * max_uri_length 1 to 16 MiB, max_body_size at least 1, every timeout at
  * least 1 ms, max_connections 1 to 2^24, max_pipeline 1 to 1024,
  * read_buffer_size 1 KiB to 16 MiB, workers at most 1024, tcp_nodelay 0
- * or 1, log_level TERN_LOG_ERROR to TERN_LOG_DEBUG, and an allocator with
- * all three functions. */
+ * or 1, log_level TERN_LOG_ERROR to TERN_LOG_DEBUG, an allocator with
+ * all three functions, and max_stream_window and max_conn_window 0 or
+ * 16 KiB to 1 GiB. */
 TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
 
 /* Free a server that is not running (never ran, or tern_run() returned, or

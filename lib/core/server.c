@@ -87,7 +87,9 @@ SAME_HEAD(tern_stats);
 
 /* Where each version of a struct ends (tern.h lists them beside the
  * structs). A new field gets a new entry here, never a longer old one. */
-static const size_t settings_ends[] = {TERN__END(tern_settings, log_level)};
+static const size_t settings_ends[] = {
+    TERN__END(tern_settings, log_level),
+    TERN__END(tern_settings, max_conn_window)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
@@ -229,6 +231,13 @@ static void router_free(void *p, void *u) {
   tern__free(u, p);
 }
 
+/* max_stream_window and max_conn_window: their defaults (what 0 asks
+ * for) and their range. */
+#define STREAM_WINDOW_DEFAULT (8u << 20)
+#define CONN_WINDOW_DEFAULT (16u << 20)
+#define WINDOW_MIN (16u << 10)
+#define WINDOW_MAX (1u << 30)
+
 /* A log line before a server exists: through the settings' callback. */
 static void settings_log(const tern_settings *s, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -298,6 +307,19 @@ static int settings_problem(const tern_settings *s) {
     settings_log(s, "settings: the allocator needs malloc, realloc and free");
     return 1;
   }
+  /* 0 asks for the default. Below a frame's worth (16 KiB) every DATA
+   * frame would wait a round trip; above 1 GiB a window is no longer a
+   * memory bound anyone means (HTTP/2's own ceiling is 2^31 - 1). */
+  for (i = 0; i < 2; i++) {
+    uint32_t v = i == 0 ? s->max_stream_window : s->max_conn_window;
+    if (v != 0 && (v < WINDOW_MIN || v > WINDOW_MAX)) {
+      settings_log(s, "settings: %s = %lu is outside %lu..%lu (or 0)",
+                   i == 0 ? "max_stream_window" : "max_conn_window",
+                   (unsigned long)v, (unsigned long)WINDOW_MIN,
+                   (unsigned long)WINDOW_MAX);
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -351,6 +373,11 @@ int tern_server_new(tern_server **out, const tern_settings *caller) {
   srv->s = *s;
   if (srv->s.workers == 0)
     srv->s.workers = uv_available_parallelism();
+  /* The adapters read the maxima from here, defaults filled in. */
+  if (srv->s.max_stream_window == 0)
+    srv->s.max_stream_window = STREAM_WINDOW_DEFAULT;
+  if (srv->s.max_conn_window == 0)
+    srv->s.max_conn_window = CONN_WINDOW_DEFAULT;
   atomic_store(&srv->allocs, 1);
   atomic_store(&srv->alloc_bytes, sizeof(*srv));
   ra.malloc = router_malloc;

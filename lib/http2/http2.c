@@ -41,11 +41,14 @@
  * collected body (up to the route's limit), after the body callback
  * returns for a streamed one, and not while the handler has paused; bytes
  * a handler cannot take yet wait in the stream (at most its window). A
- * stream's receive window starts at 64 KiB and doubles, up to 8 MiB, each
- * time a full window has been consumed with nothing held back, so a fast
- * upload is not throttled and a slow one never holds much. The connection
- * window starts at 1 MiB and grows the same way up to 16 MiB; it bounds
- * what all of a connection's paused streams can hold together. That
+ * stream's receive window starts at 64 KiB and doubles, up to the
+ * server's max_stream_window (8 MiB by default), each time a full window
+ * has been consumed with nothing held back, so a fast upload is not
+ * throttled and a slow one never holds much. The connection window starts
+ * at 1 MiB and grows the same way up to max_conn_window (16 MiB); it
+ * bounds what all of a connection's paused streams can hold together. A
+ * maximum below a starting size lowers the start (the connection's no
+ * lower than the protocol's fixed 65535). That
  * policy is the core's (tern__window, lib/core/window.c), shared with
  * HTTP/3; this file only announces what it decides.
  *
@@ -95,10 +98,12 @@
 extern const tern__proto tern__http2;
 
 #define H2_MAX_STREAMS 100
+/* The receive windows' starting sizes; their maxima are the server's
+ * max_stream_window and max_conn_window. A connection window starts at
+ * 65535 by the protocol and can only grow from there. */
 #define H2_STREAM_WIN_INIT 65535
-#define H2_STREAM_WIN_MAX (8 << 20)
 #define H2_CONN_WIN_INIT (1 << 20)
-#define H2_CONN_WIN_MAX (16 << 20)
+#define H2_CONN_WIN_FLOOR 65535
 #define H2_OUT_HIGH (64 * 1024)
 #define H2_HPACK_TABLE 4096
 #define H2_MAX_EMPTY_DATA 100
@@ -279,6 +284,18 @@ static int settle_all(h2_conn *h) {
 }
 
 /* ---- Flow control ---------------------------------------------------- */
+
+/* A stream's receive window starts at H2_STREAM_WIN_INIT, or at the
+ * server's maximum where that is smaller (so that it stays there). */
+static uint32_t stream_win_start(const tern_server *srv) {
+  uint32_t max = srv->s.max_stream_window;
+  return H2_STREAM_WIN_INIT < max ? H2_STREAM_WIN_INIT : max;
+}
+
+static void stream_win_init(h2_conn *h, h2_stream *s) {
+  const tern_server *srv = h->w->srv;
+  tern__window_init(&s->rwin, stream_win_start(srv), srv->s.max_stream_window);
+}
 
 /* `n` bytes of the stream's body left tern's hands: let the client send
  * more, growing the windows while the handler keeps up. */
@@ -750,7 +767,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   s->r = r;
   s->id = frame->hd.stream_id;
   s->flags = S_OPEN;
-  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
+  stream_win_init(h, s);
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
@@ -1362,6 +1379,7 @@ static void ng_init(void) {
 static h2_conn *h2_new(tern__stream *c) {
   tern_server *srv = c->head.w->srv;
   nghttp2_settings_entry iv[6];
+  uint32_t cmax;
   nghttp2_mem mem;
   h2_conn *h;
 
@@ -1390,7 +1408,7 @@ static h2_conn *h2_new(tern__stream *c) {
   iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
   iv[0].value = H2_MAX_STREAMS;
   iv[1].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE;
-  iv[1].value = H2_STREAM_WIN_INIT;
+  iv[1].value = stream_win_start(srv);
   iv[2].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
   iv[2].value = srv->s.max_head_size;
   iv[3].settings_id = NGHTTP2_SETTINGS_HEADER_TABLE_SIZE;
@@ -1400,7 +1418,12 @@ static h2_conn *h2_new(tern__stream *c) {
   /* RFC 8441: WebSocket over HTTP/2 (extended CONNECT). */
   iv[5].settings_id = NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL;
   iv[5].value = 1;
-  tern__window_init(&h->rwin, H2_CONN_WIN_INIT, H2_CONN_WIN_MAX);
+  /* A max_conn_window below the protocol's 65535 cannot be announced:
+   * the window stays at 65535. */
+  cmax = srv->s.max_conn_window > H2_CONN_WIN_FLOOR ? srv->s.max_conn_window
+                                                    : H2_CONN_WIN_FLOOR;
+  tern__window_init(&h->rwin, H2_CONN_WIN_INIT < cmax ? H2_CONN_WIN_INIT : cmax,
+                    cmax);
   h->reset_tokens = H2_RESET_BURST;
   h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
   h->reset_time = uv_now(c->head.w->loop);
@@ -2166,7 +2189,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   s->r = r;
   s->id = 1;
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
-  tern__window_init(&s->rwin, H2_STREAM_WIN_INIT, H2_STREAM_WIN_MAX);
+  stream_win_init(h, s);
   tern__timer_init(&s->timer, stream_timeout);
   c->head.proto = &tern__http2;
   c->h2 = h;

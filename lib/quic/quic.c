@@ -87,10 +87,10 @@ _Static_assert(sizeof(tern__qvec) == sizeof(ngtcp2_vec) &&
 #define QUIC_CLOSE_MAX_MS 3000 /* a closing or draining period's cap */
 #define QUIC_CLOSE_STOP_MS 500 /* the same while the server stops */
 #define QUIC_FWD_MAX 4096      /* forwarded datagrams in flight, per listener */
+/* The receive windows' starting sizes; ngtcp2 grows them up to the
+ * server's max_stream_window and max_conn_window (see win_start). */
 #define QUIC_STREAM_WIN_INIT (64 * 1024)
-#define QUIC_STREAM_WIN_MAX (8u << 20)
 #define QUIC_CONN_WIN_INIT (1u << 20)
-#define QUIC_CONN_WIN_MAX (16u << 20)
 
 typedef struct quic_listener quic_listener;
 typedef struct quic_wl quic_wl;
@@ -1154,6 +1154,12 @@ static int conn_limit_reached(const tern__worker *w) {
   return w->nconns >= max;
 }
 
+/* A window's starting size: QUIC's default, or the server's maximum for
+ * it where that is smaller (which then pins it). */
+static uint32_t win_start(uint32_t initial, uint32_t max) {
+  return initial < max ? initial : max;
+}
+
 /* A first Initial: validate the address where asked, then create. */
 static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
                            const tern__udp_path *path, unsigned ecn) {
@@ -1230,18 +1236,25 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
 
   ngtcp2_settings_default(&settings);
   settings.initial_ts = now_ns();
-  settings.max_window = QUIC_CONN_WIN_MAX;
-  settings.max_stream_window = QUIC_STREAM_WIN_MAX;
+  /* ngtcp2's auto-tuning (0.12: ngtcp2_conn.c, where it frames
+   * MAX_STREAM_DATA and MAX_DATA) doubles a window only while it is below
+   * these, and 0 would turn it off: a maximum equal to the start pins. */
+  settings.max_window = srv->s.max_conn_window;
+  settings.max_stream_window = srv->s.max_stream_window;
   settings.handshake_timeout =
       (ngtcp2_duration)srv->s.head_timeout_ms * NGTCP2_MILLISECONDS;
   settings.max_tx_udp_payload_size = QUIC_MAX_UDP;
   if (validated)
     settings.token = hd.token;
   ngtcp2_transport_params_default(&params);
-  params.initial_max_stream_data_bidi_remote = QUIC_STREAM_WIN_INIT;
-  params.initial_max_stream_data_bidi_local = QUIC_STREAM_WIN_INIT;
-  params.initial_max_stream_data_uni = QUIC_STREAM_WIN_INIT;
-  params.initial_max_data = QUIC_CONN_WIN_INIT;
+  params.initial_max_stream_data_bidi_remote =
+      win_start(QUIC_STREAM_WIN_INIT, srv->s.max_stream_window);
+  params.initial_max_stream_data_bidi_local =
+      params.initial_max_stream_data_bidi_remote;
+  params.initial_max_stream_data_uni =
+      params.initial_max_stream_data_bidi_remote;
+  params.initial_max_data =
+      win_start(QUIC_CONN_WIN_INIT, srv->s.max_conn_window);
   params.initial_max_streams_bidi = l->o.max_streams;
   /* The client's control and QPACK streams; ngtcp2 0.12 never frees a
    * remote uni stream, so no more than needed. */

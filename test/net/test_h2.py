@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, HOST, Conn, Server, Suite, build_request,
                      check, eq, sanitized, set_linger_rst,
                      shared_hello_teardown, stats_from, vmrss_kib)
+from harness import binary as harness_binary
 
 suite = Suite()
 case = suite.case
@@ -555,6 +556,99 @@ def stream_window_grows_while_handler_keeps_up():
               "stream 3 adopts %d: %d" % (seen[-1], avail[3]))
         h2.send(frame(DATA, END_STREAM, 3))
         eq(collect_streams(h2, [3])[3][1], None, "the second upload ends")
+
+
+def upload_credit(port, total):
+    """POST /upload of `total` bytes on a raw connection that sends all
+    the credit it has whenever it has any. Returns (the server's announced
+    SETTINGS_INITIAL_WINDOW_SIZE or None, the most stream and connection
+    credit outstanding at any time, the response body). Credit is what
+    the client may still send: the window announced less what it has sent,
+    which never exceeds the server's window, however fast either side."""
+    with H2(port) as h2:
+        init = None
+        while True:  # the server's SETTINGS first: the stream window
+            f = h2.read_frame(10)
+            check(f is not None, "closed before SETTINGS")
+            t, fl, sid, p = f
+            if t == SETTINGS and not fl & ACK:
+                for i in range(0, len(p), 6):
+                    k, v = struct.unpack(">HI", p[i:i + 6])
+                    if k == S_INITIAL_WINDOW_SIZE:
+                        init = v
+                h2.send(frame(SETTINGS, ACK, 0))
+                break
+        avail = {0: 65535, 1: 65535 if init is None else init}
+        most = {0: avail[0], 1: avail[1]}
+        h2.send(headers(1, request_block("POST", "/upload"),
+                        end_stream=False))
+        sent = 0
+        while sent < total:
+            n = min(16384, avail[0], avail[1], total - sent)
+            if n > 0:
+                h2.send(frame(DATA, 0, 1, b"w" * n))
+                avail[0] -= n
+                avail[1] -= n
+                sent += n
+                continue
+            f = h2.read_frame(10)
+            check(f is not None, "closed after %d bytes" % sent)
+            t, fl, sid, p = f
+            check(t not in (RST_STREAM, GOAWAY), "frame type %d" % t)
+            if t == SETTINGS and not fl & ACK:
+                h2.send(frame(SETTINGS, ACK, 0))
+            elif t == WINDOW_UPDATE:
+                avail[sid] = avail.get(sid, 0) + struct.unpack(">I", p)[0]
+                if sid in most:
+                    most[sid] = max(most[sid], avail[sid])
+        h2.send(frame(DATA, END_STREAM, 1))
+        body, rst = collect_streams(h2, [1], timeout=30)[1]
+        eq(rst, None, "the upload ends cleanly")
+        return init, most[1], most[0], body
+
+
+@case(timeout=120)
+def window_maxima_bound_credit():
+    """--max-stream-window 65536 --max-conn-window 65536: through a 4 MiB
+    upload the client never holds more than 64 KiB of credit on the stream
+    or the connection (the connection's floor is the protocol's 65535),
+    where the default grows past it; --max-stream-window 16384 is
+    announced as the initial stream window and bounds the credit."""
+    total = 4 << 20
+    init, stream, conn, body = upload_credit(srv.port, total)
+    print("# default: initial %r, most credit stream %d, connection %d"
+          % (init, stream, conn))
+    eq(body, b"%d" % total, "default: bytes hello counted")
+    check(stream > 65536, "the default stream window grew: %d" % stream)
+    with Server("hello", ["--max-stream-window", "65536",
+                          "--max-conn-window", "65536"]) as s:
+        init, stream, conn, body = upload_credit(s.port, total)
+        print("# pinned: initial %r, most credit stream %d, connection %d"
+              % (init, stream, conn))
+        eq(body, b"%d" % total, "pinned: bytes hello counted")
+        check(init in (None, 65535), "initial stream window %r" % init)
+        check(stream <= 65536, "stream credit %d > 64 KiB" % stream)
+        check(conn <= 65536, "connection credit %d > 64 KiB" % conn)
+    with Server("hello", ["--max-stream-window", "16384"]) as s:
+        init, stream, conn, body = upload_credit(s.port, 1 << 20)
+        print("# 16 KiB: initial %r, most credit stream %d, connection %d"
+              % (init, stream, conn))
+        eq(init, 16384, "the initial stream window announced")
+        check(stream <= 16384, "stream credit %d > 16 KiB" % stream)
+        eq(body, b"%d" % (1 << 20), "16 KiB: bytes hello counted")
+
+
+@case(timeout=30)
+def window_maxima_refused():
+    """hello --max-stream-window 1000 (below 16 KiB): tern refuses the
+    settings and names the field; hello exits 1."""
+    for args in (["--max-stream-window", "1000"],
+                 ["--max-conn-window", str(2 << 30)]):
+        p = subprocess.run([harness_binary("hello"), "--port", "0"] + args,
+                           capture_output=True, timeout=10)
+        eq(p.returncode, 1, "exit status for %r" % args)
+        check(args[0][2:].replace("-", "_").encode() in p.stderr,
+              "%r: stderr %r names the field" % (args, p.stderr))
 
 
 @case(timeout=60)

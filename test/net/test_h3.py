@@ -927,6 +927,71 @@ def upload_and_echo():
         eq(r.file("/13"), b"\0" * 13, "body")
 
 
+H3CLIENT = os.path.join(harness.BUILD, "test", "net", "h3client")
+
+
+def h3client_credit(port, n):
+    """h3client -v --body-size n POST /upload: (exit status, its output,
+    the most stream and connection credit the server gave). Credit, from
+    ngtcp2's frame log: a new MAX_STREAM_DATA (MAX_DATA) less what the
+    client had sent on the stream (on every stream) by then, which can
+    never exceed the server's window."""
+    p = subprocess.run([H3CLIENT, "-v", "--timeout-ms", "30000",
+                        "--body-size", str(n), "POST",
+                        "https://127.0.0.1:%d/upload" % port],
+                       capture_output=True, text=True, timeout=60)
+    ends = {}
+    top = {"stream": 0, "conn": 0}
+    most = {"stream": 0, "conn": 0}
+    for line in p.stderr.splitlines():
+        m = re.search(r"frm tx \d+ \S+ STREAM\(0x[0-9a-f]+\) id=(0x[0-9a-f]+) "
+                      r"fin=\d offset=(\d+) len=(\d+)", line)
+        if m:
+            sid = int(m.group(1), 16)
+            ends[sid] = max(ends.get(sid, 0),
+                            int(m.group(2)) + int(m.group(3)))
+            continue
+        m = re.search(r"frm rx \d+ \S+ (MAX_STREAM_DATA\(0x11\) id=0x0 "
+                      r"max_stream_data|MAX_DATA\(0x10\) max_data)=(\d+)",
+                      line)
+        if m:
+            kind = "stream" if m.group(1).startswith("MAX_S") else "conn"
+            v = int(m.group(2))
+            if v > top[kind]:
+                top[kind] = v
+                used = ends.get(0, 0) if kind == "stream" else \
+                    sum(ends.values())
+                most[kind] = max(most[kind], v - used)
+    return p.returncode, p.stdout, most
+
+
+@h3case(timeout=90, hello_only="hello's --max-stream-window")
+def pinned_windows_upload():
+    """hello --max-stream-window 65536 --max-conn-window 65536: a 4 MB
+    h3client upload completes, and ngtcp2 never gives the client more than
+    64 KiB of credit on the stream or the connection (the windows stay at
+    their start: ngtcp2's auto-tuning grows only below the maximum).
+    Without the options the figures are printed, not checked: growth on
+    loopback depends on timing against the round trip."""
+    if not os.access(H3CLIENT, os.X_OK):
+        raise Skip("no h3client")
+    n = 4000000
+    want = hashlib.sha256(str(n).encode()).hexdigest()
+    rc, out, most = h3client_credit(peer.port, n)
+    print("# default: most credit %r" % most)
+    eq(rc, 0, "default upload: %s" % out)
+    with Hello(cert, key, "--max-stream-window", "65536",
+               "--max-conn-window", "65536") as h:
+        rc, out, most = h3client_credit(h.port, n)
+        print("# pinned: most credit %r" % most)
+        eq(rc, 0, "pinned upload: %s" % out)
+        check("stream 0 status 200" in out, "status: %s" % out)
+        check("stream 0 body %d sha256 %s" % (len(str(n)), want) in out,
+              "hello counted %d bytes: %s" % (n, out))
+        check(0 < most["stream"] <= 65536, "stream credit %r" % most)
+        check(most["conn"] <= 65536, "connection credit %r" % most)
+
+
 # ---------------------------------------------------------------------------
 # Raw datagrams
 

@@ -28,27 +28,36 @@
 /* ---- Layouts from "older" and "newer" headers ---------------------- */
 
 /* tern_settings as version 1 laid it out. */
-typedef struct {
-  int version;
-  uint32_t size;
-  unsigned workers;
-  uint32_t max_head_size, max_header_count, max_uri_length;
-  uint64_t max_body_size;
-  uint32_t head_timeout_ms, idle_timeout_ms, body_timeout_ms;
-  uint32_t max_connections, max_pipeline;
-  int tcp_nodelay;
-  uint32_t read_buffer_size;
-  tern_allocator allocator;
-  tern_log_fn log;
-  void *log_user;
+#define SETTINGS_V1_FIELDS                                                     \
+  int version;                                                                 \
+  uint32_t size;                                                               \
+  unsigned workers;                                                            \
+  uint32_t max_head_size, max_header_count, max_uri_length;                    \
+  uint64_t max_body_size;                                                      \
+  uint32_t head_timeout_ms, idle_timeout_ms, body_timeout_ms;                  \
+  uint32_t max_connections, max_pipeline;                                      \
+  int tcp_nodelay;                                                             \
+  uint32_t read_buffer_size;                                                   \
+  tern_allocator allocator;                                                    \
+  tern_log_fn log;                                                             \
+  void *log_user;                                                              \
   int log_level;
+typedef struct {
+  SETTINGS_V1_FIELDS
 } settings_v1;
+
+/* Version 2 put max_stream_window into version 1's tail padding. */
+typedef struct {
+  SETTINGS_V1_FIELDS
+  uint32_t max_stream_window;
+  uint32_t max_conn_window;
+} settings_v2;
 
 /* A header one version ahead of this library's. */
 typedef struct {
-  settings_v1 v1;
+  settings_v2 v2;
   uint64_t future;
-} settings_v2;
+} settings_v3;
 
 typedef struct {
   int version;
@@ -103,6 +112,10 @@ typedef struct {
 _Static_assert(offsetof(settings_v1, log_level) ==
                    offsetof(tern_settings, log_level),
                "settings v1");
+_Static_assert(sizeof(settings_v2) == sizeof(tern_settings) &&
+                   offsetof(settings_v2, max_conn_window) ==
+                       offsetof(tern_settings, max_conn_window),
+               "settings v2");
 _Static_assert(offsetof(route_options_v1, max_body_size) ==
                    offsetof(tern_route_options, max_body_size),
                "route options v1");
@@ -258,8 +271,12 @@ static void test_write_older_versions(void) {
 static void test_settings_v1(void) {
   settings_v1 *o = at_page_end(sizeof(settings_v1));
   tern_server *srv = NULL;
+  size_t end = TERN__END(settings_v1, log_level);
 
   old_settings(o);
+  /* Version 1's tail padding is where version 2 keeps max_stream_window:
+   * whatever an old caller left there is not a value. */
+  memset((char *)o + end, 0x5A, sizeof(*o) - end);
   o->max_head_size = 4096;
   o->max_body_size = 12345;
   o->idle_timeout_ms = 777;
@@ -275,27 +292,79 @@ static void test_settings_v1(void) {
   T_EQ_INT(srv->s.log_level, TERN_LOG_INFO);
   T_EQ_INT(srv->s.version, TERN_SETTINGS_VERSION);
   T_EQ_INT(srv->s.size, sizeof(tern_settings));
+  /* Version 2's fields: the defaults. */
+  T_EQ_INT(srv->s.max_stream_window, 8u << 20);
+  T_EQ_INT(srv->s.max_conn_window, 16u << 20);
   T_EQ_INT(nlogs, 0);
   tern_server_free(srv);
   page_free(o);
 }
 
+/* A version 2 caller's window maxima are read (0: the defaults); out of
+ * range they are refused, with a log line naming the field. */
+static void test_settings_v2(void) {
+  static const struct {
+    uint32_t stream, conn;
+    int rc;
+    const char *logged;
+  } cases[] = {
+      {65536, 1u << 20, 0, NULL},
+      {16384, 16384, 0, NULL}, /* the smallest */
+      {1u << 30, 1u << 30, 0, NULL},
+      {0, 0, 0, NULL},
+      {16383, 0, TERN_EINVAL, "max_stream_window = 16383 is outside"},
+      {0, 1, TERN_EINVAL, "max_conn_window = 1 is outside"},
+      {(1u << 30) + 1, 0, TERN_EINVAL, "max_stream_window"},
+      {0, UINT32_MAX, TERN_EINVAL, "max_conn_window"},
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    settings_v2 *o = at_page_end(sizeof(settings_v2));
+    tern_server *srv = NULL;
+    int rc;
+    old_settings((settings_v1 *)(void *)o);
+    o->version = 2;
+    o->size = sizeof(*o);
+    o->max_stream_window = cases[i].stream;
+    o->max_conn_window = cases[i].conn;
+    rc = tern_server_new(&srv, (const tern_settings *)(void *)o);
+    T_EQ_INT(rc, cases[i].rc);
+    if (rc != 0) {
+      T_ASSERT(srv == NULL);
+      T_EQ_INT(nlogs, 1);
+      T_LOGGED(cases[i].logged);
+      T_ASSERT(strcmp(tern_strerror(rc), tern_strerror(TERN_EINVAL)) == 0);
+      T_ASSERT(strstr(tern_strerror(rc), "invalid") != NULL);
+    } else {
+      T_EQ_INT(nlogs, 0);
+      T_EQ_INT(srv->s.max_stream_window,
+               cases[i].stream ? cases[i].stream : 8u << 20);
+      T_EQ_INT(srv->s.max_conn_window,
+               cases[i].conn ? cases[i].conn : 16u << 20);
+      tern_server_free(srv);
+    }
+    page_free(o);
+  }
+}
+
 static void test_settings_refused(void) {
-  settings_v2 n;
+  settings_v3 n;
   settings_v1 o;
   tern_server *srv = NULL;
 
   /* From a header newer than the library: its new field would be
    * ignored, so it is refused, logged through its own callback. */
-  old_settings(&n.v1);
-  n.v1.version = 2;
-  n.v1.size = sizeof(n);
+  old_settings((settings_v1 *)(void *)&n.v2);
+  n.v2.max_stream_window = n.v2.max_conn_window = 0;
+  n.v2.version = 3;
+  n.v2.size = sizeof(n);
   n.future = 1;
   T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&n),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 1);
-  T_LOGGED("version 2 is unknown");
+  T_LOGGED("version 3 is unknown");
 
   /* Version 1 but smaller than its layout (a size set by hand): its log
    * callback cannot be trusted to be where version 1 has it, so the line
@@ -531,6 +600,7 @@ int main(void) {
   T_RUN(test_read_older_versions);
   T_RUN(test_write_older_versions);
   T_RUN(test_settings_v1);
+  T_RUN(test_settings_v2);
   T_RUN(test_settings_refused);
   T_RUN(test_route_options_v1);
   T_RUN(test_stats);
