@@ -443,9 +443,11 @@ def _h3_result(j, rc, argv, text, duration):
 
 
 def run_h3load(args, workdir, port, duration, warmup, sc, expect_body=None,
-               expect_length=None, on_measure_start=None):
+               expect_length=None, on_measure_start=None, drain=None):
     """h3load on sc's connections and streams for duration seconds after
-    warmup (on the same connections).  When h3load prints "h3load:
+    warmup (on the same connections), then up to drain seconds (h3load's
+    default: 2) for what is in flight, which is counted unanswered (an
+    error) after it.  When h3load prints "h3load:
     measuring", on_measure_start(pid) is called (the caller takes its
     snapshots there).  Returns the normalized dict; errors is h3load's
     sum of its error kinds (a status or body mismatch is one)."""
@@ -453,8 +455,10 @@ def run_h3load(args, workdir, port, duration, warmup, sc, expect_body=None,
     argv = ["taskset", "-c", str(args.client_cpu)] + h3load_argv(
         args, port, sc, expect_body=expect_body, expect_length=expect_length) + [
         "--duration", _num(duration), "--warmup", _num(warmup), "--json", out]
+    if drain is not None:
+        argv += ["--drain", _num(drain)]
     rc, text, started = _run_marked(
-        argv, duration + warmup + 60,
+        argv, duration + warmup + (drain or 0) + 60,
         lambda line: line.startswith("h3load: measuring"), on_measure_start)
     if not started:
         raise BenchError("h3load never started measuring (exit %s): %s" % (

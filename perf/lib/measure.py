@@ -23,6 +23,10 @@ from .scenarios import RESUME_MIN
 from .summary import CLIENT_BOUND
 
 MIB = float(1 << 20)
+# h3load's --drain on the rtt50 rows: long enough for an upload begun at
+# the end of the window to finish at a pinned window's 1.3 MiB/s, so
+# that every upload is answered (an unanswered one is an error)
+RTT50_DRAIN = 30
 
 
 def _per(x, n):
@@ -326,6 +330,19 @@ def _measure_load(args, workdir, srv, sc, row):
         snap["t0"] = time.monotonic()
         snap["client0"] = (common.cpu_ticks([client_pid]) / common.CLK_TCK
                            if client_pid else 0.0)
+        if relay is not None:
+            # the rtt50 rows: what the server received in exactly the
+            # window, whatever the load generator does after it (h3load
+            # waits for the uploads in flight: its --drain)
+            snap["end"] = threading.Timer(duration, take_end)
+            snap["end"].daemon = True
+            snap["end"].start()
+
+    def take_end():
+        st = h1client.tern_stats(srv.port) if is_tern else None
+        snap["window_end"] = {
+            "stats": st, "t": time.monotonic(),
+            "ticks": common.cpu_ticks(set(snap["pids"]) | set(srv.pids()))}
 
     r0 = os.times()
     stall = None
@@ -345,8 +362,12 @@ def _measure_load(args, workdir, srv, sc, row):
                 res = loads.run_h3load(
                     args, workdir, port, duration, args.warmup, sc,
                     expect_body=None if sc.protocol == "ws-h3"
-                    else expected_body(srv.name, sc), on_measure_start=take)
+                    else expected_body(srv.name, sc), on_measure_start=take,
+                    drain=RTT50_DRAIN if sc.relay_ms else None)
         finally:
+            if snap.get("end") is not None:
+                snap["end"].cancel()
+                snap["end"].join(10)
             if relay is not None:
                 row["relay"]["summary"] = relay.stop()
     elif ws:
@@ -423,7 +444,7 @@ def _measure_load(args, workdir, srv, sc, row):
     if h3:
         _h3load_fields(row, res, sc)
     if sc.relay_ms:
-        _relay_fields(row, sc, wall)
+        _relay_fields(row, st0, c0, t0, snap.get("window_end"))
     if ws:
         _wsload_fields(row, res, sc)
     if sc.load == "churn" and sc.tls:
@@ -523,28 +544,43 @@ def _h3load_fields(row, res, sc):
             row["problems"].append("permessage-deflate declined")
 
 
-def _relay_fields(row, sc, wall):
+def _relay_fields(row, st0, c0, t0, end):
     """The rtt50 rows: MiB/s is what the server received in the window
-    (tern's /stats bytes_in over the window's seconds: TLS records or
-    QUIC packets, framing included), not completed uploads x 16 MiB: a
-    pinned row completes one 16 MiB upload in some 12 s, so whole uploads
-    would measure the window's edges.  Server CPU per MiB the same way."""
-    b = row.get("server_bytes_in")
-    if b is None or not wall:
-        row["problems"].append("no bytes_in from tern's /stats: the rtt50 "
-                               "rows measure what the server received")
+    (tern's /stats bytes_in, read when the load's window starts and when
+    its duration has passed, over those seconds: TLS records or QUIC
+    packets, framing included), not completed uploads x 16 MiB: a pinned
+    row completes one 16 MiB upload in some 12 s, so whole uploads would
+    measure the window's edges.  Server CPU per MiB over the same
+    window."""
+    if end is None or st0 is None or end["stats"] is None or \
+            "bytes_in" not in st0:
+        row["problems"].append("no bytes_in from tern's /stats at both ends "
+                               "of the window: the rtt50 rows measure what "
+                               "the server received")
         return
-    mib = b / MIB
+    wall = end["t"] - t0
+    mib = (end["stats"]["bytes_in"] - st0["bytes_in"]) / MIB
+    cpu = (end["ticks"] - c0) / common.CLK_TCK
     row["wire_mib"] = mib
+    row["window_s"] = wall
+    row["window_server_cpu_s"] = cpu
     row["uploads_done"] = row.get("requests")
-    row["mib_per_s"] = mib / wall
-    if mib and row.get("server_cpu_s") is not None:
-        row["cpu_us_per_mib"] = row["server_cpu_s"] * 1e6 / mib
+    row["mib_per_s"] = mib / wall if wall else None
+    row["cpu_us_per_mib"] = cpu * 1e6 / mib if mib else None
     summ = (row.get("relay") or {}).get("summary")
     if summ is None:
         row["notes"].append("the relay wrote no summary")
-    elif summ.get("dropped"):
-        row["problems"].append("the relay dropped %s" % summ["dropped"])
+        return
+    udp, tcp = summ.get("udp") or {}, summ.get("tcp") or {}
+    lost = sum(int(udp.get(k) or 0) for k in (
+        "lost_up", "lost_down", "overflow_up", "overflow_down"))
+    if lost:
+        row["problems"].append("the relay dropped %d datagrams (full queue "
+                               "or --loss)" % lost)
+    if tcp.get("resets") or tcp.get("refused"):
+        row["problems"].append("the relay saw %s resets, %s refused "
+                               "connections" % (tcp.get("resets"),
+                                                tcp.get("refused")))
 
 
 def _handshake_fields(row, res, sc):
