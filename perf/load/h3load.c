@@ -7,6 +7,8 @@
  *          [--upload-size N] [--header 'name: value']...
  *          [--expect-status 200] [--expect-body STR | --expect-length N]
  *          [--json FILE] [-v]
+ *          [--ws [--depth 8] [--size 128] [--text|--binary] [--deflate]
+ *                [--ws-path /ws]]
  *
  * Debian 12 has no HTTP/3 load generator (h2load and curl lack HTTP/3
  * there); this one exists so that tern's HTTP/3 can be measured against
@@ -48,7 +50,28 @@
  * (the server reset a request stream), closed (requests lost with a
  * connection the server closed, or 1 for a closed idle one), unanswered,
  * protocol (a QUIC or HTTP/3 error on this side; the connection is
- * dropped). The first error of each kind is described on stderr.
+ * dropped). The first error of each kind is described on stderr. A
+ * GOAWAY stops new requests on its connection; those in flight may
+ * finish. Connections are not reopened.
+ *
+ * --ws: WebSocket over HTTP/3 (RFC 9220) echo load, as wsload does it
+ * over HTTP/1.1 (perf/load/wsproto.c, which both share, frames, deflates
+ * and checks). Each of the --conns x --streams sockets is a request
+ * stream opened by an extended CONNECT (:protocol websocket, with
+ * "permessage-deflate; client_max_window_bits" offered under --deflate);
+ * 200 opens it, anything else is a status error, a wrong extension answer
+ * a handshake error, and so is each socket the server's MAX_STREAMS did
+ * not let open. All are opened before the clock starts (up to 5 s).
+ * Then each keeps --depth messages of --size bytes in flight, every echo
+ * checked byte for byte and in order (a mismatch is a body error, a
+ * framing error a protocol one, a Close or end from the server a closed
+ * one); latency is from a message's send to its echo, and "requests" (and
+ * "messages") counts the echoes in the window. At the end each socket
+ * sends a Close (1000) and its FIN, and waits up to 1 s for the server's
+ * Close and end (those that do not come are reported, not counted as
+ * errors: close_unanswered). The server must have sent
+ * SETTINGS_ENABLE_CONNECT_PROTOCOL; nghttp3 0.8 does not tell a client
+ * its peer's settings, so h3load simply tries.
  *
  * Exit status: 0 when the run happened (the caller judges the counts), 1
  * when it could not start (no connection completed its handshake, or the
@@ -74,18 +97,22 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "wsproto.h"
 
 #define PROG "h3load"
 #define MAX_EVENTS 64
 #define MAX_HEADERS 64
-#define PKT_MAX 1452             /* ngtcp2's default UDP payload size */
-#define BATCH 32                 /* datagrams per sendmmsg */
-#define PATTERN_LEN (251 * 256)  /* whole periods of i % 251 */
-#define SETUP_NS 5000000000ull   /* handshakes must be done by then */
-#define LINGER_NS 60000000ull    /* > the 25 ms ACK delay, see finish */
-#define STREAM_WINDOW (8u << 20) /* per stream, each way */
-#define CONN_WINDOW (16u << 20)  /* per connection */
-#define REQUESTS_LIMIT_S 600.0   /* --requests without --duration */
+#define PKT_MAX 1452              /* ngtcp2's default UDP payload size */
+#define BATCH 32                  /* datagrams per sendmmsg */
+#define PATTERN_LEN (251 * 256)   /* whole periods of i % 251 */
+#define SETUP_NS 5000000000ull    /* handshakes must be done by then */
+#define LINGER_NS 60000000ull     /* > the 25 ms ACK delay, see main */
+#define STREAM_WINDOW (8u << 20)  /* per stream, each way */
+#define CONN_WINDOW (16u << 20)   /* per connection */
+#define REQUESTS_LIMIT_S 600.0    /* --requests without --duration */
+#define WS_CLOSE_NS 1000000000ull /* the server's Close and end, --ws */
+#define WS_SLACK 256              /* ring room kept for Pong and Close */
+#define WS_MEMORY (1ull << 30)    /* --ws rings, all sockets together */
 
 enum {
   K_CONNECT,
@@ -106,6 +133,24 @@ enum { C_HANDSHAKE, C_READY, C_DEAD };
 
 typedef struct conn conn;
 
+enum { W_UPGRADING, W_OPEN, W_CLOSING, W_DONE };
+
+/* --ws: one WebSocket on a request stream (RFC 9220). Outgoing frames are
+ * built in ws.wbuf and copied into a fixed ring that nghttp3 reads in
+ * place: what it was handed stays put until acknowledged, so the ring
+ * never moves; a socket sends a message only when the ring has room. */
+typedef struct {
+  wsp_sock ws;
+  int state;
+  int blocked;        /* the data reader said WOULDBLOCK: resume on data */
+  int eof;            /* the Close was queued: FIN after it */
+  int got_close;      /* the server's Close came */
+  const char *hs_why; /* what was wrong with the 200's extension */
+  uint64_t *sent_ns;  /* indexed by seq % depth */
+  unsigned char *ring;
+  uint64_t head, handed, tail; /* acknowledged, given to nghttp3, queued */
+} wsock;
+
 /* One request in flight. Slots are reused: nothing is allocated per
  * request by this client. */
 typedef struct {
@@ -119,6 +164,8 @@ typedef struct {
   uint64_t t0;    /* latency origin: opened, or due (--rate) */
   uint64_t got;   /* response body bytes */
   uint64_t sent;  /* request body bytes handed to nghttp3 */
+  wsock *k;       /* --ws: the WebSocket on this stream */
+  int closing;    /* inside ngtcp2's stream_close callback */
 } slot;
 
 struct conn {
@@ -136,6 +183,9 @@ struct conn {
   long inflight;    /* requests sent, not answered */
   long open;        /* streams open (answered ones may wait for ACKs) */
   uint64_t last_rx; /* when a packet last came in */
+  int ws_dirty;     /* --ws: a socket may send more now */
+  long ws_opened;   /* --ws: sockets opened (never reopened) */
+  int goaway;       /* the server is shutting down: no new streams */
 };
 
 static struct {
@@ -150,15 +200,17 @@ static struct {
   const char *expect_body;
   size_t expect_body_len;
   int64_t expect_length; /* -1: not checked */
-  nghttp3_nv *nva;
-  size_t nnv;
+  nghttp3_nv *nva, *extra;
+  size_t nnv, nextra;
   char clen[24];
   int ep;
   gnutls_certificate_credentials_t cred;
   conn *conns;
   long ready;
   int issuing, measuring;
+  int drained; /* the drain is over: answers no longer count */
   uint64_t win_start, win_end;
+  uint64_t win_last; /* --requests: the window's end for duration_s */
   double ns_per_req;
   uint64_t sched_t0, sched_total, sched_next, first_measured;
   uint64_t issued, answered_total;
@@ -167,6 +219,13 @@ static struct {
   uint64_t requests, errors[K_COUNT], bytes_up, bytes_down, unfinished;
   uint64_t in_window; /* --rate: answers of any request in the window */
   int said[K_COUNT];
+  /* --ws */
+  int ws, ws_sending;
+  wsp w;
+  const char *ws_path;
+  long depth;
+  size_t ring_cap;
+  long sockets, upgraded, deflate_negotiated, close_unanswered;
 } g;
 
 static uint8_t pattern[PATTERN_LEN];
@@ -179,7 +238,9 @@ static void usage(void) {
           " [--drain 2]\n"
           "  [--requests N] [--rate R] [--method GET] [--upload-size N]\n"
           "  [--header 'name: value']... [--expect-status 200]\n"
-          "  [--expect-body STR | --expect-length N] [--json FILE] [-v]\n");
+          "  [--expect-body STR | --expect-length N] [--json FILE] [-v]\n"
+          "  [--ws [--depth 8] [--size 128] [--text|--binary] [--deflate]"
+          " [--ws-path /ws]]\n");
   exit(2);
 }
 
@@ -236,6 +297,8 @@ static void answered(slot *s, int kind, uint64_t now) {
   c->inflight--;
   c->want_open = 1;
   g.answered_total++;
+  if (g.drained)
+    return; /* already counted as unanswered */
   if (g.rate > 0 && now >= g.win_start && now < g.win_end)
     g.in_window++;
   /* Closed loop: what ends in the window counts. --rate: what was due in
@@ -261,6 +324,319 @@ static void answered(slot *s, int kind, uint64_t now) {
   }
   g.requests++;
   lg_hist_record(&g.hist, now > s->t0 ? (now - s->t0 + 500) / 1000 : 0);
+}
+
+/* ---- WebSocket over HTTP/3 (--ws) ---------------------------------------
+ * Each socket is a request stream opened by an extended CONNECT; its DATA
+ * carries WebSocket frames both ways. A socket is "in flight" (c->inflight)
+ * from its CONNECT until it is done, whatever the reason. */
+
+static uint64_t ring_room(const wsock *k) {
+  return g.ring_cap - (k->tail - k->head);
+}
+
+/* The socket is finished; `kind` >= 0 counts an error (1 per socket),
+ * described by `why`, and resets the stream if it is still open (never
+ * from ngtcp2's stream_close callback: the stream is going away). */
+static void ws_done(slot *s, int kind, const char *why) {
+  wsock *k = s->k;
+  conn *c = s->c;
+  if (k->state == W_DONE)
+    return;
+  if (kind >= 0) {
+    error(kind, 1, "socket %u: %s", (unsigned)k->ws.id, why);
+    if (c->state != C_DEAD && s->used && !s->closing)
+      (void)ngtcp2_conn_shutdown_stream(c->q, s->id,
+                                        NGHTTP3_H3_REQUEST_CANCELLED);
+  }
+  k->state = W_DONE;
+  if (!s->answered) {
+    s->answered = 1;
+    c->inflight--;
+  }
+  c->dirty = 1;
+}
+
+/* Move the frames built in ws.wbuf into the ring, if it has room. */
+static void ws_flush(slot *s) {
+  wsock *k = s->k;
+  size_t n = k->ws.wlen - k->ws.wpos, off, first;
+  if (n > 0) {
+    if (ring_room(k) < n)
+      return; /* after the next acknowledgements */
+    off = (size_t)(k->tail % g.ring_cap);
+    first = g.ring_cap - off < n ? g.ring_cap - off : n;
+    memcpy(k->ring + off, k->ws.wbuf + k->ws.wpos, first);
+    memcpy(k->ring, k->ws.wbuf + k->ws.wpos + first, n - first);
+    k->tail += n;
+    k->ws.wlen = k->ws.wpos = 0;
+  }
+  if (k->state == W_CLOSING)
+    k->eof = 1; /* the Close is queued: the FIN may follow it */
+  if (k->blocked && (k->tail > k->handed || k->eof)) {
+    k->blocked = 0;
+    if (nghttp3_conn_resume_stream(s->c->h3, s->id) != 0)
+      conn_fail(s->c, K_PROTOCOL, "nghttp3_conn_resume_stream");
+    s->c->dirty = 1;
+  }
+}
+
+/* Keep --depth messages in flight while the ring has room. */
+static void ws_fill(slot *s, uint64_t now) {
+  wsock *k = s->k;
+  uint64_t frame_max = g.w.limit + 14 + WS_SLACK;
+  while (g.ws_sending && k->state == W_OPEN && s->c->state == C_READY &&
+         k->ws.wlen == 0 &&
+         k->ws.next_seq - k->ws.next_echo < (uint64_t)g.depth &&
+         ring_room(k) >= frame_max) {
+    k->sent_ns[k->ws.next_seq % (uint64_t)g.depth] = now;
+    if (wsp_put_message(&g.w, &k->ws) != 0) {
+      ws_done(s, K_PROTOCOL, "could not compress or buffer a message");
+      return;
+    }
+    ws_flush(s);
+  }
+}
+
+/* Send the Close (1000); the FIN follows it. */
+static void ws_close(slot *s) {
+  wsock *k = s->k;
+  if (k->state != W_OPEN)
+    return;
+  k->state = W_CLOSING;
+  if (wsp_put_close(&g.w, &k->ws) != 0) {
+    ws_done(s, K_PROTOCOL, "out of memory");
+    return;
+  }
+  ws_flush(s);
+}
+
+static void ws_on_mismatch(void *u, wsp_sock *ws, const char *why,
+                           const unsigned char *p, size_t n) {
+  (void)u;
+  g.errors[K_BODY]++;
+  if (g.said[K_BODY])
+    return;
+  g.said[K_BODY] = 1;
+  fprintf(stderr,
+          PROG ": first body error: socket %u: message %llu: %s; got "
+               "%zu bytes: ",
+          (unsigned)ws->id, (unsigned long long)ws->next_echo, why, n);
+  wsp_put_escaped(stderr, p, n < 96 ? n : 96);
+  fprintf(stderr, "%s\n", n > 96 ? "..." : "");
+}
+
+static int ws_on_echo(void *u, wsp_sock *ws, uint64_t seq) {
+  slot *s = u;
+  uint64_t now = lg_now_ns(), sent = s->k->sent_ns[seq % (uint64_t)g.depth];
+  (void)ws;
+  if (in_window(now) && !g.drained) {
+    g.requests++;
+    lg_hist_record(&g.hist, now > sent ? (now - sent + 500) / 1000 : 0);
+  }
+  s->c->ws_dirty = 1;
+  return 0;
+}
+
+static const wsp_events ws_events = {ws_on_mismatch, ws_on_echo};
+
+/* DATA of a socket's stream: its frames. */
+static void ws_recv(slot *s, const uint8_t *data, size_t len) {
+  wsock *k = s->k;
+  size_t used;
+  unsigned code;
+  int rc;
+  if (k->state == W_DONE)
+    return;
+  if (k->state == W_UPGRADING) {
+    ws_done(s, K_HANDSHAKE, "DATA before the response head");
+    return;
+  }
+  if (wsp_reserve(&k->ws.rbuf, &k->ws.rcap, k->ws.rlen + len) != 0) {
+    ws_done(s, K_PROTOCOL, "out of memory");
+    return;
+  }
+  memcpy(k->ws.rbuf + k->ws.rlen, data, len);
+  k->ws.rlen += len;
+  rc = wsp_frames(&g.w, &k->ws, &ws_events, s, &used, &code);
+  if (rc == WSP_ERROR) {
+    ws_done(s, K_PROTOCOL, k->ws.why);
+    return;
+  }
+  wsp_consume(&k->ws, used);
+  if (rc == WSP_GOT_CLOSE) {
+    k->got_close = 1;
+    k->ws.rlen = 0; /* nothing may follow a Close */
+    if (k->state == W_OPEN) {
+      unsigned char echo[2];
+      char why[64];
+      snprintf(why, sizeof(why), "the server sent Close (code %u)", code);
+      error(K_CLOSED, 1, "socket %u: %s", (unsigned)k->ws.id, why);
+      echo[0] = (unsigned char)(code >> 8);
+      echo[1] = (unsigned char)code;
+      k->state = W_CLOSING;
+      (void)wsp_put_frame(&g.w, &k->ws, 0x80 | WSP_CLOSE, echo, code ? 2 : 0);
+    }
+  }
+  ws_flush(s); /* Pongs, the Close's answer */
+  s->c->ws_dirty = 1;
+}
+
+/* The head of the CONNECT's response is complete. */
+static void ws_head(slot *s) {
+  wsock *k = s->k;
+  const char *why;
+  char st[48];
+  if (k->state != W_UPGRADING || s->status < 200) {
+    s->status = 0; /* an interim response */
+    return;
+  }
+  if (s->status != 200) {
+    snprintf(st, sizeof(st), "the CONNECT got status %d", s->status);
+    ws_done(s, K_STATUS, st);
+    return;
+  }
+  why = k->hs_why != NULL ? k->hs_why : wsp_open(&g.w, &k->ws);
+  if (why != NULL) {
+    ws_done(s, K_HANDSHAKE, why);
+    return;
+  }
+  k->state = W_OPEN;
+  g.upgraded++;
+  if (k->ws.deflate)
+    g.deflate_negotiated++;
+  s->c->ws_dirty = 1;
+}
+
+/* The server ended its side of the stream. */
+static void ws_end(slot *s) {
+  wsock *k = s->k;
+  if (k->state == W_CLOSING) {
+    if (!k->got_close)
+      g.close_unanswered++;
+    ws_done(s, -1, NULL);
+  } else {
+    ws_done(s, K_CLOSED, "the server ended the stream without a Close");
+  }
+}
+
+/* The stream closed (both ways) or was reset. */
+static void ws_gone(slot *s, const char *why) {
+  ws_done(s, s->k->state == W_CLOSING ? -1 : K_RESET, why);
+}
+
+/* The data reader of a socket's stream: the ring, read in place. */
+static nghttp3_ssize ws_read(nghttp3_conn *h3, int64_t id, nghttp3_vec *vec,
+                             size_t veccnt, uint32_t *pflags, void *user,
+                             void *sdata) {
+  slot *s = sdata;
+  wsock *k = s->k;
+  nghttp3_ssize n = 0;
+  (void)h3;
+  (void)id;
+  (void)user;
+  while (k->handed < k->tail && (size_t)n < veccnt) {
+    size_t off = (size_t)(k->handed % g.ring_cap);
+    size_t len = g.ring_cap - off;
+    if (len > k->tail - k->handed)
+      len = (size_t)(k->tail - k->handed);
+    vec[n].base = k->ring + off;
+    vec[n].len = len;
+    k->handed += len;
+    n++;
+  }
+  if (k->eof && k->handed == k->tail)
+    *pflags |= NGHTTP3_DATA_FLAG_EOF;
+  else if (n == 0) {
+    k->blocked = 1;
+    return NGHTTP3_ERR_WOULDBLOCK;
+  }
+  return n;
+}
+
+/* A slot's WebSocket, made on its first use and reused after. */
+static wsock *ws_prepare(slot *s) {
+  wsock *k = s->k;
+  if (k == NULL) {
+    k = calloc(1, sizeof(*k));
+    if (k == NULL)
+      return NULL;
+    k->sent_ns = calloc((size_t)g.depth, sizeof(uint64_t));
+    k->ring = malloc(g.ring_cap);
+    if (k->sent_ns == NULL || k->ring == NULL) {
+      free(k->sent_ns);
+      free(k->ring);
+      free(k);
+      return NULL;
+    }
+    s->k = k;
+  }
+  wsp_sock_reset(&k->ws);
+  k->ws.id = (uint32_t)g.sockets++;
+  k->ws.next_seq = k->ws.next_echo = 0;
+  k->state = W_UPGRADING;
+  k->blocked = k->eof = k->got_close = 0;
+  k->hs_why = NULL;
+  k->head = k->handed = k->tail = 0;
+  return k;
+}
+
+static long ws_count(int state) {
+  long i, j, n = 0;
+  for (i = 0; i < g.nconns; i++)
+    for (j = 0; g.conns[i].slots != NULL && j < 2 * g.streams; j++) {
+      slot *s = &g.conns[i].slots[j];
+      if (s->k != NULL && s->used && s->k->state == state &&
+          g.conns[i].state != C_DEAD)
+        n++;
+    }
+  return n;
+}
+
+/* Messages in flight on the open sockets. */
+static uint64_t ws_inflight(void) {
+  long i, j;
+  uint64_t n = 0;
+  for (i = 0; i < g.nconns; i++)
+    for (j = 0; g.conns[i].slots != NULL && j < 2 * g.streams; j++) {
+      slot *s = &g.conns[i].slots[j];
+      if (s->k != NULL && s->used && s->k->state == W_OPEN &&
+          g.conns[i].state != C_DEAD)
+        n += s->k->ws.next_seq - s->k->ws.next_echo;
+    }
+  return n;
+}
+
+/* Every socket's pending frames and messages, on the connections where
+ * something changed. */
+static void ws_fill_all(uint64_t now) {
+  long i, j;
+  for (i = 0; i < g.nconns; i++) {
+    conn *c = &g.conns[i];
+    if (!c->ws_dirty || c->state != C_READY)
+      continue;
+    c->ws_dirty = 0;
+    for (j = 0; j < 2 * g.streams && c->state == C_READY; j++) {
+      slot *s = &c->slots[j];
+      if (s->k == NULL || !s->used || s->k->state == W_DONE)
+        continue;
+      ws_flush(s);
+      ws_fill(s, now);
+    }
+  }
+}
+
+/* The end: a Close on every open socket. */
+static void ws_close_all(void) {
+  long i, j;
+  for (i = 0; i < g.nconns; i++) {
+    conn *c = &g.conns[i];
+    for (j = 0; c->state == C_READY && j < 2 * g.streams; j++) {
+      slot *s = &c->slots[j];
+      if (s->k != NULL && s->used && s->k->state == W_OPEN)
+        ws_close(s);
+    }
+  }
 }
 
 /* ---- ngtcp2 callbacks ---------------------------------------------------
@@ -351,7 +727,13 @@ static int stream_close_cb(ngtcp2_conn *q, uint32_t flags, int64_t id,
   }
   if (s != NULL && s->used) {
     /* Closed without an end of stream: the server reset it. */
-    answered(s, K_RESET, lg_now_ns());
+    if (s->k != NULL) {
+      s->closing = 1;
+      ws_gone(s, "the stream closed without an end");
+      s->closing = 0;
+    } else {
+      answered(s, K_RESET, lg_now_ns());
+    }
     s->used = 0;
     c->open--;
     c->want_open = 1;
@@ -368,7 +750,9 @@ static int stream_reset_cb(ngtcp2_conn *q, int64_t id, uint64_t final_size,
   if (s != NULL && !s->answered)
     error(K_RESET, 0, "stream %lld reset by the server, code 0x%llx",
           (long long)id, (unsigned long long)code);
-  if (s != NULL)
+  if (s != NULL && s->k != NULL)
+    ws_gone(s, "reset by the server");
+  else if (s != NULL)
     answered(s, K_RESET, lg_now_ns());
   if (c->h3 != NULL && nghttp3_conn_shutdown_stream_read(c->h3, id) != 0)
     return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -413,10 +797,13 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref) {
 
 static int h3_acked(nghttp3_conn *h3, int64_t id, uint64_t len, void *user,
                     void *sdata) {
+  slot *s = sdata;
   (void)h3;
   (void)id;
-  (void)user;
-  (void)sdata;
+  if (s != NULL && s->k != NULL) {
+    s->k->head += len; /* ring room again */
+    ((conn *)user)->ws_dirty = 1;
+  }
   if (in_window(lg_now_ns()))
     g.bytes_up += len;
   return 0;
@@ -427,7 +814,9 @@ static int h3_recv_data(nghttp3_conn *h3, int64_t id, const uint8_t *data,
   conn *c = user;
   slot *s = sdata;
   (void)h3;
-  if (s != NULL) {
+  if (s != NULL && s->k != NULL) {
+    ws_recv(s, data, len);
+  } else if (s != NULL) {
     if (g.expect_body != NULL && !s->bad_body) {
       if (s->got + len > g.expect_body_len ||
           memcmp(data, g.expect_body + s->got, len) != 0)
@@ -459,12 +848,35 @@ static int h3_header(nghttp3_conn *h3, int64_t id, int32_t token,
   nghttp3_vec v = nghttp3_rcbuf_get_buf(value);
   (void)h3;
   (void)id;
-  (void)name;
   (void)flags;
   (void)user;
   if (s != NULL && token == NGHTTP3_QPACK_TOKEN__STATUS && v.len == 3)
     s->status =
         (v.base[0] - '0') * 100 + (v.base[1] - '0') * 10 + (v.base[2] - '0');
+  else if (s != NULL && s->k != NULL && s->k->state == W_UPGRADING &&
+           s->k->hs_why == NULL) {
+    nghttp3_vec nm = nghttp3_rcbuf_get_buf(name);
+    if (lg_name_is((const char *)nm.base, nm.len, "sec-websocket-extensions"))
+      s->k->hs_why = s->k->ws.deflate
+                         ? "two Sec-WebSocket-Extensions"
+                         : wsp_parse_extension(&g.w, &s->k->ws,
+                                               (const char *)v.base, v.len);
+    else if (lg_name_is((const char *)nm.base, nm.len,
+                        "sec-websocket-protocol"))
+      s->k->hs_why = "a subprotocol the client did not offer";
+  }
+  return 0;
+}
+
+static int h3_end_headers(nghttp3_conn *h3, int64_t id, int fin, void *user,
+                          void *sdata) {
+  slot *s = sdata;
+  (void)h3;
+  (void)id;
+  (void)fin;
+  (void)user;
+  if (s != NULL && s->k != NULL)
+    ws_head(s);
   return 0;
 }
 
@@ -473,8 +885,22 @@ static int h3_end_stream(nghttp3_conn *h3, int64_t id, void *user,
   (void)h3;
   (void)id;
   (void)user;
-  if (sdata != NULL)
+  if (sdata != NULL && ((slot *)sdata)->k != NULL)
+    ws_end(sdata);
+  else if (sdata != NULL)
     answered(sdata, -1, lg_now_ns());
+  return 0;
+}
+
+/* GOAWAY: the server takes no new streams on this connection (those in
+ * flight may still finish; then it closes, counted once as closed). */
+static int h3_shutdown(nghttp3_conn *h3, int64_t id, void *user) {
+  conn *c = user;
+  (void)h3;
+  (void)id;
+  if (!c->goaway)
+    fprintf(stderr, PROG ": the server sent GOAWAY\n");
+  c->goaway = 1;
   return 0;
 }
 
@@ -535,9 +961,11 @@ static int setup_h3(conn *c) {
   cb.recv_data = h3_recv_data;
   cb.deferred_consume = h3_deferred;
   cb.recv_header = h3_header;
+  cb.end_headers = h3_end_headers;
   cb.end_stream = h3_end_stream;
   cb.stop_sending = h3_stop_sending;
   cb.reset_stream = h3_reset_stream;
+  cb.shutdown = h3_shutdown;
   nghttp3_settings_default(&st);
   st.qpack_max_dtable_capacity = 4096;
   st.qpack_blocked_streams = 100;
@@ -566,8 +994,8 @@ static nghttp3_nv nv(const char *n, size_t nlen, const char *v, size_t vlen) {
 
 /* Whether `c` can take one more request now. */
 static int has_room(const conn *c) {
-  return c->state == C_READY && c->want_open && c->inflight < g.streams &&
-         c->open < 2 * g.streams;
+  return c->state == C_READY && c->want_open && !c->goaway &&
+         c->inflight < g.streams && c->open < 2 * g.streams;
 }
 
 /* Open one request on `c`; 1 if opened, 0 if the server's MAX_STREAMS or
@@ -575,6 +1003,7 @@ static int has_room(const conn *c) {
  * the connection failed. */
 static int submit(conn *c, uint64_t index, uint64_t t0) {
   static const nghttp3_data_reader body = {h3_read_body};
+  static const nghttp3_data_reader ws_body = {ws_read};
   slot *s = NULL;
   long i;
   int rv;
@@ -587,6 +1016,10 @@ static int submit(conn *c, uint64_t index, uint64_t t0) {
   if (s == NULL) {
     c->want_open = 0;
     return 0;
+  }
+  if (g.ws && ws_prepare(s) == NULL) {
+    conn_fail(c, K_PROTOCOL, "out of memory");
+    return -1;
   }
   rv = ngtcp2_conn_open_bidi_stream(c->q, &s->id, s);
   if (rv == NGTCP2_ERR_STREAM_ID_BLOCKED) {
@@ -607,16 +1040,31 @@ static int submit(conn *c, uint64_t index, uint64_t t0) {
   s->got = 0;
   s->sent = 0;
   rv = nghttp3_conn_submit_request(c->h3, s->id, g.nva, g.nnv,
-                                   g.upload > 0 ? &body : NULL, s);
+                                   g.ws           ? &ws_body
+                                   : g.upload > 0 ? &body
+                                                  : NULL,
+                                   s);
   if (rv != 0) {
     conn_fail(c, K_PROTOCOL, nghttp3_strerror(rv));
     return -1;
   }
+  c->ws_opened++;
   c->inflight++;
   c->open++;
   c->dirty = 1;
   g.issued++;
   return 1;
+}
+
+/* --ws: open each connection's --streams sockets, as MAX_STREAMS allows. */
+static void ws_open_more(uint64_t now) {
+  long i;
+  for (i = 0; i < g.nconns; i++) {
+    conn *c = &g.conns[i];
+    while (c->ws_opened < g.streams && has_room(c))
+      if (submit(c, 0, now) <= 0)
+        break;
+  }
 }
 
 /* Closed loop: fill every connection up to --streams in flight. */
@@ -855,7 +1303,11 @@ static void step(void) {
     fprintf(stderr, PROG ": measuring\n");
     fflush(stderr);
   }
-  if (g.issuing) {
+  if (g.ws) {
+    if (g.issuing)
+      ws_open_more(now);
+    ws_fill_all(now);
+  } else if (g.issuing) {
     if (g.rate > 0)
       fill_rate(now);
     else
@@ -1022,8 +1474,11 @@ static void conn_close_all(void) {
   }
 }
 
+/* Requests (--ws: messages) in flight. */
 static long inflight_total(void) {
   long i, n = 0;
+  if (g.ws)
+    return (long)ws_inflight();
   for (i = 0; i < g.nconns; i++)
     if (g.conns[i].state != C_DEAD)
       n += g.conns[i].inflight;
@@ -1036,6 +1491,13 @@ static long inflight_total(void) {
  * value without the spaces around it. */
 static void add_header(char *h) {
   char *colon = strchr(h, ':'), *v, *e, *p;
+  if (h[0] == ':') {
+    fprintf(stderr,
+            PROG ": --header cannot set a pseudo-field ('%s'): "
+                 "see --method, --path, --authority\n",
+            h);
+    exit(2);
+  }
   if (colon == NULL || colon == h || strpbrk(h, "\r\n") != NULL) {
     fprintf(stderr, PROG ": --header needs 'name: value', not '%s'\n", h);
     exit(2);
@@ -1054,7 +1516,45 @@ static void add_header(char *h) {
   e = v + strlen(v);
   while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
     e--;
-  g.nva[g.nnv++] = nv(h, (size_t)(colon - h), v, (size_t)(e - v));
+  g.extra[g.nextra++] = nv(h, (size_t)(colon - h), v, (size_t)(e - v));
+}
+
+/* The request's fields: the pseudo-fields, then a request body's length
+ * or the WebSocket fields, then --header's. */
+static void build_fields(void) {
+  size_t i;
+  if (g.ws) {
+    const char *ext = wsp_offer(&g.w);
+    g.nva[g.nnv++] = nv(":method", 7, "CONNECT", 7);
+    g.nva[g.nnv++] = nv(":protocol", 9, "websocket", 9);
+    g.nva[g.nnv++] = nv(":scheme", 7, "https", 5);
+    g.nva[g.nnv++] = nv(":authority", 10, g.authority, strlen(g.authority));
+    g.nva[g.nnv++] = nv(":path", 5, g.ws_path, strlen(g.ws_path));
+    g.nva[g.nnv++] = nv("sec-websocket-version", 21, "13", 2);
+    if (ext != NULL)
+      g.nva[g.nnv++] = nv("sec-websocket-extensions", 24, ext, strlen(ext));
+  } else {
+    g.nva[g.nnv++] = nv(":method", 7, g.method, strlen(g.method));
+    g.nva[g.nnv++] = nv(":scheme", 7, "https", 5);
+    g.nva[g.nnv++] = nv(":authority", 10, g.authority, strlen(g.authority));
+    g.nva[g.nnv++] = nv(":path", 5, g.path, strlen(g.path));
+    if (g.upload > 0) {
+      snprintf(g.clen, sizeof(g.clen), "%llu", (unsigned long long)g.upload);
+      g.nva[g.nnv++] = nv("content-length", 14, g.clen, strlen(g.clen));
+    }
+  }
+  for (i = 0; i < g.nextra; i++)
+    g.nva[g.nnv++] = g.extra[i];
+}
+
+/* A JSON string's contents (the extension the server answered). */
+static void json_str(FILE *f, const char *p) {
+  for (; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fputc('\\', f);
+    if ((unsigned char)*p >= 32)
+      fputc(*p, f);
+  }
 }
 
 static void report_json(FILE *f, double secs, double rate_achieved,
@@ -1079,15 +1579,28 @@ static void report_json(FILE *f, double secs, double rate_achieved,
   if (g.rate > 0)
     fprintf(f, ",\"rate_offered\":%.3f,\"unfinished\":%llu", g.rate,
             (unsigned long long)g.unfinished);
+  if (g.ws) {
+    fprintf(f,
+            ",\"messages\":%llu,\"sockets\":%ld,\"upgraded\":%ld,"
+            "\"depth\":%ld,\"size\":%zu,\"mode\":\"%s\","
+            "\"deflate_offered\":%s,\"deflate_negotiated\":%ld,"
+            "\"close_unanswered\":%ld,\"pings\":%llu,\"extension\":\"",
+            (unsigned long long)g.requests, g.sockets, g.upgraded, g.depth,
+            g.w.size, g.w.binary ? "binary" : "text",
+            g.w.offer ? "true" : "false", g.deflate_negotiated,
+            g.close_unanswered, (unsigned long long)g.w.pings);
+    json_str(f, g.w.extension);
+    fprintf(f, "\"");
+  }
   fprintf(f, "}\n");
 }
 
 int main(int argc, char **argv) {
   const char *json = NULL;
-  uint64_t now, setup_end, end_by, drain_end, linger_end, k, nerr = 0;
+  uint64_t now, setup_end, end_by, drain_end, linger_end, wake, k, nerr = 0;
   double secs, rate_achieved;
-  long i;
-  int a, ready_ever;
+  long i, size = 128;
+  int a, ready_ever, binary = 0, deflate = 0;
 
   g.host = "127.0.0.1";
   g.authority = "localhost";
@@ -1100,10 +1613,12 @@ int main(int argc, char **argv) {
   g.drain = 2;
   g.expect_status = 200;
   g.expect_length = -1;
+  g.ws_path = "/ws";
+  g.depth = 8;
   g.nva = calloc(MAX_HEADERS + 8, sizeof(nghttp3_nv));
-  if (g.nva == NULL)
+  g.extra = calloc(MAX_HEADERS, sizeof(nghttp3_nv));
+  if (g.nva == NULL || g.extra == NULL)
     return 1;
-  g.nnv = 5; /* the pseudo-fields and content-length, filled below */
   for (a = 1; a < argc; a++) {
     const char *o = argv[a];
     if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0)
@@ -1145,7 +1660,7 @@ int main(int argc, char **argv) {
       g.upload = (uint64_t)lg_arg_long(
           PROG, o, lg_arg_value(PROG, argc, argv, &a), 0, LONG_MAX);
     else if (strcmp(o, "--header") == 0) {
-      if (g.nnv == MAX_HEADERS + 5) {
+      if (g.nextra == MAX_HEADERS) {
         fprintf(stderr, PROG ": at most %d --header options\n", MAX_HEADERS);
         return 2;
       }
@@ -1163,6 +1678,22 @@ int main(int argc, char **argv) {
       json = lg_arg_value(PROG, argc, argv, &a);
     else if (strcmp(o, "-v") == 0)
       g.verbose = 1;
+    else if (strcmp(o, "--ws") == 0)
+      g.ws = 1;
+    else if (strcmp(o, "--depth") == 0)
+      g.depth =
+          lg_arg_long(PROG, o, lg_arg_value(PROG, argc, argv, &a), 1, 4096);
+    else if (strcmp(o, "--size") == 0)
+      size = lg_arg_long(PROG, o, lg_arg_value(PROG, argc, argv, &a), 0,
+                         16L << 20);
+    else if (strcmp(o, "--text") == 0)
+      binary = 0;
+    else if (strcmp(o, "--binary") == 0)
+      binary = 1;
+    else if (strcmp(o, "--deflate") == 0)
+      deflate = 1;
+    else if (strcmp(o, "--ws-path") == 0)
+      g.ws_path = lg_arg_value(PROG, argc, argv, &a);
     else {
       fprintf(stderr, PROG ": unknown argument '%s'\n", o);
       usage();
@@ -1179,7 +1710,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": --rate runs by the clock, not --requests\n");
     return 2;
   }
-  if (lg_check_path(PROG, g.path) != 0)
+  if (g.ws && (g.rate > 0 || g.requests_limit > 0 || g.upload > 0 ||
+               g.method != NULL)) {
+    fprintf(stderr, PROG ": --ws runs by the clock, without --rate, "
+                         "--requests, --upload-size or --method\n");
+    return 2;
+  }
+  if (lg_check_path(PROG, g.path) != 0 || lg_check_path(PROG, g.ws_path) != 0)
     return 2;
   if (g.authority[0] == '\0' || strpbrk(g.authority, " \r\n/") != NULL) {
     fprintf(stderr, PROG ": bad --authority\n");
@@ -1198,17 +1735,25 @@ int main(int argc, char **argv) {
             g.nconns);
     return 1;
   }
-  g.nva[0] = nv(":method", 7, g.method, strlen(g.method));
-  g.nva[1] = nv(":scheme", 7, "https", 5);
-  g.nva[2] = nv(":authority", 10, g.authority, strlen(g.authority));
-  g.nva[3] = nv(":path", 5, g.path, strlen(g.path));
-  snprintf(g.clen, sizeof(g.clen), "%llu", (unsigned long long)g.upload);
-  g.nva[4] = nv("content-length", 14, g.clen, strlen(g.clen));
-  if (g.upload == 0) {
-    /* No content-length on a bodiless request: the slot goes to the last
-     * extra field, if any. */
-    g.nva[4] = g.nva[--g.nnv];
+  if (g.ws) {
+    /* A ring holds depth messages unacknowledged, one more, and room for
+     * control frames: it never limits the depth asked for. */
+    if (wsp_init(&g.w, (size_t)size, binary, deflate, Z_DEFAULT_COMPRESSION) !=
+        0) {
+      perror(PROG);
+      return 1;
+    }
+    g.ring_cap = (size_t)(g.depth + 1) * (g.w.limit + 14 + WS_SLACK);
+    if ((double)g.ring_cap * (double)g.nconns * (double)g.streams >
+        (double)WS_MEMORY) {
+      fprintf(stderr,
+              PROG ": --conns x --streams x --depth x --size needs over "
+                   "%llu MiB of send rings\n",
+              (unsigned long long)(WS_MEMORY >> 20));
+      return 2;
+    }
   }
+  build_fields();
   for (k = 0; k < PATTERN_LEN; k++)
     pattern[k] = (uint8_t)(k % 251);
 
@@ -1239,6 +1784,42 @@ int main(int argc, char **argv) {
       conn_fail(&g.conns[i], K_HANDSHAKE, "no handshake within 5 s");
   ready_ever = g.ready > 0;
 
+  /* --ws: every socket's CONNECT answered before the clock starts. */
+  if (g.ws && ready_ever) {
+    g.issuing = 1;
+    g.win_start = UINT64_MAX;
+    setup_end = lg_now_ns() + SETUP_NS;
+    for (;;) {
+      long want = 0, opened = 0;
+      for (i = 0; i < g.nconns; i++)
+        if (g.conns[i].state == C_READY) {
+          want += g.streams;
+          opened += g.conns[i].ws_opened;
+        }
+      if ((opened == want && ws_count(W_UPGRADING) == 0) ||
+          lg_now_ns() >= setup_end)
+        break;
+      step();
+      poll_once(setup_end);
+    }
+    for (i = 0; i < g.nconns; i++) {
+      conn *c = &g.conns[i];
+      long j;
+      for (j = 0; c->state == C_READY && j < 2 * g.streams; j++) {
+        slot *s = &c->slots[j];
+        if (s->k != NULL && s->used && s->k->state == W_UPGRADING)
+          ws_done(s, K_HANDSHAKE, "no response to the CONNECT within 5 s");
+      }
+      if (c->state == C_READY && c->ws_opened < g.streams)
+        error(K_HANDSHAKE, (uint64_t)(g.streams - c->ws_opened),
+              "the server's MAX_STREAMS let only %ld sockets open on a "
+              "connection",
+              c->ws_opened);
+      c->ws_dirty = 1; /* every socket starts sending */
+    }
+    g.ws_sending = 1;
+  }
+
   /* The run. */
   now = lg_now_ns();
   g.issuing = ready_ever;
@@ -1263,6 +1844,8 @@ int main(int argc, char **argv) {
     now = lg_now_ns();
     if (now >= end_by)
       break;
+    if (g.ws && ws_count(W_OPEN) == 0)
+      break; /* every socket is gone */
     if (g.requests_limit > 0 && g.answered_total >= g.requests_limit)
       break;
     step();
@@ -1270,12 +1853,16 @@ int main(int argc, char **argv) {
       break;
     /* The next due time, unless it has passed (then the request waits
      * for room, which only a packet or a timer can make). */
-    poll_once(g.rate > 0 && g.sched_next < g.sched_total &&
-                      due(g.sched_next) > now && due(g.sched_next) < end_by
-                  ? due(g.sched_next)
-                  : end_by);
+    wake = end_by;
+    if (g.rate > 0 && g.sched_next < g.sched_total && due(g.sched_next) > now &&
+        due(g.sched_next) < wake)
+      wake = due(g.sched_next);
+    if (!g.measuring && g.win_start > now && g.win_start < wake)
+      wake = g.win_start; /* to say "measuring" on time */
+    poll_once(wake);
   }
   g.issuing = 0;
+  g.ws_sending = 0;
   now = lg_now_ns();
   if (g.requests_limit == 0 && now < g.win_end)
     g.win_end = now; /* every connection was lost: the window ends here */
@@ -1287,12 +1874,26 @@ int main(int argc, char **argv) {
     poll_once(drain_end);
   }
   now = lg_now_ns();
+  /* --requests: the window (for duration_s) ends here, but body bytes
+   * acknowledged during the linger still count in bytes_up. */
   if (g.requests_limit > 0)
-    g.win_end = now;
+    g.win_last = now;
+  g.drained = 1;
   k = (uint64_t)inflight_total();
   if (k > 0)
-    error(K_UNANSWERED, k, "%llu requests in flight after the %.1f s drain",
-          (unsigned long long)k, g.drain);
+    error(K_UNANSWERED, k, "%llu %s in flight after the %.1f s drain",
+          (unsigned long long)k, g.ws ? "messages" : "requests", g.drain);
+  if (g.ws) {
+    /* Close every socket, and wait (up to 1 s) for the server's Close and
+     * the end of its side of each stream. */
+    uint64_t close_end = lg_now_ns() + WS_CLOSE_NS;
+    ws_close_all();
+    while (ws_count(W_CLOSING) > 0 && lg_now_ns() < close_end) {
+      step();
+      poll_once(close_end);
+    }
+    g.close_unanswered += ws_count(W_CLOSING);
+  }
   if (g.rate > 0) {
     /* Due in the window, not answered: in flight, or never sent. */
     for (i = 0; i < g.nconns; i++) {
@@ -1321,6 +1922,12 @@ int main(int argc, char **argv) {
     step();
     poll_once(linger_end);
   }
+  /* Whatever the last poll made due (the ACK timer, if this process was
+   * descheduled past the linger) goes out before the close. */
+  now = lg_now_ns();
+  for (i = 0; i < g.nconns; i++)
+    expire_conn(&g.conns[i], now);
+  step();
   conn_close_all();
   for (i = 0; i < g.nconns; i++) {
     conn *c = &g.conns[i];
@@ -1330,6 +1937,15 @@ int main(int argc, char **argv) {
       ngtcp2_conn_del(c->q);
     if (c->tls != NULL)
       gnutls_deinit(c->tls);
+    for (k = 0; c->slots != NULL && k < (uint64_t)(2 * g.streams); k++) {
+      wsock *w = c->slots[k].k;
+      if (w != NULL) {
+        wsp_sock_free(&w->ws);
+        free(w->sent_ns);
+        free(w->ring);
+        free(w);
+      }
+    }
     free(c->slots);
   }
   if (!g.measuring) {
@@ -1337,18 +1953,32 @@ int main(int argc, char **argv) {
     fflush(stderr);
   }
 
+  if (g.requests_limit > 0)
+    g.win_end = g.win_last;
   secs =
       g.win_end > g.win_start ? (double)(g.win_end - g.win_start) / 1e9 : 0.0;
   for (a = 0; a < K_COUNT; a++)
     nerr += g.errors[a];
   rate_achieved =
       secs > 0 ? (double)(g.rate > 0 ? g.in_window : g.requests) / secs : 0.0;
-  printf(PROG ": %s:%ld%s %s, %ld conns (%ld ready) x %ld streams, %.3f s%s\n",
-         g.host, g.port, g.path, g.method, g.nconns, g.ready, g.streams, secs,
-         g.rate > 0 ? " (open model)" : "");
-  printf(PROG ": requests %llu (%.1f req/s), errors %llu (",
-         (unsigned long long)g.requests, rate_achieved,
-         (unsigned long long)nerr);
+  if (g.ws)
+    printf(PROG ": %s:%ld%s WebSocket, %ld conns (%ld ready) x %ld sockets x "
+                "%ld in flight x %zu B %s, %.3f s; %ld upgraded%s%s\n",
+           g.host, g.port, g.ws_path, g.nconns, g.ready, g.streams, g.depth,
+           g.w.size, g.w.binary ? "binary" : "text", secs, g.upgraded,
+           g.w.offer ? ", deflate on " : "",
+           g.w.offer ? (g.deflate_negotiated == g.upgraded ? "all"
+                        : g.deflate_negotiated == 0        ? "none (DECLINED)"
+                                                           : "some")
+                     : "");
+  else
+    printf(PROG
+           ": %s:%ld%s %s, %ld conns (%ld ready) x %ld streams, %.3f s%s\n",
+           g.host, g.port, g.path, g.method, g.nconns, g.ready, g.streams, secs,
+           g.rate > 0 ? " (open model)" : "");
+  printf(PROG ": %s %llu (%.1f %s/s), errors %llu (",
+         g.ws ? "messages" : "requests", (unsigned long long)g.requests,
+         rate_achieved, g.ws ? "msg" : "req", (unsigned long long)nerr);
   for (a = 0; a < K_COUNT; a++)
     printf("%s%s %llu", a ? ", " : "", kind_name[a],
            (unsigned long long)g.errors[a]);

@@ -4,10 +4,13 @@ coordinated omission and keeps its schedule, that churn and idle work, and
 that the allocation-counting shim agrees with tern's own counters. These
 are tests of the tools, not benchmarks: the loads are small."""
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,8 +18,9 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (BUILD, Conn, Server, Skip, Suite, build_request, check,
-                     chunked, eq, sanitized, stats_from)
+from harness import (BUILD, HELLO_BODY, Conn, Server, ServerError, Skip,
+                     Suite, build_request, check, chunked, eq, sanitized,
+                     stats_from)
 
 suite = Suite()
 case = suite.case
@@ -356,6 +360,303 @@ def allocshim_agrees_with_tern():
           "(%d for 1000 echoes)" % echo_shim)
     check(echo_tern <= 2 + 0.01 * 1000,
           "tern counted %d allocations for 1000 echoes" % echo_tern)
+
+# ---- h3load -----------------------------------------------------------------
+# h3load against hello's HTTP/3 (and gtlsserver's, where installed): its
+# counts agree with the server's, its checks catch what they should, and
+# its exit status follows its contract. Skipped where tern has no HTTP/3.
+
+GTLSCLIENT = shutil.which("gtlsclient")
+GTLSSERVER = shutil.which("gtlsserver")
+
+
+def h3load_tool():
+    try:
+        return tool("load", "h3load")
+    except FileNotFoundError:
+        raise Skip("h3load not built (no ngtcp2/nghttp3: -Dhttp3)")
+
+
+def make_cert(d):
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+@contextlib.contextmanager
+def quic_hello():
+    """with quic_hello() as (s, quic): hello --workers 1 with a QUIC port
+    (Skip where tern was built without HTTP/3); like Server, it must
+    still serve and stop cleanly at the end."""
+    h3load_tool()
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = make_cert(d)
+        quic = None
+        try:
+            s = Server("hello", ["--workers", "1", "--tls-port", "0",
+                                 "--quic-port", "0", "--cert", cert,
+                                 "--key", key])
+            for _ in range(3):
+                m = re.match(r"quic listening on (\d+)$", s.next_line())
+                if m:
+                    quic = int(m.group(1))
+                    break
+        except ServerError as e:
+            if re.search(r"unknown option --quic-port|quic: not built",
+                         str(e)):
+                raise Skip("hello has no HTTP/3 here")
+            raise
+        with s:
+            check(quic is not None, "hello printed no quic port line")
+            yield s, quic
+
+
+def h3load(port, *args, timeout=60):
+    """One h3load run; returns (exit status, its output, its report)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        p = subprocess.run([h3load_tool(), "--port", str(port)] +
+                           list(args) + ["--json", out],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout)
+        text = p.stdout.decode("utf-8", "replace")
+        report = None
+        if os.path.exists(out):
+            with open(out) as f:
+                report = json.load(f)
+        return p.returncode, text, report
+
+
+def summary(text):
+    """h3load's line of counts, for the TAP notes."""
+    lines = [l for l in text.splitlines()
+             if l.startswith(("h3load: requests", "h3load: messages"))]
+    return lines[-1] if lines else text.strip()[-200:]
+
+
+def h3_ok(rc, text, r):
+    """A run that must have gone cleanly."""
+    eq(rc, 0, "h3load exit status (%s)" % text.strip())
+    eq(r["errors"], 0, "errors %r (%s)" % (r["error_kinds"], text.strip()))
+    check("h3load: measuring" in text, "no measuring line: %s" % text)
+
+
+@case(timeout=90)
+def h3load_counts_agree_with_hello_and_gtlsclient():
+    # 3000 GET / on 4 connections x 32 streams: every response correct,
+    # and hello, which counts an HTTP/3 response when the client has
+    # acknowledged all of it, counted exactly as many: h3load's graceful
+    # close (after its last ACKs) loses none.
+    n = 3000
+    with quic_hello() as (s, quic):
+        with Conn(s.port) as st:
+            before = stats_from(st)
+            rc, text, r = h3load(quic, "--requests", str(n),
+                                 "--expect-body", HELLO_BODY.decode())
+            after = stats_from(st)
+        h3_ok(rc, text, r)
+        eq(r["requests"], n, "h3load's requests")
+        eq(after["requests"] - before["requests"] - 1, n,
+           "hello's request count (less the first /stats)")
+        eq(r["bytes_down"], n * len(HELLO_BODY), "bytes_down")
+        eq(r["conns"], 4, "conns")
+        eq(r["streams"], 32, "streams")
+        eq(r["latency_us"]["count"], n, "latencies recorded")
+        check(r["rate_achieved"] > 0, "rate_achieved")
+        # The same body for gtlsclient, the reference client.
+        if GTLSCLIENT is not None:
+            with tempfile.TemporaryDirectory() as dl:
+                g = subprocess.run(
+                    [GTLSCLIENT, "--exit-on-all-streams-close",
+                     "--timeout=5s", "--handshake-timeout=5s", "-q",
+                     "--download=" + dl, "-n", "300", "127.0.0.1",
+                     str(quic), "https://localhost:%d/" % quic],
+                    stdin=subprocess.DEVNULL, capture_output=True,
+                    timeout=30)
+                eq(g.returncode, 0, "gtlsclient exit status")
+                with open(os.path.join(dl, "index.html"), "rb") as f:
+                    eq(f.read(), HELLO_BODY, "gtlsclient's body")
+    suite.note(summary(text))
+
+
+@case(timeout=60)
+def h3load_counts_errors():
+    # A body other than the expected one is a body error on every
+    # response; a status other than the expected one a status error; a
+    # port nobody listens on gives connect errors and exit status 1 (it
+    # could not start), still with a report.
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--requests", "200",
+                             "--expect-body", "Hello, World?")
+        eq(rc, 0, "exit status (%s)" % text.strip())
+        eq(r["requests"], 0, "correct responses")
+        eq(r["error_kinds"]["body"], 200, "body errors")
+        eq(r["errors"], 200, "errors")
+        check("first body error" in text, "no body error described")
+        rc, text, r = h3load(quic, "--requests", "50",
+                             "--expect-length", "13",
+                             "--expect-status", "404")
+        eq(r["error_kinds"]["status"], 50, "status errors")
+        rc, text, r = h3load(quic, "--requests", "50", "--path",
+                             "/nothing-here", "--expect-status", "404")
+        eq(r["errors"], 0, "errors for an expected 404")
+        eq(r["requests"], 50, "expected 404s")
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    dead = u.getsockname()[1]
+    u.close()
+    rc, text, r = h3load(dead, "--requests", "10", "--conns", "2")
+    eq(rc, 1, "exit status against a dead port (%s)" % text.strip())
+    eq(r["error_kinds"]["connect"], 2, "connect errors")
+    eq(r["requests"], 0, "requests")
+
+
+@case(timeout=60)
+def h3load_rate_is_kept():
+    # --rate: the open model; the rate achieved follows the rate offered
+    # (loosely: a busy machine may lag, never by half).
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--rate", "400", "--duration", "2",
+                             "--expect-body", HELLO_BODY.decode())
+    h3_ok(rc, text, r)
+    eq(r["rate_offered"], 400, "rate_offered")
+    check(r["rate_achieved"] > 200, "rate_achieved %s for 400 offered"
+          % r["rate_achieved"])
+    check(r["requests"] + r["unfinished"] >= 700,
+          "requests %d + unfinished %d for 800 due"
+          % (r["requests"], r["unfinished"]))
+    suite.note(summary(text))
+
+
+@case(timeout=90)
+def h3load_uploads():
+    # 16 MiB POST bodies: each is read to its end by hello's /upload,
+    # which answers the byte count; bytes_up counts them all.
+    n, size = 4, 16 << 20
+    with quic_hello() as (s, quic):
+        rc, text, r = h3load(quic, "--requests", str(n), "--path",
+                             "/upload", "--upload-size", str(size),
+                             "--expect-body", str(size))
+    h3_ok(rc, text, r)
+    eq(r["requests"], n, "uploads answered")
+    eq(r["bytes_up"], n * size, "bytes_up")
+    check(r["mib_per_s_up"] > 0, "mib_per_s_up")
+    suite.note(summary(text))
+
+
+@case(timeout=60)
+def h3load_websocket_over_h3():
+    # --ws: extended CONNECT (RFC 9220) to hello's /ws echo, every echo
+    # checked; with --deflate, permessage-deflate on every socket.
+    with quic_hello() as (s, quic):
+        for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
+            rc, text, r = h3load(quic, "--ws", "--conns", "2",
+                                 "--streams", "8", "--duration", "1",
+                                 *extra)
+            h3_ok(rc, text, r)
+            eq(r["sockets"], 16, "sockets")
+            eq(r["upgraded"], 16, "sockets upgraded")
+            check(r["messages"] > 0, "no echo")
+            eq(r["messages"], r["requests"], "messages = requests")
+            eq(r["close_unanswered"], 0, "Closes unanswered")
+            if extra:
+                eq(r["deflate_negotiated"], 16, "deflate sockets")
+                check(r["extension"].startswith("permessage-deflate"),
+                      "extension %r" % r["extension"])
+            suite.note(summary(text))
+
+
+@case(timeout=60)
+def h3load_against_gtlsserver():
+    # ngtcp2's own server, as perf/README.md runs it: a 13-byte file from
+    # its htdocs for GET and for POST (it reads the body and serves the
+    # file).
+    if GTLSSERVER is None:
+        raise Skip("gtlsserver (Debian package ngtcp2-server) not installed")
+    h3load_tool()
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = make_cert(d)
+        docs = os.path.join(d, "htdocs")
+        os.mkdir(docs)
+        with open(os.path.join(docs, "index.html"), "wb") as f:
+            f.write(HELLO_BODY)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        port = u.getsockname()[1]
+        u.close()
+        srv = subprocess.Popen([GTLSSERVER, "-q", "--no-quic-dump",
+                                "--no-http-dump", "-d", docs, "127.0.0.1",
+                                str(port), key, cert],
+                               stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        try:
+            # It prints nothing when it listens: try until it answers.
+            deadline = time.monotonic() + 10
+            while True:
+                rc, text, r = h3load(port, "--requests", "1", "--conns", "1")
+                if rc == 0 and r["requests"] == 1:
+                    break
+                check(time.monotonic() < deadline and srv.poll() is None,
+                      "gtlsserver does not answer: %s" % text.strip())
+                time.sleep(0.1)
+            rc, text, r = h3load(port, "--requests", "1000",
+                                 "--expect-body", HELLO_BODY.decode())
+            h3_ok(rc, text, r)
+            eq(r["requests"], 1000, "GET responses")
+            rc, text2, r = h3load(port, "--requests", "20", "--upload-size",
+                                  "100000", "--expect-body",
+                                  HELLO_BODY.decode())
+            h3_ok(rc, text2, r)
+            eq(r["bytes_up"], 20 * 100000, "bytes_up")
+        finally:
+            srv.kill()
+            srv.wait()
+    suite.note(summary(text))
+
+
+@case(timeout=20)
+def h3load_rejects_bad_arguments():
+    bad = [
+        [],
+        ["--port", "9", "--conns", "0"],
+        ["--port", "9", "--header", "bad"],
+        ["--port", "9", "--header", ":path: /x"],
+        ["--port", "9", "--expect-body", "x", "--expect-length", "1"],
+        ["--port", "9", "--rate", "10", "--requests", "5"],
+        ["--port", "9", "--ws", "--requests", "5"],
+        ["--port", "9", "--path", "no-slash"],
+        ["--port", "9", "--bogus"],
+    ]
+    for args in bad:
+        p = subprocess.run([h3load_tool()] + args, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=10)
+        eq(p.returncode, 2, "exit status of h3load %s" % " ".join(args))
+
+
+# ---- wsload -----------------------------------------------------------------
+
+@case(timeout=40)
+def wsload_echo_against_hello():
+    # wsload (its WebSocket side in wsproto.c, shared with h3load --ws):
+    # every echo correct, plain and with permessage-deflate.
+    with Server("hello", ["--workers", "1"]) as s:
+        for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
+            _, text, r = run_json(
+                [tool("load", "wsload"), "--port", str(s.port), "--conns",
+                 "8", "--duration", "1"] + extra, 20)
+            eq(r["errors"], 0, "errors (%s)" % text.strip())
+            eq(r["upgraded"], 8, "sockets upgraded")
+            check(r["messages"] > 0, "no echo")
+            if extra:
+                eq(r["deflate_negotiated"], 8, "deflate sockets")
+    suite.note(text.strip().splitlines()[-2])
+
 
 
 # ---- arguments --------------------------------------------------------------
