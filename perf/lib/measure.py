@@ -259,21 +259,24 @@ def _check_curl(workdir, srv, sc, row):
 
 
 def _check_h3ws(args, workdir, srv, sc):
-    """One WebSocket over HTTP/3 opened and one message echoed (h3load
-    --ws --requests 1 on one connection: it checks the 200 to the
-    extended CONNECT and the echo byte for byte)."""
+    """One WebSocket over HTTP/3 opened and echoing (h3load --ws on one
+    connection x 1 stream x 1 message in flight for a second: it checks
+    the 200 to the extended CONNECT and every echo byte for byte; --ws
+    runs by the clock only)."""
     one = type("One", (), {})()
     one.__dict__.update(sc.__dict__)
     one.clients = one.streams = 1
     one.ws_depth = 1
-    res = loads.h3load_count(args, workdir, srv.quic_port, one, 1, timeout=30)
-    if res["requests"] != 1 or res["errors"] or res["exit_status"]:
-        raise BenchError("WebSocket over HTTP/3 on %s: h3load --ws --requests "
-                         "1 got %d echoes, %d errors %s (exit %s): %s" % (
-                             sc.path, res["requests"], res["errors"],
-                             res["socket_errors"], res["exit_status"],
-                             res["output"][-300:]))
-    return {"tool": "h3load --ws --requests 1", "echoes": res["requests"],
+    res = loads.run_h3load(args, workdir, srv.quic_port, 1, 0, one)
+    if not res["requests"] or res["errors"] or res["exit_status"]:
+        raise BenchError("WebSocket over HTTP/3 on %s: h3load --ws for 1 s "
+                         "on one socket got %d echoes, %d errors %s (exit "
+                         "%s): %s" % (sc.path, res["requests"], res["errors"],
+                                      res["socket_errors"],
+                                      res["exit_status"],
+                                      res["output"][-300:]))
+    return {"tool": "h3load --ws --conns 1 --streams 1 --depth 1 "
+                    "--duration 1", "echoes": res["requests"],
             "extension": res["raw"].get("extension")}
 
 
