@@ -369,8 +369,9 @@ def _measure_load(args, workdir, srv, sc, row):
                     drain=RTT50_DRAIN if sc.relay_ms else None)
         finally:
             if snap.get("end") is not None:
-                snap["end"].cancel()
-                snap["end"].join(10)
+                # the load may end a moment before its window's timer
+                # fires (h2load stops at its duration): wait for it
+                snap["end"].join(duration + 10)
             if relay is not None:
                 row["relay"]["summary"] = relay.stop()
     elif ws:
@@ -440,6 +441,9 @@ def _measure_load(args, workdir, srv, sc, row):
                 "mbedTLS's own allocations (thousands of small blocks per "
                 "handshake, its record buffers per connection)"
                 if srv.name == "tern-mbedtls" else
+                "what GnuTLS (QUIC's handshake and keys) and hello's "
+                "upload handler allocate with the C library"
+                if sc.protocol in ("h3", "ws-h3") else
                 "the TLS engine's own allocations (GnuTLS: roughly 5 blocks "
                 "of ~16.7 KiB per record received, and per handshake)"))
     if h2:
