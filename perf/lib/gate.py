@@ -17,6 +17,12 @@
                     batches of 8 in flight, every echo read back and
                     compared byte for byte (a mismatch is an error); /stats
                     on a separate keep-alive HTTP connection
+      h3-get        HTTP/3 (a second hello, --quic-port): h3load --requests
+                    W twice, then --requests W and --requests W + N (1
+                    connection x 8 streams, every response checked), each
+                    a QUIC connection of its own; per request = (window 2
+                    - window 1) / N, which cancels the handshake, the
+                    connection and its graceful close
   instructions per request (per message): valgrind --tool=callgrind on
     hello, four runs that differ only in the number of requests (messages)
     of one kind; the difference of the totals divided by the difference of
@@ -25,6 +31,9 @@
       h1-get     = (run(N2, N1, N1) - I(base)) / (N2 - N1)
       app-routed = (run(N1, N2, N1) - I(base)) / (N2 - N1)
       ws-echo    = (run(N1, N1, N2) - I(base)) / (N2 - N1)
+    and two more on a hello with --quic-port, each one h3load connection
+    (1 x 8 streams) of N1 or N2 GET / over HTTP/3:
+      h3-get     = (run(h3 N2) - run(h3 N1)) / (N2 - N1)
 
 Tolerances live in the baseline (limit = baseline x (1 + rel) + abs):
 allocations and bytes per request or message may not exceed the baseline
@@ -41,9 +50,9 @@ import struct
 import tempfile
 import time
 
-from . import common, h1client, servers, wsclient
+from . import common, h1client, loads, servers, tlsclient, wsclient
 from .common import BenchError, SetupError, log
-from .scenarios import APP_PATH, APP_HEADERS
+from .scenarios import APP_PATH, APP_HEADERS, HELLO, REGISTRY
 
 ALLOC_TOL = {"abs": 0.01}
 # per connection: not exactly repeatable (a pool may grow once in a window)
@@ -72,17 +81,21 @@ def _prime(port, k):
             c.close()
 
 
-def _start_hello(hello, workdir, cpu, prefix=()):
+def _start_hello(hello, workdir, cpu, prefix=(), extra=()):
     out_path = os.path.join(workdir, "hello-%d.out" % len(os.listdir(workdir)))
     argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + \
-        list(prefix) + [hello, "--port", "0", "--workers", "1"]
+        list(prefix) + [hello, "--port", "0", "--workers", "1"] + list(extra)
     with open(out_path, "wb") as out:
         p = common.spawn(argv, stdout=out, cwd=workdir)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with open(out_path, "rb") as f:
-            m = re.search(rb"listening on (\d+)", f.read())
-        if m:
+                text = f.read()
+        m = re.search(rb"(?m)^listening on (\d+)", text)
+        q = re.search(rb"quic listening on (\d+)", text)
+        if m and (q or not extra):
+            if extra:
+                return p, int(m.group(1)), out_path, int(q.group(1))
             return p, int(m.group(1)), out_path
         if p.poll() is not None:
             break
@@ -216,6 +229,118 @@ def alloc_metrics(args, workdir):
     return out
 
 
+# h3-get: GET / over HTTP/3, h3load on one connection x H3_STREAMS
+H3_STREAMS = 8
+# connections before the windows: the second QUIC connection of a fresh
+# hello still grows a pool (measured: 8 blocks, 18 KiB more than the
+# third); from the third on, a connection of N requests costs the same
+H3_WARM_CONNS = 2
+H3_SCENARIO = REGISTRY["h3-get"]
+
+
+def _h3_args(args):
+    """The h3-get part needs h3load (built with the http3 dependencies)."""
+    h3load = os.path.join(args.load_dir, "h3load")
+    if not common.which_exec(h3load):
+        return "%s not built (meson found no ngtcp2/nghttp3?)" % h3load
+    return None
+
+
+def _h3_sc():
+    sc = type("H3Gate", (), {})()
+    sc.__dict__.update(H3_SCENARIO.__dict__)
+    sc.clients, sc.streams = 1, H3_STREAMS
+    return sc
+
+
+def _h3_count(args, workdir, port, n, timeout=120):
+    """h3load --requests n on one connection; every one must be a 200
+    with the exact body, or BenchError."""
+    res = loads.h3load_count(args, workdir, port, _h3_sc(), n,
+                             timeout=timeout, expect_body=HELLO)
+    if res["requests"] != n or res["errors"] or res["exit_status"]:
+        raise BenchError("h3-get: h3load --requests %d got %d responses, %d "
+                         "errors %s (exit %s): %s" % (
+                             n, res["requests"], res["errors"],
+                             res["socket_errors"], res["exit_status"],
+                             res["output"][-300:]))
+    return res
+
+
+def _quic_extra(workdir):
+    mat = tlsclient.material(workdir)
+    return ["--tls-port", "0", "--cert", mat["cert"], "--key", mat["key"],
+            "--quic-port", "0"]
+
+
+def h3_alloc_metrics(args, workdir, out):
+    """h3-get's allocations per request: three h3load connections on a
+    hello with --quic-port (under the shim), the counters read between
+    them on a keep-alive HTTP/1.1 connection; per request = the
+    difference of the last two windows / their difference in requests."""
+    srv = servers.Server("tern", [args.hello, "--port", "0", "--workers", "1"]
+                         + _quic_extra(workdir), workdir, shim=args.shim_path,
+                         read_tls_port=True, read_quic_port=True)
+    w, n = args.warmup_requests, args.requests
+    try:
+        srv.start(args.server_cpu)
+        with h1client.Conn(srv.port) as c:
+            h1client.keepalive(c, 16)
+            for _ in range(H3_WARM_CONNS):  # pools, caches
+                _h3_count(args, workdir, srv.quic_port, w)
+            marks = []
+            for k in (w, w + n):
+                s0 = h1client.tern_stats(srv.port, conn=c)
+                m0 = srv.shim_snapshot() if srv.shim else None
+                _h3_count(args, workdir, srv.quic_port, k)
+                m1 = srv.shim_snapshot() if srv.shim else None
+                s1 = h1client.tern_stats(srv.port, conn=c)
+                marks.append((s0, s1, m0, m1))
+    finally:
+        srv.stop()
+
+    def d(i, key, shim):
+        a, b = (marks[i][2], marks[i][3]) if shim else (marks[i][0], marks[i][1])
+        return b[key] - a[key]
+
+    out["h3-get.allocs_per_req"] = (d(1, "allocations", False)
+                                    - d(0, "allocations", False)) / n
+    out["h3-get.bytes_per_req"] = (d(1, "bytes_allocated", False)
+                                   - d(0, "bytes_allocated", False)) / n
+    if srv.shim:
+        out["h3-get.shim_allocs_per_req"] = (d(1, "allocs", True)
+                                             - d(0, "allocs", True)) / n
+        out["h3-get.shim_bytes_per_req"] = (d(1, "bytes", True)
+                                            - d(0, "bytes", True)) / n
+    # the server must have counted every response of both windows
+    for i, k in enumerate((w, w + n)):
+        got = marks[i][1]["requests"] - marks[i][0]["requests"]
+        if got != k + 1:  # + the /stats that closes the window
+            log("warning: h3-get: the server counted %d requests in a "
+                "window of %d + 1" % (got, k))
+
+
+def callgrind_h3_run(args, workdir, n, tag):
+    """hello (--quic-port) under callgrind, one h3load connection of n
+    GET / over HTTP/3; the instructions in total."""
+    cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
+    prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
+              "--dump-instr=no", "--dump-line=no"]
+    p, port, out_path, qport = _start_hello(args.hello, workdir,
+                                            args.server_cpu, prefix,
+                                            _quic_extra(workdir))
+    try:
+        _h3_count(args, workdir, qport, n, timeout=300)
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(60)
+        except Exception:
+            raise BenchError("hello under callgrind did not stop")
+    finally:
+        common.stop_proc(p)
+    return _callgrind_total(cg_out)
+
+
 def _callgrind_total(path):
     with open(path) as f:
         for line in f:
@@ -297,6 +422,11 @@ def run_gate(args):
             raise SetupError("the allocation shim is not built (ninja -C build); "
                              "--no-shim checks tern's own counters only")
         cur = alloc_metrics(args, workdir)
+        h3_why = _h3_args(args)
+        if h3_why:
+            log("h3-get: skipped (%s)" % h3_why)
+        else:
+            h3_alloc_metrics(args, workdir, cur)
         raw = None
         if args.no_callgrind:
             log("instructions: skipped (--no-callgrind)")
@@ -308,6 +438,14 @@ def run_gate(args):
                 args.callgrind_n1, args.callgrind_n2))
             m, raw = instr_metrics(args, workdir)
             cur.update(m)
+            if not h3_why:
+                n1, n2 = args.callgrind_n1, args.callgrind_n2
+                log("instructions: 2 callgrind runs of h3-get (%d / %d "
+                    "requests)" % (n1, n2))
+                raw["h3_base"] = callgrind_h3_run(args, workdir, n1, "h3base")
+                raw["h3_get"] = callgrind_h3_run(args, workdir, n2, "h3get")
+                cur["h3-get.instructions_per_req"] = (
+                    raw["h3_get"] - raw["h3_base"]) / (n2 - n1)
     finally:
         common.stop_all()
         import shutil
@@ -379,6 +517,7 @@ def _config(args):
             "callgrind_warmup": args.callgrind_warmup,
             "callgrind_n1": args.callgrind_n1, "callgrind_n2": args.callgrind_n2,
             "ws_message": "binary, %d B, %d in flight" % (WS_SIZE, WS_DEPTH),
+            "h3_get": "h3load --conns 1 --streams %d --requests N" % H3_STREAMS,
             "hello": "build/examples/hello --workers 1"}
 
 

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 
 from . import common
 from .common import BenchError
@@ -391,3 +392,154 @@ def run_wsload(args, workdir, port, duration, warmup, sc,
             "rate": j.get("rate_achieved") or (n / dur if dur else None),
             "latency_us": _latency(j), "raw": j, "exit_status": rc,
             "output": text[-2000:]}
+
+
+# ---------------------------------------------------------------------------
+# h3load (build/perf/load): HTTP/3 over QUIC, closed loop, every response
+# checked (status, and body bytes or length); --ws: WebSocket over HTTP/3
+
+H3_ERROR_KINDS = ("connect", "handshake", "status", "body", "reset",
+                  "closed", "unanswered", "protocol")
+
+
+def h3load_argv(args, port, sc, expect_status=200, expect_body=None,
+                expect_length=None):
+    """h3load's arguments for scenario sc on port (no duration, no JSON)."""
+    argv = [_tool(args, "h3load"), "--host", "127.0.0.1", "--port", str(port),
+            "--authority", "localhost", "--conns", str(sc.clients),
+            "--streams", str(sc.streams)]
+    if sc.load == "h3load" and sc.protocol == "ws-h3":
+        argv += ["--ws", "--ws-path", sc.path, "--depth", str(sc.ws_depth),
+                 "--size", str(sc.ws_size)]
+        if sc.ws_deflate:
+            argv.append("--deflate")
+        return argv
+    argv += ["--path", sc.path]
+    for h in sc.headers:
+        argv += ["--header", h]
+    if sc.upload:
+        argv += ["--method", sc.method, "--upload-size", str(sc.upload)]
+    argv += ["--expect-status", str(expect_status)]
+    if expect_body is not None:
+        argv += ["--expect-body", expect_body.decode()]
+    elif expect_length is not None:
+        argv += ["--expect-length", str(expect_length)]
+    return argv
+
+
+def _h3_result(j, rc, argv, text, duration):
+    dur = j.get("duration_s") or duration
+    n = int(j.get("messages") or j.get("requests") or 0)
+    kinds = j.get("error_kinds") or {}
+    return {"tool": "h3load", "argv": argv, "requests": n,
+            "errors": int(j.get("errors") or 0), "non2xx": 0,
+            "socket_errors": {k: int(kinds.get(k) or 0) for k in H3_ERROR_KINDS
+                              if kinds.get(k)},
+            "duration_s": dur,
+            "rate": j.get("rate_achieved") or (n / dur if dur else None),
+            "latency_us": _latency(j), "raw": j, "exit_status": rc,
+            "output": text[-2000:],
+            "unfinished": int(j.get("unfinished") or 0)}
+
+
+def run_h3load(args, workdir, port, duration, warmup, sc, expect_body=None,
+               expect_length=None, on_measure_start=None, drain=None):
+    """h3load on sc's connections and streams for duration seconds after
+    warmup (on the same connections), then up to drain seconds (h3load's
+    default: 2) for what is in flight, which is counted unanswered (an
+    error) after it.  When h3load prints "h3load:
+    measuring", on_measure_start(pid) is called (the caller takes its
+    snapshots there).  Returns the normalized dict; errors is h3load's
+    sum of its error kinds (a status or body mismatch is one)."""
+    out = _fresh_json(workdir, "h3load")
+    argv = ["taskset", "-c", str(args.client_cpu)] + h3load_argv(
+        args, port, sc, expect_body=expect_body, expect_length=expect_length) + [
+        "--duration", _num(duration), "--warmup", _num(warmup), "--json", out]
+    if drain is not None:
+        argv += ["--drain", _num(drain)]
+    rc, text, started = _run_marked(
+        argv, duration + warmup + (drain or 0) + 60,
+        lambda line: line.startswith("h3load: measuring"), on_measure_start)
+    if not started:
+        raise BenchError("h3load never started measuring (exit %s): %s" % (
+            rc, text[-400:]))
+    try:
+        with open(out) as f:
+            j = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BenchError("h3load exited %s and left no JSON (%s): %s" % (
+            rc, e, text[-400:]))
+    return _h3_result(j, rc, argv, text, duration)
+
+
+def h3load_count(args, workdir, port, sc, n, timeout=120, expect_body=None,
+                 expect_length=None):
+    """h3load --requests n (no duration): n responses (WebSocket echoes
+    with --ws) in all, then a graceful close.  Returns the normalized dict;
+    raises BenchError when h3load left no JSON."""
+    out = _fresh_json(workdir, "h3load-count")
+    argv = ["taskset", "-c", str(args.client_cpu)] + h3load_argv(args, port, sc, expect_body=expect_body,
+                                      expect_length=expect_length) + [
+        "--requests", str(n), "--json", out]
+    rc, text = common.run_bounded(argv, timeout)
+    try:
+        with open(out) as f:
+            j = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BenchError("h3load --requests %d exited %s and left no JSON "
+                         "(%s): %s" % (n, rc, e, text[-400:]))
+    return _h3_result(j, rc, argv, text, None)
+
+
+# ---------------------------------------------------------------------------
+# relay (build/perf/load): a fixed one-way delay each way, TCP or UDP
+
+class Relay:
+    """relay --listen 127.0.0.1:0 --to 127.0.0.1:PORT --delay-ms D --tcp
+    (or --udp), pinned to the load generator's CPU (it is part of the
+    path the client drives); .port is the port it listens on."""
+
+    def __init__(self, args, workdir, to_port, delay_ms, udp):
+        self.argv = ["taskset", "-c", str(args.client_cpu), _tool(args, "relay"),
+                     "--listen", "127.0.0.1:0", "--to", "127.0.0.1:%d" % to_port,
+                     "--delay-ms", str(delay_ms), "--udp" if udp else "--tcp",
+                     "--json", os.path.join(workdir, "relay.json")]
+        self.udp = udp
+        self.json_path = os.path.join(workdir, "relay.json")
+        self.out_path = os.path.join(workdir, "relay.out")
+        try:
+            os.unlink(self.json_path)
+        except FileNotFoundError:
+            pass
+        with open(self.out_path, "wb") as out:
+            self.proc = common.spawn(self.argv, stdout=out)
+        self.port = self._read_port()
+        self.summary = None
+
+    def _read_port(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        pat = re.compile(rb"relay: listening(?: TCP (\d+))?(?: UDP (\d+))?")
+        while time.monotonic() < deadline:
+            with open(self.out_path, "rb") as f:
+                m = pat.search(f.read())
+            if m and (m.group(2) if self.udp else m.group(1)):
+                return int(m.group(2) if self.udp else m.group(1))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        tail = open(self.out_path, "rb").read()[-300:].decode("utf-8", "replace")
+        self.stop()
+        raise BenchError("relay printed no 'relay: listening' line: %s" % tail)
+
+    def stop(self):
+        """SIGTERM; the relay writes its summary (bytes, datagrams,
+        dropped, largest queue) to its JSON file, read into .summary."""
+        if self.proc is not None:
+            common.stop_proc(self.proc)
+            self.proc = None
+            try:
+                with open(self.json_path) as f:
+                    self.summary = json.load(f)
+            except (OSError, ValueError):
+                self.summary = None
+        return self.summary

@@ -23,6 +23,10 @@ from .scenarios import RESUME_MIN
 from .summary import CLIENT_BOUND
 
 MIB = float(1 << 20)
+# h3load's --drain on the rtt50 rows: long enough for an upload begun at
+# the end of the window to finish at a pinned window's 1.3 MiB/s, so
+# that every upload is answered (an unanswered one is an error)
+RTT50_DRAIN = 30
 
 
 def _per(x, n):
@@ -48,6 +52,8 @@ def _alloc_fields(row, st0, st1, sh0, sh1, n):
         row["bytes_per_req"] = _per(st1["bytes_allocated"] - st0["bytes_allocated"], n)
         row["server_requests"] = st1["requests"] - st0["requests"]
         row["server_connections"] = st1["connections"] - st0["connections"]
+        if "bytes_in" in st1 and "bytes_in" in st0:
+            row["server_bytes_in"] = st1["bytes_in"] - st0["bytes_in"]
     if sh0 is not None and sh1 is not None:
         row["shim_allocs_per_req"] = _per(sh1["allocs"] - sh0["allocs"], n)
         row["shim_bytes_per_req"] = _per(sh1["bytes"] - sh0["bytes"], n)
@@ -109,18 +115,30 @@ def measure(args, workdir, name, sc, shim):
         return row
     srv = None
     try:
+        quic = sc.protocol in ("h3", "ws-h3")
         srv = servers.start(name, args, workdir, args.server_cpu,
                             max_conns=sc.max_conns and args.idle_max_conns,
-                            shim=shim, tls=sc.tls,
-                            h2c=sc.protocol == "h2c")
+                            shim=shim, tls=sc.tls and not quic,
+                            h2c=sc.protocol == "h2c", quic=quic,
+                            server_args=sc.server_args)
         row["port"] = srv.port
         if sc.tls:
             row["tls_port"] = srv.tls_port
         if sc.protocol == "h2c":
             row["h2c_port"] = srv.h2c_port
+        if quic:
+            row["quic_port"] = srv.quic_port
         row["server_argv"] = srv.argv
         try:
-            if sc.tls or sc.protocol == "h2c":
+            if sc.protocol == "h3":
+                upload = tlsclient.upload_file(workdir, sc.upload) \
+                    if sc.upload else None
+                row["check"] = tlsclient.gtls_check(
+                    srv.quic_port, sc, expected_body(name, sc), workdir,
+                    upload_path=upload, gtlsclient=args.gtlsclient)
+            elif sc.protocol == "ws-h3":
+                row["check"] = _check_h3ws(args, workdir, srv, sc)
+            elif sc.tls or sc.protocol == "h2c":
                 _check_curl(workdir, srv, sc, row)
             elif sc.protocol == "ws":
                 row["check"] = wsclient.check(srv.port, sc.path, sc.ws_deflate,
@@ -211,6 +229,8 @@ def expected_body(name, sc):
     if sc.upload:
         if servers.SERVERS[name].kind == "nghttpd":
             return servers.NGHTTPD_FILES["upload"]
+        if servers.SERVERS[name].kind == "gtlsserver":
+            return servers.GTLSSERVER_FILES["upload"]
         return str(sc.upload).encode()
     return sc.body
 
@@ -238,7 +258,31 @@ def _check_curl(workdir, srv, sc, row):
                             "all %d bytes first); it cannot count them" % sc.upload)
 
 
+def _check_h3ws(args, workdir, srv, sc):
+    """One WebSocket over HTTP/3 opened and echoing (h3load --ws on one
+    connection x 1 stream x 1 message in flight for a second: it checks
+    the 200 to the extended CONNECT and every echo byte for byte; --ws
+    runs by the clock only)."""
+    one = type("One", (), {})()
+    one.__dict__.update(sc.__dict__)
+    one.clients = one.streams = 1
+    one.ws_depth = 1
+    res = loads.run_h3load(args, workdir, srv.quic_port, 1, 0, one)
+    if not res["requests"] or res["errors"] or res["exit_status"]:
+        raise BenchError("WebSocket over HTTP/3 on %s: h3load --ws for 1 s "
+                         "on one socket got %d echoes, %d errors %s (exit "
+                         "%s): %s" % (sc.path, res["requests"], res["errors"],
+                                      res["socket_errors"],
+                                      res["exit_status"],
+                                      res["output"][-300:]))
+    return {"tool": "h3load --ws --conns 1 --streams 1 --depth 1 "
+                    "--duration 1", "echoes": res["requests"],
+            "extension": res["raw"].get("extension")}
+
+
 def _port(srv, sc):
+    if sc.protocol in ("h3", "ws-h3"):
+        return srv.quic_port
     if sc.protocol == "h2c":
         return srv.h2c_port
     return srv.tls_port if sc.tls else srv.port
@@ -266,9 +310,19 @@ def _measure_load(args, workdir, srv, sc, row):
     is_tern = srv.name.startswith("tern")
     h2 = sc.load == "h2load"
     ws = sc.load == "wsload"
-    if args.warmup > 0 and not (h2 or ws):
+    h3 = sc.load == "h3load"
+    # the rtt50 rows: long enough for their pinned uploads to complete
+    duration = max(args.duration, sc.min_duration or 0)
+    if args.warmup > 0 and not (h2 or ws or h3):
         _run_load(args, workdir, srv, sc, args.warmup, True)
     snap = {}
+    relay = None
+    port = _port(srv, sc)
+    if sc.relay_ms:
+        relay = loads.Relay(args, workdir, port, sc.relay_ms,
+                            udp=sc.protocol == "h3")
+        port = relay.port
+        row["relay"] = {"argv": relay.argv, "port": relay.port}
 
     def take(client_pid=None):
         # h2load warms up on its own connections and calls this when its
@@ -279,21 +333,52 @@ def _measure_load(args, workdir, srv, sc, row):
         snap["t0"] = time.monotonic()
         snap["client0"] = (common.cpu_ticks([client_pid]) / common.CLK_TCK
                            if client_pid else 0.0)
+        if relay is not None:
+            # the rtt50 rows: what the server received in exactly the
+            # window, whatever the load generator does after it (h3load
+            # waits for the uploads in flight: its --drain)
+            snap["end"] = threading.Timer(duration, take_end)
+            snap["end"].daemon = True
+            snap["end"].start()
+
+    def take_end():
+        st = h1client.tern_stats(srv.port) if is_tern else None
+        snap["window_end"] = {
+            "stats": st, "t": time.monotonic(),
+            "ticks": common.cpu_ticks(set(snap["pids"]) | set(srv.pids()))}
 
     r0 = os.times()
-    if h2:
-        upload = tlsclient.upload_file(workdir, sc.upload) if sc.upload else None
-        res = loads.run_h2load(args, workdir, _port(srv, sc), args.duration,
-                               args.warmup, sc.clients, sc.streams, sc.path,
-                               sc.headers, upload, on_measure_start=take,
-                               tls=sc.tls)
-        stall = None
+    stall = None
+    if h2 or h3:
+        try:
+            if h2:
+                upload = tlsclient.upload_file(workdir, sc.upload) \
+                    if sc.upload else None
+                res = loads.run_h2load(args, workdir, port, duration,
+                                       args.warmup, sc.clients, sc.streams,
+                                       sc.path, sc.headers, upload,
+                                       on_measure_start=take, tls=sc.tls)
+            else:
+                # h3load warms up on the connections it measures, checks
+                # every response (status and body; every echo with --ws)
+                # and says when its window starts
+                res = loads.run_h3load(
+                    args, workdir, port, duration, args.warmup, sc,
+                    expect_body=None if sc.protocol == "ws-h3"
+                    else expected_body(srv.name, sc), on_measure_start=take,
+                    drain=RTT50_DRAIN if sc.relay_ms else None)
+        finally:
+            if snap.get("end") is not None:
+                # the load may end a moment before its window's timer
+                # fires (h2load stops at its duration): wait for it
+                snap["end"].join(duration + 10)
+            if relay is not None:
+                row["relay"]["summary"] = relay.stop()
     elif ws:
         # wsload warms up on the sockets it measures and says when the
         # window starts: the snapshots are taken then
         res = loads.run_wsload(args, workdir, srv.port, args.duration,
                                args.warmup, sc, on_measure_start=take)
-        stall = None
     else:
         take()
         # (at a fixed rate, only when each connection is due often enough to
@@ -356,10 +441,17 @@ def _measure_load(args, workdir, srv, sc, row):
                 "mbedTLS's own allocations (thousands of small blocks per "
                 "handshake, its record buffers per connection)"
                 if srv.name == "tern-mbedtls" else
+                "what GnuTLS (QUIC's handshake and keys) and hello's "
+                "upload handler allocate with the C library"
+                if sc.protocol in ("h3", "ws-h3") else
                 "the TLS engine's own allocations (GnuTLS: roughly 5 blocks "
                 "of ~16.7 KiB per record received, and per handshake)"))
     if h2:
         _h2load_fields(row, res, sc)
+    if h3:
+        _h3load_fields(row, res, sc)
+    if sc.relay_ms:
+        _relay_fields(row, st0, c0, t0, snap.get("window_end"))
     if ws:
         _wsload_fields(row, res, sc)
     if sc.load == "churn" and sc.tls:
@@ -409,29 +501,95 @@ def _h2load_fields(row, res, sc):
     if res.get("tls_protocol"):
         row["tls"] = "%s %s" % (res["tls_protocol"], res.get("cipher"))
     if sc.upload:
-        per = sc.upload / MIB  # MiB per request
-        if row.get("rate"):
-            row["mib_per_s"] = row["rate"] * per
-        n = row.get("requests") or 0
-        if n and row.get("server_cpu_s") is not None:
-            row["cpu_us_per_mib"] = row["server_cpu_s"] * 1e6 / (n * per)
-        for a, b in (("allocs_per_req", "allocs_per_mib"),
-                     ("bytes_per_req", "bytes_per_mib"),
-                     ("shim_allocs_per_req", "shim_allocs_per_mib"),
-                     ("shim_bytes_per_req", "shim_bytes_per_mib")):
-            if row.get(a) is not None:
-                row[b] = row[a] / per
-        if 0 < n < 20:
-            row["notes"].append("only %d uploads in the window: the one in "
-                                "flight at its end weighs on CPU and "
-                                "allocations per MiB" % n)
-        # h2load is one thread on one core: near 100 % of it, MiB/s is
-        # the client's limit, not the server's, and server CPU per MiB is
-        # the figure that tells servers apart
-        cu = row.get("client_cpu_util")
-        if cu is not None and cu > CLIENT_BOUND:
-            row["notes"].append("bound by the load generator: h2load used "
-                                "%.0f %% of its core" % (100 * cu))
+        _upload_fields(row, sc, "h2load")
+
+
+def _upload_fields(row, sc, tool):
+    """MiB/s (completed uploads x 16 MiB / s), server CPU and heap per
+    MiB, and the load generator's bound, for h2load's and h3load's
+    uploads."""
+    per = sc.upload / MIB  # MiB per request
+    if row.get("rate"):
+        row["mib_per_s"] = row["rate"] * per
+    n = row.get("requests") or 0
+    if n and row.get("server_cpu_s") is not None:
+        row["cpu_us_per_mib"] = row["server_cpu_s"] * 1e6 / (n * per)
+    for a, b in (("allocs_per_req", "allocs_per_mib"),
+                 ("bytes_per_req", "bytes_per_mib"),
+                 ("shim_allocs_per_req", "shim_allocs_per_mib"),
+                 ("shim_bytes_per_req", "shim_bytes_per_mib")):
+        if row.get(a) is not None:
+            row[b] = row[a] / per
+    if 0 < n < 20 and not sc.relay_ms:
+        row["notes"].append("only %d uploads in the window: the one in "
+                            "flight at its end weighs on CPU and "
+                            "allocations per MiB" % n)
+    # the load generator is one thread on one core: near 100 % of it,
+    # MiB/s is the client's limit, not the server's, and server CPU per
+    # MiB is the figure that tells servers apart
+    cu = row.get("client_cpu_util")
+    if cu is not None and cu > CLIENT_BOUND and not sc.relay_ms:
+        row["notes"].append("bound by the load generator: %s used "
+                            "%.0f %% of its core" % (tool, 100 * cu))
+
+
+def _h3load_fields(row, res, sc):
+    """h3load's counts: the error kinds (any makes the row invalid, as
+    the caller's errors check does), the upload figures, and for --ws what
+    was negotiated."""
+    j = res["raw"]
+    row["h3load_error_kinds"] = j.get("error_kinds")
+    for k in ("bytes_up", "bytes_down", "mib_per_s_up", "conns", "streams"):
+        if j.get(k) is not None:
+            row["h3load_" + k] = j[k]
+    if sc.upload:
+        _upload_fields(row, sc, "h3load")
+    if sc.protocol == "ws-h3":
+        row["ws_deflate_negotiated"] = j.get("deflate_negotiated")
+        row["ws_extension"] = j.get("extension") or None
+        if sc.ws_deflate and not j.get("deflate_negotiated"):
+            row["problems"].append("permessage-deflate declined")
+
+
+def _relay_fields(row, st0, c0, t0, end):
+    """The rtt50 rows: MiB/s is what the server received in the window
+    (tern's /stats bytes_in, read when the load's window starts and when
+    its duration has passed, over those seconds: TLS records or QUIC
+    packets, framing included), not completed uploads x 16 MiB: a pinned
+    row completes one 16 MiB upload in some 12 s, so whole uploads would
+    measure the window's edges.  Server CPU per MiB over the same
+    window."""
+    if end is None or st0 is None or end["stats"] is None or \
+            "bytes_in" not in st0:
+        row["problems"].append("no bytes_in from tern's /stats at both ends "
+                               "of the window: the rtt50 rows measure what "
+                               "the server received")
+        return
+    wall = end["t"] - t0
+    mib = (end["stats"]["bytes_in"] - st0["bytes_in"]) / MIB
+    cpu = (end["ticks"] - c0) / common.CLK_TCK
+    row["wire_mib"] = mib
+    row["window_s"] = wall
+    row["window_server_cpu_s"] = cpu
+    row["uploads_done"] = row.get("requests")
+    row["mib_per_s"] = mib / wall if wall else None
+    row["cpu_us_per_mib"] = cpu * 1e6 / mib if mib else None
+    summ = (row.get("relay") or {}).get("summary")
+    if summ is None:
+        row["notes"].append("the relay wrote no summary")
+        return
+    udp, tcp = summ.get("udp") or {}, summ.get("tcp") or {}
+    lost = sum(int(udp.get(k) or 0) for k in (
+        "lost_up", "lost_down", "overflow_up", "overflow_down"))
+    if lost:
+        row["problems"].append("the relay dropped %d datagrams (full queue "
+                               "or --loss)" % lost)
+    if tcp.get("refused"):
+        row["problems"].append("tern refused %s of the relay's connections"
+                               % tcp["refused"])
+    # (a reset as the load generator closes its connection with the
+    # server's last bytes still on their way is its way of closing, not
+    # an error: h2load counts any failed request itself)
 
 
 def _handshake_fields(row, res, sc):

@@ -6,7 +6,7 @@ import re
 import shutil
 
 from . import svg
-from .scenarios import REGISTRY, SWEEP, PROTOCOLS
+from .scenarios import REGISTRY, SWEEP, PROTOCOLS, TABLES, RTT50
 from .servers import SERVERS
 from .summary import fmt_cell, fmt_value, table, targets, val, NOT_YET
 from .summary import CLIENT_BOUND
@@ -137,13 +137,72 @@ WS_CAVEATS = [
 ]
 
 
+H3_CAVEATS = [
+    "HTTP/3 (h3-*): h3load (perf/load/h3load.c: ngtcp2 0.12.1 + nghttp3 "
+    "0.8.0 + GnuTLS, one thread, one connected UDP socket per QUIC "
+    "connection) is closed loop, 4 connections x 32 streams for the GETs, "
+    "on each server's QUIC port with the run's certificate (TLS 1.3 is "
+    "QUIC's; ALPN h3). It warms up on the connections it measures and "
+    "prints when its window starts: the server's counters are read then "
+    "and when it ends, so no handshake falls in the window. It checks the "
+    "status and the body of every response (a mismatch is an error: the "
+    "row is invalid with any), and closes gracefully, so the server counts "
+    "every response. Before the load, gtlsclient (ngtcp2's example client) "
+    "fetches one response and its status and body are checked (without "
+    "h3-get-browser's extra fields, which gtlsclient cannot send).",
+    "gtlsserver is ngtcp2's example server (Debian ngtcp2-server 0.12.1, "
+    "GnuTLS, C++, one thread), run with -q and a docroot: GET / answers "
+    "index.html (`Hello, World!`, content-type text/html); POST /upload is "
+    "read to its end and dropped, and answered with the file `upload` "
+    "(`Hello, World!`) once the request's stream has ended (it cannot "
+    "count the bytes; tern's answer is the count it read). Its receive "
+    "windows grow to tern's maxima (--max-stream-window=8M "
+    "--max-window=16M instead of its 6 MiB defaults). It is pinned to the "
+    "server CPU like every server and runs under the same shim.",
+    "HTTP/3 uploads: MiB/s = completed 16 MiB uploads x 16 / s, as for "
+    "h2-upload; h3load's JSON also has the upload bytes of the window "
+    "(h3load_bytes_up in summary.json).",
+]
+
+WS_H3_CAVEATS = [
+    "ws-echo-h3: h3load --ws opens one WebSocket per stream with the "
+    "extended CONNECT of RFC 9220 (:protocol websocket) on /ws, 64 QUIC "
+    "connections x 1 stream x 8 messages of 128 B in flight, every echo "
+    "checked byte for byte and in order; tern only (gtlsserver has no "
+    "extended CONNECT). Its server CPU per message is compared with "
+    "ws-echo's (WebSocket over HTTP/1.1, wsload, 64 sockets x 8) of the "
+    "same run.",
+]
+
+RTT50_CAVEATS = [
+    "50 ms RTT rows (*-rtt50, *-rtt50-pinned): the relay "
+    "(perf/load/relay.c, one thread, on the load generator's CPU) sits "
+    "between the load generator and tern and delays every TCP byte "
+    "(h2-*, --tcp) or UDP datagram (h3-*, --udp) by 25 ms each way, "
+    "order kept: 50 ms added to the loopback round trip. Each upload runs "
+    "twice, tern's receive windows growing (the default: to 8 MiB per "
+    "stream, 16 MiB per connection) and pinned at their initial sizes "
+    "(hello --max-stream-window 65536 --max-conn-window 1048576). A "
+    "pinned stream window moves 64 KiB per round trip (about 1.3 MiB/s), "
+    "so a 16 MiB upload takes some 12 s: these rows measure at least "
+    "20 s (--duration, when longer), and MiB/s is the bytes tern "
+    "received in the measured window (its /stats bytes_in: TLS records "
+    "or QUIC packets with their framing, a few per cent above the body "
+    "bytes) over the window's seconds, not completed uploads, which "
+    "would measure the window's edges. Completed uploads are listed; "
+    "every row must complete at least one, with no error.",
+]
+
+
 def caveats(env):
     out = list(CAVEATS)
     if not env["config"].get("shim"):
         out[2] = ("No allocation shim was found (build/perf/alloc): peers have "
                   "no allocation figures; tern's come from its own counters.")
     scs = [REGISTRY[s] for s in env["config"].get("scenarios", []) if s in REGISTRY]
-    if any(s.tls for s in scs):
+    # the TLS-over-TCP caveats are not HTTP/3's (h3-* has its own below)
+    tcp = [s for s in scs if s.protocol not in ("h3", "ws-h3")]
+    if any(s.tls for s in tcp):
         out.append(TLS_CAVEATS[0])
     if any(s.tls and s.load == "wrk" for s in scs):
         out.append(TLS_CAVEATS[1])
@@ -151,7 +210,7 @@ def caveats(env):
         out.append(TLS_CAVEATS[2])
     if any(s.load == "h2load" for s in scs):
         out.append(TLS_CAVEATS[3])
-    if any(s.upload for s in scs):
+    if any(s.upload for s in tcp):
         out.append(TLS_CAVEATS[4])
     if any(s.load == "churn" and s.tls for s in scs):
         out.append(TLS_CAVEATS[5])
@@ -160,6 +219,13 @@ def caveats(env):
         out.append(TLS_CAVEATS[6])
     if any(s.load == "wsload" for s in scs):
         out += WS_CAVEATS
+    if any(s.protocol == "h3" for s in scs):
+        out += H3_CAVEATS if "gtlsserver" in env["config"].get(
+            "servers", []) else [H3_CAVEATS[0], H3_CAVEATS[2]]
+    if any(s.protocol == "ws-h3" for s in scs):
+        out += WS_H3_CAVEATS
+    if any(s.relay_ms for s in scs):
+        out += RTT50_CAVEATS
     return out
 
 
@@ -326,7 +392,7 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
     scs = list(summary)
     by_proto = {}
     for sc in scs:
-        by_proto.setdefault(REGISTRY[sc].protocol, []).append(sc)
+        by_proto.setdefault(REGISTRY[sc].table, []).append(sc)
     all_servers = servers
     for proto, mine in by_proto.items():
         # only the servers measured on this protocol (n/a everywhere: left out)
@@ -334,19 +400,23 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
             (summary[s].get(n) or {}).get("status") not in ("n/a", None)
             for s in mine)] or all_servers
         left_out = [n for n in all_servers if n not in servers]
-        L.append("%s %s" % (heading, PROTOCOLS[proto]))
+        L.append("%s %s" % (heading, PROTOCOLS.get(proto) or TABLES[proto]))
         L.append("")
         if left_out:
             L.append("Not measured here: %s." % "; ".join(
                 "%s (%s)" % (n, _why_na(summary, mine, n)) for n in left_out))
             L.append("")
+        if proto == "rtt50":
+            L += _rtt50_lines(summary, mine)
+            continue
         main = [s for s in mine if REGISTRY[s].group == "main"
-                and REGISTRY[s].load in ("wrk", "churn", "h2load", "wsload")]
-        if main and proto == "ws":
+                and REGISTRY[s].load in ("wrk", "churn", "h2load", "wsload",
+                                         "h3load")]
+        if main and proto in ("ws", "ws-h3"):
             L.append("Throughput in messages/s (one request = one message "
                      "echoed), median (min–max) over the rounds:")
         if main:
-            if proto != "ws":
+            if proto not in ("ws", "ws-h3"):
                 L.append("Throughput, median (min–max) over the rounds; "
                          "conn-churn in connections/s:")
             L.append("")
@@ -374,6 +444,17 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
             L += _grid(summary, servers, main,
                   lambda c: fmt_cell(c, "peak_rss", "bytes", False))
             L.append("")
+            wl = [s for s in main if REGISTRY[s].load == "h3load"
+                  and REGISTRY[s].latency and proto == "h3"]
+            if wl:
+                L.append("Closed-loop latency from h3load, from a request's "
+                         "send to its whole response (p50 / p99 / p99.9, µs):")
+                L.append("")
+                L += _grid(summary, servers, wl,
+                  lambda c: _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f"), ("lat_p999", ",.0f")))
+                L.append("")
+            if proto == "h3":
+                L += _h3_lines(summary, servers, main)
             wl = [s for s in main if REGISTRY[s].load == "wrk" and REGISTRY[s].latency]
             if wl:
                 L.append("Closed-loop latency from wrk (p50 / p99 / p99.9, µs; "
@@ -383,7 +464,8 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                   lambda c: _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f"), ("lat_p999", ",.0f")))
                 L.append("")
             L += _ws_lines(summary, servers,
-                           [s for s in main if REGISTRY[s].load == "wsload"])
+                           [s for s in main if REGISTRY[s].load == "wsload"
+                            or REGISTRY[s].protocol == "ws-h3"])
             hl = [s for s in main if REGISTRY[s].load == "h2load"]
             if hl and "tern" in servers:
                 L.append("Ratios of the medians, req/s (tern / h2o, tern / the "
@@ -448,7 +530,7 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
                         + [fmt_cell(summary[s].get(n), "cpu_us_per_req", ".2f", False)
                            for _, s in sweep] for n in servers])
             L.append("")
-    T = targets(summary, servers, rate)
+    T = targets(summary, all_servers, rate)
     if T:
         L.append("%s Targets" % heading)
         L.append("")
@@ -457,7 +539,7 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
         L.append("")
         L += ["- " + x for x in NOT_YET]
         L.append("")
-    P = _problems(summary, servers)
+    P = _problems(summary, all_servers)
     if P:
         L.append("Invalid, n/a and notes:")
         L.append("")
@@ -466,10 +548,78 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
     return L
 
 
+def _h3_lines(summary, servers, main):
+    """h3-*: the tern / gtlsserver ratios, and tern's HTTP/2 rows of the
+    same run beside them for reference."""
+    L = []
+    if "tern" in servers and "gtlsserver" in servers:
+        L.append("Ratios of the medians, tern / gtlsserver: " + "; ".join(
+            "%s req/s %s, server CPU per request %s" % (
+                s, _ratio(summary[s], "rate", "tern", "gtlsserver"),
+                _ratio(summary[s], "cpu_us_per_req", "gtlsserver", "tern"))
+            for s in main) + " (CPU: gtlsserver's / tern's, above 1 is "
+            "less for tern).")
+        L.append("")
+    ref = [(s, "h2" + s[2:]) for s in main if "h2" + s[2:] in summary]
+    if ref and "tern" in servers:
+        L.append("For reference, tern over HTTP/2 + TLS in the same run "
+                 "(h2load -c8 -m32): " + "; ".join(
+                     "%s %s req/s, %s µs CPU/req (%s over HTTP/3: %s req/s, "
+                     "%s µs)" % (
+                         h2, fmt_value(val(summary[h2].get("tern"), "rate"),
+                                       ",.0f"),
+                         fmt_value(val(summary[h2].get("tern"),
+                                       "cpu_us_per_req"), ".2f"),
+                         s, fmt_value(val(summary[s].get("tern"), "rate"),
+                                      ",.0f"),
+                         fmt_value(val(summary[s].get("tern"),
+                                       "cpu_us_per_req"), ".2f"))
+                     for s, h2 in ref) + ".")
+        L.append("")
+    return L
+
+
+def _ratio(cells, key, num, den):
+    a, b = val(cells.get(num), key), val(cells.get(den), key)
+    return "%.2f" % (a / b) if a and b else "n/a"
+
+
+def _rtt50_lines(summary, mine):
+    """The rtt50 rows: per upload, MiB/s received with tern's windows
+    growing and pinned, the ratio, the uploads completed, server CPU per
+    MiB."""
+    rows = []
+    for base, grow, pin in RTT50:
+        if grow not in mine and pin not in mine:
+            continue
+        g, p = summary.get(grow, {}).get("tern"), summary.get(pin, {}).get("tern")
+        gv, pv = val(g, "mib_per_s"), val(p, "mib_per_s")
+        rows.append([base, fmt_cell(g, "mib_per_s", ",.1f"),
+                     fmt_cell(p, "mib_per_s", ",.2f"),
+                     "%.1f x" % (gv / pv) if gv and pv else "n/a",
+                     "%s / %s" % (fmt_cell(g, "requests", ",.0f", False),
+                                  fmt_cell(p, "requests", ",.0f", False)),
+                     "%s / %s" % (fmt_cell(g, "cpu_us_per_mib", ",.0f", False),
+                                  fmt_cell(p, "cpu_us_per_mib", ",.0f", False))])
+    L = ["tern alone, through the relay (25 ms each way, so 50 ms added "
+         "round trip); MiB/s is what tern received in the measured window "
+         "(/stats bytes_in: TLS records or QUIC packets, framing "
+         "included), median (min–max) over the rounds; pinned = hello "
+         "--max-stream-window 65536 --max-conn-window 1048576 (the initial "
+         "windows, so they never grow):", ""]
+    L += table(["upload", "MiB/s, windows growing", "MiB/s, pinned",
+                "growing / pinned", "uploads done (growing / pinned)",
+                "server CPU µs/MiB (growing / pinned)"], rows)
+    L.append("")
+    return L
+
+
 def _ws_lines(summary, servers, wl):
     """ws-echo*: latency, wire bytes per message, the tern/peer ratios."""
     if not wl:
         return []
+    if all(REGISTRY[s].protocol == "ws-h3" for s in wl):
+        return _ws_h3_lines(summary, wl)
     L = ["Echo latency from wsload, from a message's send to its echo "
          "(p50 / p99 / p99.9, µs; closed loop, 8 messages in flight per "
          "socket):", ""]
@@ -496,6 +646,32 @@ def _ws_lines(summary, servers, wl):
                                  n, "tern", "%.2f" % (c[1] / c[0]) if all(c)
                                  else "n/a"))
         L.append("Ratios of the medians: " + "; ".join(parts) + ".")
+        L.append("")
+    return L
+
+
+def _ws_h3_lines(summary, wl):
+    """ws-echo-h3: latency, and server CPU per message against ws-echo's
+    (WebSocket over HTTP/1.1) in the same run."""
+    L = ["Echo latency from h3load, from a message's send to its echo "
+         "(p50 / p99 / p99.9, µs; closed loop, 8 messages in flight per "
+         "socket):", ""]
+    L += _grid(summary, ["tern"], wl,
+               lambda c: _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f"),
+                               ("lat_p999", ",.0f")))
+    L.append("")
+    if "ws-echo" in summary:
+        h1 = summary["ws-echo"].get("tern")
+        parts = []
+        for s in wl:
+            t = summary[s].get("tern")
+            parts.append("%s %s µs vs ws-echo %s µs per message: %s x" % (
+                s, fmt_value(val(t, "cpu_us_per_req"), ".2f"),
+                fmt_value(val(h1, "cpu_us_per_req"), ".2f"),
+                _ratio({"a": t, "b": h1}, "cpu_us_per_req", "a", "b")))
+        L.append("tern's server CPU per message over HTTP/3 against "
+                 "WebSocket over HTTP/1.1 (ws-echo, same run): "
+                 + "; ".join(parts) + ".")
         L.append("")
     return L
 
@@ -545,14 +721,14 @@ def _why_na(summary, scs, name):
     return "n/a"
 
 
-def _ratios(cells, servers, key, higher=True):
+def _ratios(cells, servers, key, higher=True, ref="h2o"):
     t = val(cells.get("tern"), key)
     known = {n: val(cells.get(n), key) for n in servers
              if not n.startswith("tern") and n != "floor"}
     known = {n: v for n, v in known.items() if v}
     out = []
-    h = known.get("h2o")
-    out.append("tern/h2o %s" % ("%.2f" % (t / h) if t and h else "n/a"))
+    h = known.get(ref)
+    out.append("tern/%s %s" % (ref, "%.2f" % (t / h) if t and h else "n/a"))
     if t and known:
         best = (max if higher else min)(known, key=known.get)
         out.append("tern/best peer (%s) %.2f" % (best, t / known[best]))
@@ -578,15 +754,18 @@ def _upload_tables(summary, servers, up):
     L += _grid(summary, servers, up,
                   lambda c: fmt_cell(c, "mib_per_s", ",.0f"))
     L.append("")
-    L.append("Load generator (h2load, one thread) CPU, share of its core; "
+    L.append("Load generator (%s, one thread) CPU, share of its core; "
              "above %.0f %% the MiB/s above is the client's limit, and "
-             "server CPU per MiB is the figure:" % (100 * CLIENT_BOUND))
+             "server CPU per MiB is the figure:" % (
+                 REGISTRY[up[0]].load, 100 * CLIENT_BOUND))
     L.append("")
     L += _grid(summary, servers, up, _client_util)
     L.append("")
     if "tern" in servers:
+        ref = "gtlsserver" if REGISTRY[up[0]].protocol == "h3" else "h2o"
         L.append("Ratios of the medians, MiB/s: " + "; ".join(
-            "%s %s" % (s, _ratios(summary[s], servers, "mib_per_s")) for s in up) + ".")
+            "%s %s" % (s, _ratios(summary[s], servers, "mib_per_s", ref=ref))
+            for s in up) + ".")
         L.append("")
     L.append("Server CPU per MiB uploaded (µs):")
     L.append("")
@@ -658,7 +837,50 @@ def short_reason(cell):
     return p[:64]
 
 
+def chart_names(scenarios):
+    """The compare run's charts: one per scenario, but one for all the
+    rtt50 rows (rtt50.svg: growing beside pinned, per upload)."""
+    out = [s for s in scenarios if REGISTRY[s].table != "rtt50"]
+    if len(out) < len(scenarios):
+        out.append("rtt50")
+    return out
+
+
+def rtt50_chart(env, summary):
+    panels = []
+    for base, grow, pin in RTT50:
+        if grow not in summary and pin not in summary:
+            continue
+        entries = []
+        for name, label, who in ((grow, "windows growing", "tern"),
+                                 (pin, "windows pinned", "peer")):
+            c = (summary.get(name) or {}).get("tern")
+            v = (c or {}).get("values", {}).get("mib_per_s") \
+                if c and c["status"] == "ok" else None
+            entries.append({"name": who, "label": label,
+                            "status": "ok" if v else (c or {}).get(
+                                "status", "not run"),
+                            "median": v["median"] if v else None,
+                            "min": v["min"] if v else None,
+                            "max": v["max"] if v else None,
+                            "why": short_reason(c) if not v else ""})
+        panels.append({"label": "%s at 50 ms RTT: received by tern" % base,
+                       "unit": "MiB/s", "better": "higher", "fmt": ",.1f",
+                       "entries": entries})
+    c = env["config"]
+    return svg.chart(
+        "rtt50", "16 MiB uploads through the relay (25 ms each way), tern's "
+        "receive windows growing (default) and pinned at 64 KiB per stream, "
+        "1 MiB per connection", panels,
+        ["median of %d round(s), whiskers min–max; MiB/s = bytes tern "
+         "received in the window (/stats bytes_in) / s" % c["rounds"],
+         "%s, revision %s, %s x %s" % (env["date"][:10], env["git_revision"],
+                                       env["cpu_model"], env["nproc"])])
+
+
 def chart_for(env, sc, summary, servers):
+    if sc == "rtt50":
+        return rtt50_chart(env, summary)
     s = REGISTRY[sc]
     panels = []
     # servers that do not speak the scenario's protocol get no line

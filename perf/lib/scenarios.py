@@ -3,8 +3,8 @@
 A scenario names its protocol, its load, the request it sends and the exact
 answer expected, its headline metric, and the table group it belongs to.
 HTTP/1.1 (cleartext and over TLS), HTTP/2 over TLS, cleartext HTTP/2
-(uploads) and WebSocket exist now; h3-* slots in by adding entries with a
-new protocol and a load kind that perf/lib/measure.py knows.
+(uploads), WebSocket over HTTP/1.1, HTTP/3 over QUIC (h3load), WebSocket
+over HTTP/3, and uploads through the delaying relay at 50 ms RTT.
 """
 
 HELLO = b"Hello, World!"
@@ -18,7 +18,15 @@ PROTOCOLS = {
     "h2": "HTTP/2 over TLS",
     "h2c": "HTTP/2 cleartext, prior knowledge (h2c)",
     "ws": "WebSocket (cleartext, HTTP/1.1 Upgrade)",
-    # "h3": "HTTP/3 over QUIC"   -- not measured yet
+    "h3": "HTTP/3 over QUIC",
+    "ws-h3": "WebSocket over HTTP/3 (RFC 9220 extended CONNECT)",
+}
+
+# The tables that are not one protocol's: the uploads through the relay
+# (h2 and h3 side by side, windows growing and pinned).
+TABLES = {
+    "rtt50": "Uploads at 50 ms RTT (relay --delay-ms 25): windows growing "
+             "and pinned",
 }
 
 # The upload scenarios' body: 16 MiB, written once into the work directory.
@@ -98,7 +106,7 @@ class Scenario:
                  body=HELLO, connections=64, script=None, group="main",
                  per="request", chart=(), max_conns=None, summary="",
                  latency=True, tls=False, clients=None, streams=None,
-                 upload=None, method="GET"):
+                 upload=None, method="GET", table=None):
         self.name = name
         self.protocol = protocol
         self.load = load            # 'wrk' | 'h1rate' | 'churn' | 'idle' | 'h2load'
@@ -121,6 +129,12 @@ class Scenario:
         self.streams = streams      # h2load -m (streams in flight per connection)
         self.upload = upload        # request body size (POST), bytes
         self.method = method
+        self.table = table or protocol  # the table it is reported in
+        self.relay_ms = None        # one-way delay of the relay in front
+        self.server_args = ()       # extra server arguments (tern)
+        self.min_duration = None    # measured seconds at least
+        self.tern_only = None       # why the peers are not measured
+        self.pair = None            # (growing, pinned) names of an rtt50 row
 
 
 REGISTRY = {}
@@ -296,6 +310,91 @@ add(_ws("ws-echo-deflate",
         "as ws-echo with permessage-deflate (wsload --deflate: context "
         "takeover, zlib level 6 on the client)",
         "Compression on every message, both ways.", deflate=True))
+
+# HTTP/3 over QUIC: h3load (build/perf/load/h3load: ngtcp2 + nghttp3,
+# one thread, closed loop) on the servers' QUIC ports, with the run's
+# certificate; every response's status and body checked by h3load itself.
+# gtlsserver (ngtcp2's example server) is the peer.
+add(Scenario("h3-get", "h3", "h3load",
+             "GET / over HTTP/3, 4 connections x 32 streams, closed loop "
+             "(h3load --conns 4 --streams 32)", tls=True, clients=4,
+             streams=32, latency=True,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"],
+                    M["shim_bytes_per_req"]),
+             summary="Target: tern >= 1.5 x gtlsserver, 0 allocations per "
+                     "request (tern /stats)."))
+add(Scenario("h3-get-browser", "h3", "h3load",
+             "as h3-get with a 16-field Chrome-like request head "
+             "(h3load --conns 4 --streams 32 --header ...)", tls=True,
+             clients=4, streams=32, headers=BROWSER_HEAD, latency=True,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"],
+                    M["shim_bytes_per_req"]),
+             summary="QPACK and header handling with a realistic head."))
+for n in (1, 4):
+    add(Scenario("h3-upload" + ("" if n == 1 else "-%d" % n), "h3", "h3load",
+                 "POST %s, 16 MiB bodies read to the end, HTTP/3, 1 "
+                 "connection x %d stream%s in flight (h3load --conns 1 "
+                 "--streams %d --upload-size 16777216)" % (
+                     UPLOAD_PATH, n, "" if n == 1 else "s", n),
+                 tls=True, clients=1, streams=n, upload=UPLOAD_BYTES,
+                 method="POST", path=UPLOAD_PATH, group="upload",
+                 latency=False, body=None,
+                 chart=(M["mib_per_s"], M["cpu_us_per_mib"],
+                        M["shim_bytes_per_mib"]),
+                 summary="Target (h3-upload-4): tern >= 1.5 x gtlsserver."))
+
+# WebSocket echo over HTTP/3 (RFC 9220): h3load --ws, one WebSocket per
+# stream, 64 sockets on 64 QUIC connections, as ws-echo's 64 over TCP.
+sc = _ws("ws-echo-h3",
+         "64 WebSockets over HTTP/3 (one per QUIC connection) x 8 messages "
+         "of 128 B in flight, each echoed and checked (h3load --ws --conns "
+         "64 --streams 1 --depth 8 --size 128)",
+         "Target: server CPU per message <= 1.5 x ws-echo's (HTTP/1.1).",
+         deflate=False)
+sc.protocol = sc.table = "ws-h3"
+sc.load = "h3load"
+sc.tls = True
+sc.clients, sc.streams = 64, 1
+add(sc)
+
+# Uploads at 50 ms RTT: the relay (build/perf/load/relay) delays every
+# byte (TCP) or datagram (UDP) by 25 ms each way between the load
+# generator and tern; each upload twice, tern's receive windows growing
+# (the default: up to 8 MiB per stream, 16 MiB per connection) and
+# pinned at their initial sizes (64 KiB per stream, 1 MiB per
+# connection).  MiB/s is the bytes the server received in the measured
+# window (tern's /stats bytes_in: TLS or QUIC framing included), so that
+# a pinned row, whose 16 MiB uploads take some 12 s each, is measured
+# without waiting for whole uploads.  tern only.
+RTT50_DELAY_MS = 25
+RTT50_MIN_DURATION = 20
+PIN_ARGS = ("--max-stream-window", "65536", "--max-conn-window", "1048576")
+M["wire_mib_per_s"] = Metric("mib_per_s", "received by the server (wire)",
+                             "MiB/s", "higher", ",.1f")
+RTT50 = []
+for base in ("h2-upload", "h2-upload-4", "h3-upload", "h3-upload-4"):
+    b = REGISTRY[base]
+    names = (base + "-rtt50", base + "-rtt50-pinned")
+    RTT50.append((base,) + names)
+    for name, pinned in zip(names, (False, True)):
+        sc = Scenario(name, b.protocol, b.load,
+                      "%s through the relay at 50 ms RTT (25 ms each way), "
+                      "tern's windows %s" % (
+                          base, "pinned (hello %s)" % " ".join(PIN_ARGS)
+                          if pinned else "growing (the default)"),
+                      tls=True, clients=b.clients, streams=b.streams,
+                      upload=b.upload, method="POST", path=UPLOAD_PATH,
+                      group="rtt50", latency=False, body=None,
+                      table="rtt50",
+                      chart=(M["wire_mib_per_s"], M["cpu_us_per_mib"]),
+                      summary="Target: growing >= 10 x pinned.")
+        sc.relay_ms = RTT50_DELAY_MS
+        sc.server_args = PIN_ARGS if pinned else ()
+        sc.min_duration = RTT50_MIN_DURATION
+        sc.tern_only = ("the 50 ms RTT rows compare tern's windows growing "
+                        "and pinned: tern only")
+        sc.pair = names
+        add(sc)
 
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]

@@ -181,7 +181,7 @@ def h2o_conf(template, port, tmpdir, max_conns=None, tls=None):
 class Server:
     def __init__(self, name, argv, workdir, port=None, ready_file=None,
                  env=None, shim=None, tls_port=None, read_tls_port=False,
-                 plain=True, h2c=None):
+                 plain=True, h2c=None, quic_port=None, read_quic_port=False):
         self.name = name
         self.argv = argv
         self.workdir = workdir
@@ -193,6 +193,8 @@ class Server:
         # the HTTP/1.1 port (tern, h2o), a port number of its own (nginx,
         # nghttpd --no-tls), None when not asked for
         self.h2c = h2c
+        self.quic_port = quic_port  # the UDP port of HTTP/3 (QUIC)
+        self.read_quic_port = read_quic_port  # 'quic listening on PORT' (tern)
         self.ready_file = ready_file
         self.env = env
         self.shim = shim          # path of the shim when preloaded
@@ -214,6 +216,8 @@ class Server:
             self.port = self._read_port()
         if self.read_tls_port and self.tls_port is None:
             self.tls_port = self._read_port(rb"tls listening on (\d+)")
+        if self.read_quic_port and self.quic_port is None:
+            self.quic_port = self._read_port(rb"quic listening on (\d+)")
         if self.ready_file is not None:
             self._wait_file(self.ready_file)
         if self.plain:
@@ -222,6 +226,8 @@ class Server:
             self._wait_tcp(self.tls_port)
         if isinstance(self.h2c, int):
             self._wait_tcp(self.h2c)
+        if self.quic_port is not None:
+            self._wait_udp(self.quic_port)
 
     @property
     def h2c_port(self):
@@ -240,6 +246,24 @@ class Server:
                 if time.monotonic() > deadline:
                     raise BenchError("%s does not accept on %d: %s" % (
                         self.name, port, e))
+            time.sleep(0.05)
+
+    def _wait_udp(self, port, timeout=15.0):
+        """Until a socket of the server's is bound to UDP port (ss): a
+        QUIC server says nothing to a probe without a handshake."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise BenchError("%s exited (%s) before listening on UDP "
+                                 "%d: %s" % (self.name, self.proc.returncode,
+                                             port, self.output_tail()))
+            rc, out = common.cmd_output(["ss", "-Hunlp", "sport = :%d" % port],
+                                        timeout=5)
+            pids = set(self.pids())
+            if rc == 0 and any("pid=%d," % p in out for p in pids):
+                return
+            if time.monotonic() > deadline:
+                raise BenchError("%s is not bound to UDP %d" % (self.name, port))
             time.sleep(0.05)
 
     def _wait_file(self, path, timeout=10.0):
@@ -374,6 +398,8 @@ def not_applicable(name, sc):
             "%s is not measured on %s" % (name, sc.protocol))
     if sc.name in spec.why_not:
         return spec.why_not[sc.name]
+    if getattr(sc, "tern_only", None) and spec.kind != "tern":
+        return sc.tern_only
     return None
 
 
@@ -383,7 +409,7 @@ _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
 _FLOOR = "the floor is a cleartext HTTP/1.1 limit"
 SERVERS = {
     "tern": Spec("tern", "tern (hello --workers 1)", "tern",
-                 protocols=ALL + ("ws", "h2c")),
+                 protocols=ALL + ("ws", "h2c", "h3", "ws-h3")),
     # The same hello with the other TLS engine: the "tern" row's TLS is
     # the default engine (GnuTLS where built), this one mbedTLS 2.28.
     "tern-mbedtls": Spec("tern-mbedtls",
@@ -431,6 +457,15 @@ SERVERS["libwebsockets"] = Spec(
     "libwebsockets", "libwebsockets 4.1 (lws_echo, 1 service thread)", "peer",
     protocols=("ws",), why_not={"h1": _WS_ONLY, "h1-tls": _WS_ONLY,
                                 "h2": _WS_ONLY, "h2c": _WS_ONLY})
+# ngtcp2's example HTTP/3 server (Debian ngtcp2-server 0.12.1), the peer
+# of the h3-* rows; it has no WebSocket (no extended CONNECT).
+_H3_ONLY = "gtlsserver speaks only HTTP/3"
+SERVERS["gtlsserver"] = Spec(
+    "gtlsserver", "gtlsserver (ngtcp2 0.12.1 example server, GnuTLS)",
+    "gtlsserver", protocols=("h3",),
+    why_not={"h1": _H3_ONLY, "h1-tls": _H3_ONLY, "h2": _H3_ONLY,
+             "h2c": _H3_ONLY, "ws": _H3_ONLY,
+             "ws-h3": "gtlsserver has no WebSocket (no extended CONNECT)"})
 SERVER_ORDER = list(SERVERS)
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
@@ -459,6 +494,9 @@ def available(args, name):
     if kind == "nghttpd":
         return None if shutil.which(args.nghttpd) else (
             "nghttpd not installed (apt-get install nghttp2-server)")
+    if kind == "gtlsserver":
+        return None if shutil.which(args.gtlsserver) else (
+            "gtlsserver not installed (apt-get install ngtcp2-server)")
     p = peer_path(args, name)
     return None if common.which_exec(p) else "%s not built" % p
 
@@ -467,21 +505,40 @@ def available(args, name):
 # the file "upload" once the whole body has arrived (nghttpd reads and drops
 # it).  Both hold "Hello, World!": nghttpd cannot count what it read.
 NGHTTPD_FILES = {"index.html": b"Hello, World!", "upload": b"Hello, World!"}
+# gtlsserver's docroot, the same way: it maps / to index.html, reads a
+# request's body to its end and drops it, and answers once the stream has
+# ended (its --early-response, not given, would answer first).
+GTLSSERVER_FILES = NGHTTPD_FILES
+# gtlsserver's receive windows grow (ngtcp2's auto-tuning) up to these,
+# tern's maxima (its defaults, 6 MiB each, would cap a 16 MiB upload
+# sooner than tern's)
+GTLSSERVER_WINDOWS = ("--max-stream-window=8M", "--max-window=16M")
+
+
+def free_udp_port():
+    """A UDP port nothing is bound to on 127.0.0.1 (gtlsserver wants one
+    given)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def make(name, args, workdir, max_conns=None, shim=None, tls=False,
-         h2c=False):
+         h2c=False, quic=False, server_args=()):
     """A Server (not started) for name, in a fresh directory under workdir.
     tls: also listen on a TLS port (HTTP/1.1 and h2 by ALPN), with the
     run's certificate.  h2c: serve cleartext HTTP/2 with prior knowledge
     (Server.h2c_port): tern's and h2o's HTTP/1.1 port takes the HTTP/2
     preface as it is, nginx gets a second listener, nghttpd runs
-    --no-tls."""
+    --no-tls.  quic: also serve HTTP/3 on a UDP port (Server.quic_port;
+    tern: --quic-port beside its TLS port; gtlsserver serves nothing
+    else).  server_args: the scenario's own arguments (tern only: the
+    windows of the rtt50 rows)."""
     sdir = tempfile.mkdtemp(prefix=name + ".", dir=workdir)
     kind = SERVERS[name].kind
     extra = list(getattr(args, "extra_args", {}).get(name, []))
-    mat = tlsclient.material(workdir) if (tls or (
-        kind == "nghttpd" and not h2c)) else None
+    mat = tlsclient.material(workdir) if (tls or quic or kind in (
+        "gtlsserver",) or (kind == "nghttpd" and not h2c)) else None
     if kind == "tern":
         argv = [args.hello, "--port", "0", "--workers", "1"]
         if max_conns:
@@ -490,8 +547,26 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
             argv += ["--tls-port", "0", "--cert", mat["cert"], "--key", mat["key"]]
             if name == "tern-mbedtls":
                 argv += ["--tls-engine", "mbedtls"]
-        return Server(name, argv + extra, sdir, shim=shim, read_tls_port=tls,
-                      h2c="plain" if h2c else None)
+        if quic:
+            if not tls:
+                argv += ["--tls-port", "0", "--cert", mat["cert"],
+                         "--key", mat["key"]]
+            argv += ["--quic-port", "0"]
+        return Server(name, argv + list(server_args) + extra, sdir, shim=shim,
+                      read_tls_port=tls or quic,
+                      h2c="plain" if h2c else None, read_quic_port=quic)
+    if kind == "gtlsserver":
+        docroot = os.path.join(sdir, "htdocs")
+        os.makedirs(docroot)
+        for fn, data in GTLSSERVER_FILES.items():
+            with open(os.path.join(docroot, fn), "wb") as f:
+                f.write(data)
+        qport = free_udp_port()
+        argv = [args.gtlsserver, "-q", "-d", docroot] + list(
+            GTLSSERVER_WINDOWS) + extra + ["127.0.0.1", str(qport),
+                                           mat["key"], mat["cert"]]
+        return Server(name, argv, sdir, shim=shim, plain=False,
+                      quic_port=qport)
     if kind == "nghttpd":
         docroot = os.path.join(sdir, "htdocs")
         os.makedirs(docroot)
@@ -551,10 +626,11 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
 
 
 def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False,
-          h2c=False):
+          h2c=False, quic=False, server_args=()):
     """Make and start a server; a server whose port was picked up front
     (nginx, h2o, nghttpd) is retried on a fresh port if it fails to bind."""
-    srv = make(name, args, workdir, max_conns, shim, tls, h2c)
+    srv = make(name, args, workdir, max_conns, shim, tls, h2c, quic,
+               server_args)
     attempts = 3 if (srv.port is not None or not srv.plain) else 1
     for attempt in range(attempts):
         try:
@@ -568,5 +644,6 @@ def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False,
                 raise BenchError("%s%s" % (e, (" (output: %s)" % tail) if tail
                                            and tail not in str(e) else ""))
             log("%s did not start, retrying" % name)
-            srv = make(name, args, workdir, max_conns, shim, tls, h2c)
+            srv = make(name, args, workdir, max_conns, shim, tls, h2c, quic,
+                       server_args)
     raise BenchError("unreachable")

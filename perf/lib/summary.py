@@ -22,6 +22,7 @@ KEYS = ("rate", "requests", "errors", "non2xx", "server_cpu_s",
         "shim_allocs_per_mib", "shim_bytes_per_mib")
 KEYS += ("ws_wire_out_per_msg", "ws_wire_in_per_msg")  # ws-echo*
 KEYS += ("resumed_pct", "handshakes_full", "handshakes_resumed")  # tls-*
+KEYS += ("server_bytes_in", "wire_mib")  # *-rtt50
 
 
 def summarize(rows, servers, scenarios):
@@ -198,6 +199,7 @@ def targets(summary, servers, rate=None):
     if "tern" in servers:
         T += h2_targets(summary, servers)
         T += ws_targets(summary, servers)
+        T += h3_targets(summary, servers)
     T += tls_targets(summary, servers)
     return T
 
@@ -296,8 +298,73 @@ def h2_targets(summary, servers):
     return T
 
 
+def h3_targets(summary, servers):
+    """h3-get, h3-get-browser >= 1.5 x gtlsserver req/s with 0 tern
+    allocations per request; h3-upload-4 >= 1.5 x gtlsserver MiB/s; at
+    50 ms RTT, windows growing >= 10 x pinned; ws-echo-h3 server CPU per
+    message <= 1.5 x ws-echo's."""
+    from .scenarios import RTT50
+    T = []
+
+    def verdict(ok):
+        return "n/a" if ok is None else ("PASS" if ok else "FAIL")
+
+    def cell(sc, name):
+        return summary.get(sc, {}).get(name)
+
+    for sc, key, unit in (("h3-get", "rate", "req/s"),
+                          ("h3-get-browser", "rate", "req/s"),
+                          ("h3-upload-4", "mib_per_s", "MiB/s")):
+        if sc not in summary:
+            continue
+        if "gtlsserver" in servers:
+            t = val(cell(sc, "tern"), key)
+            g = val(cell(sc, "gtlsserver"), key)
+            r = t / g if t and g else None
+            T.append(("%s: tern %s >= 1.5 x gtlsserver" % (sc, unit),
+                      "%.2f x (tern %s, gtlsserver %s %s)" % (
+                          r, fmt_value(t, ",.0f"), fmt_value(g, ",.0f"), unit)
+                      if r else "n/a", verdict(None if r is None else r >= 1.5)))
+        if key == "rate":
+            c = cell(sc, "tern")
+            own, shim = val(c, "allocs_per_req"), val(c, "shim_allocs_per_req")
+            T.append(("%s: 0 heap allocations per request (tern /stats)" % sc,
+                      "n/a" if own is None else
+                      "%.4f /req (/stats), shim %s /req, %s B/req" % (
+                          own, fmt_value(shim, ".4f"),
+                          fmt_value(val(c, "shim_bytes_per_req"), ",.0f")),
+                      verdict(None if own is None else own < 0.01)))
+            v = val(c, "shim_bytes_per_req")
+            T.append(("%s: under 512 B allocated per request (tern, the "
+                      "shim: GnuTLS's included)" % sc,
+                      "n/a" if v is None else "%.0f B/req (/stats %s)" % (
+                          v, fmt_value(val(c, "bytes_per_req"), ",.0f")),
+                      verdict(None if v is None else v < 512)))
+    for base, grow, pin in RTT50:
+        if grow not in summary and pin not in summary:
+            continue
+        g = val(cell(grow, "tern"), "mib_per_s")
+        p = val(cell(pin, "tern"), "mib_per_s")
+        r = g / p if g and p else None
+        T.append(("%s at 50 ms RTT: windows growing >= 10 x pinned (tern)"
+                  % base, "%.1f x (%s vs %s MiB/s received)" % (
+                      r, fmt_value(g, ",.1f"), fmt_value(p, ",.2f"))
+                  if r else "n/a", verdict(None if r is None else r >= 10)))
+    if "ws-echo-h3" in summary:
+        t = val(cell("ws-echo-h3", "tern"), "cpu_us_per_req")
+        h = val(cell("ws-echo", "tern"), "cpu_us_per_req")
+        r = t / h if t and h else None
+        T.append(("ws-echo-h3: tern server CPU per message <= 1.5 x "
+                  "ws-echo's (HTTP/1.1)",
+                  "%.2f x (%s vs %s µs)" % (r, fmt_value(t, ".2f"),
+                                            fmt_value(h, ".2f"))
+                  if r else "n/a" if "ws-echo" in summary else
+                  "n/a (ws-echo not in this run)",
+                  verdict(None if r is None else r <= 1.5)))
+    return T
+
+
 NOT_YET = [
-    "h3-get >= 1.5 x gtlsserver; under 512 B/request on HTTP/3; req/s "
-    "linear in workers: not measured yet (HTTP/1.1, HTTP/1.1 over TLS, "
-    "HTTP/2 over TLS, cleartext HTTP/2 uploads and WebSocket so far)",
+    "HTTP/3 req/s linear in workers: not measured yet (every row runs "
+    "hello --workers 1, on one core)",
 ]

@@ -116,3 +116,60 @@ def curl_check(port, sc, expect_body, workdir, content_type="text/plain",
     res["content_type_ok"] = (not content_type or
                               ctype.lower().startswith(content_type))
     return res
+
+
+def gtls_check(port, sc, expect_body, workdir, upload_path=None, timeout=30,
+               gtlsclient="gtlsclient"):
+    """One HTTP/3 request with gtlsclient (ngtcp2's example client: a
+    second client beside h3load, which checks every response of the load
+    itself): the status from its header dump,
+    the body from --download; for an upload, the body file sent as POST
+    (both servers answer only once the request's stream has ended, so an
+    answer means the whole body arrived).  gtlsclient sends no extra
+    header fields: h3-get-browser's head is checked by h3load itself on
+    every response of the load.  Raises BenchError on any mismatch."""
+    if shutil.which(gtlsclient) is None:
+        raise BenchError("gtlsclient not found (apt-get install "
+                         "ngtcp2-client): the HTTP/3 check needs it")
+    dl = os.path.join(workdir, "gtls-check")
+    shutil.rmtree(dl, ignore_errors=True)
+    os.makedirs(dl)
+    out_path = os.path.join(workdir, "gtls-check.out")
+    url = "https://localhost:%d%s" % (port, sc.path)
+    argv = [gtlsclient, "--no-quic-dump", "--no-http-dump",
+            "--exit-on-all-streams-close", "--download=" + dl,
+            "--timeout=%ds" % timeout]
+    if sc.upload:
+        argv += ["-m", sc.method, "-d", upload_path]
+    argv += ["127.0.0.1", str(port), url]
+    with open(out_path, "wb") as out:
+        try:
+            cp = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, timeout=timeout + 10)
+        except subprocess.TimeoutExpired:
+            raise BenchError("gtlsclient %s did not finish in %ds" % (
+                url, timeout + 10))
+    with open(out_path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    what = "%s %s over HTTP/3" % (sc.method, sc.path)
+    m = re.search(r"\[:status: (\d+)\]", text)
+    if cp.returncode != 0 or not m:
+        raise BenchError("gtlsclient %s %s exited %d%s: %s" % (
+            sc.method, url, cp.returncode, "" if m else " with no response",
+            (text.strip().splitlines() or [""])[-1][:200]))
+    status = int(m.group(1))
+    files = os.listdir(dl)
+    got = b""
+    if files:
+        with open(os.path.join(dl, files[0]), "rb") as f:
+            got = f.read()
+    if status != 200:
+        raise BenchError("%s returned status %d (body %r)" % (what, status,
+                                                              got[:80]))
+    if expect_body is not None and got != expect_body:
+        raise BenchError("%s returned body %r, expected %r" % (
+            what, got[:80], expect_body))
+    ctype = re.search(r"\[content-type: ([^\]]*)\]", text)
+    return {"status": status, "tool": "gtlsclient",
+            "content_type": ctype.group(1) if ctype else None,
+            "body_bytes": len(got)}

@@ -684,5 +684,124 @@ def tools_reject_bad_arguments():
         eq(p.returncode, 2, "exit status of %s" % " ".join(args[1:]))
 
 
+# ---- perf/perf's HTTP/3 and 50 ms RTT rows (the harness) -------------------
+
+PERF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                    "perf")
+
+
+def perf_lib():
+    """perf/lib (the driver's modules), imported from the source tree."""
+    if PERF not in sys.path:
+        sys.path.insert(0, PERF)
+    from lib import common, scenarios, tlsclient  # noqa: E402
+    return common, scenarios, tlsclient
+
+
+def perf_compare(d, servers, scenarios, *extra, timeout=300):
+    """perf/perf compare into d; returns (exit status, output, summary)."""
+    argv = [sys.executable, os.path.join(PERF, "perf"), "compare",
+            "--servers", servers, "--scenarios", scenarios,
+            "--rounds", "1", "--load-wait", "0", "--out-dir", d,
+            "--hello", os.path.join(BUILD, "examples", "hello"),
+            "--load-dir", os.path.join(BUILD, "perf", "load"),
+            "--alloc-dir", os.path.join(BUILD, "perf", "alloc")] + list(extra)
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout)
+    text = p.stdout.decode("utf-8", "replace")
+    path = os.path.join(d, "summary.json")
+    summ = None
+    if os.path.exists(path):
+        with open(path) as f:
+            summ = json.load(f)
+    return p.returncode, text, summ
+
+
+@case(timeout=60)
+def perf_h3_check_wants_the_exact_answer():
+    """The h3 rows' check (gtlsclient): hello's body and upload count
+    pass, a body other than the one expected is refused."""
+    if shutil.which("gtlsclient") is None:
+        raise Skip("gtlsclient not installed (ngtcp2-client)")
+    common, scenarios, tlsclient = perf_lib()
+    with quic_hello() as (s, quic), tempfile.TemporaryDirectory() as d:
+        get = scenarios.REGISTRY["h3-get"]
+        r = tlsclient.gtls_check(quic, get, b"Hello, World!", d)
+        eq(r["status"], 200, "status")
+        eq(r["body_bytes"], 13, "body bytes")
+        try:
+            tlsclient.gtls_check(quic, get, b"Hello, World?", d)
+            check(False, "a wrong expected body passed the check")
+        except common.BenchError as e:
+            check("expected" in str(e), "the reason: %s" % e)
+        up = scenarios.REGISTRY["h3-upload"]
+        body = tlsclient.upload_file(d, 1 << 20)
+        # hello answers the byte count it read: the whole body arrived
+        r = tlsclient.gtls_check(quic, up, b"1048576", d, upload_path=body)
+        eq(r["status"], 200, "upload status")
+
+
+@case(timeout=180)
+def perf_compare_h3_rows_against_gtlsserver():
+    """perf/perf compare on h3-get and h3-upload, tern and gtlsserver:
+    every cell valid, with h3load's counts, no error, and tern's own
+    counters of the window."""
+    if GTLSSERVER is None or shutil.which("gtlsclient") is None:
+        raise Skip("gtlsserver or gtlsclient not installed (ngtcp2-server, "
+                   "ngtcp2-client)")
+    with quic_hello():
+        pass  # skips where hello or h3load has no HTTP/3
+    with tempfile.TemporaryDirectory() as d:
+        rc, text, summ = perf_compare(d, "tern,gtlsserver", "h3-get,h3-upload",
+                                      "--duration", "1", "--warmup", "1")
+        check(summ is not None, "no summary.json: %s" % text[-800:])
+        rows = summ["rows"]
+        eq(len(rows), 4, "rows")
+        for r in rows:
+            eq(r["status"], "ok", "%s %s: %s" % (r["scenario"], r["server"],
+                                                 r["problems"]))
+            eq(r["errors"], 0, "%s %s errors" % (r["scenario"], r["server"]))
+            check(r["requests"] > 0, "%s %s: no request" % (r["scenario"],
+                                                            r["server"]))
+            eq(r["load"]["tool"], "h3load", "the load")
+            eq(r["check"]["status"], 200, "the check")
+        tern = [r for r in rows if r["server"] == "tern"]
+        for r in tern:
+            check(r.get("server_requests", 0) > 0,
+                  "tern's /stats saw no request in %s" % r["scenario"])
+        eq(rc, 0, "exit status (%s)" % text[-400:])
+
+
+@case(timeout=180)
+def perf_rtt50_pinned_window_is_bounded_by_the_round_trip():
+    """h2-upload-rtt50-pinned through the relay: a 64 KiB stream window
+    per 50 ms round trip cannot move more than ~1.3 MiB/s (the relay's
+    delay is a lower bound on the round trip, so this bound holds on any
+    machine), and the row still completes an upload with no error."""
+    try:
+        tool("load", "relay")
+    except FileNotFoundError:
+        raise Skip("relay not built")
+    if shutil.which("h2load") is None:
+        raise Skip("h2load not installed (nghttp2-client)")
+    with tempfile.TemporaryDirectory() as d:
+        rc, text, summ = perf_compare(d, "tern", "h2-upload-rtt50-pinned",
+                                      "--duration", "1", "--warmup", "1")
+        check(summ is not None, "no summary.json: %s" % text[-800:])
+        (r,) = summ["rows"]
+        if "unknown option --max-stream-window" in " ".join(r["problems"]):
+            raise Skip("hello has no --max-stream-window here")
+        eq(r["status"], "ok", "status: %s" % r["problems"])
+        eq(r["errors"], 0, "errors")
+        check(r["uploads_done"] >= 1, "no upload completed in the window")
+        check(r["window_s"] >= 20, "the window (%.1f s) is the rows' 20 s "
+              "at least" % r["window_s"])
+        # 64 KiB per 50 ms = 1.25 MiB/s of body, plus TLS and HTTP/2
+        # framing: well under 2
+        check(0 < r["mib_per_s"] < 2.0,
+              "pinned: %.2f MiB/s received" % r["mib_per_s"])
+        eq(rc, 0, "exit status")
+
+
 if __name__ == "__main__":
     suite.main()
