@@ -320,17 +320,25 @@ def h3_alloc_metrics(args, workdir, out):
                 "window of %d + 1" % (got, k))
 
 
-def callgrind_h3_run(args, workdir, n, tag):
-    """hello (--quic-port) under callgrind, one h3load connection of n
-    GET / over HTTP/3; the instructions in total."""
+def _callgrind_total(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise BenchError("no totals in %s" % path)
+
+
+def _under_callgrind(args, workdir, tag, drive, extra=()):
+    """hello (with `extra` arguments) under callgrind: drive(ports) sends
+    the traffic, where ports is what _start_hello found after the process;
+    then hello is stopped and its instructions in total returned."""
     cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
     prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
               "--dump-instr=no", "--dump-line=no"]
-    p, port, out_path, qport = _start_hello(args.hello, workdir,
-                                            args.server_cpu, prefix,
-                                            _quic_extra(workdir))
+    started = _start_hello(args.hello, workdir, args.server_cpu, prefix, extra)
+    p = started[0]
     try:
-        _h3_count(args, workdir, qport, n, timeout=300)
+        drive(started[1:])
         os.killpg(p.pid, signal.SIGTERM)
         try:
             p.wait(60)
@@ -341,20 +349,17 @@ def callgrind_h3_run(args, workdir, n, tag):
     return _callgrind_total(cg_out)
 
 
-def _callgrind_total(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise BenchError("no totals in %s" % path)
+def callgrind_h3_run(args, workdir, n, tag):
+    """hello (--quic-port) under callgrind, one h3load connection of n
+    GET / over HTTP/3; the instructions in total."""
+    def drive(ports):
+        _h3_count(args, workdir, ports[2], n, timeout=300)
+    return _under_callgrind(args, workdir, tag, drive, _quic_extra(workdir))
 
 
 def callgrind_run(args, workdir, n_get, n_app, n_ws, tag):
-    cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
-    prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
-              "--dump-instr=no", "--dump-line=no"]
-    p, port, out_path = _start_hello(args.hello, workdir, args.server_cpu, prefix)
-    try:
+    def drive(ports):
+        port = ports[0]
         w = args.callgrind_warmup
         with h1client.Conn(port, timeout=60) as c:
             h1client.keepalive(c, w)
@@ -370,14 +375,7 @@ def callgrind_run(args, workdir, n_get, n_app, n_ws, tag):
             ws_close(ws)
         finally:
             ws.close()
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(60)
-        except Exception:
-            raise BenchError("hello under callgrind did not stop")
-    finally:
-        common.stop_proc(p)
-    return _callgrind_total(cg_out)
+    return _under_callgrind(args, workdir, tag, drive)
 
 
 def instr_metrics(args, workdir):
