@@ -152,8 +152,16 @@ void tern__pool_drain(tern__worker *w, tern__pool *p);
  * a steady stream of requests reuses them instead of calling the
  * allocator; larger ones go to it directly. Owning worker only; realloc
  * and free take any block these returned. */
-#define TERN__SMALL_CLASSES 7 /* 64 B to 4 KiB, header included */
-#define TERN__SMALL_MAX ((size_t)4096 - 16)
+#define TERN__SMALL_CLASSES 8 /* 64 B to 8 KiB, header included */
+#define TERN__SMALL_MAX ((size_t)8192 - 16)
+/* What each class keeps free after a burst: up to 1 MiB of blocks, and
+ * never more than 8192 of them, so at most about 7.5 MiB a worker. A
+ * class must hold what a busy connection's peak needs: 128 HTTP/3
+ * requests in flight with 16-field heads keep some 2,000 field buffers
+ * of nghttp3's alive at once, and ngtcp2's sorted lists take 4 KiB+
+ * nodes as its sent packets come and go. */
+#define TERN__SMALL_KEEP_BYTES ((size_t)1 << 20)
+#define TERN__SMALL_KEEP_MAX 8192
 void *tern__small_malloc(tern__worker *w, size_t n);
 void *tern__small_realloc(tern__worker *w, void *p, size_t n);
 void tern__small_free(tern__worker *w, void *p);

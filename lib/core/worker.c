@@ -104,8 +104,11 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   for (i = 0; tern__transports[i] != NULL; i++)
     tern__pool_init(&w->conn_pools[tern__transports[i]->pool],
                     tern__transports[i]->conn_size, 1024);
-  for (i = 0; i < TERN__SMALL_CLASSES; i++)
-    tern__pool_init(&w->small[i], (size_t)64 << i, i < 5 ? 1024 : 256);
+  for (i = 0; i < TERN__SMALL_CLASSES; i++) {
+    size_t keep = TERN__SMALL_KEEP_BYTES / ((size_t)64 << i);
+    tern__pool_init(&w->small[i], (size_t)64 << i,
+                    keep < TERN__SMALL_KEEP_MAX ? keep : TERN__SMALL_KEEP_MAX);
+  }
   tern__date_update(w);
 
   uv_async_init(w->loop, &w->async, on_async);
