@@ -465,9 +465,7 @@ static int replace_answer(tern__stream *c, tern_request *r, int status) {
     /* Bytes handed to the kernel (or to TLS, which has encrypted them)
      * cannot be taken back. */
     q = &c->out;
-    left =
-        q->consumed +
-        (c->filter == NULL && (c->head.flags & TERN__C_WRITING) ? c->wlen : 0);
+    left = q->consumed + (c->filter == NULL ? tern__stream_writing(c) : 0);
     if (left > state(r)->out_start)
       return -1;
     keep = (size_t)(state(r)->out_start - q->consumed);

@@ -322,9 +322,19 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
 
 /* ---- Writing ------------------------------------------------------- */
 
+/* A write the socket could not take at once, and its length. */
+typedef struct tern__swrite {
+  uv_write_t req; /* data: the stream */
+  size_t len;
+} tern__swrite;
+
+size_t tern__stream_writing(const tern__stream *s) {
+  return s->wr != NULL ? s->wr->len : 0;
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status) {
-  (void)req;
   (void)status;
+  tern__small_free(req->data, req); /* data: the worker */
 }
 
 /* Close after the last byte has been written: shut down our side and drain
@@ -333,8 +343,15 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
  * the client has read it. */
 static void linger(tern__stream *s) {
   tern__conn *c = &s->head;
+  uv_shutdown_t *sr;
   if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
-      uv_shutdown(&s->sreq, (uv_stream_t *)&s->tcp, on_shutdown) != 0) {
+      (sr = tern__small_malloc(c->w, sizeof(*sr))) == NULL) {
+    tern__conn_close(c);
+    return;
+  }
+  sr->data = c->w;
+  if (uv_shutdown(sr, (uv_stream_t *)&s->tcp, on_shutdown) != 0) {
+    tern__small_free(c->w, sr);
     tern__conn_close(c);
     return;
   }
@@ -399,12 +416,19 @@ static void stream_flush(tern__conn *c) {
     }
     for (i = 0, total = 0; i < n; i++)
       total += iov[i].len;
-    if (uv_write(&s->wreq, (uv_stream_t *)&s->tcp, iov, (unsigned)n,
-                 on_write) != 0) {
+    if ((s->wr = tern__small_malloc(w, sizeof(*s->wr))) == NULL) {
       tern__conn_close(c);
       return;
     }
-    s->wlen = total;
+    s->wr->req.data = s;
+    s->wr->len = total;
+    if (uv_write(&s->wr->req, (uv_stream_t *)&s->tcp, iov, (unsigned)n,
+                 on_write) != 0) {
+      tern__small_free(w, s->wr);
+      s->wr = NULL;
+      tern__conn_close(c);
+      return;
+    }
     c->flags |= TERN__C_WRITING;
     tern__conn_timer(c, TERN__T_WRITE);
     return;
@@ -422,19 +446,21 @@ static void stream_flush(tern__conn *c) {
 }
 
 static void on_write(uv_write_t *req, int status) {
-  tern__stream *s = TERN__CONTAINER_OF(req, tern__stream, wreq);
+  tern__stream *s = req->data;
   tern__conn *c = &s->head;
   tern__worker *w = c->w;
+  size_t len = s->wr->len;
 
+  tern__small_free(w, s->wr);
+  s->wr = NULL;
   c->flags &= ~(unsigned)TERN__C_WRITING;
   if (status < 0 || (c->flags & TERN__C_CLOSING)) {
     tern__conn_close(c);
     return;
   }
-  TERN__STAT_ADD(w->stats.bytes_out, s->wlen);
+  TERN__STAT_ADD(w->stats.bytes_out, len);
   tern__outq_consume(w, s->filter != NULL ? s->filter->wire(s->filt) : &s->out,
-                     s->wlen);
-  s->wlen = 0;
+                     len);
   if (c->flags & TERN__C_CLOSING)
     return;
   tern__conn_timer(c, TERN__T_NONE);

@@ -26,9 +26,11 @@ typedef struct tern__stream {
   const tern__filter *filter; /* NULL on plain TCP */
   void *filt;                 /* the filter's state */
   tern__outq out;             /* plaintext from the adapter */
-  uv_write_t wreq;
-  uv_shutdown_t sreq;
-  size_t wlen; /* bytes in the uv_write in flight */
+  /* The uv_write in flight (NULL: none). Most writes finish at once in
+   * uv_try_write; only one the socket could not take needs a request,
+   * taken from the worker's small blocks then, so an idle connection
+   * does not carry one (nor a uv_shutdown_t, taken at linger). */
+  struct tern__swrite *wr;
 
   /* The HTTP/1.1 adapter's state, in place: every connection starts
    * with it. */
@@ -56,6 +58,8 @@ static inline const tern__stream *tern__stream_cof(const tern__conn *c) {
 char *tern__stream_rbuf_room(tern__stream *s, size_t *room);
 void tern__stream_read_start(tern__stream *s);
 void tern__stream_read_stop(tern__stream *s);
+/* Bytes of the uv_write in flight (0: none). */
+size_t tern__stream_writing(const tern__stream *s);
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
 /* Accept a connection from TCP listener `l` on worker `w` through
