@@ -433,6 +433,7 @@ static int deliver(tern_request *r, const char *p, size_t n) {
   if (n == 0)
     return 0;
   if (r->flags & TERN__RQ_STREAM) {
+    r->bytes_in += n;
     if (!(r->flags & TERN__RQ_ENDED))
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
     return 0;
@@ -585,6 +586,7 @@ static int feed_body(tern__stream *c) {
   if (r->body_kind == H1_BODY_TUNNEL) {
     size_t n = c->rlen - c->rpos;
     c->rpos = c->rlen;
+    r->bytes_in += n;
     if (n > 0)
       r->body_fn(r, TERN_BODY_DATA, buf + c->rpos - n, n, r->body_user);
     return 0; /* a tunnel's body ends only with the connection */
@@ -1039,6 +1041,7 @@ static int h1_timeout(tern__conn *conn, int kind) {
                       sizeof(timeout_408) - 1) != 0)
     return 0;
   c->head.flags |= TERN__C_CLOSE_AFTER;
+  tern__access_no_request(&c->head, 408);
   tern__conn_flush(&c->head);
   return 1;
 }
