@@ -832,6 +832,7 @@ static void start_request(tern__stream *c, size_t head_len) {
     /* The whole body is here: hand it over in place. */
     r->body = c->rbuf->data + c->rpos;
     r->body_len = (size_t)h.content_length;
+    r->bytes_in = r->body_len;
     c->rpos += r->body_len;
     r->flags |= TERN__RQ_BODY_DONE;
     tern__request_dispatch(r);
@@ -975,6 +976,11 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
   r->flags &= ~(unsigned)(TERN__RQ_BODY_DONE | TERN__RQ_UPGRADE);
   r->body_kind = H1_BODY_TUNNEL;
   c->body_req = r;
+  /* The head is no longer needed: a long-lived tunnel gives its read
+   * buffer back, unless the access log will show the head when the
+   * tunnel closes. */
+  if (c->head.w->srv->access_fn != NULL)
+    return 0;
   tern__rbuf_unref(c->head.w, r->rbuf);
   r->rbuf = NULL;
   r->nheaders = 0;

@@ -416,6 +416,7 @@ static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
   if (!c->hs_done) {
     if (tern__tls_in_refused(&c->in)) {
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     do

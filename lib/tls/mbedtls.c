@@ -287,6 +287,7 @@ static int tls_input(void *st, tern__worker *w, char *dst, size_t room,
   if (!t->hs_done) {
     if (tern__tls_in_refused(&t->in)) {
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     rc = mbedtls_ssl_handshake(&t->ssl);
