@@ -87,6 +87,8 @@
  * through tern's built-in writer (JSON lines; --access-log-format combined
  * for the combined format; --access-log-buffers N and
  * --access-log-buffer-size N set its queue); SIGHUP reopens the file.
+ * --metrics also keeps /metrics' request duration histogram
+ * (tern_server_time_requests).
  * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -942,7 +944,7 @@ int main(int argc, char **argv) {
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
-  int i, bound, rc, want_error_hook = 0, want_default = 0;
+  int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
   memset(big, 'x', sizeof(big));
@@ -1023,6 +1025,10 @@ int main(int argc, char **argv) {
       want_default = 1;
       continue;
     }
+    if (strcmp(argv[i], "--metrics") == 0) {
+      want_durations = 1;
+      continue;
+    }
     if (strcmp(argv[i], "--access-log") == 0 && i + 1 < argc) {
       log_opts.path = argv[++i];
       continue;
@@ -1080,6 +1086,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   tern_route(server, "GET", "/metrics", tern_metrics_handler, NULL);
+  if (want_durations)
+    tern_server_time_requests(server, 1);
   tern_route_options_init(&stream_opts);
   stream_opts.flags = TERN_ROUTE_STREAM_BODY;
   tern_route_options_init(&blocking_opts);

@@ -1027,7 +1027,8 @@ typedef struct {
                                                         written */
   uint64_t request_bytes_in[TERN_STATS_PROTOCOLS];  /* body bytes */
   uint64_t request_bytes_out[TERN_STATS_PROTOCOLS]; /* body bytes */
-  /* From the head received to the last byte written (or the abort). */
+  /* From the head received to the last byte written (or the abort);
+   * kept only while tern_server_time_requests is on (else 0). */
   uint64_t duration_buckets[TERN_STATS_PROTOCOLS][TERN_STATS_BUCKETS];
   uint64_t duration_sum_ns[TERN_STATS_PROTOCOLS];
   uint64_t open_connections[TERN_STATS_PROTOCOLS]; /* by the protocol they
@@ -1070,6 +1071,14 @@ TERN_EXTERN void tern_stats_init(tern_stats *st);
  * TERN_EINVAL (srv or out NULL; a version below 1, or a size smaller than
  * the version's layout, logged), writing nothing. */
 TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
+
+/* Keep the request duration histogram (tern_stats.duration_buckets and
+ * duration_sum_ns, tern_request_duration_seconds): it costs a read of the
+ * monotonic clock at each request's head and end (shared by the requests
+ * of one loop turn, so under load much less). Off by default; the other
+ * counters are always kept. Call before tern_run or tern_attach. Errors:
+ * TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_time_requests(tern_server *srv, int on);
 
 /* A route handler that answers with the server's counters in the
  * Prometheus text exposition format 0.0.4 (tern_server_stats version 3,

@@ -119,68 +119,82 @@ static void run_hook(tern__worker *w, tern_access_entry *e, uint64_t t0) {
     w->srv->access_fn(e, w->srv->access_user);
 }
 
+/* The access hook's entry for a finished request; out of line, so that
+ * the counting above stays small when no hook is installed. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void
+log_request(tern_request *r, unsigned flags, uint64_t d) {
+  tern_access_entry e;
+  char peer[64];
+  memset(&e, 0, sizeof(e));
+  e.size = sizeof(e);
+  e.protocol = r->protocol != 0 ? r->protocol : TERN_PROTO_HTTP11;
+  e.status = r->status;
+  if (r->flags & TERN__RQ_SELF)
+    flags |= TERN_ACCESS_SELF;
+  if (r->flags & TERN__RQ_TUNNEL)
+    flags |= TERN_ACCESS_WEBSOCKET;
+  if (r->flags & TERN__RQ_EARLY)
+    flags |= TERN_ACCESS_EARLY;
+  if (r->method == NULL)
+    flags |= TERN_ACCESS_NO_REQUEST;
+  e.flags = flags;
+  e.tls_version = r->conn != NULL ? r->conn->tls_version : 0;
+  e.method = r->method != NULL ? r->method : "";
+  e.method_len = r->method != NULL ? r->method_len : 0;
+  e.target = r->target != NULL ? r->target : "";
+  e.target_len = r->target != NULL ? r->target_len : 0;
+  e.authority = r->authority;
+  e.authority_len = r->authority != NULL ? r->authority_len : 0;
+  find_field(r, "referer", 7, &e.referer, &e.referer_len);
+  find_field(r, "user-agent", 10, &e.user_agent, &e.user_agent_len);
+  entry_peer(&e, r->conn, peer, sizeof(peer));
+  e.bytes_in = r->bytes_in;
+  e.bytes_out = r->bytes_out;
+  e.handler_ns = since(r->t_handler, r->t_head);
+  e.first_byte_ns = since(r->t_first, r->t_head);
+  e.last_byte_ns = (int64_t)d;
+  e.data = r->data;
+  run_hook(r->w, &e, r->t_head);
+}
+
 void tern__request_finished(tern_request *r) {
   tern__worker *w = r->w;
-  uint64_t now, d;
-  int pi, cls, i;
+  tern_server *srv = w->srv;
+  uint64_t d = 0;
+  int pi = tern__proto_index(r->protocol);
   unsigned flags = 0;
 
   if (r->flags & TERN__RQ_LOGGED)
     return;
   r->flags |= TERN__RQ_LOGGED;
-  now = uv_hrtime();
-  d = now - r->t_head;
-  pi = tern__proto_index(r->protocol);
-  cls = status_class(r->status);
-  if (!(r->flags & TERN__RQ_WRITTEN) || (r->flags & TERN__RQ_ABORT)) {
-    flags |= TERN_ACCESS_ABORTED;
+  if ((r->flags & (TERN__RQ_WRITTEN | TERN__RQ_ABORT)) != TERN__RQ_WRITTEN) {
+    flags = TERN_ACCESS_ABORTED;
     TERN__STAT_ADD(w->stats.aborted[pi], 1);
   }
-  TERN__STAT_ADD(w->stats.by_class[pi][cls], 1);
+  TERN__STAT_ADD(w->stats.by_class[pi][status_class(r->status)], 1);
   TERN__STAT_ADD(w->stats.streams[r->sidx], (uint64_t)-1);
-  for (i = 0; d > bucket_le[i]; i++)
-    ;
-  TERN__STAT_ADD(w->stats.buckets[pi][i], 1);
-  TERN__STAT_ADD(w->stats.dur_sum[pi], d);
   if (r->bytes_in != 0)
     TERN__STAT_ADD(w->stats.req_in[pi], r->bytes_in);
   if (r->bytes_out != 0)
     TERN__STAT_ADD(w->stats.req_out[pi], r->bytes_out);
-
-  if (w->srv->access_fn != NULL) {
-    tern_access_entry e;
-    char peer[64];
-    memset(&e, 0, sizeof(e));
-    e.size = sizeof(e);
-    e.protocol = r->protocol != 0 ? r->protocol : TERN_PROTO_HTTP11;
-    e.status = r->status;
-    if (r->flags & TERN__RQ_SELF)
-      flags |= TERN_ACCESS_SELF;
-    if (r->flags & TERN__RQ_TUNNEL)
-      flags |= TERN_ACCESS_WEBSOCKET;
-    if (r->flags & TERN__RQ_EARLY)
-      flags |= TERN_ACCESS_EARLY;
-    if (r->method == NULL)
-      flags |= TERN_ACCESS_NO_REQUEST;
-    e.flags = flags;
-    e.tls_version = r->conn != NULL ? r->conn->tls_version : 0;
-    e.method = r->method != NULL ? r->method : "";
-    e.method_len = r->method != NULL ? r->method_len : 0;
-    e.target = r->target != NULL ? r->target : "";
-    e.target_len = r->target != NULL ? r->target_len : 0;
-    e.authority = r->authority;
-    e.authority_len = r->authority != NULL ? r->authority_len : 0;
-    find_field(r, "referer", 7, &e.referer, &e.referer_len);
-    find_field(r, "user-agent", 10, &e.user_agent, &e.user_agent_len);
-    entry_peer(&e, r->conn, peer, sizeof(peer));
-    e.bytes_in = r->bytes_in;
-    e.bytes_out = r->bytes_out;
-    e.handler_ns = since(r->t_handler, r->t_head);
-    e.first_byte_ns = since(r->t_first, r->t_head);
-    e.last_byte_ns = (int64_t)d;
-    e.data = r->data;
-    run_hook(w, &e, r->t_head);
+  if (!srv->timing)
+    return;
+  {
+    uint64_t now = tern__now(w);
+    d = now > r->t_head ? now - r->t_head : 0;
   }
+  if (srv->durations) {
+    int i;
+    for (i = 0; d > bucket_le[i]; i++)
+      ;
+    TERN__STAT_ADD(w->stats.buckets[pi][i], 1);
+    TERN__STAT_ADD(w->stats.dur_sum[pi], d);
+  }
+  if (srv->access_fn != NULL)
+    log_request(r, flags, d);
 }
 
 void tern__access_no_request(tern__conn *c, int status) {
@@ -188,7 +202,8 @@ void tern__access_no_request(tern__conn *c, int status) {
   int pi = c->counted_proto >= 0 ? c->counted_proto : TERN_STATS_H1;
 
   TERN__STAT_ADD(w->stats.by_class[pi][status_class(status)], 1);
-  TERN__STAT_ADD(w->stats.buckets[pi][0], 1);
+  if (w->srv->durations)
+    TERN__STAT_ADD(w->stats.buckets[pi][0], 1);
   count_rejected(w, status);
   if (w->srv->access_fn != NULL) {
     tern_access_entry e;
@@ -226,6 +241,17 @@ int tern_server_on_access(tern_server *srv, tern_access_fn fn, void *user) {
   /* A built-in writer stays open, unused, until tern_server_free. */
   srv->access_fn = fn;
   srv->access_user = fn != NULL ? user : NULL;
+  srv->timing = srv->durations || fn != NULL;
+  return 0;
+}
+
+int tern_server_time_requests(tern_server *srv, int on) {
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  srv->durations = on != 0;
+  srv->timing = srv->durations || srv->access_fn != NULL;
   return 0;
 }
 
@@ -695,6 +721,7 @@ int tern_server_access_log(tern_server *srv,
   srv->alog = al;
   srv->access_fn = alog_hook;
   srv->access_user = al;
+  srv->timing = 1;
   return 0;
 }
 

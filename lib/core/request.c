@@ -31,7 +31,8 @@ tern_request *tern__request_new(tern__conn *c) {
   r->headers = (tern_header *)(void *)(r + 1);
   r->headers_cap = w->srv->s.max_header_count;
   r->resp_left = -1;
-  r->t_head = uv_hrtime();
+  if (w->srv->timing)
+    r->t_head = tern__now(w);
   r->sidx = c->counted_proto >= 0 ? c->counted_proto : TERN_STATS_H1;
   TERN__STAT_ADD(w->stats.streams[r->sidx], 1);
   c->refs++;

@@ -372,6 +372,7 @@ static void on_async(uv_async_t *a) {
  * handler resumed a body, then write everything produced in this turn. */
 static void on_check(uv_check_t *h) {
   tern__worker *w = h->data;
+  w->now_valid = 0; /* the next stamp is of the next batch */
   for (;;) {
     /* A WebSocket that ended inside a tern_ws_* call hears of it now,
      * outside every call; what its on_close sends is written below. */

@@ -476,8 +476,8 @@ SERVERS["gtlsserver"] = Spec(
 # tern,tern-logged,nginx,nginx-logged h1-get), not in the default list.
 _LOGGED_ONLY = "the logged rows measure h1-get only"
 SERVERS["tern-logged"] = Spec(
-    "tern-logged", "tern with the JSON access log (hello --access-log; "
-    "metrics are always on)", "tern", protocols=H1,
+    "tern-logged", "tern with the JSON access log and the duration "
+    "histogram (hello --access-log FILE --metrics)", "tern", protocols=H1,
     why_not={"h1-tls": _LOGGED_ONLY, "h2": _LOGGED_ONLY,
              "h2c": _LOGGED_ONLY})
 SERVERS["nginx-logged"] = Spec(
@@ -573,7 +573,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                          "--key", mat["key"]]
             argv += ["--quic-port", "0"]
         if name == "tern-logged":
-            argv += ["--access-log", os.path.join(sdir, "access.log")]
+            argv += ["--access-log", os.path.join(sdir, "access.log"),
+                     "--metrics"]
         return Server(name, argv + list(server_args) + extra, sdir, shim=shim,
                       read_tls_port=tls or quic,
                       h2c="plain" if h2c else None, read_quic_port=quic)

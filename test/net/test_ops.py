@@ -411,7 +411,7 @@ def metrics_exposition():
     if CURL is None:
         raise Skip("no curl")
     with TlsHello("--workers", "2", "--max-head", "2048", "--max-body",
-                  "1000", "--head-timeout-ms", "300") as s:
+                  "1000", "--head-timeout-ms", "300", "--metrics") as s:
         d0 = scrape(s.port)
         eq(d0["#type|tern_request_duration_seconds"], "histogram", "type")
         eq(d0["#type|tern_requests"], "counter", "type")
