@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, Conn, Server, Skip, Suite, check,  # noqa
                      connect, eq, get)
 import wslib  # noqa: E402
+import test_h2 as h2  # noqa: E402 (its raw frames; its cases do not run)
 
 suite = Suite()
 tmp = tempfile.mkdtemp(prefix="tern-ops-")
@@ -123,6 +124,49 @@ def ws_session(port, messages):
         eq(hdr[0], 0x88, "close frame")
         c.read_exact(hdr[1] & 0x7F, time.monotonic() + 5)
         return sent
+
+
+def h2_ws_session(port, message):
+    """An HTTP/2 WebSocket session (RFC 8441 extended CONNECT, h2c) on /ws:
+    one message echoed, then a clean close. Returns the bytes of the
+    frames sent."""
+    with h2.H2(port) as conn:
+        fields = [(":method", "CONNECT"), (":protocol", "websocket"),
+                  (":scheme", "http"), (":path", "/ws"),
+                  (":authority", "x"), ("sec-websocket-version", "13")]
+        conn.send(h2.headers(1, b"".join(h2.hpack_literal(n, v)
+                                         for n, v in fields),
+                             end_stream=False))
+        data, status, ended = b"", None, False
+        sent = [wslib.frame(0x1, message),
+                wslib.frame(0x8, wslib.close_payload(1000))]
+        want = [2 + len(message), 2 + len(message) + 4]
+        deadline = time.monotonic() + 5
+        step = 0
+        while not ended:
+            f = conn.read_frame(max(0.01, deadline - time.monotonic()))
+            check(f is not None, "h2 connection closed")
+            t, fl, sid, p = f
+            if t == h2.SETTINGS and not fl & h2.ACK:
+                conn.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
+            if sid != 1:
+                continue
+            if t == h2.HEADERS and status is None:
+                status = 200
+                conn.send(h2.frame(h2.DATA, 0, 1, sent[0]))
+            if t == h2.DATA:
+                data += p
+                if p:
+                    conn.send(h2.window_update(0, len(p)) +
+                              h2.window_update(1, len(p)))
+                if step == 0 and len(data) >= want[0]:
+                    step = 1
+                    conn.send(h2.frame(h2.DATA, 0, 1, sent[1]))
+            if fl & h2.END_STREAM or t == h2.RST_STREAM:
+                ended = True
+        eq(data, b"\x81" + bytes([len(message)]) + message +
+           b"\x88\x02\x03\xe8", "h2 echo and close")
+        return sum(len(x) for x in sent)
 
 
 def read_lines(path, n, timeout=5.0):
@@ -251,9 +295,10 @@ def access_log_json():
         eq(curl("--http2", "https://localhost:%d/" % s.tls_port,
                 "-A", "curl-h2-tls"), HELLO_BODY, "h2 over TLS")
         ws_bytes = ws_session(s.port, [b"hello", b"world!"])
+        h2_ws_bytes = h2_ws_session(s.port, b"over h2")
         if GTLSCLIENT is not None:
             h3_get(s.quic_port, ["/"])
-        want = 9 + (GTLSCLIENT is not None)
+        want = 10 + (GTLSCLIENT is not None)
         es = json_lines(path, want)
         eq(len(es), want, "one line per request: %r" % es)
 
@@ -289,7 +334,14 @@ def access_log_json():
         eq((e["protocol"], e["status"], e["tls"], e["bytes_out"],
             e["authority"]), ("HTTP/2.0", 200, "1.3", 13,
                               "localhost:%d" % s.tls_port), "h2 over TLS")
-        e = pick(es, target="/ws")
+        # (The extended CONNECT shows as GET, as the handler sees it.)
+        e = pick(es, target="/ws", protocol="HTTP/2.0")
+        eq((e["method"], e["status"], e["websocket"], e["aborted"],
+            e["bytes_in"], e["bytes_out"]),
+           ("GET", 200, True, False, h2_ws_bytes, 2 + 7 + 2 + 2),
+           "HTTP/2 WebSocket session")
+        check_timings(e)
+        e = pick(es, target="/ws", protocol="HTTP/1.1")
         eq((e["status"], e["websocket"], e["aborted"], e["protocol"]),
            (101, True, False, "HTTP/1.1"), "WebSocket session")
         eq(e["bytes_in"], ws_bytes, "WebSocket bytes in")
