@@ -56,6 +56,8 @@
  *                       "thread:TEXT" (TEXT echoed from another thread)
  *                       and "pause:MS" (stop reading; another thread
  *                       resumes after MS ms) commands
+ *   GET  /metrics       tern_metrics_handler: the counters in Prometheus'
+ *                       text format
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -81,8 +83,13 @@
  * 400, ...) with hello's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
  * routes unmatched requests to a handler answering {"default":404 or 405,
- * "allow":"..."} (405 with Allow). SIGINT/SIGTERM stop gracefully (5 s
- * deadline).
+ * "allow":"..."} (405 with Allow). --access-log FILE logs every request
+ * through tern's built-in writer (JSON lines; --access-log-format combined
+ * for the combined format; --access-log-buffers N and
+ * --access-log-buffer-size N set its queue); SIGHUP reopens the file.
+ * --metrics also keeps /metrics' request duration histogram
+ * (tern_server_time_requests).
+ * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -98,7 +105,7 @@ static tern_server *server;
 static tern_tls *tls;
 static const char *cert_files[4], *key_files[4];
 static int ncerts, nkeys;
-static volatile sig_atomic_t reload_wanted;
+static volatile sig_atomic_t reload_wanted, reopen_wanted;
 static char big[1 << 20];
 
 static void sleep_ms(long ms);
@@ -114,6 +121,7 @@ static void on_signal(int sig) {
 static void on_hup(int sig) {
   (void)sig;
   reload_wanted = 1;
+  reopen_wanted = 1;
 }
 
 static int add_certs(void) {
@@ -130,7 +138,12 @@ static void *reloader(void *arg) {
   (void)arg;
   for (;;) {
     sleep_ms(50);
-    if (!reload_wanted)
+    if (reopen_wanted) {
+      reopen_wanted = 0;
+      if (tern_server_access_log_reopen(server) == 0)
+        fprintf(stderr, "hello: access log reopened\n");
+    }
+    if (!reload_wanted || tls == NULL)
       continue;
     reload_wanted = 0;
     if (add_certs() == 0 && tern_tls_commit(tls) == 0)
@@ -927,15 +940,17 @@ static int option(int argc, char **argv, int *i, const char *name,
 int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts;
+  tern_access_log_options log_opts;
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
-  int i, bound, rc, want_error_hook = 0, want_default = 0;
+  int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
   tern_quic_options_init(&quic_opts);
+  tern_access_log_options_init(&log_opts);
   for (i = 1; i < argc; i++) {
     if (option(argc, argv, &i, "--port", &port))
       continue;
@@ -1010,6 +1025,28 @@ int main(int argc, char **argv) {
       want_default = 1;
       continue;
     }
+    if (strcmp(argv[i], "--metrics") == 0) {
+      want_durations = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--access-log") == 0 && i + 1 < argc) {
+      log_opts.path = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--access-log-format") == 0 && i + 1 < argc) {
+      log_opts.format = strcmp(argv[++i], "combined") == 0
+                            ? TERN_ACCESS_LOG_COMBINED
+                            : TERN_ACCESS_LOG_JSON;
+      continue;
+    }
+    if (option(argc, argv, &i, "--access-log-buffers", &v)) {
+      log_opts.queue_buffers = (uint32_t)v;
+      continue;
+    }
+    if (option(argc, argv, &i, "--access-log-buffer-size", &v)) {
+      log_opts.buffer_size = (uint32_t)v;
+      continue;
+    }
     if (option(argc, argv, &i, "--workers", &v))
       s.workers = (unsigned)v;
     else if (option(argc, argv, &i, "--max-head", &v))
@@ -1043,6 +1080,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hello: %s\n", tern_strerror(rc));
     return 1;
   }
+  if (log_opts.path != NULL &&
+      (rc = tern_server_access_log(server, &log_opts)) != 0) {
+    fprintf(stderr, "hello: access log: %s\n", tern_strerror(rc));
+    return 1;
+  }
+  tern_route(server, "GET", "/metrics", tern_metrics_handler, NULL);
+  if (want_durations)
+    tern_server_time_requests(server, 1);
   tern_route_options_init(&stream_opts);
   stream_opts.flags = TERN_ROUTE_STREAM_BODY;
   tern_route_options_init(&blocking_opts);
@@ -1088,7 +1133,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (tls_port != 0) {
-    pthread_t t;
     if (ncerts == 0 || ncerts != nkeys) {
       fprintf(stderr, "hello: --tls-port needs --cert and --key pairs\n");
       return 2;
@@ -1115,6 +1159,9 @@ int main(int argc, char **argv) {
       }
       printf("quic listening on %d\n", bound);
     }
+  }
+  if (tls != NULL || log_opts.path != NULL) {
+    pthread_t t;
     signal(SIGHUP, on_hup);
     if (pthread_create(&t, NULL, reloader, NULL) == 0)
       pthread_detach(t);

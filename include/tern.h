@@ -978,12 +978,26 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 2
+#define TERN_STATS_VERSION 3
+
+/* Version 3's arrays: by protocol (index TERN_STATS_H1 for HTTP/1.0 and
+ * 1.1, TERN_STATS_H2, TERN_STATS_H3), by status class (index 0: no
+ * status was sent, 1 to 5: 1xx to 5xx), and the request duration
+ * histogram's buckets, whose upper bounds (inclusive, in nanoseconds)
+ * tern_stats_bucket_le() gives; the last bucket has no bound (+Inf). */
+enum {
+  TERN_STATS_H1 = 0,
+  TERN_STATS_H2 = 1,
+  TERN_STATS_H3 = 2,
+  TERN_STATS_PROTOCOLS = 3,
+  TERN_STATS_CLASSES = 6,
+  TERN_STATS_BUCKETS = 16,
+};
 
 /* Server counters, filled by tern_server_stats(). Initialise with
  * tern_stats_init() (or set version and size); a call leaves both valid
  * for the next. Versions (see ABI above), each ending with the field
- * named: 1 with frees. */
+ * named: 1 with frees, 2 with quic_refused, 3 with access_log_dropped. */
 typedef struct {
   int version;          /* TERN_STATS_VERSION */
   uint32_t size;        /* sizeof(tern_stats) */
@@ -1004,7 +1018,46 @@ typedef struct {
   uint64_t quic_version_negotiations; /* for unsupported versions */
   uint64_t quic_refused;              /* first Initials refused (stopping,
                                          max_connections, a bad token) */
+  /* Version 3: operations (docs/operations.md). A request counts once,
+   * when it is finished (its last byte written, or aborted), under the
+   * protocol it was answered on and the class of the status sent;
+   * WebSocket sessions count as the request that opened them. */
+  uint64_t requests_by_class[TERN_STATS_PROTOCOLS][TERN_STATS_CLASSES];
+  uint64_t requests_aborted[TERN_STATS_PROTOCOLS];  /* not completely
+                                                        written */
+  uint64_t request_bytes_in[TERN_STATS_PROTOCOLS];  /* body bytes */
+  uint64_t request_bytes_out[TERN_STATS_PROTOCOLS]; /* body bytes */
+  /* From the head received to the last byte written (or the abort);
+   * kept only while tern_server_time_requests is on (else 0). */
+  uint64_t duration_buckets[TERN_STATS_PROTOCOLS][TERN_STATS_BUCKETS];
+  uint64_t duration_sum_ns[TERN_STATS_PROTOCOLS];
+  uint64_t open_connections[TERN_STATS_PROTOCOLS]; /* by the protocol they
+                                                      speak now */
+  uint64_t open_streams[TERN_STATS_PROTOCOLS];     /* requests in flight */
+  uint64_t tls_handshakes_full;    /* completed, new session (TCP, QUIC) */
+  uint64_t tls_handshakes_resumed; /* completed, resumed (GnuTLS only:
+                                      mbedTLS ones count as full) */
+  uint64_t tls_handshakes_failed;  /* TCP: a handshake error; QUIC: a
+                                      connection gone before it finished */
+  uint64_t ws_open;                /* WebSocket sessions open now */
+  uint64_t ws_messages_in;         /* whole messages received */
+  uint64_t ws_messages_out;        /* messages sent (tern_ws_send calls
+                                      and each broadcast recipient) */
+  uint64_t rejected_limit;         /* answered 413, 414 or 431 by tern */
+  uint64_t rejected_timeout;       /* 408, or a connection closed by a head,
+                                      body or write timeout */
+  uint64_t rejected_protocol;      /* answered 400 by tern (malformed) */
+  uint64_t access_log_lines;       /* lines the built-in writer queued */
+  uint64_t access_log_dropped;     /* lines dropped: its queue was full */
 } tern_stats;
+
+/* The upper bound in nanoseconds of duration bucket `i` (0 ..
+ * TERN_STATS_BUCKETS - 1): 50 us, 100 us, 250 us, 500 us, 1 ms, 2.5 ms,
+ * 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 500 ms, 1 s, 5 s, and
+ * UINT64_MAX for the last (+Inf). Buckets are not cumulative: each counts
+ * the durations above the previous bound, so they sum to the requests
+ * finished. 0 for an `i` out of range. */
+TERN_EXTERN uint64_t tern_stats_bucket_le(unsigned i);
 
 /* Zero `st` and set its version and size. */
 TERN_EXTERN void tern_stats_init(tern_stats *st);
@@ -1018,6 +1071,137 @@ TERN_EXTERN void tern_stats_init(tern_stats *st);
  * TERN_EINVAL (srv or out NULL; a version below 1, or a size smaller than
  * the version's layout, logged), writing nothing. */
 TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
+
+/* Keep the request duration histogram (tern_stats.duration_buckets and
+ * duration_sum_ns, tern_request_duration_seconds): it costs a read of the
+ * monotonic clock at each request's head and end (shared by the requests
+ * of one loop turn, so under load much less). Off by default; the other
+ * counters are always kept. Call before tern_run or tern_attach. Errors:
+ * TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_time_requests(tern_server *srv, int on);
+
+/* A route handler that answers with the server's counters in the
+ * Prometheus text exposition format 0.0.4 (tern_server_stats version 3,
+ * summed over the workers when called; names begin with "tern_", each
+ * with HELP and TYPE lines, counters end in _total, the duration
+ * histogram has _bucket{le=...}, _sum and _count in seconds). Mount it
+ * yourself, e.g. tern_route(srv, "GET", "/metrics",
+ * tern_metrics_handler, NULL); `user` is unused. The worker formats the
+ * text into a buffer from the allocator (freed when written). */
+TERN_EXTERN void tern_metrics_handler(tern_request *r, void *user);
+
+/* ---------------------------------------------------------------------
+ * Access log
+ * ------------------------------------------------------------------ */
+
+enum {
+  TERN_ACCESS_ABORTED = 1u << 0,   /* the response was not completely
+                                      written: the client went away, the
+                                      stream was reset, the connection or
+                                      the answer failed */
+  TERN_ACCESS_SELF = 1u << 1,      /* tern answered itself (404, 405, 413,
+                                      431, 408, 400, ...), no handler ran */
+  TERN_ACCESS_WEBSOCKET = 1u << 2, /* a WebSocket session (logged when it
+                                      closes) */
+  TERN_ACCESS_EARLY = 1u << 3,     /* the head came in 0-RTT */
+  TERN_ACCESS_NO_REQUEST = 1u << 4 /* no request head parsed (HTTP/1.1's
+                                      408 for a partial head): method and
+                                      target are empty */
+};
+
+/* One finished request, as the access hook sees it. tern fills it in on
+ * the stack of the worker: it and everything it points to are valid only
+ * during the call. Fields are only ever added at the end; `size` is
+ * sizeof the struct the library was built with, so a binding reads a
+ * field only when `size` covers it. */
+typedef struct {
+  uint32_t size;
+  int protocol;       /* TERN_PROTO_* */
+  int status;         /* the status sent; 0 when none was (aborted before
+                         an answer); 101 (HTTP/1.1) or 200 for WebSocket */
+  unsigned flags;     /* TERN_ACCESS_* */
+  int tls_version;    /* TERN_TLS_1_2, TERN_TLS_1_3, or 0 without TLS */
+  const char *method; /* `method_len` bytes; "" when no head parsed */
+  size_t method_len;
+  const char *target; /* the request-target as sent (":path") */
+  size_t target_len;
+  const char *authority; /* Host or :authority; NULL when absent */
+  size_t authority_len;
+  const char *referer; /* NULL when absent */
+  size_t referer_len;
+  const char *user_agent; /* NULL when absent */
+  size_t user_agent_len;
+  const char *peer; /* the client's address as text (NUL-terminated) */
+  int peer_port;
+  uint64_t bytes_in;  /* request body bytes received (WebSocket: every
+                         byte of the session from the client) */
+  uint64_t bytes_out; /* response body bytes handed to the protocol
+                         (WebSocket: frames sent) */
+  /* Wall-clock time when the head was received, microseconds since the
+   * Unix epoch; then monotonic offsets from it in nanoseconds, -1 for a
+   * step never reached: the handler called, the response head produced
+   * (first byte queued), the last byte written (or the abort). */
+  int64_t start_unix_us;
+  int64_t handler_ns, first_byte_ns, last_byte_ns;
+  void *data; /* tern_request_set_data's pointer, or NULL */
+} tern_access_entry;
+
+/* The access hook: called exactly once per finished request on every
+ * protocol, on the request's worker (so on several workers at once), after
+ * its last byte was written or it was aborted. It must not block and may
+ * not call anything on the request: it has finished. */
+typedef void (*tern_access_fn)(const tern_access_entry *e, void *user);
+
+/* Install the access hook (`fn` NULL removes it; it replaces the
+ * built-in writer of tern_server_access_log). Call before tern_run or
+ * tern_attach. Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_on_access(tern_server *srv, tern_access_fn fn,
+                                      void *user);
+
+#define TERN_ACCESS_LOG_OPTIONS_VERSION 1
+
+enum {
+  TERN_ACCESS_LOG_JSON = 0,     /* one JSON object per line */
+  TERN_ACCESS_LOG_COMBINED = 1, /* Apache/nginx "combined" */
+};
+
+/* The built-in writer's options (versioned as the ABI rule at the top
+ * says; version 1 ends with queue_buffers). */
+typedef struct {
+  int version;      /* TERN_ACCESS_LOG_OPTIONS_VERSION */
+  uint32_t size;    /* sizeof(tern_access_log_options) */
+  const char *path; /* the file, opened for appending (created 0644) */
+  int format;       /* TERN_ACCESS_LOG_JSON (default) or _COMBINED */
+  /* Each worker formats lines into a buffer of buffer_size bytes (default
+   * 64 KiB, at least 1 KiB; a longer line is cut) and hands it to the
+   * writer thread when full or at the worker's next tick; queue_buffers
+   * buffers exist in all (default 4 per worker, at least workers + 1).
+   * When none is free (the disk is slower than the requests), lines are
+   * dropped and counted (tern_stats.access_log_dropped), never waited
+   * for. */
+  uint32_t buffer_size;
+  uint32_t queue_buffers;
+} tern_access_log_options;
+
+/* Fill `o` with the defaults above, its version and its size. */
+TERN_EXTERN void tern_access_log_options_init(tern_access_log_options *o);
+
+/* Log every finished request to a file through the built-in writer: the
+ * worker formats the line into its buffer (no allocation, no lock per
+ * line) and a thread of tern's own does the file I/O. Replaces an access
+ * hook. Call before tern_run or tern_attach; the file is opened now (its
+ * path is copied) and closed by tern_server_free. Errors: TERN_EINVAL
+ * (bad options), TERN_ESTATE (running or already set), TERN_EIO (the
+ * file cannot be opened; logged), TERN_ENOMEM. */
+TERN_EXTERN int tern_server_access_log(tern_server *srv,
+                                       const tern_access_log_options *o);
+
+/* Reopen the built-in writer's file by its path (after log rotation
+ * renamed it): lines queued from now on go to the new file. Any thread;
+ * not from a signal handler (set a flag there and call this from a
+ * thread). Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (no built-in
+ * writer). A file that cannot be opened is logged and the old one kept. */
+TERN_EXTERN int tern_server_access_log_reopen(tern_server *srv);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,17 @@ typedef struct {
   _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
   _Atomic uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn,
       quic_refused;
+  /* tern_stats version 3 (lib/core/access.c), by protocol index. */
+  _Atomic uint64_t by_class[TERN_STATS_PROTOCOLS][TERN_STATS_CLASSES];
+  _Atomic uint64_t aborted[TERN_STATS_PROTOCOLS];
+  _Atomic uint64_t req_in[TERN_STATS_PROTOCOLS], req_out[TERN_STATS_PROTOCOLS];
+  _Atomic uint64_t buckets[TERN_STATS_PROTOCOLS][TERN_STATS_BUCKETS];
+  _Atomic uint64_t dur_sum[TERN_STATS_PROTOCOLS];
+  _Atomic uint64_t conns[TERN_STATS_PROTOCOLS], streams[TERN_STATS_PROTOCOLS];
+  _Atomic uint64_t tls_full, tls_resumed, tls_failed;
+  _Atomic uint64_t ws_open, ws_in, ws_out;
+  _Atomic uint64_t rej_limit, rej_timeout, rej_protocol;
+  _Atomic uint64_t log_lines, log_dropped;
 } tern__wstats;
 
 #define TERN__STAT_ADD(field, n)                                               \
@@ -305,6 +316,8 @@ enum {
   TERN__RQ_EARLY = 1u << 17,      /* the head came in 0-RTT (TLS early data):
                                      the client may have sent it before, so
                                      it is replayable (HTTP/3) */
+  TERN__RQ_SELF = 1u << 18,       /* tern answered it (respond_status) */
+  TERN__RQ_LOGGED = 1u << 19,     /* counted and logged (access.c) */
 };
 
 /* The user's side of a request, in tern_request.ustate: what the response
@@ -366,6 +379,14 @@ struct tern_request {
   void *data;        /* tern_request_set_data */
   void *proto_data;  /* adapter state (chunked decoder, h2 stream) */
 
+  /* Operations (lib/core/access.c): the status sent, body bytes both
+   * ways, and monotonic times (ns; 0: not reached). t_handler and
+   * t_first are taken only while an access hook is installed. */
+  int status;
+  int sidx; /* the protocol index its open-stream count went to */
+  uint64_t bytes_in, bytes_out;
+  uint64_t t_head, t_handler, t_first;
+
   /* Fields below are not zeroed for each request: the router fills the
    * match, the adapter its state. That saves clearing most of a KiB per
    * request. */
@@ -375,6 +396,35 @@ struct tern_request {
 
 tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
+
+/* ---- Operations: metrics and the access log (lib/core/access.c) ---- */
+
+/* The stats index of a protocol (TERN_PROTO_*) or of an adapter's
+ * name (ALPN id). */
+static inline int tern__proto_index(int protocol) {
+  return protocol == TERN_PROTO_HTTP2   ? TERN_STATS_H2
+         : protocol == TERN_PROTO_HTTP3 ? TERN_STATS_H3
+                                        : TERN_STATS_H1;
+}
+int tern__proto_name_index(const char *name);
+/* The request is finished (its last reference went, or the stop deadline
+ * cut it): count it, and log it once. Owning worker. */
+void tern__request_finished(tern_request *r);
+/* tern__respond_status answers `status` itself: flag and count it. */
+void tern__count_self(tern_request *r, int status);
+/* An answer without a request (HTTP/1.1's 408 for a partial head): count
+ * it and log it as such. */
+void tern__access_no_request(tern__conn *c, int status);
+/* The response head goes out now with `status` (defined at the end). */
+static inline void tern__request_started(tern_request *r, int status);
+/* The worker's tick: hand a non-empty log buffer to the writer thread;
+ * `last` at the worker's end. */
+void tern__access_flush(tern__worker *w, int last);
+/* tern_server_free: stop the writer thread after it wrote what is
+ * queued, close the file, free the buffers. */
+void tern__access_log_free(tern_server *srv);
+/* A TLS handshake ended: 0 full, 1 resumed, -1 failed. */
+void tern__tls_handshake_done(tern__worker *w, int how);
 /* The user's part ended (a finishing call, or tern_ws_accept): the
  * request leaves the worker's `held` list. */
 static inline void tern__request_unhold(tern_request *r) {
@@ -602,6 +652,9 @@ struct tern__filter {
   int (*shutdown)(void *st);
   /* The protocol the handshake chose (ALPN), or NULL. */
   const char *(*alpn)(const void *st);
+  /* The TLS version the handshake agreed (TERN_TLS_*), or 0; NULL for a
+   * filter that is not TLS. */
+  int (*tls_version)(const void *st);
 };
 
 /* ---- Connections: the head every transport's connection embeds ---- */
@@ -714,6 +767,8 @@ struct tern__conn {
   tern__timer timer; /* the kind its adapter chooses (timer.c) */
   tern__list dirty_link;
   tern__list all_link;
+  int tls_version;   /* TERN_TLS_1_2 / _1_3 once a handshake finished */
+  int counted_proto; /* its index in the open-connection counts, or -1 */
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;
@@ -755,6 +810,9 @@ void tern__conn_close(tern__conn *c);
 /* The transport has let go of the closed connection's socket: it no
  * longer counts as active, and drops its own reference. */
 void tern__conn_closed(tern__conn *c);
+/* The connection speaks `p` from now on (an adapter's attach): its
+ * open-connection count moves with it. */
+void tern__conn_set_proto(tern__conn *c, const tern__proto *p);
 /* Is a connection marked TERN__C_CLOSE_AFTER done (nothing in flight)? */
 static inline int tern__conn_done(const tern__conn *c) {
   return (c->flags & TERN__C_CLOSE_AFTER) && c->proto->busy(c) == 0;
@@ -870,6 +928,17 @@ struct tern__worker {
   unsigned char *ws_scratch;
   int ws_scratch_busy;
   tern__wstats stats;
+  /* The built-in access log writer's buffer being filled (access.c),
+   * and the wall clock minus the monotonic clock (ns), set each tick. */
+  struct tern__logbuf *logbuf;
+  int64_t wall_offset_ns;
+  /* The monotonic clock read once per loop turn (tern__now), valid until
+   * the check phase. */
+  uint64_t now_ns;
+  int now_valid;
+  int64_t log_sec;  /* the second log_iso and log_clf show, or -1 */
+  char log_iso[24]; /* "2026-12-03T23:50:01" */
+  char log_clf[72]; /* "03/Dec/2026:23:50:01 +0000" (room for any int) */
 };
 
 struct tern_server {
@@ -882,7 +951,12 @@ struct tern_server {
   int has_default;
   tern_error_fn error_fn; /* tern_server_on_error */
   void *error_user;
-  char allow_all[128]; /* union of route methods, for OPTIONS * */
+  tern_access_fn access_fn; /* tern_server_on_access, or the writer's */
+  void *access_user;
+  int durations; /* tern_server_time_requests */
+  int timing;    /* durations or an access hook: requests are timed */
+  struct tern__accesslog *alog; /* the built-in writer, or NULL */
+  char allow_all[128];          /* union of route methods, for OPTIONS * */
   size_t allow_all_len;
 
   tern__listener **listeners;
@@ -1031,6 +1105,28 @@ static inline int tern__request_route(tern_request *r, int asterisk,
            (uint64_t)length > rt->max_body)
     return 413;
   return 0;
+}
+
+/* The monotonic time in ns, read once per loop turn: the stamps of the
+ * counters' duration histogram cost a clock read per batch of requests,
+ * not per request; they measure from the turn that read a request's head
+ * to the turn that wrote its last byte. With an access hook installed
+ * every stamp reads the clock, for the entry's finer timings. */
+static inline uint64_t tern__now(tern__worker *w) {
+  if (w->srv->access_fn != NULL)
+    return uv_hrtime();
+  if (!w->now_valid) {
+    w->now_ns = uv_hrtime();
+    w->now_valid = 1;
+  }
+  return w->now_ns;
+}
+
+/* The response head goes out now with `status`. */
+static inline void tern__request_started(tern_request *r, int status) {
+  r->status = status;
+  if (r->w->srv->access_fn != NULL)
+    r->t_first = uv_hrtime();
 }
 
 #endif

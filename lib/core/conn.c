@@ -14,6 +14,7 @@ tern__conn *tern__conn_new(tern__worker *w, const tern__transport *tp) {
   c->w = w;
   c->tp = tp;
   c->refs = 1;
+  c->counted_proto = -1;
   tern__conn_timer_init(c);
   tern__list_init(&c->dirty_link);
   tern__list_init(&c->all_link);
@@ -31,6 +32,8 @@ void tern__conn_start(tern__conn *c) {
   w->nconns++;
   TERN__STAT_ADD(w->stats.connections, 1);
   TERN__STAT_ADD(w->stats.active, 1);
+  c->counted_proto = tern__proto_name_index(c->proto->name);
+  TERN__STAT_ADD(w->stats.conns[c->counted_proto], 1);
   tern__conn_timer(c, TERN__T_HEAD);
 }
 
@@ -75,7 +78,21 @@ void tern__conn_close(tern__conn *c) {
   c->tp->close(c);
 }
 
+void tern__conn_set_proto(tern__conn *c, const tern__proto *p) {
+  c->proto = p;
+  if (c->counted_proto >= 0) {
+    int i = tern__proto_name_index(p->name);
+    TERN__STAT_ADD(c->w->stats.conns[c->counted_proto], (uint64_t)-1);
+    TERN__STAT_ADD(c->w->stats.conns[i], 1);
+    c->counted_proto = i;
+  }
+}
+
 void tern__conn_closed(tern__conn *c) {
   TERN__STAT_ADD(c->w->stats.active, (uint64_t)-1);
+  if (c->counted_proto >= 0) {
+    TERN__STAT_ADD(c->w->stats.conns[c->counted_proto], (uint64_t)-1);
+    c->counted_proto = -1;
+  }
   tern__conn_unref(c);
 }

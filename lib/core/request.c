@@ -31,6 +31,10 @@ tern_request *tern__request_new(tern__conn *c) {
   r->headers = (tern_header *)(void *)(r + 1);
   r->headers_cap = w->srv->s.max_header_count;
   r->resp_left = -1;
+  if (w->srv->timing)
+    r->t_head = tern__now(w);
+  r->sidx = c->counted_proto >= 0 ? c->counted_proto : TERN_STATS_H1;
+  TERN__STAT_ADD(w->stats.streams[r->sidx], 1);
   c->refs++;
   return r;
 }
@@ -42,6 +46,7 @@ void tern__request_unref(tern_request *r) {
   tern__conn *c = r->conn;
   if (--r->refs > 0)
     return;
+  tern__request_finished(r);
   if (r->flags & TERN__RQ_CUT) {
     tern__outq_free(w, &r->out);
     cut_keep(r); /* the rest stays the holder's */
@@ -191,6 +196,8 @@ void tern__pool_threads_close(tern_server *srv) {
 void tern__request_dispatch(tern_request *r) {
   const tern__route *route = r->route;
   r->flags |= TERN__RQ_HANDLED;
+  if (r->w->srv->access_fn != NULL)
+    r->t_handler = uv_hrtime();
   tern__list_append(&r->w->held, &r->held_link);
   if (route->flags & TERN_ROUTE_BLOCKING) {
     if (pool_submit(r) == 0)
@@ -214,7 +221,9 @@ int tern__request_answer_held(tern_request *r, int status) {
   if (!(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) &&
       !atomic_load(&r->gone) && !(r->conn->flags & TERN__C_CLOSING) &&
       len > 0) {
+    tern__request_started(r, status);
     rc = p->start(r, status, &text, 1, (int64_t)len);
+    r->bytes_out += (uint64_t)len;
     if (rc == 0)
       rc = p->write(r, body, (size_t)len, 1, NULL, NULL, NULL, NULL);
     if (rc == 0)
@@ -403,6 +412,7 @@ int tern__request_collect(tern_request *r, const void *p, size_t n) {
   }
   memcpy(r->body_buf + r->body_len, p, n);
   r->body_len += n;
+  r->bytes_in += n;
   return 0;
 }
 

@@ -110,6 +110,8 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
   }
   if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
     return TERN_ESTATE;
+  tern__request_started(r, status);
+  r->bytes_out += len;
   rc = p->start(r, status, h, n, (int64_t)len);
   if (rc == 0 && (len > 0 || release != NULL)) {
     rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
@@ -226,6 +228,7 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
   size_t n = 0;
   int len;
 
+  tern__count_self(r, status);
   if (status >= 400 && srv->error_fn != NULL &&
       !(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))) {
     tern_error_info e;
@@ -475,6 +478,7 @@ static void msg_apply(tern__msg *base) {
                 "response was already started");
       break;
     }
+    tern__request_started(r, m->status);
     rc = p->start(r, m->status, m->headers, m->nheaders, m->content_length);
     if (rc != 0) {
       posted_failed(r, "tern_response_start", rc);
@@ -490,6 +494,7 @@ static void msg_apply(tern__msg *base) {
                 "response in progress");
       rc = TERN_ESTATE;
     } else if (!is_gone(r)) {
+      r->bytes_out += m->len;
       if (m->copy) {
         rc = p->write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
         if (rc == 0)
@@ -638,6 +643,7 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
       return TERN_ECLOSED;
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
       return TERN_ESTATE;
+    tern__request_started(r, status);
     return r->ops->start(r, status, headers, nheaders, content_length);
   }
   m = msg_new(r, M_START, headers, nheaders, NULL, 0);
@@ -661,6 +667,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
       return TERN_ECLOSED;
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
+    r->bytes_out += len;
     return r->ops->write(r, data, len, done == NULL, done, user, NULL, NULL);
   }
   m = msg_new(r, M_WRITE, NULL, 0, done == NULL ? data : NULL,

@@ -93,7 +93,8 @@ static const size_t settings_ends[] = {
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
-                                    TERN__END(tern_stats, quic_refused)};
+                                    TERN__END(tern_stats, quic_refused),
+                                    TERN__END(tern_stats, access_log_dropped)};
 #define NVERSIONS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 _Static_assert(NVERSIONS(settings_ends) == TERN_SETTINGS_VERSION,
                "one end per tern_settings version");
@@ -432,6 +433,7 @@ void tern_server_free(tern_server *srv) {
   tern__router_free(srv->router);
   if (srv->tls_free != NULL)
     srv->tls_free(srv);
+  tern__access_log_free(srv);
   tern__pool_threads_close(srv);
   tern__server_unref(srv);
 }
@@ -796,10 +798,11 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
 
 /* The counters are summed into the library's own struct and only the
  * caller's version's part is copied out (tern__abi_write). */
+#define LOAD(f) atomic_load_explicit(&(f), memory_order_relaxed)
 int tern_server_stats(const tern_server *srv, tern_stats *out) {
   tern_stats st;
   char why[160];
-  unsigned i;
+  unsigned i, p, k;
 
   if (srv == NULL || out == NULL)
     return TERN_EINVAL;
@@ -823,6 +826,29 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
         atomic_load_explicit(&w->quic_vn, memory_order_relaxed);
     st.quic_refused +=
         atomic_load_explicit(&w->quic_refused, memory_order_relaxed);
+    for (p = 0; p < TERN_STATS_PROTOCOLS; p++) {
+      for (k = 0; k < TERN_STATS_CLASSES; k++)
+        st.requests_by_class[p][k] += LOAD(w->by_class[p][k]);
+      for (k = 0; k < TERN_STATS_BUCKETS; k++)
+        st.duration_buckets[p][k] += LOAD(w->buckets[p][k]);
+      st.requests_aborted[p] += LOAD(w->aborted[p]);
+      st.request_bytes_in[p] += LOAD(w->req_in[p]);
+      st.request_bytes_out[p] += LOAD(w->req_out[p]);
+      st.duration_sum_ns[p] += LOAD(w->dur_sum[p]);
+      st.open_connections[p] += LOAD(w->conns[p]);
+      st.open_streams[p] += LOAD(w->streams[p]);
+    }
+    st.tls_handshakes_full += LOAD(w->tls_full);
+    st.tls_handshakes_resumed += LOAD(w->tls_resumed);
+    st.tls_handshakes_failed += LOAD(w->tls_failed);
+    st.ws_open += LOAD(w->ws_open);
+    st.ws_messages_in += LOAD(w->ws_in);
+    st.ws_messages_out += LOAD(w->ws_out);
+    st.rejected_limit += LOAD(w->rej_limit);
+    st.rejected_timeout += LOAD(w->rej_timeout);
+    st.rejected_protocol += LOAD(w->rej_protocol);
+    st.access_log_lines += LOAD(w->log_lines);
+    st.access_log_dropped += LOAD(w->log_dropped);
   }
   st.allocations = atomic_load(&srv->allocs);
   st.bytes_allocated = atomic_load(&srv->alloc_bytes);

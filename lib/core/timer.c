@@ -98,10 +98,14 @@ void tern__conn_timer_stop(tern__conn *c) {
  * adapter, which may end the connection its own way (HTTP/1.1's 408). */
 void tern__conn_timeout(tern__conn *c, int kind) {
   if (kind == TERN__T_WRITE || kind == TERN__T_LINGER) {
+    if (kind == TERN__T_WRITE)
+      TERN__STAT_ADD(c->w->stats.rej_timeout, 1);
     c->tp->timeout(c, kind);
     return;
   }
   if (c->proto->timeout != NULL && c->proto->timeout(c, kind))
-    return;
+    return; /* its own answer (HTTP/1.1's 408) counted itself */
+  if (kind == TERN__T_HEAD || kind == TERN__T_BODY)
+    TERN__STAT_ADD(c->w->stats.rej_timeout, 1);
   tern__conn_close(c);
 }

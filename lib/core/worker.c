@@ -43,8 +43,14 @@ void tern__date_update(tern__worker *w) {
                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   time_t now = time(NULL);
   struct tm tm;
+  struct timespec ts;
   int n;
 
+  /* The access log's wall-clock times are monotonic stamps plus this
+   * offset, kept fresh at each tick. */
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+    w->wall_offset_ns =
+        (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - (int64_t)uv_hrtime();
   if (now == w->date_sec && w->date_len > 0)
     return;
   w->date_sec = now;
@@ -93,6 +99,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   rbuf_size = srv->s.read_buffer_size;
   if (rbuf_size < srv->s.max_head_size + 1024u)
     rbuf_size = srv->s.max_head_size + 1024u;
+  w->log_sec = -1;
   tern__pool_init(&w->rbuf_pool, sizeof(tern__rbuf) + rbuf_size, 256);
   tern__pool_init(&w->wblk_pool, sizeof(tern__wblk) + 16384, 256);
   /* Room for max_pipeline requests of a few segments each. */
@@ -206,6 +213,7 @@ void tern__worker_cleanup(tern__worker *w) {
   close_inbox(w, 1);
   tern__ws_run_closes(w); /* (none left once the loop ran a check phase) */
   tern__request_cut_cleanup(w);
+  tern__access_flush(w, 1);
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
@@ -367,6 +375,7 @@ static void on_async(uv_async_t *a) {
  * handler resumed a body, then write everything produced in this turn. */
 static void on_check(uv_check_t *h) {
   tern__worker *w = h->data;
+  w->now_valid = 0; /* the next stamp is of the next batch */
   for (;;) {
     /* A WebSocket that ended inside a tern_ws_* call hears of it now,
      * outside every call; what its on_close sends is written below. */
@@ -406,6 +415,7 @@ static void on_tick(uv_timer_t *t) {
   uint64_t now = uv_now(w->loop);
 
   tern__date_update(w);
+  tern__access_flush(w, 0);
   tern__ws_sweep(w, now);
   tern__timer_sweep(w, now);
   on_check(&w->check);

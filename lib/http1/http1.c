@@ -433,6 +433,7 @@ static int deliver(tern_request *r, const char *p, size_t n) {
   if (n == 0)
     return 0;
   if (r->flags & TERN__RQ_STREAM) {
+    r->bytes_in += n;
     if (!(r->flags & TERN__RQ_ENDED))
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
     return 0;
@@ -583,6 +584,7 @@ static int feed_body(tern__stream *c) {
   if (r->body_kind == H1_BODY_TUNNEL) {
     size_t n = c->rlen - c->rpos;
     c->rpos = c->rlen;
+    r->bytes_in += n;
     if (n > 0)
       r->body_fn(r, TERN_BODY_DATA, buf + c->rpos - n, n, r->body_user);
     return 0; /* a tunnel's body ends only with the connection */
@@ -828,6 +830,7 @@ static void start_request(tern__stream *c, size_t head_len) {
     /* The whole body is here: hand it over in place. */
     r->body = c->rbuf->data + c->rpos;
     r->body_len = (size_t)h.content_length;
+    r->bytes_in = r->body_len;
     c->rpos += r->body_len;
     r->flags |= TERN__RQ_BODY_DONE;
     tern__request_dispatch(r);
@@ -971,6 +974,11 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
   r->flags &= ~(unsigned)(TERN__RQ_BODY_DONE | TERN__RQ_UPGRADE);
   r->body_kind = H1_BODY_TUNNEL;
   c->body_req = r;
+  /* The head is no longer needed: a long-lived tunnel gives its read
+   * buffer back, unless the access log will show the head when the
+   * tunnel closes. */
+  if (c->head.w->srv->access_fn != NULL)
+    return 0;
   tern__rbuf_unref(c->head.w, r->rbuf);
   r->rbuf = NULL;
   r->nheaders = 0;
@@ -1037,6 +1045,7 @@ static int h1_timeout(tern__conn *conn, int kind) {
                       sizeof(timeout_408) - 1) != 0)
     return 0;
   c->head.flags |= TERN__C_CLOSE_AFTER;
+  tern__access_no_request(&c->head, 408);
   tern__conn_flush(&c->head);
   return 1;
 }

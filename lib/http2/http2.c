@@ -520,6 +520,7 @@ static void deliver(h2_conn *h, h2_stream *s) {
       const char *p = s->pend + s->pend_off;
       s->pend_off += n;
       s->pend_len -= n;
+      r->bytes_in += n;
       h->held -= n;
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
       if (s->pend_len == 0)
@@ -1158,6 +1159,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
   if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
+    r->bytes_in += len;
     r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
     if (!h->dead && (s->flags & S_OPEN)) {
       if (r->flags & TERN__RQ_PAUSED)
@@ -2191,7 +2193,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
   stream_win_init(h, s);
   tern__timer_init(&s->timer, stream_timeout);
-  c->head.proto = &tern__http2;
+  tern__conn_set_proto(&c->head, &tern__http2);
   c->h2 = h;
   /* The HTTP/1.1 adapter's queue reference becomes the stream's, and the
    * request is HTTP/2's from here on. */
@@ -2219,7 +2221,7 @@ static int h2_attach(tern__conn *conn, void *arg) {
   h = h2_new(c);
   if (h == NULL)
     return TERN_ENOMEM;
-  conn->proto = &tern__http2;
+  tern__conn_set_proto(conn, &tern__http2);
   c->h2 = h;
   schedule(h);
   return 0;

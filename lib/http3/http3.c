@@ -517,6 +517,7 @@ static void deliver(h3_conn *h, h3_stream *s) {
       const char *p = s->pend + s->pend_off;
       s->pend_off += n;
       s->pend_len -= n;
+      r->bytes_in += n;
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
       if (s->pend_len == 0)
         s->pend_off = 0;
@@ -978,6 +979,7 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
   if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
+    r->bytes_in += len;
     r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
     if (!h->dead && (s->flags & S_OPEN)) {
       if (r->flags & TERN__RQ_PAUSED)

@@ -239,6 +239,8 @@ static void stream_process(tern__conn *c) {
       /* Plaintext first: the adapter may have made room since. */
       int rc = filter_input(s);
       if (rc == TERN__F_READY) {
+        if (s->filter->tls_version != NULL)
+          c->tls_version = s->filter->tls_version(s->filt);
         select_protocol(s);
         if (c->flags & TERN__C_CLOSING)
           return;

@@ -477,6 +477,7 @@ static void finish(tern__quic *q) {
   if (q->flags & Q_HANDSHAKE) {
     q->flags &= ~(unsigned)Q_HANDSHAKE;
     wl->handshaking--;
+    tern__tls_handshake_done(wl->w, -1);
   }
   cid_remove_all(q);
   drop_pending(q);
@@ -738,6 +739,8 @@ static int on_handshake_completed(ngtcp2_conn *ng, void *user) {
     q->flags &= ~(unsigned)Q_HANDSHAKE;
     q->wl->handshaking--;
   }
+  tern__quic_head(q)->tls_version = TERN_TLS_1_3;
+  tern__tls_handshake_done(q->wl->w, gnutls_session_is_resumed(q->tls) != 0);
   (void)gnutls_session_ticket_send(q->tls, 1, 0);
   n = ngtcp2_crypto_generate_regular_token(token, q->wl->l->secret, QUIC_SECRET,
                                            p->remote.addr, p->remote.addrlen,

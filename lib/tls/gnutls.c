@@ -416,6 +416,7 @@ static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
   if (!c->hs_done) {
     if (tern__tls_in_refused(&c->in)) {
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     do
@@ -427,9 +428,11 @@ static int gtls_input(void *st, tern__worker *w, char *dst, size_t room,
     if (rc < 0) {
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: %s",
                 gnutls_strerror(rc));
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     c->hs_done = 1;
+    tern__tls_handshake_done(w, gnutls_session_is_resumed(c->s) != 0);
     rc = decrypt(c, dst, room, got);
     return rc == 0 ? TERN__F_READY : rc;
   }
@@ -485,6 +488,20 @@ static size_t gtls_buffered(const void *st) {
 
 static int gtls_handshaking(const void *st) {
   return !((const gtls_conn *)st)->hs_done;
+}
+
+static int gtls_version(const void *st) {
+  const gtls_conn *c = st;
+  if (!c->hs_done)
+    return 0;
+  switch (gnutls_protocol_get_version(c->s)) {
+  case GNUTLS_TLS1_3:
+    return TERN_TLS_1_3;
+  case GNUTLS_TLS1_2:
+    return TERN_TLS_1_2;
+  default:
+    return 0;
+  }
 }
 
 static int gtls_shutdown(void *st) {
@@ -583,6 +600,7 @@ const tern__filter tern__tls_gnutls_filter = {
     .handshaking = gtls_handshaking,
     .shutdown = gtls_shutdown,
     .alpn = gtls_alpn,
+    .tls_version = gtls_version,
 };
 
 const tern__tls_engine tern__tls_gnutls = {

@@ -287,6 +287,7 @@ static int tls_input(void *st, tern__worker *w, char *dst, size_t room,
   if (!t->hs_done) {
     if (tern__tls_in_refused(&t->in)) {
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: not a TLS record");
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     rc = mbedtls_ssl_handshake(&t->ssl);
@@ -296,9 +297,12 @@ static int tls_input(void *st, tern__worker *w, char *dst, size_t room,
       char msg[120];
       mbedtls_strerror(rc, msg, sizeof(msg));
       tern__log(w->srv, TERN_LOG_DEBUG, "tls handshake: %s", msg);
+      tern__tls_handshake_done(w, -1);
       return TERN_ETLS;
     }
     t->hs_done = 1;
+    /* mbedTLS 2.28 does not say whether a session was resumed. */
+    tern__tls_handshake_done(w, 0);
     rc = tls_decrypt(t, dst, room, got);
     return rc == 0 ? TERN__F_READY : rc;
   }
@@ -378,6 +382,11 @@ static int tls_handshaking(const void *st) {
   return !((const tls_conn *)st)->hs_done;
 }
 
+/* mbedTLS 2.28 speaks TLS 1.2 only (tern's build of it). */
+static int mtls_version(const void *st) {
+  return ((const tls_conn *)st)->hs_done ? TERN_TLS_1_2 : 0;
+}
+
 static int tls_shutdown(void *st) {
   tls_conn *t = st;
   if (t == NULL || !t->hs_done || t->notified)
@@ -403,6 +412,7 @@ const tern__filter tern__tls_mbedtls_filter = {
     .handshaking = tls_handshaking,
     .shutdown = tls_shutdown,
     .alpn = tls_alpn,
+    .tls_version = mtls_version,
 };
 
 const tern__tls_engine tern__tls_mbedtls = {

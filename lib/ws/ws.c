@@ -194,6 +194,7 @@ static void apply_pause(tern_ws *ws) {
 
 static int put(tern_ws *ws, const void *p, size_t n) {
   tern_request *r = ws->r;
+  r->bytes_out += n;
   return r->ops->write(r, p, n, 1, NULL, NULL, NULL, NULL);
 }
 
@@ -320,6 +321,8 @@ static int do_send(tern_ws *ws, int type, const void *p, size_t n, int frag,
   }
   ws->send_type = fin ? 0 : type;
   ws->send_utf8 = utf8;
+  if (fin)
+    TERN__STAT_ADD(ws->w->stats.ws_out, 1);
   after_send(ws);
   return 0;
 }
@@ -349,6 +352,8 @@ static int do_shared(tern_ws *ws, shared_frame *f) {
   if (!is_open(ws) || ws->send_type != 0 || refuse_full(ws))
     return TERN_ECLOSED;
   atomic_fetch_add(&f->refs, 1);
+  r->bytes_out += f->len;
+  TERN__STAT_ADD(ws->w->stats.ws_out, 1);
   if (r->ops->write(r, f->data, f->len, 0, NULL, NULL, release_shared, f) !=
       0) {
     release_shared(f->data, f);
@@ -382,6 +387,7 @@ static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
   ws->state = WS_DONE;
   atomic_store(&ws->closed, 1);
   tern__list_remove(&ws->link);
+  TERN__STAT_ADD(w->stats.ws_open, (uint64_t)-1);
   if (defer) {
     ws->close_code = code;
     ws->close_reason_len =
@@ -528,6 +534,7 @@ static void message_end(tern_ws *ws) {
     n = ws->span_len;
     ws->span = NULL;
   }
+  TERN__STAT_ADD(ws->w->stats.ws_in, 1);
   if (!ws->in_skip && ws->o.on_message != NULL)
     ws->o.on_message(ws, ws->in_type, ws->o.stream_messages ? "" : p,
                      ws->o.stream_messages ? 0 : n, 1, ws->user);
@@ -944,8 +951,10 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     h[nh].value = ext;
     h[nh++].value_len = ext_len;
   }
+  tern__request_started(r, r->protocol == TERN_PROTO_HTTP11 ? 101 : 200);
   rc = r->ops->tunnel(r, h, nh);
   if (rc != 0) {
+    r->status = 0;
     ws_free(ws);
     if (rc == TERN_EHANDSHAKE) {
       /* The carrier cannot turn into a tunnel now (a Connection: close
@@ -963,6 +972,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
    * tern_response_end, on the worker): it is no longer the user's. */
   atomic_fetch_or(&r->ustate, TERN__U_STARTED | TERN__U_DONE);
   tern__request_unhold(r);
+  TERN__STAT_ADD(w->stats.ws_open, 1);
   tern__list_append(&w->ws_open, &ws->link);
   r->body_fn = on_body;
   r->body_user = ws;

@@ -97,7 +97,7 @@ def nginx_h2c_server(h2c_port):
 
 
 def nginx_conf(port, tmpdir, worker_connections=4096, tls=None,
-               h2c_port=None):
+               h2c_port=None, access_log=None):
     routes = []
     for r in APP_RESOURCES:
         routes.append(
@@ -125,7 +125,7 @@ events {
 }
 
 http {
-    access_log off;
+    %(access_log)s;
     log_not_found off;
     server_tokens off;
     client_body_temp_path %(tmp)s/client_body;
@@ -154,6 +154,11 @@ http {
 %(tls)s}
 """ % {"port": port, "tmp": tmpdir, "wc": worker_connections,
        "nofile": worker_connections * 2 + 100, "routes": "".join(routes),
+       # nginx-logged: the combined format through a 64 KiB buffer
+       # flushed each second, nginx's cheapest production setting
+       # (unbuffered, it would write(2) once per request)
+       "access_log": ("access_log %s combined buffer=64k flush=1s"
+                      % access_log) if access_log else "access_log off",
        "tls": (nginx_tls_server(*tls) if tls else "") + (
            nginx_h2c_server(h2c_port) if h2c_port else ""),
        "load_module": ("load_module %s;\n" % NGINX_ECHO_MODULE)
@@ -466,7 +471,22 @@ SERVERS["gtlsserver"] = Spec(
     why_not={"h1": _H3_ONLY, "h1-tls": _H3_ONLY, "h2": _H3_ONLY,
              "h2c": _H3_ONLY, "ws": _H3_ONLY,
              "ws-h3": "gtlsserver has no WebSocket (no extended CONNECT)"})
-SERVER_ORDER = list(SERVERS)
+# The cost of operations (docs/operations.md): the same servers with their
+# access log on, on h1-get only.  Opt-in (perf/perf compare --servers
+# tern,tern-logged,nginx,nginx-logged h1-get), not in the default list.
+_LOGGED_ONLY = "the logged rows measure h1-get only"
+SERVERS["tern-logged"] = Spec(
+    "tern-logged", "tern with the JSON access log and the duration "
+    "histogram (hello --access-log FILE --metrics)", "tern", protocols=H1,
+    why_not={"h1-tls": _LOGGED_ONLY, "h2": _LOGGED_ONLY,
+             "h2c": _LOGGED_ONLY})
+SERVERS["nginx-logged"] = Spec(
+    "nginx-logged", "nginx 1.22 with its access log (combined, "
+    "buffer=64k flush=1s)", "nginx", protocols=H1,
+    why_not={"h1-tls": _LOGGED_ONLY, "h2": _LOGGED_ONLY,
+             "h2c": _LOGGED_ONLY})
+OPT_IN = ("tern-logged", "nginx-logged")
+SERVER_ORDER = [n for n in SERVERS if n not in OPT_IN]
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
                  "civetweb": "civetweb_hello", "libwebsockets": "lws_echo"}
@@ -552,6 +572,9 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                 argv += ["--tls-port", "0", "--cert", mat["cert"],
                          "--key", mat["key"]]
             argv += ["--quic-port", "0"]
+        if name == "tern-logged":
+            argv += ["--access-log", os.path.join(sdir, "access.log"),
+                     "--metrics"]
         return Server(name, argv + list(server_args) + extra, sdir, shim=shim,
                       read_tls_port=tls or quic,
                       h2c="plain" if h2c else None, read_quic_port=quic)
@@ -593,7 +616,9 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         with open(conf, "w") as f:
             f.write(nginx_conf(port, sdir, max(4096, (max_conns or 0) + 64),
                                (tport, mat["cert"], mat["key"]) if tls
-                               else None, hport))
+                               else None, hport,
+                               os.path.join(sdir, "access.log")
+                               if name == "nginx-logged" else None))
         return Server(name, [args.nginx, "-p", sdir + "/", "-e",
                              os.path.join(sdir, "error.log"), "-c", conf],
                       sdir, port=port, shim=shim, tls_port=tport,

@@ -192,6 +192,15 @@ static void start_server(void) {
   CHECK(tern_route(srv, "GET", "/later", answer_later, NULL) == 0);
   CHECK(tern_route(srv, "GET", "/chunks", chunks, NULL) == 0);
   CHECK(tern_route(srv, "GET", "/ws", ws, NULL) == 0);
+  /* Every request (hostile heads, aborts, tern's own answers) goes
+   * through the access log's counting and JSON formatting; the lines go
+   * to /dev/null through the writer thread. */
+  {
+    tern_access_log_options lo;
+    tern_access_log_options_init(&lo);
+    lo.path = "/dev/null";
+    CHECK(tern_server_access_log(srv, &lo) == 0);
+  }
   CHECK(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
   CHECK(tern_tls_new(srv, &tls) == 0);
   CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1, fuzz_key,

@@ -103,10 +103,16 @@ typedef struct {
   uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn, quic_refused;
 } stats_v2;
 
+/* Version 3 added the operations counters (a block of uint64_t). */
 typedef struct {
   stats_v2 v2;
-  uint64_t future;
+  uint64_t ops[(sizeof(tern_stats) - sizeof(stats_v2)) / sizeof(uint64_t)];
 } stats_v3;
+
+typedef struct {
+  stats_v3 v3;
+  uint64_t future;
+} stats_v4;
 
 /* The old layouts are the current header's prefixes, field for field. */
 _Static_assert(offsetof(settings_v1, log_level) ==
@@ -124,10 +130,15 @@ _Static_assert(sizeof(ws_options_v1) ==
                "ws options v1 ends where deflate_level begins");
 _Static_assert(offsetof(stats_v1, frees) == offsetof(tern_stats, frees),
                "stats v1");
-_Static_assert(sizeof(stats_v2) == sizeof(tern_stats) &&
-                   offsetof(stats_v2, quic_refused) ==
-                       offsetof(tern_stats, quic_refused),
+_Static_assert(offsetof(stats_v2, quic_refused) ==
+                   offsetof(tern_stats, quic_refused),
                "stats v2");
+_Static_assert(sizeof(stats_v3) == sizeof(tern_stats) &&
+                   offsetof(tern_stats, requests_by_class) ==
+                       sizeof(stats_v2) &&
+                   offsetof(tern_stats, access_log_dropped) ==
+                       sizeof(tern_stats) - sizeof(uint64_t),
+               "stats v3");
 
 /* `n` bytes whose end is the start of a PROT_NONE page. */
 static void *at_page_end(size_t n) {
@@ -433,6 +444,10 @@ static void test_stats(void) {
     stats_v3 s;
     unsigned char b[sizeof(stats_v3) + 32];
   } v3;
+  union {
+    stats_v4 s;
+    unsigned char b[sizeof(stats_v4) + 32];
+  } v4;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
@@ -479,18 +494,32 @@ static void test_stats(void) {
   for (i = sizeof(stats_v2); i < sizeof(v2.b); i++)
     T_EQ_INT(v2.b[i], 0xAB);
 
-  /* From a newer header: this library's fields, the version it filled
-   * written back, the newer field and what follows untouched. */
+  /* Version 3: the operations counters, all 0 on an idle server. */
   memset(&v3, 0xAB, sizeof(v3));
   v3.s.v2.v1.version = 3;
   v3.s.v2.v1.size = sizeof(v3.s);
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v3), 0);
-  T_EQ_INT(v3.s.v2.v1.version, 2);
-  T_EQ_INT(v3.s.v2.v1.size, sizeof(stats_v3));
-  T_EQ_INT(v3.s.v2.v1.frees, v1.s.frees);
-  T_EQ_INT(v3.s.v2.quic_resets, 0);
-  for (i = sizeof(stats_v2); i < sizeof(v3.b); i++)
+  T_EQ_INT(v3.s.v2.v1.version, 3);
+  for (i = 0; i < sizeof(v3.s.ops) / sizeof(v3.s.ops[0]); i++)
+    T_EQ_INT(v3.s.ops[i], 0);
+  for (i = sizeof(stats_v3); i < sizeof(v3.b); i++)
     T_EQ_INT(v3.b[i], 0xAB);
+  T_EQ_INT(tern_stats_bucket_le(0), 50000);
+  T_ASSERT(tern_stats_bucket_le(TERN_STATS_BUCKETS - 1) == UINT64_MAX);
+  T_EQ_INT(tern_stats_bucket_le(TERN_STATS_BUCKETS), 0);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v4, 0xAB, sizeof(v4));
+  v4.s.v3.v2.v1.version = 4;
+  v4.s.v3.v2.v1.size = sizeof(v4.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v4), 0);
+  T_EQ_INT(v4.s.v3.v2.v1.version, 3);
+  T_EQ_INT(v4.s.v3.v2.v1.size, sizeof(stats_v4));
+  T_EQ_INT(v4.s.v3.v2.v1.frees, v1.s.frees);
+  T_EQ_INT(v4.s.v3.v2.quic_resets, 0);
+  for (i = sizeof(stats_v3); i < sizeof(v4.b); i++)
+    T_EQ_INT(v4.b[i], 0xAB);
   tern_server_free(srv);
 }
 

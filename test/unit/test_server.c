@@ -326,6 +326,113 @@ static void test_deadline_cuts_held_requests(void) {
   T_EQ_INT(ca_live, 0);
 }
 
+/* ---- The access hook ---------------------------------------------- */
+
+/* What the hook saw, copied during the call (the entry is valid only
+ * then). */
+typedef struct {
+  char target[32];
+  int status, protocol;
+  unsigned flags;
+  void *data;
+  uint32_t size;
+  int64_t handler_ns, last_byte_ns, start_unix_us;
+  char peer[64];
+} seen_entry;
+static seen_entry seen[8];
+static _Atomic int nseen;
+static int data_marker;
+
+static void on_access(const tern_access_entry *e, void *user) {
+  int i = atomic_fetch_add(&nseen, 1);
+  size_t n = e->target_len < 31 ? e->target_len : 31;
+  T_ASSERT(user == &nseen);
+  if (i >= 8)
+    return;
+  memcpy(seen[i].target, e->target, n);
+  seen[i].target[n] = 0;
+  seen[i].status = e->status;
+  seen[i].protocol = e->protocol;
+  seen[i].flags = e->flags;
+  seen[i].data = e->data;
+  seen[i].size = e->size;
+  seen[i].handler_ns = e->handler_ns;
+  seen[i].last_byte_ns = e->last_byte_ns;
+  seen[i].start_unix_us = e->start_unix_us;
+  snprintf(seen[i].peer, sizeof(seen[i].peer), "%s", e->peer);
+}
+
+static void with_data(tern_request *r, void *user) {
+  (void)user;
+  tern_request_set_data(r, &data_marker);
+  tern_respond(r, 200, NULL, 0, "ok", 2);
+}
+
+static const seen_entry *seen_for(const char *target) {
+  int i, n = atomic_load(&nseen);
+  for (i = 0; i < n && i < 8; i++)
+    if (strcmp(seen[i].target, target) == 0)
+      return &seen[i];
+  T_FAIL("no access entry for %s", target);
+  return NULL;
+}
+
+/* The hook runs once per request: a handled one (with the user's data),
+ * one tern answers itself, one the stop deadline cuts; installing it is
+ * refused while the server runs. */
+static void test_access_hook(void) {
+  tern_settings s;
+  tern_server *srv;
+  pthread_t t;
+  struct timespec until;
+  const seen_entry *e;
+  int port, fd;
+  void *res;
+
+  settings(&s);
+  s.log = NULL;
+  s.workers = 2;
+  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_on_access(NULL, on_access, NULL), TERN_EINVAL);
+  T_EQ_INT(tern_server_on_access(srv, on_access, &nseen), 0);
+  T_EQ_INT(tern_route(srv, "GET", "/data", with_data, NULL), 0);
+  T_EQ_INT(tern_route(srv, "GET", "/hold2", hold, NULL), 0);
+  T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, &port), 0);
+  atomic_store(&held, NULL);
+  T_EQ_INT(pthread_create(&t, NULL, run_thread, srv), 0);
+  T_EQ_INT(read_status(send_get(port, "/data")), 200);
+  T_EQ_INT(read_status(send_get(port, "/nope")), 404);
+  fd = send_get(port, "/hold2");
+  wait_for(NULL, &held);
+  T_EQ_INT(tern_server_on_access(srv, NULL, NULL), TERN_ESTATE);
+  T_EQ_INT(tern_stop(srv, 50), 0);
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 5;
+  T_EQ_INT(pthread_timedjoin_np(t, &res, &until), 0);
+  T_EQ_INT(read_status(fd), 503);
+  tern_server_free(srv);
+  T_EQ_INT(tern_respond(held, 200, NULL, 0, "x", 1), TERN_ECLOSED);
+
+  T_EQ_INT(atomic_load(&nseen), 3);
+  e = seen_for("/data");
+  T_EQ_INT(e->status, 200);
+  T_EQ_INT(e->protocol, TERN_PROTO_HTTP11);
+  T_EQ_INT(e->flags, 0);
+  T_ASSERT(e->data == &data_marker);
+  T_EQ_INT(e->size, sizeof(tern_access_entry));
+  T_ASSERT(e->handler_ns >= 0 && e->last_byte_ns >= e->handler_ns);
+  T_ASSERT(e->start_unix_us > (int64_t)1700000000 * 1000000);
+  T_EQ_STR(e->peer, strlen(e->peer), "127.0.0.1");
+  e = seen_for("/nope");
+  T_EQ_INT(e->status, 404);
+  T_EQ_INT(e->flags, TERN_ACCESS_SELF);
+  T_ASSERT(e->data == NULL && e->handler_ns == -1);
+  e = seen_for("/hold2");
+  T_EQ_INT(e->status, 503);
+  T_ASSERT(e->handler_ns >= 0);
+  T_EQ_INT(ca_live, 0);
+}
+
 int main(void) {
   T_RUN(test_settings_out_of_range);
   T_RUN(test_settings_in_range);
@@ -333,5 +440,6 @@ int main(void) {
   T_RUN(test_stop_while_starting);
   T_RUN(test_stop_before_run);
   T_RUN(test_deadline_cuts_held_requests);
+  T_RUN(test_access_hook);
   return T_DONE();
 }
