@@ -58,11 +58,17 @@ ALLOC_TOL = {"abs": 0.01}
 # per connection: not exactly repeatable (a pool may grow once in a window)
 CONN_TOL = {"rel": 0.02, "abs": 0.01}
 INSTR_TOL = {"rel": 0.05}
-# h3-get-browser's windows each open 4 new QUIC connections, whose
-# handshakes differ by some tens of blocks and a few KiB from run to run
-# (packets, ACK ranges): counts stay within ALLOC_TOL, bytes within 2 per
-# request, far below one 64-byte block per request
-H3_BROWSER_BYTES_TOL = {"abs": 2.0}
+# h3-get-browser runs 4 x 32 requests in flight, whose peak of live
+# blocks (packets in flight, ACK ranges, field buffers) depends on timing:
+# on a loaded machine a window may reach a new peak and grow the worker's
+# pools by some hundreds of blocks (measured up to 0.03 per request, 51
+# bytes per request, in a CI run), kept and never freed.  What the gate
+# wants to see is churn, blocks taken from malloc and given back each
+# request, as the pools' old limits caused (0.35 allocations and as many
+# frees per request): frees per request are gated tightly, allocations
+# loosely (a leak or churn of one block in ten requests still fails), and
+# bytes, which growth moves most, not at all.
+H3_BROWSER_ALLOC_TOL = {"abs": 0.1}
 
 # ws-echo: binary messages of WS_SIZE bytes, WS_DEPTH in flight
 WS_SIZE = 128
@@ -285,12 +291,14 @@ def _quic_extra(workdir):
             "--quic-port", "0"]
 
 
-def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None):
+def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
+                     churn=False):
     """h3-get's allocations per request (or those of sc, named name):
     three h3load runs on a hello with --quic-port (under the shim), the
     counters read between them on a keep-alive HTTP/1.1 connection; per
     request = the difference of the last two windows / their difference
-    in requests."""
+    in requests.  churn: allocations and frees per request instead of
+    allocations and bytes (H3_BROWSER_ALLOC_TOL says why)."""
     srv = servers.Server("tern", [args.hello, "--port", "0", "--workers", "1"]
                          + _quic_extra(workdir), workdir, shim=args.shim_path,
                          read_tls_port=True, read_quic_port=True)
@@ -316,15 +324,16 @@ def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None):
         a, b = (marks[i][2], marks[i][3]) if shim else (marks[i][0], marks[i][1])
         return b[key] - a[key]
 
+    second = ("frees", "frees") if churn else ("bytes_allocated", "bytes")
     out[name + ".allocs_per_req"] = (d(1, "allocations", False)
                                      - d(0, "allocations", False)) / n
-    out[name + ".bytes_per_req"] = (d(1, "bytes_allocated", False)
-                                    - d(0, "bytes_allocated", False)) / n
+    out["%s.%s_per_req" % (name, second[1])] = (
+        d(1, second[0], False) - d(0, second[0], False)) / n
     if srv.shim:
         out[name + ".shim_allocs_per_req"] = (d(1, "allocs", True)
                                               - d(0, "allocs", True)) / n
-        out[name + ".shim_bytes_per_req"] = (d(1, "bytes", True)
-                                             - d(0, "bytes", True)) / n
+        out["%s.shim_%s_per_req" % (name, second[1])] = (
+            d(1, second[1], True) - d(0, second[1], True)) / n
     # the server must have counted every response of both windows
     for i, k in enumerate((w, w + n)):
         got = marks[i][1]["requests"] - marks[i][0]["requests"]
@@ -406,8 +415,8 @@ def instr_metrics(args, workdir):
 def tolerance_for(key):
     if key.endswith(("instructions_per_req", "instructions_per_msg")):
         return INSTR_TOL
-    if key.startswith("h3-get-browser.") and key.endswith("bytes_per_req"):
-        return H3_BROWSER_BYTES_TOL
+    if key.startswith("h3-get-browser.") and key.endswith("allocs_per_req"):
+        return H3_BROWSER_ALLOC_TOL
     if key.endswith("_per_conn"):
         return CONN_TOL
     return ALLOC_TOL
@@ -441,7 +450,7 @@ def run_gate(args):
         else:
             h3_alloc_metrics(args, workdir, cur)
             h3_alloc_metrics(args, workdir, cur, "h3-get-browser",
-                             H3_BROWSER_SCENARIO)
+                             H3_BROWSER_SCENARIO, churn=True)
         raw = None
         if args.no_callgrind:
             log("instructions: skipped (--no-callgrind)")
