@@ -11,8 +11,8 @@
  *                          synchronous hiredis: one connection per pool
  *                          thread, opened on the thread's first request.
  *
- * --redis PATH names Redis's Unix socket. hiredis is optional: built
- * without it (or run without --redis) both routes answer 501.
+ * --redis PATH names Redis's Unix socket (or HOST:PORT, over TCP). hiredis is
+ * optional: built without it (or run without --redis) both routes answer 501.
  *
  * A client that leaves while its query is in flight: the request stays
  * valid until it is finished, so the reply callback finishes it as usual;
@@ -74,8 +74,23 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   }
 }
 
+/* db_path: a Unix socket ("/..."), or HOST:PORT over TCP (the
+ * benchmarks' db-slow rows reach Redis through a delaying relay). */
+static int db_tcp(char *host, size_t size, int *port) {
+  const char *colon = strrchr(db_path, ':');
+  if (db_path[0] == '/' || colon == NULL)
+    return 0;
+  snprintf(host, size, "%.*s", (int)(colon - db_path), db_path);
+  *port = atoi(colon + 1);
+  return 1;
+}
+
 static redisAsyncContext *db_connect(unsigned w, uv_loop_t *loop) {
-  redisAsyncContext *ac = redisAsyncConnectUnix(db_path);
+  char host[256];
+  int port;
+  redisAsyncContext *ac = db_tcp(host, sizeof(host), &port)
+                              ? redisAsyncConnect(host, port)
+                              : redisAsyncConnectUnix(db_path);
   if (ac == NULL)
     return NULL;
   if (ac->err != 0 || redisLibuvAttach(ac, loop) != REDIS_OK) {
@@ -140,7 +155,11 @@ static void db_blocking_route(tern_request *r, void *user) {
   (void)user;
   if (c == NULL) {
     struct timeval tv = {2, 0};
-    c = redisConnectUnixWithTimeout(db_path, tv);
+    char host[256];
+    int port;
+    c = db_tcp(host, sizeof(host), &port)
+            ? redisConnectWithTimeout(host, port, tv)
+            : redisConnectUnixWithTimeout(db_path, tv);
     if (c == NULL || c->err) {
       redisFree(c);
       tern_respond(r, 502, db_text, 1, "redis unavailable\n", 18);
