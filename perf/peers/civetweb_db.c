@@ -16,6 +16,7 @@
  *   GET /db/KEY, GET /db-blocking/KEY   one Redis GET: 200 with the value
  *                                       (text/plain), 404 for no such key,
  *                                       502 when Redis fails
+ *   anything else                       404
  *
  * Build: cc -std=c11 -O2 civetweb_db.c -lcivetweb -lhiredis
  */
@@ -90,6 +91,13 @@ static int on_db(struct mg_connection *conn, void *cbdata) {
   return status;
 }
 
+/* Anything else: a 404 with a length (CivetWeb's own has none, which the
+ * driver's readiness probe of "/" cannot read). */
+static int on_other(struct mg_connection *conn, void *cbdata) {
+  (void)cbdata;
+  return send_status(conn, 404, "not found\n", 10);
+}
+
 int main(int argc, char **argv) {
   struct mg_callbacks callbacks;
   struct mg_context *ctx;
@@ -150,6 +158,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mg_start failed\n");
     return 1;
   }
+  mg_set_request_handler(ctx, "/", on_other, NULL);
   mg_set_request_handler(ctx, "/db/*$", on_db, NULL);
   mg_set_request_handler(ctx, "/db-blocking/*$", on_db, NULL);
   n = mg_get_server_ports(ctx, 4, ports);
