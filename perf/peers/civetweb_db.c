@@ -16,7 +16,7 @@
  *   GET /db/KEY, GET /db-blocking/KEY   one Redis GET: 200 with the value
  *                                       (text/plain), 404 for no such key,
  *                                       502 when Redis fails
- *   anything else                       404
+ *   GET /                               404 (with a length)
  *
  * Build: cc -std=c11 -O2 civetweb_db.c -lcivetweb -lhiredis
  */
@@ -91,7 +91,7 @@ static int on_db(struct mg_connection *conn, void *cbdata) {
   return status;
 }
 
-/* Anything else: a 404 with a length (CivetWeb's own has none, which the
+/* GET /: a 404 with a length (CivetWeb's own has none, which the
  * driver's readiness probe of "/" cannot read). */
 static int on_other(struct mg_connection *conn, void *cbdata) {
   (void)cbdata;
@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mg_start failed\n");
     return 1;
   }
-  mg_set_request_handler(ctx, "/", on_other, NULL);
+  mg_set_request_handler(ctx, "/$", on_other, NULL);
   mg_set_request_handler(ctx, "/db/*$", on_db, NULL);
   mg_set_request_handler(ctx, "/db-blocking/*$", on_db, NULL);
   n = mg_get_server_ports(ctx, 4, ports);
