@@ -25,7 +25,7 @@
 
 static _Atomic int started[NWORKERS], stopped[NWORKERS];
 static _Atomic int timers_open, gone_seen, late_answers;
-static _Atomic int blocking_loop_null, bad_worker;
+static _Atomic int blocking_loop_null, bad_worker, ws_loop_ok;
 static pthread_t main_thread;
 
 static double sweep_now(void) {
@@ -163,6 +163,22 @@ static void blocking_handler(tern_request *r, void *user) {
   tern_respond(r, 200, NULL, 0, "blocked", 7);
 }
 
+/* A WebSocket has its worker's loop too (on that worker). */
+static void ws_open(tern_ws *ws, void *user) {
+  (void)user;
+  if (tern_ws_loop(ws) != NULL && tern_ws_worker(ws) >= 0 &&
+      tern_ws_worker(ws) < NWORKERS)
+    atomic_fetch_add(&ws_loop_ok, 1);
+}
+
+static void ws_handler(tern_request *r, void *user) {
+  tern_ws_options o;
+  (void)user;
+  tern_ws_options_init(&o);
+  o.on_open = ws_open;
+  tern_ws_accept(r, &o, NULL, NULL);
+}
+
 static void on_start(tern_server *srv, unsigned w, void *loop, void *user) {
   (void)srv;
   (void)user;
@@ -194,6 +210,7 @@ static void start(server *s) {
   T_EQ_INT(
       tern_route_with(s->srv, "GET", "/blocking", blocking_handler, NULL, &o),
       0);
+  T_EQ_INT(tern_route(s->srv, "GET", "/ws", ws_handler, NULL), 0);
   T_EQ_INT(tern_server_on_workers(s->srv, on_start, on_stop, NULL), 0);
   T_EQ_INT(tern_listen(s->srv, "127.0.0.1", 0, &s->port), 0);
   for (unsigned w = 0; w < NWORKERS; w++) {
@@ -256,6 +273,28 @@ static void test_blocking_has_no_loop(void) {
   T_ASSERT(strstr(buf, "\r\n\r\nblocked") != NULL);
   T_EQ_INT(blocking_loop_null, 1);
   T_ASSERT(nlogs >= 1 && strstr(last_log, "tern_request_loop") != NULL);
+  finish(&s);
+}
+
+static void test_ws_has_loop(void) {
+  server s;
+  const char *req = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  char buf[512];
+  ssize_t n;
+  int fd;
+  atomic_store(&ws_loop_ok, 0);
+  start(&s);
+  fd = sweep_connect(s.port);
+  T_ASSERT(fd >= 0);
+  T_ASSERT(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+  n = read(fd, buf, sizeof(buf) - 1);
+  T_ASSERT(n > 12);
+  buf[n] = '\0';
+  T_ASSERT(strncmp(buf, "HTTP/1.1 101", 12) == 0);
+  T_EQ_INT(ws_loop_ok, 1);
+  close(fd);
   finish(&s);
 }
 
@@ -375,6 +414,7 @@ static void test_client_gone_while_waiting(void) {
 int main(void) {
   T_RUN(test_timer_responds);
   T_RUN(test_blocking_has_no_loop);
+  T_RUN(test_ws_has_loop);
   T_RUN(test_worker_call);
   T_RUN(test_client_gone_while_waiting);
   return T_DONE();
