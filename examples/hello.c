@@ -58,6 +58,13 @@
  *                       resumes after MS ms) commands
  *   GET  /metrics       tern_metrics_handler: the counters in Prometheus'
  *                       text format
+ *   GET  /db/:key       one Redis GET (--redis PATH, Redis's Unix socket),
+ *                       asynchronously on the worker's loop (hiredis's
+ *                       libuv adapter, a connection per worker); the
+ *                       value, 404 for no such key, 502 when Redis fails
+ *   GET  /db-blocking/:key  the same on the blocking lane (synchronous
+ *                       hiredis, a connection per pool thread); both 501
+ *                       without --redis or hiredis (examples/hello_db.c)
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -88,8 +95,8 @@
  * for the combined format; --access-log-buffers N and
  * --access-log-buffer-size N set its queue); SIGHUP reopens the file.
  * --metrics also keeps /metrics' request duration histogram
- * (tern_server_time_requests).
- * SIGINT/SIGTERM stop gracefully (5 s deadline).
+ * (tern_server_time_requests). --redis PATH: the /db routes' Redis
+ * (a Unix socket). SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -929,6 +936,9 @@ static int add_app_routes(void) {
   return 0;
 }
 
+/* examples/hello_db.c: GET /db/:key and /db-blocking/:key. */
+int hello_db_routes(tern_server *srv, const char *redis_path);
+
 static int option(int argc, char **argv, int *i, const char *name,
                   unsigned long long *out) {
   if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc)
@@ -941,7 +951,7 @@ int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts;
   tern_access_log_options log_opts;
-  const char *host = "127.0.0.1";
+  const char *host = "127.0.0.1", *redis_path = NULL;
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
@@ -958,6 +968,10 @@ int main(int argc, char **argv) {
       host = argv[++i];
       if (strcmp(host, "*") == 0)
         host = NULL; /* every IPv6 and IPv4 address */
+      continue;
+    }
+    if (strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
+      redis_path = argv[++i];
       continue;
     }
     if (strcmp(argv[i], "--cert") == 0 && i + 1 < argc && ncerts < 4) {
@@ -1118,6 +1132,10 @@ int main(int argc, char **argv) {
     tern_server_on_error(server, error_hook, NULL);
   if (want_default)
     tern_set_default_handler(server, default_handler, NULL, NULL);
+  if (hello_db_routes(server, redis_path) != 0) {
+    fprintf(stderr, "hello: cannot add the database routes\n");
+    return 1;
+  }
   if (add_app_routes() != 0) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;

@@ -163,6 +163,7 @@ TERN_EXTERN void tern_settings_init(tern_settings *s);
 
 typedef struct tern_server tern_server;
 typedef struct tern_request tern_request;
+typedef struct tern_ws tern_ws; /* see WebSocket below */
 
 /* Create a server. `settings` may be NULL for the defaults; it is copied.
  * Every field is checked: TERN_EINVAL, with a log line (through the
@@ -608,6 +609,83 @@ typedef void (*tern_gone_fn)(tern_request *r, void *user);
 TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
                                      void *user);
 
+/* ---- The worker's loop ---- */
+
+/* A request (or WebSocket) lives on one worker, whose libuv loop runs
+ * its callbacks. A handler that waits for something (a timer, a file, a
+ * database query through a libuv-based client library) can start it on
+ * that loop and respond from its callback: nothing blocks, and no thread
+ * is spent per waiting request. Loops are passed as `void *` (a
+ * `uv_loop_t *`) so that this header needs no libuv. Rules:
+ * - Use the loop only on its worker's thread (in a handler or a callback
+ *   of that worker: a request's, a WebSocket's, a handle's started on
+ *   it, a tern_worker_call function). libuv loops are not thread-safe;
+ *   from another thread, post with tern_worker_call.
+ * - Close what you opened on it. A handle still open keeps the loop
+ *   running, so tern_run would not return: close per-request handles when
+ *   the request is finished or its client is gone (tern_request_on_gone;
+ *   the stop deadline counts as gone), and per-worker ones (a client
+ *   library's connection) in the on_stop hook of tern_server_on_workers.
+ * - A TERN_ROUTE_BLOCKING handler runs on a pool thread, not a worker:
+ *   tern_request_loop refuses it (it may block instead, see
+ *   tern_route_with). */
+
+/* Per-worker hook: `worker` is the worker's index (0 to
+ * tern_server_workers() - 1) and `uv_loop` its loop (a `uv_loop_t *`), or
+ * NULL when a tern_worker_call function is let go without running on the
+ * worker (see there). */
+typedef void (*tern_worker_fn)(tern_server *srv, unsigned worker, void *uv_loop,
+                               void *user);
+
+/* The number of workers (settings `workers`, 0 resolved to the CPU
+ * count) from tern_server_new() on; 0 for NULL. Any thread. */
+TERN_EXTERN unsigned tern_server_workers(const tern_server *srv);
+
+/* Run `on_start` on each worker's thread before its loop first runs (for
+ * tern_attach: inside tern_attach), and `on_stop` on each worker as its
+ * graceful stop begins (tern_stop), before tern closes connections: the
+ * place to open and to close per-worker state on the loop, such as one
+ * database connection per worker. Either may be NULL; `user` goes to
+ * both. Configuration: before tern_run() or tern_attach(), else
+ * TERN_ESTATE (logged); a later call replaces both. TERN_EINVAL for
+ * srv NULL. */
+TERN_EXTERN int tern_server_on_workers(tern_server *srv,
+                                       tern_worker_fn on_start,
+                                       tern_worker_fn on_stop, void *user);
+
+/* The index of the worker that owns the request (0 to
+ * tern_server_workers() - 1), from any thread; TERN_EINVAL for NULL. For
+ * per-worker state kept in an array. */
+TERN_EXTERN int tern_request_worker(const tern_request *r);
+
+/* The owning worker's `uv_loop_t *`, only on that worker's thread (the
+ * handler, or any callback that runs on the worker). NULL, with a log
+ * line, from any other thread (a TERN_ROUTE_BLOCKING handler's, a
+ * thread of the user's) and after the worker's loop has ended; NULL for
+ * r NULL. Valid while the request is held; the loop itself outlives it
+ * until the worker ends. */
+TERN_EXTERN void *tern_request_loop(const tern_request *r);
+
+/* The same for a WebSocket: the worker index (any thread; TERN_EINVAL
+ * for NULL) and the loop (only on the owning worker, else NULL with a
+ * log line). Valid while the handle is (see Lifetime under WebSocket). */
+TERN_EXTERN int tern_ws_worker(const tern_ws *ws);
+TERN_EXTERN void *tern_ws_loop(const tern_ws *ws);
+
+/* Run `fn` on worker `worker` (an index), from any thread, the worker's
+ * own included (then later, from its loop, not inside this call). Calls
+ * to one worker run in the order they were posted, in order with the
+ * response calls posted to it. Returns 0 once taken: `fn` then runs
+ * exactly once, on the worker with its loop, or, when the worker's loop
+ * ends first (the stop deadline passed), with `uv_loop` NULL on whichever
+ * thread lets it go, so that it can free `user`. Errors (`fn` never
+ * runs): TERN_EINVAL (srv or fn NULL, or no such worker; logged),
+ * TERN_ESTATE (the server is not running yet; logged), TERN_ECLOSED (the
+ * worker no longer takes calls: the stop deadline passed, or the server
+ * has stopped), TERN_ENOMEM. */
+TERN_EXTERN int tern_worker_call(tern_server *srv, unsigned worker,
+                                 tern_worker_fn fn, void *user);
+
 /* ---------------------------------------------------------------------
  * Answers tern makes itself
  * ------------------------------------------------------------------ */
@@ -808,8 +886,6 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
  * fail with TERN_ETOOBIG and queue nothing (TERN_WS_FAIL_SEND). on_drain
  * runs once the queue drops below half the mark after either happened.
  * ------------------------------------------------------------------ */
-
-typedef struct tern_ws tern_ws;
 
 /* Message types. */
 enum {

@@ -977,6 +977,10 @@ struct tern_server {
   /* Frees tls_list (set by lib/tls once a tern_tls exists), so that the
    * core names no TLS code. */
   void (*tls_free)(tern_server *srv);
+  /* tern_server_on_workers: run on each worker as its loop starts and as
+   * its graceful stop begins. */
+  tern_worker_fn worker_start, worker_stop;
+  void *worker_user;
 
   /* tern_server_free drops one reference; each blocking-pool thread and
    * each request cut by the stop deadline holds one, so that the memory
@@ -1004,6 +1008,8 @@ enum {
 int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
                       uv_loop_t *loop);
 void tern__worker_run_thread(void *arg);
+/* Run the user's on_start hook (tern_server_on_workers) on the worker. */
+void tern__worker_started(tern__worker *w);
 /* Close the worker's handles, run its loop dry, free its pools. */
 void tern__worker_cleanup(tern__worker *w);
 /* Post a cross-thread message to the worker. It always takes ownership:

@@ -21,12 +21,14 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # (gtlsclient, from ngtcp2-client, is Debian's HTTP/3 client; gtlsserver,
 # from ngtcp2-server, the reference peer test_h3.py can run against),
 # clang-format and valgrind for CI's format check and performance gate;
-# python3-prometheus-client's parser checks /metrics (test_ops.py).
+# python3-prometheus-client's parser checks /metrics (test_ops.py);
+# hiredis (with its libuv adapter) and redis-server for hello's /db
+# routes and test_db.py, which starts its own Redis on a Unix socket.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
-    valgrind)
+    valgrind libhiredis-dev redis-server)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
@@ -43,8 +45,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # redis-server's package would start a daemon on port 6379: a
+  # policy-rc.d that refuses every start keeps the install side-effect
+  # free (removed afterwards unless one was there before).
+  policy=/usr/sbin/policy-rc.d
+  ours=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    ours=1
+  fi
+  rc=0
+  apt-get update -qq &&
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >/dev/null || rc=$?
+  [ "$ours" = 1 ] && rm -f "$policy"
+  [ "$rc" = 0 ] || exit "$rc"
 fi
 # The browser tests drive Debian's Chromium with playwright-core from npm
 # (package.json pins it; node_modules stays out of git).

@@ -573,6 +573,23 @@ int tern_request_on_gone(tern_request *r, tern_gone_fn fn, void *user) {
   return 0;
 }
 
+int tern_request_worker(const tern_request *r) {
+  if (r == NULL)
+    return TERN_EINVAL;
+  return (int)r->w->id;
+}
+
+void *tern_request_loop(const tern_request *r) {
+  if (r == NULL)
+    return NULL;
+  if (!tern__on_worker(r->w) || r->w->loop == NULL) {
+    tern__log(r->w->srv, TERN_LOG_ERROR,
+              "tern_request_loop refused: not on the owning worker");
+    return NULL;
+  }
+  return r->w->loop;
+}
+
 /* ---- Streaming bodies ---------------------------------------------- */
 
 /* The body calls belong to the owning worker (r->flags is its alone, so

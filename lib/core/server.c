@@ -767,6 +767,8 @@ int tern_attach(tern_server *srv, void *uv_loop) {
     return TERN_ESTATE;
   rc = start_workers(srv, uv_loop);
   atomic_store(&srv->state, rc != 0 ? TERN__S_DONE : TERN__S_RUNNING);
+  if (rc == 0)
+    tern__worker_started(&srv->workers[0]);
   if (rc == 0 && atomic_load(&srv->stop_wanted))
     stop_running(srv);
   return rc;

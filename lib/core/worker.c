@@ -234,6 +234,7 @@ void tern__worker_cleanup(tern__worker *w) {
 void tern__worker_run_thread(void *arg) {
   tern__worker *w = arg;
   w->thread_id = uv_thread_self();
+  tern__worker_started(w);
   uv_run(w->loop, UV_RUN_DEFAULT);
   tern__worker_cleanup(w);
 }
@@ -311,6 +312,10 @@ static void begin_stop(tern__worker *w) {
   size_t i;
 
   w->stopping = 1;
+  /* First, so that the user closes the handles it keeps on the loop (a
+   * client library's connection) while tern closes its own. */
+  if (w->srv->worker_stop != NULL)
+    w->srv->worker_stop(w->srv, w->id, w->loop, w->srv->worker_user);
   tern__ws_stop_all(w);
   for (i = 0; i < w->srv->nlisteners; i++)
     w->srv->listeners[i]->ops->stop(w->srv->listeners[i], w);
@@ -419,4 +424,96 @@ static void on_tick(uv_timer_t *t) {
   tern__ws_sweep(w, now);
   tern__timer_sweep(w, now);
   on_check(&w->check);
+}
+
+/* ---- The worker's loop for the user ------------------------------- */
+
+void tern__worker_started(tern__worker *w) {
+  if (w->srv->worker_start != NULL)
+    w->srv->worker_start(w->srv, w->id, w->loop, w->srv->worker_user);
+}
+
+unsigned tern_server_workers(const tern_server *srv) {
+  return srv != NULL ? srv->nworkers : 0;
+}
+
+int tern_server_on_workers(tern_server *srv, tern_worker_fn on_start,
+                           tern_worker_fn on_stop, void *user) {
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE) {
+    tern__log(srv, TERN_LOG_ERROR,
+              "tern_server_on_workers refused: the server has started");
+    return TERN_ESTATE;
+  }
+  srv->worker_start = on_start;
+  srv->worker_stop = on_stop;
+  srv->worker_user = on_start != NULL || on_stop != NULL ? user : NULL;
+  return 0;
+}
+
+/* A tern_worker_call: the function and its pointer, nothing else. */
+typedef struct {
+  tern__msg m;
+  tern_server *srv;
+  unsigned id;
+  tern_worker_fn fn;
+  void *user;
+} call_msg;
+
+static void call_apply(tern__msg *m) {
+  call_msg *c = (call_msg *)m;
+  tern_server *srv = c->srv;
+  tern__worker *w = &srv->workers[c->id];
+  tern_worker_fn fn = c->fn;
+  void *user = c->user;
+  /* Freed first, so that fn may stop the server or post again. */
+  tern__free(srv, c);
+  fn(srv, w->id, w->loop, user);
+}
+
+static void call_drop(tern__msg *m, int refused) {
+  call_msg *c = (call_msg *)m;
+  tern_server *srv = c->srv;
+  tern_worker_fn fn = c->fn;
+  unsigned id = c->id;
+  void *user = c->user;
+  tern__free(srv, c);
+  /* Taken, then never applied: fn still runs once, without a loop, so
+   * that it can let go of `user`. Refused: the caller keeps it. */
+  if (!refused)
+    fn(srv, id, NULL, user);
+}
+
+static const tern__msg_ops call_ops = {call_apply, call_drop};
+
+int tern_worker_call(tern_server *srv, unsigned worker, tern_worker_fn fn,
+                     void *user) {
+  call_msg *c;
+  int state;
+
+  if (srv == NULL || fn == NULL)
+    return TERN_EINVAL;
+  if (worker >= srv->nworkers) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_worker_call refused: worker %u of %u",
+              worker, srv->nworkers);
+    return TERN_EINVAL;
+  }
+  state = atomic_load(&srv->state);
+  if (state == TERN__S_DONE)
+    return TERN_ECLOSED;
+  if (state != TERN__S_RUNNING && state != TERN__S_STOPPING) {
+    tern__log(srv, TERN_LOG_ERROR,
+              "tern_worker_call refused: the server is not running");
+    return TERN_ESTATE;
+  }
+  c = tern__malloc(srv, sizeof(*c));
+  if (c == NULL)
+    return TERN_ENOMEM;
+  c->m.ops = &call_ops;
+  c->srv = srv;
+  c->id = worker;
+  c->fn = fn;
+  c->user = user;
+  return tern__worker_post(&srv->workers[worker], &c->m);
 }

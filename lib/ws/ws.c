@@ -1262,6 +1262,23 @@ int tern_ws_protocol(const tern_ws *ws) {
   return ws != NULL ? ws->protocol : TERN_EINVAL;
 }
 
+int tern_ws_worker(const tern_ws *ws) {
+  if (ws == NULL)
+    return TERN_EINVAL;
+  return (int)ws->w->id;
+}
+
+void *tern_ws_loop(const tern_ws *ws) {
+  if (ws == NULL)
+    return NULL;
+  if (!tern__on_worker(ws->w) || ws->w->loop == NULL) {
+    tern__log(ws->w->srv, TERN_LOG_ERROR,
+              "tern_ws_loop refused: not on the owning worker");
+    return NULL;
+  }
+  return ws->w->loop;
+}
+
 void tern_ws_set_data(tern_ws *ws, void *data) {
   if (ws != NULL)
     ws->data = data;

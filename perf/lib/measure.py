@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from . import common, h1client, loads, servers, tlsclient, wsclient
+from . import common, dbserver, h1client, loads, servers, tlsclient, wsclient
 from .common import BenchError
 from .scenarios import RESUME_MIN
 from .summary import CLIENT_BOUND
@@ -114,13 +114,30 @@ def measure(args, workdir, name, sc, shim):
         row["problems"].append("not available: " + why)
         return row
     srv = None
+    redis = db_relay = None
     try:
         quic = sc.protocol in ("h3", "ws-h3")
+        db = None
+        if sc.protocol == "db":
+            # Redis for this row alone; db-slow reaches it over TCP
+            # through the relay
+            redis = dbserver.Redis(workdir, args.server_cpu,
+                                   tcp=bool(sc.db_slow_ms))
+            row["redis_argv"] = redis.argv
+            at = redis.path
+            if sc.db_slow_ms:
+                db_relay = loads.Relay(args, workdir, redis.tcp_port,
+                                       sc.db_slow_ms, udp=False)
+                at = "127.0.0.1:%d" % db_relay.port
+                row["db_relay"] = {"argv": db_relay.argv}
+            db = (at, sc.connections)
         srv = servers.start(name, args, workdir, args.server_cpu,
                             max_conns=sc.max_conns and args.idle_max_conns,
                             shim=shim, tls=sc.tls and not quic,
                             h2c=sc.protocol == "h2c", quic=quic,
-                            server_args=sc.server_args)
+                            server_args=sc.server_args, db=db)
+        if redis is not None:
+            srv.companions = [redis.pid]
         row["port"] = srv.port
         if sc.tls:
             row["tls_port"] = srv.tls_port
@@ -163,6 +180,10 @@ def measure(args, workdir, name, sc, shim):
     finally:
         if srv is not None:
             srv.stop()
+        if db_relay is not None:
+            db_relay.stop()
+        if redis is not None:
+            redis.stop()
     return row
 
 
@@ -222,6 +243,41 @@ class StallProbe:
         both = [p for p in a if p in b]
         stalled = [p for p in both if a[p]["bytes"] == b[p]["bytes"]]
         return len(stalled), len(both), t2 - t1
+
+
+class ThreadProbe:
+    """The server's thread count (/proc/PID/status Threads, all its
+    processes, Redis not included), sampled every 0.2 s while the load
+    runs; result() is the largest."""
+
+    def __init__(self, srv):
+        self.srv = srv
+        self.peak = 0
+        self.done = threading.Event()
+
+    def start(self):
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+        return self
+
+    def _run(self):
+        while not self.done.wait(0.2):
+            n = 0
+            for pid in self.srv.own_pids():
+                try:
+                    with open("/proc/%d/status" % pid) as f:
+                        for line in f:
+                            if line.startswith("Threads:"):
+                                n += int(line.split()[1])
+                                break
+                except OSError:
+                    pass
+            self.peak = max(self.peak, n)
+
+    def result(self):
+        self.done.set()
+        self.t.join(2)
+        return self.peak or None
 
 
 def expected_body(name, sc):
@@ -330,6 +386,7 @@ def _measure_load(args, workdir, srv, sc, row):
         snap["st0"], snap["sh0"] = _counters(srv, is_tern)
         snap["pids"] = srv.pids()
         snap["c0"] = common.cpu_ticks(snap["pids"])
+        snap["comp0"] = common.cpu_ticks(getattr(srv, "companions", ()))
         snap["t0"] = time.monotonic()
         snap["client0"] = (common.cpu_ticks([client_pid]) / common.CLK_TCK
                            if client_pid else 0.0)
@@ -387,10 +444,13 @@ def _measure_load(args, workdir, srv, sc, row):
             if args.duration >= 2 and (sc.load == "wrk" or (
                 sc.load == "h1rate" and args.rate / sc.connections
                 * args.duration * 0.5 >= 10)) else None
+        threads = ThreadProbe(srv).start() if sc.protocol == "db" else None
         try:
             res = _run_load(args, workdir, srv, sc, args.duration, False)
         finally:
             stall = probe.result() if probe else None
+            if threads is not None:
+                row["server_threads"] = threads.result()
     st0, sh0, pids, c0, t0 = (snap["st0"], snap["sh0"], snap["pids"],
                               snap["c0"], snap["t0"])
     pids2 = srv.pids()
@@ -423,11 +483,26 @@ def _measure_load(args, workdir, srv, sc, row):
     row["client_cpu_s"] = round(ccpu, 3)
     row["client_cpu_util"] = ccpu / wall if wall else None
     row["cpu_us_per_req"] = _per(row["server_cpu_s"] * 1e6, n)
-    row["peak_rss"] = common.hwm_bytes(srv.pids())
+    row["peak_rss"] = common.hwm_bytes(srv.own_pids())
     row["server_processes"] = len(pids2)
+    comp = getattr(srv, "companions", ())
+    if comp:
+        # db-*: Redis's share of the server CPU above
+        row["redis_cpu_s"] = (common.cpu_ticks(comp) - snap["comp0"]) \
+            / common.CLK_TCK
+        row["redis_cpu_us_per_req"] = _per(row["redis_cpu_s"] * 1e6, n)
     _alloc_fields(row, st0, st1, sh0, sh1, n)
     app = HELLO_UPLOAD_ALLOCS if sc.upload else (0, 0)
-    if is_tern and not sc.tls:
+    if is_tern and sc.protocol == "db" and agreement(row, app):
+        row["notes"].append(
+            "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
+            "%.4g: the difference is hiredis's own (a command buffer and a "
+            "reply object per query, and its libuv adapter), outside tern's "
+            "allocator hook" % (
+                row.get("shim_allocs_per_req") or 0,
+                row.get("shim_bytes_per_req") or 0,
+                row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
+    elif is_tern and not sc.tls:
         row["notes"] += agreement(row, app)
     elif is_tern and agreement(row, app):
         # both engines allocate with the C library: the shim sees it,

@@ -409,6 +409,9 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
         if proto == "rtt50":
             L += _rtt50_lines(summary, mine)
             continue
+        if proto == "db":
+            L += _db_lines(summary, servers, mine, rate)
+            continue
         main = [s for s in mine if REGISTRY[s].group == "main"
                 and REGISTRY[s].load in ("wrk", "churn", "h2load", "wsload",
                                          "h3load")]
@@ -709,6 +712,30 @@ def _handshake_lines(summary, servers, hl):
     if parts:
         L.append("Ratios of the medians, server CPU per connection: "
                  + "; ".join(parts) + ".")
+        L.append("")
+    return L
+
+
+def _db_lines(summary, servers, mine, rate):
+    """The db-* rows: one table per scenario, every server a line."""
+    L = []
+    for sc in mine:
+        L.append("%s: %s" % (sc, REGISTRY[sc].title.format(
+            rate="{:,}".format(int(rate)))) + ":")
+        L.append("")
+        L += table(["server", "req/s", "p50 µs", "p99 µs", "p99.9 µs",
+                    "CPU µs/req (server + Redis)", "of which Redis",
+                    "threads", "peak RSS", "tern allocs/req"],
+                   [[n] + [fmt_cell(summary[sc].get(n), k, f, rng=False)
+                           for k, f in (("rate", ",.0f"), ("lat_p50", ",.0f"),
+                                        ("lat_p99", ",.0f"),
+                                        ("lat_p999", ",.0f"),
+                                        ("cpu_us_per_req", ".2f"),
+                                        ("redis_cpu_us_per_req", ".2f"),
+                                        ("server_threads", ",.0f"),
+                                        ("peak_rss", "bytes"),
+                                        ("allocs_per_req", ".4f"))]
+                    for n in servers])
         L.append("")
     return L
 

@@ -20,6 +20,7 @@ PROTOCOLS = {
     "ws": "WebSocket (cleartext, HTTP/1.1 Upgrade)",
     "h3": "HTTP/3 over QUIC",
     "ws-h3": "WebSocket over HTTP/3 (RFC 9220 extended CONNECT)",
+    "db": "Waiting on a database: one Redis GET per request (HTTP/1.1)",
 }
 
 # The tables that are not one protocol's: the uploads through the relay
@@ -401,6 +402,56 @@ for base in ("h2-upload", "h2-upload-4", "h3-upload", "h3-upload-4"):
                         "and pinned: tern only")
         sc.pair = names
         add(sc)
+
+# Waiting on a database (issue 18): one Redis GET per request (Debian's
+# redis-server, started per row on a Unix socket in the work directory,
+# pinned to the server's CPU, its CPU time counted with the server's),
+# key k1, 64-byte value, checked.  tern answers on the worker's loop
+# (db-async*: GET /db/k1, hiredis's libuv adapter, a connection per
+# worker) or on the blocking lane (db-blocking*: GET /db-blocking/k1,
+# synchronous hiredis, a connection per pool thread); the peers answer
+# both paths in their own model (a thread per connection, synchronous
+# hiredis).  db-slow*: the same through the relay (perf/load/relay, 1 ms
+# each way between the server and Redis over TCP): every query waits
+# 2 ms more, as a query that takes 2 ms on a remote database would.
+from . import dbserver  # noqa: E402
+M["threads"] = Metric("server_threads", "server threads (peak)", "threads",
+                      "lower", ",.0f")
+M["cpu_us_per_req_db"] = Metric("cpu_us_per_req",
+                                "server + Redis CPU per request", "µs",
+                                "lower", ".2f")
+DB_SLOW_MS = 1  # the relay's delay each way
+
+
+def _db(name, lane, load, conns, title, slow=False):
+    sc = Scenario(name, "db", load, title,
+                  path="/db/%s" % dbserver.KEY if lane == "async"
+                  else "/db-blocking/%s" % dbserver.KEY,
+                  body=dbserver.VALUE, connections=conns,
+                  chart=(M["rate"] if load == "wrk" else M["lat_p99"],
+                         M["lat_p99"] if load == "wrk" else M["lat_p50"],
+                         M["cpu_us_per_req_db"], M["threads"]),
+                  summary="Target (db-async-512): tern >= 1.5 x the best "
+                          "peer, p99 no worse, <= 2 threads per core.")
+    sc.db_lane = lane
+    sc.db_slow_ms = DB_SLOW_MS if slow else None
+    return sc
+
+
+for lane in ("async", "blocking"):
+    for c in (64, 512):
+        add(_db("db-%s%s" % (lane, "" if c == 64 else "-%d" % c), lane, "wrk",
+                c, "GET /db/k1 (%s lane), one Redis GET each, %d "
+                "connections, closed loop (wrk -t1 -c%d)" % (lane, c, c)))
+    add(_db("db-%s-rate" % lane, lane, "h1rate", 64,
+            "GET /db/k1 (%s lane), open model at {rate} req/s over 64 "
+            "connections (h1rate), latency from the intended send time"
+            % lane))
+    add(_db("db-slow-%s" % lane, lane, "h1rate", 512,
+            "as db-%s-rate over 512 connections, Redis 2 ms away (relay "
+            "%d ms each way): open model at {rate} req/s" % (lane, DB_SLOW_MS),
+            slow=True))
+DB = [n for n in REGISTRY if n.startswith("db-")]
 
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]

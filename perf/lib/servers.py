@@ -306,6 +306,13 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def pids(self):
+        """The server's processes and its companions' (db-*: Redis, whose
+        CPU time counts as the server's)."""
+        return common.process_tree(self.proc.pid) + list(
+            getattr(self, "companions", ()))
+
+    def own_pids(self):
+        """The server's processes alone (RSS, threads)."""
         return common.process_tree(self.proc.pid)
 
     def stop(self):
@@ -414,7 +421,7 @@ _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
 _FLOOR = "the floor is a cleartext HTTP/1.1 limit"
 SERVERS = {
     "tern": Spec("tern", "tern (hello --workers 1)", "tern",
-                 protocols=ALL + ("ws", "h2c", "h3", "ws-h3")),
+                 protocols=ALL + ("ws", "h2c", "h3", "ws-h3", "db")),
     # The same hello with the other TLS engine: the "tern" row's TLS is
     # the default engine (GnuTLS where built), this one mbedTLS 2.28.
     "tern-mbedtls": Spec("tern-mbedtls",
@@ -471,6 +478,17 @@ SERVERS["gtlsserver"] = Spec(
     why_not={"h1": _H3_ONLY, "h1-tls": _H3_ONLY, "h2": _H3_ONLY,
              "h2c": _H3_ONLY, "ws": _H3_ONLY,
              "ws-h3": "gtlsserver has no WebSocket (no extended CONNECT)"})
+# The db-* peers: the same Redis GET per request, synchronous hiredis on a
+# thread per connection (each thread keeps its own Redis connection).
+_DB_ONLY = "its peer program serves only the db-* scenarios"
+_NA_DB = {p: _DB_ONLY for p in ("h1", "h1-tls", "h2", "h2c", "ws", "h3",
+                                "ws-h3")}
+SERVERS["civetweb-db"] = Spec(
+    "civetweb-db", "CivetWeb + hiredis (civetweb_db: a thread per "
+    "connection)", "peer", protocols=("db",), why_not=_NA_DB)
+SERVERS["mhd-db"] = Spec(
+    "mhd-db", "libmicrohttpd + hiredis (mhd_db: thread-per-connection "
+    "mode)", "peer", protocols=("db",), why_not=_NA_DB)
 # The cost of operations (docs/operations.md): the same servers with their
 # access log on, on h1-get only.  Opt-in (perf/perf compare --servers
 # tern,tern-logged,nginx,nginx-logged h1-get), not in the default list.
@@ -489,7 +507,8 @@ OPT_IN = ("tern-logged", "nginx-logged")
 SERVER_ORDER = [n for n in SERVERS if n not in OPT_IN]
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
-                 "civetweb": "civetweb_hello", "libwebsockets": "lws_echo"}
+                 "civetweb": "civetweb_hello", "libwebsockets": "lws_echo",
+                 "civetweb-db": "civetweb_db", "mhd-db": "mhd_db"}
 
 
 def peer_path(args, name):
@@ -544,7 +563,7 @@ def free_udp_port():
 
 
 def make(name, args, workdir, max_conns=None, shim=None, tls=False,
-         h2c=False, quic=False, server_args=()):
+         h2c=False, quic=False, server_args=(), db=None):
     """A Server (not started) for name, in a fresh directory under workdir.
     tls: also listen on a TLS port (HTTP/1.1 and h2 by ALPN), with the
     run's certificate.  h2c: serve cleartext HTTP/2 with prior knowledge
@@ -553,7 +572,9 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
     --no-tls.  quic: also serve HTTP/3 on a UDP port (Server.quic_port;
     tern: --quic-port beside its TLS port; gtlsserver serves nothing
     else).  server_args: the scenario's own arguments (tern only: the
-    windows of the rtt50 rows)."""
+    windows of the rtt50 rows).  db: (where Redis is, connections) of the
+    db-* rows: --redis PATH|HOST:PORT for tern and the db peers; CivetWeb
+    gets a thread per connection."""
     sdir = tempfile.mkdtemp(prefix=name + ".", dir=workdir)
     kind = SERVERS[name].kind
     extra = list(getattr(args, "extra_args", {}).get(name, []))
@@ -575,6 +596,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         if name == "tern-logged":
             argv += ["--access-log", os.path.join(sdir, "access.log"),
                      "--metrics"]
+        if db:
+            argv += ["--redis", db[0]]
         return Server(name, argv + list(server_args) + extra, sdir, shim=shim,
                       read_tls_port=tls or quic,
                       h2c="plain" if h2c else None, read_quic_port=quic)
@@ -634,6 +657,10 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         return Server(name, [args.h2o, "-c", conf], sdir, port=port, shim=shim,
                       tls_port=tport, h2c="plain" if h2c else None)
     argv = [peer_path(args, name), "--port", "0"]
+    if db:
+        argv += ["--redis", db[0]]
+        if name == "civetweb-db":
+            argv += ["--threads", str(db[1] + 16)]
     if max_conns and args.peer_max_conns_flag:
         argv += [args.peer_max_conns_flag, str(max_conns)]
     if name == "civetweb" and not any(a == "--threads" for a in extra):
@@ -651,11 +678,11 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
 
 
 def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False,
-          h2c=False, quic=False, server_args=()):
+          h2c=False, quic=False, server_args=(), db=None):
     """Make and start a server; a server whose port was picked up front
     (nginx, h2o, nghttpd) is retried on a fresh port if it fails to bind."""
     srv = make(name, args, workdir, max_conns, shim, tls, h2c, quic,
-               server_args)
+               server_args, db)
     attempts = 3 if (srv.port is not None or not srv.plain) else 1
     for attempt in range(attempts):
         try:
@@ -670,5 +697,5 @@ def start(name, args, workdir, cpu, max_conns=None, shim=None, tls=False,
                                            and tail not in str(e) else ""))
             log("%s did not start, retrying" % name)
             srv = make(name, args, workdir, max_conns, shim, tls, h2c, quic,
-                       server_args)
+                       server_args, db)
     raise BenchError("unreachable")

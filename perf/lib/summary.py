@@ -23,6 +23,7 @@ KEYS = ("rate", "requests", "errors", "non2xx", "server_cpu_s",
 KEYS += ("ws_wire_out_per_msg", "ws_wire_in_per_msg")  # ws-echo*
 KEYS += ("resumed_pct", "handshakes_full", "handshakes_resumed")  # tls-*
 KEYS += ("server_bytes_in", "wire_mib")  # *-rtt50
+KEYS += ("server_threads", "redis_cpu_us_per_req")  # db-*
 
 
 def summarize(rows, servers, scenarios):

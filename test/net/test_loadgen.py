@@ -809,5 +809,49 @@ def perf_rtt50_pinned_window_is_bounded_by_the_round_trip():
         eq(rc, 0, "exit status")
 
 
+@case(timeout=180)
+def perf_compare_db_rows():
+    """The db-* rows (issue 18) on a short run: Redis started per row and
+    its CPU counted with the server's, the relay in front of it for
+    db-slow, every cell valid, tern's async lane on one thread with no
+    allocation of its own per request, CivetWeb with a thread per
+    connection."""
+    if sanitized():
+        raise Skip("perf/perf preloads the allocation shim, which "
+                   "AddressSanitizer's malloc refuses")
+    if shutil.which("redis-server") is None and not os.access(
+            "/usr/bin/redis-server", os.X_OK):
+        raise Skip("redis-server not installed")
+    if not os.access(os.path.join(BUILD, "perf", "peers", "civetweb_db"),
+                     os.X_OK):
+        raise Skip("civetweb_db not built (libcivetweb-dev, libhiredis-dev)")
+    with tempfile.TemporaryDirectory() as d:
+        rc, text, summ = perf_compare(
+            d, "tern,civetweb-db", "db-async,db-slow-async", "--duration",
+            "1", "--warmup", "1", "--rate", "2000",
+            "--peers-dir", os.path.join(BUILD, "perf", "peers"))
+        check(summ is not None, "no summary.json: %s" % text[-800:])
+        rows = {(r["scenario"], r["server"]): r for r in summ["rows"]}
+        eq(len(rows), 4, "rows")
+        for (sc, srv), r in rows.items():
+            eq(r["status"], "ok", "%s %s: %s" % (sc, srv, r["problems"]))
+            eq(r["errors"], 0, "%s %s errors" % (sc, srv))
+            check(r["requests"] > 0, "%s %s: no request" % (sc, srv))
+            check(r["redis_cpu_s"] > 0, "%s %s: Redis's CPU not counted"
+                  % (sc, srv))
+            check(r["server_cpu_s"] > r["redis_cpu_s"],
+                  "%s %s: the server's CPU holds Redis's" % (sc, srv))
+        check("db_relay" in rows[("db-slow-async", "tern")],
+              "db-slow runs through the relay")
+        for sc in ("db-async", "db-slow-async"):
+            eq(rows[(sc, "tern")]["server_threads"], 1, sc + " tern threads")
+            check(rows[(sc, "civetweb-db")]["server_threads"] > 64,
+                  "%s civetweb-db: a thread per connection" % sc)
+        check(rows[("db-async", "tern")]["allocs_per_req"] < 0.01,
+              "tern allocates per request on the async lane: %s"
+              % rows[("db-async", "tern")]["allocs_per_req"])
+        eq(rc, 0, "exit status (%s)" % text[-400:])
+
+
 if __name__ == "__main__":
     suite.main()
