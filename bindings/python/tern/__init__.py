@@ -550,6 +550,7 @@ class TLS:
 # The server
 
 _servers = set()
+_in_handler = threading.local()  # .on while a handler runs on this thread
 _servers_lock = threading.Lock()
 
 
@@ -625,6 +626,12 @@ class Server:
         self._stop_deadline = stop_deadline
         self._run_rc = None
         self._started = threading.Event()
+        # Set when tern_run has returned. Waiting is on this, never on
+        # Thread.join: a KeyboardInterrupt that lands inside join() can
+        # leave the thread looking finished while tern_run still runs
+        # (CPython's gh-90882), and the server would then be freed under
+        # its worker.
+        self._done = threading.Event()
         self._body_cb = _ffi.body_fn(self._on_body)
         self._ws_open_cb = _ffi.ws_open_fn(self._on_ws_open)
         self._ws_msg_cb = _ffi.ws_message_fn(self._on_ws_message)
@@ -722,7 +729,10 @@ class Server:
 
     def _run_thread(self):
         self._started.set()
-        self._run_rc = lib.tern_run(self._srv)
+        try:
+            self._run_rc = lib.tern_run(self._srv)
+        finally:
+            self._done.set()
 
     def start(self):
         """Run in the background (tern's worker 0 on a thread of its
@@ -749,8 +759,8 @@ class Server:
                 raise KeyboardInterrupt
             old = signal.signal(signal.SIGTERM, term)
         try:
-            while self._thread.is_alive():
-                self._thread.join(0.25)
+            while not self._done.wait(0.25):
+                pass
         except KeyboardInterrupt:
             pass
         finally:
@@ -764,15 +774,20 @@ class Server:
         """Stop gracefully and wait: requests in flight get `deadline`
         seconds (the server's stop_deadline by default) to be answered;
         those still unanswered then are answered 503 by tern. Then the
-        server is freed. Safe to call more than once, from any thread
-        but a handler's."""
+        server is freed. Safe to call more than once. From a handler it
+        only starts the stop (the handler's own worker cannot end while
+        it waits): run() returns, or a later stop() from another thread
+        waits and frees."""
         if self._state == "freed":
             return
         if deadline is None:
             deadline = self._stop_deadline
         lib.tern_stop(self._srv, int(deadline * 1000))
         if self._thread is not None:
-            self._thread.join()
+            if getattr(_in_handler, "on", False):
+                return  # a handler cannot wait for its own worker to end
+            while not self._done.wait(0.5):
+                pass
         self._free()
 
     def _free(self):
@@ -825,7 +840,8 @@ class Server:
             b, t = data.encode(), _ffi.WS_TEXT
         else:
             b, t = bytes(data), _ffi.WS_BINARY
-        locks = [s._lock for s in socks]
+        # in one order for every caller, so two broadcasts cannot deadlock
+        locks = sorted((s._lock for s in socks), key=id)
         for lk in locks:
             lk.acquire()
         try:
@@ -875,6 +891,7 @@ class Server:
     def _dispatch(self, route, ptr):
         req = Request(self, ptr, route)
         req._handler_thread = threading.get_ident()
+        _in_handler.on = True
         try:
             if route.stream:
                 req._stream = BodyStream(self, req, route.high_water)
@@ -900,6 +917,7 @@ class Server:
         except BaseException:
             self._failed(route, req)
         finally:
+            _in_handler.on = False
             req._handler_thread = None
             if req._views is not None:
                 req._release_views()

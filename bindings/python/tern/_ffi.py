@@ -4,8 +4,9 @@ API on top.
 
 The library is found, in order, through $TERN_LIBRARY (a path), the
 build directory of the checkout the package sits in (../../../build, when
-it is used from a checkout), and the installed libtern.so.0 (the dynamic
-loader's search, as after `meson install` and `ldconfig`).
+it is used from a checkout), build/libtern.so under the current directory
+(a checkout's root), and the installed libtern.so.0 (the dynamic loader's
+search, as after `meson install` and `ldconfig`).
 
 Every function the library exports is declared below (FUNCTIONS), or
 listed in LEFT_OUT with the reason it is not; test_abi checks both lists
@@ -236,7 +237,7 @@ FUNCTIONS = {
     "tern_response_start": (c_int, [_P, c_int, _P, c_size_t, c_int64],
                             "lib"),
     "tern_respond_interim": (c_int, [_P, c_int, _P, c_size_t], "lib"),
-    "tern_response_write": (c_int, [_P, _P, c_size_t, write_fn, _P], "lib"),
+    "tern_response_write": (c_int, [_P, _P, c_size_t, _P, _P], "lib"),
     "tern_response_end": (c_int, [_P, _P, c_size_t], "lib"),
     "tern_ws_options_init": (None, [_P], "lib"),
     "tern_ws_is_upgrade": (c_int, [_P], "fast"),
@@ -280,6 +281,8 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     out = [os.path.normpath(os.path.join(here, "..", "..", "..", "build",
                                          "libtern.so"))]
+    # a checkout's build directory, from its root
+    out.append(os.path.join(os.getcwd(), "build", "libtern.so"))
     found = ctypes.util.find_library("tern")
     out.append(found or "libtern.so.0")
     return out
