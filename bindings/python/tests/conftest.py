@@ -56,6 +56,16 @@ def pytest_runtest_logreport(report):
             print("# " + line, flush=True)
 
 
+def pytest_collectreport(report):
+    # a test file that does not even import: one failure, with its error
+    if TAP and report.failed:
+        _tap["n"] += 1
+        print("not ok %d - collecting %s" % (_tap["n"], report.nodeid),
+              flush=True)
+        for line in str(report.longrepr).splitlines()[-40:]:
+            print("# " + line, flush=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
     if TAP:
         print("1..%d" % _tap["n"], flush=True)
