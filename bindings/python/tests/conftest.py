@@ -23,6 +23,22 @@ sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..")))
 import tern  # noqa: E402
 
 TAP = os.environ.get("TERN_TAP") == "1"
+
+# Under the sanitizer build the meson test preloads the ASan runtime into
+# this Python; the clients the tests start (curl, nghttp, the example
+# programs' own Python) are not ASan programs and must not get it.
+# The example programs load the ASan libtern too: they get it back
+# (SANITIZER_PRELOAD).
+SANITIZER_PRELOAD = None
+if "libasan" in os.environ.get("LD_PRELOAD", ""):
+    SANITIZER_PRELOAD = os.environ.pop("LD_PRELOAD")
+
+
+def pytest_addoption(parser):
+    # -p no:terminal (TAP mode) drops the option that assertion messages
+    # read; give it back so that failed asserts still explain themselves.
+    if TAP:
+        parser.addoption("--tap-verbose", dest="verbose", type=int, default=0)
 _tap = {"n": 0, "lock": threading.Lock()}
 
 
