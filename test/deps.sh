@@ -21,11 +21,13 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # (gtlsclient, from ngtcp2-client, is Debian's HTTP/3 client; gtlsserver,
 # from ngtcp2-server, the reference peer test_h3.py can run against),
 # clang-format and valgrind for CI's format check and performance gate,
-# and pytest for the Python binding's tests (bindings/python/tests).
+# and pytest and venv for the Python binding's tests (bindings/python/tests:
+# test_install.py installs the package into a fresh venv).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
-    python3-websockets python3-pytest chromium clang-format valgrind)
+    python3-websockets python3-pytest python3-venv chromium clang-format
+    valgrind)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
