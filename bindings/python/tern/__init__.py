@@ -147,7 +147,7 @@ class Request:
     raises RequestFinished, and so does a second answer."""
 
     __slots__ = ("_server", "_ptr", "_route", "_lock", "_cache", "_stream",
-                 "_views", "_handler_thread", "__weakref__")
+                 "_views", "_handler_thread", "_id", "__weakref__")
 
     def __init__(self, server, ptr, route):
         self._server = server
@@ -158,6 +158,7 @@ class Request:
         self._stream = None
         self._views = None
         self._handler_thread = None
+        self._id = ptr
 
     # -- reading -------------------------------------------------------
 
@@ -322,6 +323,37 @@ class Request:
         RequestFinished when already answered, TernError for bad
         fields."""
         self._server._answer(self, status, headers, body)
+
+    def respond_interim(self, status, headers=None):
+        """Send an interim (1xx) answer ahead of the final one, such as
+        103 Early Hints; any thread."""
+        arr, n, keep = _headers(headers)
+        with self._lock:
+            if self._ptr is None:
+                raise RequestFinished("respond_interim")
+            rc = lib.tern_respond_interim(self._ptr, status, arr, n)
+        if rc not in (0, _ffi.ECLOSED):
+            raise TernError(rc, "tern_respond_interim")
+
+    def on_gone(self, fn):
+        """Call fn(req) on the worker if the client goes away before the
+        answer (a long poll stops waiting). From the handler only (tern
+        needs the worker); the request must still be answered."""
+        key = self._server._key(fn)
+        with self._lock:
+            if self._ptr is None:
+                raise RequestFinished("on_gone")
+            rc = lib.tern_request_on_gone(self._ptr, self._server._gone_cb,
+                                          key)
+        if rc != 0:
+            self._server._refs.pop(key, None)
+            raise TernError(rc, "tern_request_on_gone")
+        self._server._gone_keys[self._id] = (key, self)
+
+    @property
+    def route_status(self):
+        """0 for a routed request; 404 or 405 in the fallback handler."""
+        return self._read("route_status", fast.tern_request_route_status)
 
     def accept_websocket(self, handler=None, **options):
         """Accept the request as a WebSocket (from a plain, not async or
@@ -637,6 +669,8 @@ class Server:
         self._ws_msg_cb = _ffi.ws_message_fn(self._on_ws_message)
         self._ws_close_cb = _ffi.ws_close_fn(self._on_ws_close)
         self._ws_drain_cb = _ffi.ws_drain_fn(self._on_ws_drain)
+        self._gone_cb = _ffi.gone_fn(self._on_gone)
+        self._gone_keys = {}   # request ptr -> (key, Request) with on_gone
 
     # -- configuration -------------------------------------------------
 
@@ -676,6 +710,19 @@ class Server:
         if r.is_async and self._loop is None:
             self._start_loop()
         return r
+
+    def fallback(self, fn):
+        """Decorator: the handler of requests no route matches, instead
+        of tern's 404/405 (req.route_status tells which; a 405 should
+        carry an Allow header)."""
+        r = _Route("*", "", fn, False, 0, False)
+        r.cfn = _ffi.handler_fn(lambda p, u, r=r: self._dispatch(r, p))
+        _check(lib.tern_set_default_handler(self._srv, r.cfn, None, None),
+               "tern_set_default_handler")
+        self._routes.append(r)
+        if r.is_async and self._loop is None:
+            self._start_loop()
+        return fn
 
     def tls(self, cert=None, key=None, *, cert_pem=None, key_pem=None,
             engine=None, min_version=None):
@@ -952,22 +999,7 @@ class Server:
             body = b""
         elif not isinstance(body, (bytes, bytearray, memoryview)):
             stream = iter(body)
-        n = len(hdrs)
-        arr = None
-        keep = None
-        if n:
-            arr = (_ffi.Header * n)()
-            keep = []
-            for i, (k, v) in enumerate(hdrs):
-                kb = k if isinstance(k, bytes) else k.encode("latin-1")
-                vb = v if isinstance(v, bytes) else str(v).encode("latin-1")
-                keep.append(kb)
-                keep.append(vb)
-                h = arr[i]
-                h.name = ctypes.cast(ctypes.c_char_p(kb), ctypes.c_void_p)
-                h.name_len = len(kb)
-                h.value = ctypes.cast(ctypes.c_char_p(vb), ctypes.c_void_p)
-                h.value_len = len(vb)
+        arr, n, keep = _headers(hdrs)
         with req._lock:
             p = req._ptr
             if p is None:
@@ -988,6 +1020,9 @@ class Server:
             self._stream_out(p, stream)
         with self._live_lock:
             self._live.pop(p, None)
+        g = self._gone_keys.pop(p, None)
+        if g is not None:
+            self._refs.pop(g[0], None)
 
     def _stream_out(self, p, chunks):
         try:
@@ -1089,8 +1124,40 @@ class Server:
                       if n else "")
         self._refs.pop(key, None)
 
+    def _on_gone(self, p, key):
+        fn = self._refs.pop(key, None)
+        entry = self._gone_keys.pop(p, None)
+        if fn is not None and entry is not None:
+            try:
+                fn(entry[1])
+            except Exception:
+                log.exception("an on_gone callback raised")
+
     def _on_ws_drain(self, p, key):
         self._ws_call(key, "on_drain")
+
+
+def _headers(hdrs):
+    """(array of tern_header, count, the bytes it points into: keep them
+    referenced until the call that copies them has returned)."""
+    if isinstance(hdrs, dict):
+        hdrs = list(hdrs.items())
+    n = len(hdrs) if hdrs else 0
+    if not n:
+        return None, 0, None
+    arr = (_ffi.Header * n)()
+    keep = []
+    for i, (k, v) in enumerate(hdrs):
+        kb = k if isinstance(k, bytes) else k.encode("latin-1")
+        vb = v if isinstance(v, bytes) else str(v).encode("latin-1")
+        keep.append(kb)
+        keep.append(vb)
+        h = arr[i]
+        h.name = ctypes.cast(ctypes.c_char_p(kb), ctypes.c_void_p)
+        h.name_len = len(kb)
+        h.value = ctypes.cast(ctypes.c_char_p(vb), ctypes.c_void_p)
+        h.value_len = len(vb)
+    return arr, n, keep
 
 
 def _normalize(result):

@@ -351,3 +351,47 @@ def test_stats(server):
         time.sleep(0.01)
     st = app.stats()
     assert st["requests"] == 5 and st["connections"] == 5
+
+
+def test_fallback_interim_and_gone(server):
+    app = server()
+    gone = threading.Event()
+    held = []
+
+    @app.fallback
+    def fallback(req):
+        return req.route_status, {"x-fallback": "1"}, "fallback %d %s" % (
+            req.route_status, req.path)
+
+    @app.route("GET", "/hints")
+    def hints(req):
+        req.respond_interim(103, {"link": "</a.css>; rel=preload"})
+        return "final"
+
+    @app.route("GET", "/poll")
+    def poll(req):
+        held.append(req)
+        req.on_gone(lambda r: (r.respond(499), gone.set()))
+    app.add_route("GET", "/only-get", lambda r: "get")
+    port = started(app)
+    st, r, body = get(port, "/nowhere")
+    assert (st, body) == (404, b"fallback 404 /nowhere")
+    assert get(port, "/only-get", "DELETE")[::2] == (
+        405, b"fallback 405 /only-get")
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /hints HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while b"final" not in data:
+        data += s.recv(4096)
+    assert data.startswith(b"HTTP/1.1 103 ")
+    assert b"link: </a.css>; rel=preload" in data.lower()
+    assert b"HTTP/1.1 200 " in data
+    s.close()
+    # a long poll whose client leaves: on_gone runs, the request is answered
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n")
+    while not held:
+        time.sleep(0.01)
+    s.close()
+    assert gone.wait(5)
+    assert held[0].finished and app.pending() == 0
