@@ -572,7 +572,13 @@ typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
 TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn, void *user);
 
 /* Backpressure: while paused no body callback runs and the socket is not
- * read. Owning worker only. */
+ * read. Any thread: from the owning worker the call acts at once (and
+ * TERN_ESTATE, logged, before tern_request_read); from another thread it
+ * is posted to the worker in order with the response calls and returns 0
+ * (TERN_ESTATE once a finishing call was made, TERN_ECLOSED once the stop
+ * deadline cut the request, TERN_ENOMEM), and the worker applies it once
+ * the body is being read, so that a consumer on another thread (a
+ * language binding's) can resume a body it paused in the callback. */
 TERN_EXTERN int tern_request_pause(tern_request *r);
 TERN_EXTERN int tern_request_resume(tern_request *r);
 

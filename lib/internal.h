@@ -451,6 +451,9 @@ void tern__request_free_cut(tern_request *r);
 /* A finishing call on a cut request whose block the worker may still
  * hold: whichever side comes second frees it. */
 void tern__request_give_up(tern_request *r);
+/* tern_request_pause/resume from another thread: posted to the worker
+ * (lib/core/response.c). */
+int tern__request_post_flow(tern_request *r, int paused);
 /* Worker cleanup, after its loop: free the cut requests already finished;
  * later finishing calls free theirs themselves. */
 void tern__request_cut_cleanup(tern__worker *w);

@@ -622,7 +622,7 @@ int tern_request_pause(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
   if (!tern__on_worker(r->w))
-    return body_call_refused(r, "tern_request_pause", 0);
+    return tern__request_post_flow(r, 1);
   if (!(r->flags & TERN__RQ_READING))
     return body_call_refused(r, "tern_request_pause", 1);
   r->flags |= TERN__RQ_PAUSED;
@@ -634,7 +634,7 @@ int tern_request_resume(tern_request *r) {
   if (r == NULL)
     return TERN_EINVAL;
   if (!tern__on_worker(r->w))
-    return body_call_refused(r, "tern_request_resume", 0);
+    return tern__request_post_flow(r, 0);
   if (!(r->flags & TERN__RQ_READING))
     return body_call_refused(r, "tern_request_resume", 1);
   r->flags &= ~(unsigned)TERN__RQ_PAUSED;

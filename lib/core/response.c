@@ -269,7 +269,7 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
 /* ---- Cross-thread posting ------------------------------------------ */
 
 /* Kinds of posted response calls. */
-enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM };
+enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM, M_FLOW };
 
 /* A posted response call: the inbox's header, the call's arguments, then
  * (in the same allocation) its fields and copied bytes. */
@@ -518,6 +518,18 @@ static void msg_apply(tern__msg *base) {
         p->interim(r, m->status, m->headers, m->nheaders) == TERN_ENOMEM)
       r->ops->abort(r);
     break;
+  case M_FLOW:
+    /* tern_request_pause/resume from another thread: as on the worker,
+     * once the body is being read; a request whose client went away has
+     * nothing left to pace. */
+    if (!is_gone(r) && (r->flags & TERN__RQ_READING)) {
+      if (m->status)
+        r->flags |= TERN__RQ_PAUSED;
+      else
+        r->flags &= ~(unsigned)TERN__RQ_PAUSED;
+      r->ops->body_flow(r);
+    }
+    break;
   case M_END:
     if (!held) {
       tern__log(w->srv, TERN_LOG_ERROR,
@@ -539,6 +551,28 @@ static void msg_apply(tern__msg *base) {
     break;
   }
   tern__free(w->srv, m);
+}
+
+/* tern_request_pause (paused 1) or tern_request_resume (0) from a thread
+ * other than the owning worker: posted in order with the response calls,
+ * so the same rule keeps the request alive until it is applied (the user
+ * holds it until a finishing call, which comes after). */
+int tern__request_post_flow(tern_request *r, int paused) {
+  resp_msg *m;
+  unsigned u = atomic_load_explicit(&r->ustate, memory_order_acquire);
+  if (u & TERN__U_CUT)
+    return TERN_ECLOSED;
+  if (u & TERN__U_DONE) {
+    tern__log(r->w->srv, TERN_LOG_ERROR,
+              "%s refused: the response is already finished",
+              paused ? "tern_request_pause" : "tern_request_resume");
+    return TERN_ESTATE;
+  }
+  m = msg_new(r, M_FLOW, NULL, 0, NULL, 0);
+  if (m == NULL)
+    return TERN_ENOMEM;
+  m->status = paused;
+  return post(r, m);
 }
 
 /* ---- Public calls ---------------------------------------------------- */

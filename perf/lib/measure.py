@@ -502,6 +502,17 @@ def _measure_load(args, workdir, srv, sc, row):
                 row.get("shim_allocs_per_req") or 0,
                 row.get("shim_bytes_per_req") or 0,
                 row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
+    elif srv.name == "tern-python":
+        # the shim counts the interpreter's allocations too; /stats only
+        # tern's (which the binding must leave at hello's figures)
+        row["notes"].append(
+            "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
+            "%.4g: the difference is Python's own (the interpreter, ctypes "
+            "and the handler's objects)" % (
+                row.get("shim_allocs_per_req") or 0,
+                row.get("shim_bytes_per_req") or 0,
+                row.get("allocs_per_req") or 0,
+                row.get("bytes_per_req") or 0))
     elif is_tern and not sc.tls:
         row["notes"] += agreement(row, app)
     elif is_tern and agreement(row, app):

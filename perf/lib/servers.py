@@ -392,7 +392,7 @@ ALL = ("h1", "h1-tls", "h2")
 
 class Spec:
     def __init__(self, name, label, kind, unsupported=(), note="",
-                 protocols=ALL, why_not=None):
+                 protocols=ALL, why_not=None, only=None, only_why=None):
         self.name = name
         self.label = label
         self.kind = kind          # 'tern' | 'floor' | 'nginx' | 'h2o' | 'nghttpd' | 'peer'
@@ -400,6 +400,8 @@ class Spec:
         self.note = note
         self.protocols = set(protocols)  # protocols it is measured on
         self.why_not = why_not or {}     # scenario or protocol -> reason (n/a)
+        self.only = set(only) if only else None  # the scenarios it serves
+        self.only_why = only_why
 
 
 def not_applicable(name, sc):
@@ -410,6 +412,8 @@ def not_applicable(name, sc):
             "%s is not measured on %s" % (name, sc.protocol))
     if sc.name in spec.why_not:
         return spec.why_not[sc.name]
+    if spec.only is not None and sc.name not in spec.only:
+        return spec.only_why
     if getattr(sc, "tern_only", None) and spec.kind != "tern":
         return sc.tern_only
     return None
@@ -506,6 +510,38 @@ SERVERS["nginx-logged"] = Spec(
 OPT_IN = ("tern-logged", "nginx-logged")
 SERVER_ORDER = [n for n in SERVERS if n not in OPT_IN]
 
+# The Python servers (issue 17): tern's Python binding against Python's
+# own servers, on h1-get and h2-get only. Not in the default --servers:
+#   perf/perf compare --servers tern-python,uvicorn,aiohttp,http.server \
+#       --scenarios h1-get,h2-get
+# Each is one process of Debian's Python (/usr/bin/python3) answering GET
+# / with "Hello, World!" text/plain (perf/peers/python/).
+PYTHON = "/usr/bin/python3"
+_PY_ONLY = "the Python servers are measured on h1-get and h2-get only"
+_PY_NO_H2 = "it speaks no HTTP/2"
+PYTHON_SCRIPTS = {"tern-python": "tern_hello.py",
+                  "uvicorn": "uvicorn_hello.py",
+                  "aiohttp": "aiohttp_hello.py",
+                  "http.server": "httpserver_hello.py"}
+PYTHON_MODULES = {"uvicorn": "uvicorn", "aiohttp": "aiohttp"}
+SERVERS["tern-python"] = Spec(
+    "tern-python", "tern's Python binding (ctypes; workers=1, a Python "
+    "handler)", "python", protocols=("h1", "h2"), only=("h1-get", "h2-get"),
+    only_why=_PY_ONLY)
+SERVERS["uvicorn"] = Spec(
+    "uvicorn", "uvicorn 0.17 (minimal ASGI app, 1 process)", "python",
+    protocols=("h1",), only=("h1-get",), only_why=_PY_ONLY,
+    why_not={"h2": _PY_NO_H2, "h1-tls": _PY_ONLY})
+SERVERS["aiohttp"] = Spec(
+    "aiohttp", "aiohttp 3.8 (web.Application, 1 process)", "python",
+    protocols=("h1",), only=("h1-get",), only_why=_PY_ONLY,
+    why_not={"h2": _PY_NO_H2, "h1-tls": _PY_ONLY})
+SERVERS["http.server"] = Spec(
+    "http.server", "Python http.server (ThreadingHTTPServer, HTTP/1.1)",
+    "python", protocols=("h1",), only=("h1-get",), only_why=_PY_ONLY,
+    why_not={"h2": _PY_NO_H2, "h1-tls": _PY_ONLY})
+PYTHON_SERVERS = list(PYTHON_SCRIPTS)
+
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
                  "civetweb": "civetweb_hello", "libwebsockets": "lws_echo",
                  "civetweb-db": "civetweb_db", "mhd-db": "mhd_db"}
@@ -536,6 +572,16 @@ def available(args, name):
     if kind == "gtlsserver":
         return None if shutil.which(args.gtlsserver) else (
             "gtlsserver not installed (apt-get install ngtcp2-server)")
+    if kind == "python":
+        if not os.access(PYTHON, os.X_OK):
+            return "%s missing" % PYTHON
+        if name == "tern-python":
+            lib = tern_library(args)
+            return None if os.path.exists(lib) else "%s not built" % lib
+        mod = PYTHON_MODULES.get(name)
+        if mod and common.cmd_output([PYTHON, "-c", "import " + mod])[0]:
+            return "python3-%s not installed (perf/perf setup)" % mod
+        return None
     p = peer_path(args, name)
     return None if common.which_exec(p) else "%s not built" % p
 
@@ -552,6 +598,13 @@ GTLSSERVER_FILES = NGHTTPD_FILES
 # tern's maxima (its defaults, 6 MiB each, would cap a 16 MiB upload
 # sooner than tern's)
 GTLSSERVER_WINDOWS = ("--max-stream-window=8M", "--max-window=16M")
+
+
+def tern_library(args):
+    """The libtern.so beside hello's build (build/examples/hello ->
+    build/libtern.so)."""
+    return os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(args.hello))), "libtern.so")
 
 
 def free_udp_port():
@@ -631,6 +684,26 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                       shim=shim, tls_port=tport, plain=False)
     if kind == "floor":
         return Server(name, [args.floor, "--port", "0"] + extra, sdir, shim=shim)
+    if kind == "python":
+        script = os.path.join(common.REPO, "perf", "peers", "python",
+                              PYTHON_SCRIPTS[name])
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        if name == "tern-python":
+            env["TERN_LIBRARY"] = tern_library(args)
+            argv = [PYTHON, script, "--port", "0", "--workers", "1"]
+            if max_conns:
+                argv += ["--max-conns", str(max_conns)]
+            if tls:
+                argv += ["--tls-port", "0", "--cert", mat["cert"],
+                         "--key", mat["key"]]
+            return Server(name, argv + extra, sdir, shim=shim, env=env,
+                          read_tls_port=tls)
+        if name == "http.server":
+            return Server(name, [PYTHON, script, "--port", "0"] + extra,
+                          sdir, shim=shim, env=env)
+        port = common.free_port()
+        return Server(name, [PYTHON, script, "--port", str(port)] + extra,
+                      sdir, port=port, shim=shim, env=env)
     if kind == "nginx":
         port = common.free_port()
         conf = os.path.join(sdir, "nginx.conf")

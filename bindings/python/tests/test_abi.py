@@ -1,0 +1,85 @@
+"""The binding covers the C ABI: every symbol libtern exports is declared
+(tern/_ffi.py FUNCTIONS) or listed as left out with a reason, and the
+library takes what an older client lays out."""
+import ctypes
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import tern
+from tern import _ffi
+
+
+def exported():
+    out = subprocess.run(["nm", "-D", "--defined-only", _ffi.path],
+                         capture_output=True, text=True, check=True).stdout
+    return {m.group(1) for m in re.finditer(r" T (tern_\w+)", out)}
+
+
+@pytest.mark.skipif(not shutil.which("nm"), reason="nm (binutils) missing")
+def test_every_export_bound_or_left_out():
+    syms = exported()
+    assert len(syms) > 50
+    declared = set(_ffi.FUNCTIONS)
+    left = set(_ffi.LEFT_OUT)
+    assert not declared & left
+    assert syms - declared - left == set(), "exported but not bound"
+    assert (declared | left) - syms == set(), "bound but not exported"
+
+
+def test_version_checked():
+    v = _ffi.lib.tern_version().decode()
+    assert v == tern.version
+    major, minor = map(int, v.split(".")[:2])
+    assert major == _ffi.SUPPORTED_MAJOR and minor >= _ffi.MIN_MINOR
+
+
+def test_structs_match_the_header_sizes():
+    for cls, init in ((_ffi.Settings, "tern_settings_init"),
+                      (_ffi.RouteOptions, "tern_route_options_init"),
+                      (_ffi.WsOptions, "tern_ws_options_init"),
+                      (_ffi.QuicOptions, "tern_quic_options_init"),
+                      (_ffi.Stats, "tern_stats_init")):
+        s = cls()
+        getattr(_ffi.lib, init)(ctypes.byref(s))
+        assert s.size == ctypes.sizeof(cls), cls.__name__
+
+
+def test_older_settings_layout_accepted():
+    """A client built against version 1 of tern_settings (no window
+    fields: a smaller struct) is served with the defaults for what it
+    lacks; a struct smaller than its version's layout is refused."""
+    full = _ffi.Settings()
+    _ffi.lib.tern_settings_init(ctypes.byref(full))
+    old = _ffi.SettingsV1()
+    ctypes.memmove(ctypes.byref(old), ctypes.byref(full),
+                   ctypes.sizeof(_ffi.SettingsV1))
+    old.version = 1
+    old.size = ctypes.sizeof(_ffi.SettingsV1)
+    old.workers = 1
+    assert old.size < ctypes.sizeof(_ffi.Settings)
+    srv = ctypes.c_void_p()
+    assert _ffi.lib.tern_server_new(ctypes.byref(srv), ctypes.byref(old)) == 0
+    _ffi.lib.tern_server_free(srv)
+    # a size that cuts version 1's last field: not filled by its _init
+    old.size = _ffi.SettingsV1.log_level.offset
+    assert _ffi.lib.tern_server_new(ctypes.byref(srv),
+                                    ctypes.byref(old)) == _ffi.EINVAL
+
+
+def test_older_stats_layout_written_only_up_to_its_end():
+    app = tern.Server(workers=1)
+    try:
+        buf = (ctypes.c_ubyte * (ctypes.sizeof(_ffi.Stats) + 16))()
+        ctypes.memset(buf, 0xAB, len(buf))
+        st = _ffi.StatsV1.from_buffer(buf)
+        st.version = 1
+        st.size = ctypes.sizeof(_ffi.StatsV1)
+        assert _ffi.lib.tern_server_stats(app._srv, ctypes.byref(st)) == 0
+        assert st.version == 1 and st.requests == 0
+        assert bytes(buf[ctypes.sizeof(_ffi.StatsV1):]) == \
+            b"\xab" * (len(buf) - ctypes.sizeof(_ffi.StatsV1))
+    finally:
+        app.stop()

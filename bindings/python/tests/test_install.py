@@ -1,0 +1,54 @@
+"""`pip install bindings/python` as the README says: offline, in a fresh
+venv of Debian's Python, with nothing but the standard build tools; the
+installed package then serves the README's example."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+from conftest import ROOT, SANITIZER_PRELOAD
+
+
+def test_pip_install_into_fresh_venv(tmp_path):
+    venv = tmp_path / "venv"
+    # python3-venv (test/deps.sh) brings pip and setuptools into the venv
+    r = subprocess.run([sys.executable, "-m", "venv", str(venv)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "python3 -m venv failed (python3-venv " \
+        "missing?): " + r.stderr
+    # a copy of the package, so that the install's build/ and egg-info
+    # never land in the checkout
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(ROOT, "bindings", "python"), src,
+                    ignore=shutil.ignore_patterns("tests", "build",
+                                                  "*.egg-info",
+                                                  "__pycache__"))
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
+                        "--no-build-isolation", str(src)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if SANITIZER_PRELOAD:
+        env["LD_PRELOAD"] = SANITIZER_PRELOAD
+    # run from elsewhere: the venv's tern, found by import, not the checkout
+    p = subprocess.Popen([str(venv / "bin" / "python"), os.path.join(
+        ROOT, "examples", "python", "hello.py"), "0"], env=env,
+        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        m = re.match(rb"listening on (\d+)", p.stdout.readline())
+        assert m, p.stderr.read() if p.poll() is not None else b""
+        with urllib.request.urlopen("http://127.0.0.1:%s/users/7" %
+                                    m.group(1).decode(), timeout=10) as r:
+            assert r.read() == b"user 7"
+    finally:
+        p.send_signal(2)
+        rc = p.wait(10)
+    assert rc == 0
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import tern; print(tern.__file__)"],
+                           capture_output=True, text=True, env=env,
+                           cwd=str(tmp_path))
+    assert where.stdout.startswith(str(venv)), where

@@ -1,0 +1,167 @@
+"""The binding on every carrier: WebSocket (Python's websockets), HTTP/2
+(nghttp, cleartext prior knowledge), TLS with HTTP/1.1 and HTTP/2
+(curl)."""
+import asyncio
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+import tern
+from conftest import started
+
+
+class Echo:
+    def __init__(self):
+        self.events = []
+        self.closed = threading.Event()
+
+    def on_open(self, ws):
+        self.events.append("open " + ws.protocol)
+
+    def on_message(self, ws, data):
+        ws.send(data)
+
+    def on_close(self, ws, code, reason):
+        self.events.append("close %d" % code)
+        self.closed.set()
+
+
+def test_websocket_echo(server):
+    websockets = pytest.importorskip("websockets")
+    app = server()
+    echo = Echo()
+    socks = []
+
+    @app.route("GET", "/ws")
+    def ws(req):
+        socks.append(req.accept_websocket(echo, max_message_size=1 << 20))
+
+    @app.route("GET", "/bad")
+    def bad(req):
+        with pytest.raises(tern.HandshakeError):
+            req.accept_websocket(echo)
+    port = started(app)
+
+    async def client():
+        async with websockets.connect("ws://127.0.0.1:%d/ws" % port,
+                                      max_size=None) as c:
+            for msg in ("hello", "h\u00e9llo \u2603", b"\x00\x01\xff" * 1000,
+                        "x" * 70000):
+                await c.send(msg)
+                assert await asyncio.wait_for(c.recv(), 5) == msg
+            # a send from another thread, while the socket is open
+            t = threading.Thread(target=lambda: socks[0].send("from a thread"))
+            t.start()
+            t.join()
+            assert await asyncio.wait_for(c.recv(), 5) == "from a thread"
+            await c.close(1000, "bye")
+    asyncio.run(client())
+    assert echo.closed.wait(5)
+    assert echo.events == ["open HTTP/1.1", "close 1000"]
+    # after on_close the handle is gone: the Python object says so
+    with pytest.raises(tern.TernError) as e:
+        socks[0].send("late")
+    assert e.value.code == -7  # TERN_ECLOSED
+    # a plain GET to a route that accepts: tern answers 400
+    import http.client
+    h = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    h.request("GET", "/bad")
+    assert h.getresponse().status == 400
+
+
+def test_websocket_broadcast_and_server_close(server):
+    websockets = pytest.importorskip("websockets")
+    app = server(workers=2)
+    members = []
+    lock = threading.Lock()
+
+    class Room:
+        def on_open(self, ws):
+            with lock:
+                members.append(ws)
+
+        def on_message(self, ws, data):
+            with lock:
+                m = list(members)
+            app.broadcast(m, "all: " + data)
+
+    app.add_route("GET", "/room", lambda r: r.accept_websocket(Room()) and None)
+    port = started(app)
+
+    async def client():
+        cs = [await websockets.connect("ws://127.0.0.1:%d/room" % port)
+              for _ in range(3)]
+        while len(members) < 3:
+            await asyncio.sleep(0.01)
+        await cs[0].send("hi")
+        for c in cs:
+            assert await asyncio.wait_for(c.recv(), 5) == "all: hi"
+        # graceful stop: members get 1001
+        await asyncio.get_running_loop().run_in_executor(None, app.stop, 1.0)
+        for c in cs:
+            await asyncio.wait_for(c.wait_closed(), 5)
+            assert c.close_code == 1001
+    asyncio.run(client())
+
+
+@pytest.mark.skipif(not shutil.which("nghttp"), reason="nghttp missing")
+def test_http2_cleartext_with_nghttp(server):
+    app = server()
+    seen = []
+
+    @app.route("GET", "/h2/:x")
+    def h2(req):
+        seen.append(req.protocol)
+        return 200, {"x-proto": req.protocol}, "h2 %s" % req.params["x"]
+
+    @app.route("POST", "/h2echo")
+    async def echo(req):
+        return req.body
+    port = started(app)
+    out = subprocess.run(["nghttp", "http://127.0.0.1:%d/h2/7" % port],
+                         capture_output=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == b"h2 7"
+    assert seen == ["HTTP/2"]
+    data = b"0123456789" * 10000
+    with open(app_tmp(), "wb") as f:
+        f.write(data)
+    out = subprocess.run(["nghttp", "-d", app_tmp(),
+                          "http://127.0.0.1:%d/h2echo" % port],
+                         capture_output=True, timeout=20)
+    assert out.stdout == data
+
+
+def app_tmp():
+    import tempfile
+    import os
+    return os.path.join(tempfile.gettempdir(), "tern-py-h2-%d" % os.getpid())
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="curl missing")
+def test_tls_with_curl(server, cert):
+    app = server()
+    app.add_route("GET", "/tls", lambda r: "over %s" % r.protocol)
+    tls = app.tls(*cert)
+    port = started(app, tls=tls)
+    assert tls.engine in ("gnutls", "mbedtls")
+    for flag, want in (("--http1.1", b"over HTTP/1.1"),
+                       ("--http2", b"over HTTP/2")):
+        out = subprocess.run(["curl", "-sS", flag, "--cacert", cert[0],
+                              "https://localhost:%d/tls" % port,
+                              "--resolve", "localhost:%d:127.0.0.1" % port],
+                             capture_output=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == want
+
+
+def test_tls_bad_certificate(server, tmp_path):
+    app = server()
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(tern.TernError) as e:
+        app.tls(str(bad), str(bad))
+    assert e.value.code == -11  # TERN_ETLS
