@@ -629,8 +629,7 @@ class Server:
 
     def __init__(self, workers=0, *, loop=None, stop_deadline=5.0,
                  **settings):
-        s = _ffi.Settings()
-        lib.tern_settings_init(_byref(s))
+        s = _ffi.init_struct(_ffi.Settings, "tern_settings_init")
         s.workers = workers
         for k, v in settings.items():
             if k not in _ffi.SETTINGS_FIELDS:
@@ -698,8 +697,7 @@ class Server:
         if r.is_async and blocking:
             raise ValueError("an async handler cannot be a blocking route")
         r.cfn = _ffi.handler_fn(lambda p, u, r=r: self._dispatch(r, p))
-        o = _ffi.RouteOptions()
-        lib.tern_route_options_init(_byref(o))
+        o = _ffi.init_struct(_ffi.RouteOptions, "tern_route_options_init")
         o.flags = (_ffi.ROUTE_BLOCKING if blocking else 0) | (
             _ffi.ROUTE_STREAM_BODY if stream else 0)
         o.max_body_size = max_body_size
@@ -868,11 +866,24 @@ class Server:
 
     def stats(self):
         """tern's counters (tern_server_stats) as a dict."""
-        st = _ffi.Stats()
-        lib.tern_stats_init(_byref(st))
+        st = _ffi.init_struct(_ffi.Stats, "tern_stats_init")
         _check(lib.tern_server_stats(self._srv, _byref(st)),
                "tern_server_stats")
-        return {k: getattr(st, k) for k, _ in st._fields_[2:]}
+        out = {}
+        for k, _ in st._fields_[2:]:
+            v = getattr(st, k)
+            # version 3's arrays: a list per protocol (h1, h2, h3)
+            out[k] = [list(x) if hasattr(x, "__len__") else x for x in v] \
+                if hasattr(v, "__len__") else v
+        return out
+
+    def mount_metrics(self, path="/metrics"):
+        """Answer GET path with tern's counters in Prometheus' text format
+        (tern_metrics_handler, a C handler: no Python runs per scrape)."""
+        fn = ctypes.cast(lib.tern_metrics_handler, _ffi.handler_fn)
+        _check(lib.tern_route(self._srv, b"GET", path.encode(), fn, None),
+               "tern_route")
+        self._metrics_fn = fn  # kept alive with the server
 
     def pending(self):
         """How many requests handlers have left unanswered."""
@@ -1055,8 +1066,7 @@ class Server:
         ws = WebSocket(self, handler, 0)
         key = self._key(ws)
         ws._key = key
-        o = _ffi.WsOptions()
-        lib.tern_ws_options_init(_byref(o))
+        o = _ffi.init_struct(_ffi.WsOptions, "tern_ws_options_init")
         o.on_open = ctypes.cast(self._ws_open_cb, ctypes.c_void_p)
         o.on_message = ctypes.cast(self._ws_msg_cb, ctypes.c_void_p)
         o.on_close = ctypes.cast(self._ws_close_cb, ctypes.c_void_p)

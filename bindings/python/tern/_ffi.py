@@ -156,11 +156,65 @@ class StatsV1(Structure):
     _fields_ = _STATS_V1
 
 
-class Stats(Structure):
+class StatsV2(Structure):
     _fields_ = _STATS_V1 + [
         ("quic_forwarded", c_uint64), ("quic_retries", c_uint64),
         ("quic_resets", c_uint64), ("quic_version_negotiations", c_uint64),
         ("quic_refused", c_uint64)]
+
+
+# version 3's arrays: by protocol (h1, h2, h3), by status class (none,
+# 1xx .. 5xx) and the duration histogram's buckets (tern_stats_bucket_le)
+STATS_PROTOCOLS, STATS_CLASSES, STATS_BUCKETS = 3, 6, 16
+_PROTO_ARRAY = c_uint64 * STATS_PROTOCOLS
+
+
+class Stats(Structure):
+    _fields_ = StatsV2._fields_ + [
+        ("requests_by_class", (c_uint64 * STATS_CLASSES) * STATS_PROTOCOLS),
+        ("requests_aborted", _PROTO_ARRAY),
+        ("request_bytes_in", _PROTO_ARRAY),
+        ("request_bytes_out", _PROTO_ARRAY),
+        ("duration_buckets", (c_uint64 * STATS_BUCKETS) * STATS_PROTOCOLS),
+        ("duration_sum_ns", _PROTO_ARRAY),
+        ("open_connections", _PROTO_ARRAY), ("open_streams", _PROTO_ARRAY),
+        ("tls_handshakes_full", c_uint64),
+        ("tls_handshakes_resumed", c_uint64),
+        ("tls_handshakes_failed", c_uint64), ("ws_open", c_uint64),
+        ("ws_messages_in", c_uint64), ("ws_messages_out", c_uint64),
+        ("rejected_limit", c_uint64), ("rejected_timeout", c_uint64),
+        ("rejected_protocol", c_uint64), ("access_log_lines", c_uint64),
+        ("access_log_dropped", c_uint64)]
+
+
+# The version of each struct's layout above (tern.h's TERN_*_VERSION).
+VERSIONS = {"Settings": 2, "RouteOptions": 1, "WsOptions": 2,
+            "QuicOptions": 1, "Stats": 3}
+# Room for a newer library's _init to write into (see init_struct).
+_SCRATCH = 16384
+
+
+def init_struct(cls, init):
+    """cls() filled by the library's _init function `init`, safely also
+    when the library is newer than this binding: tern's _init writes its
+    own, possibly larger, layout, so it writes into scratch room and the
+    binding keeps the fields it knows, with its own version and size,
+    which the library accepts (tern.h, "ABI")."""
+    scratch = (ctypes.c_ubyte * _SCRATCH)()
+    getattr(lib, init)(ctypes.byref(scratch))
+    lib_size = ctypes.c_uint32.from_buffer(scratch, 4).value
+    if lib_size > _SCRATCH:
+        raise ImportError("tern: %s wrote %d bytes, more than %d" % (
+            init, lib_size, _SCRATCH))
+    obj = cls.from_buffer_copy(bytes(scratch[:ctypes.sizeof(cls)]))
+    if lib_size < ctypes.sizeof(cls):
+        # an older library than the header this binding follows: the
+        # import's version check refuses those, so this is a bug
+        raise ImportError("tern: %s is %d bytes in the library, %d here" % (
+            cls.__name__, lib_size, ctypes.sizeof(cls)))
+    obj.version = VERSIONS[cls.__name__]
+    obj.size = ctypes.sizeof(cls)
+    return obj
 
 
 class Header(Structure):
@@ -257,6 +311,12 @@ FUNCTIONS = {
     "tern_ws_unref": (None, [_P], "lib"),
     "tern_stats_init": (None, [_P], "lib"),
     "tern_server_stats": (c_int, [_P, _P], "lib"),
+    "tern_stats_bucket_le": (c_uint64, [c_uint], "lib"),
+    "tern_server_time_requests": (c_int, [_P, c_int], "lib"),
+    "tern_server_workers": (c_uint, [_P], "lib"),
+    "tern_request_worker": (c_int, [_P], "fast"),
+    "tern_ws_worker": (c_int, [_P], "lib"),
+    "tern_metrics_handler": (None, [_P, _P], "lib"),
 }
 
 # Exported and deliberately not bound, with the reason.
@@ -271,6 +331,19 @@ LEFT_OUT = {
                         "WebSocket object",
     "tern_ws_data": "the binding keeps its per-socket state in the "
                     "WebSocket object",
+    "tern_request_loop": "a uv_loop_t * that Python has no handle on; "
+                         "async handlers run on the binding's asyncio loop",
+    "tern_ws_loop": "a uv_loop_t * that Python has no handle on",
+    "tern_worker_call": "hands the worker's uv_loop_t * to a C callback; "
+                        "Python code answers from any thread instead",
+    "tern_server_on_workers": "hands each worker's uv_loop_t * to C "
+                              "callbacks, for libuv-based clients",
+    "tern_server_on_access": "not yet bound: the access hook runs on the "
+                             "worker for every request (planned)",
+    "tern_access_log_options_init": "not yet bound (the built-in access "
+                                    "log writer has no Python API yet)",
+    "tern_server_access_log": "not yet bound (no Python API yet)",
+    "tern_server_access_log_reopen": "not yet bound (no Python API yet)",
 }
 
 

@@ -42,9 +42,35 @@ def test_structs_match_the_header_sizes():
                       (_ffi.WsOptions, "tern_ws_options_init"),
                       (_ffi.QuicOptions, "tern_quic_options_init"),
                       (_ffi.Stats, "tern_stats_init")):
-        s = cls()
-        getattr(_ffi.lib, init)(ctypes.byref(s))
-        assert s.size == ctypes.sizeof(cls), cls.__name__
+        # the library's _init writes its own layout: into room enough
+        scratch = (ctypes.c_ubyte * 16384)()
+        getattr(_ffi.lib, init)(ctypes.byref(scratch))
+        lib_version = ctypes.c_int.from_buffer(scratch, 0).value
+        lib_size = ctypes.c_uint32.from_buffer(scratch, 4).value
+        assert lib_size == ctypes.sizeof(cls), cls.__name__
+        assert lib_version == _ffi.VERSIONS[cls.__name__], cls.__name__
+
+
+def test_init_struct_keeps_the_binding_layout():
+    """A binding older than the library gets the library's defaults for
+    the fields it knows, with its own version and size, and the library
+    takes that (here: a version-2 tern_stats from a version-3 library)."""
+    class StatsV2(ctypes.Structure):
+        _fields_ = _ffi.StatsV2._fields_
+    saved = dict(_ffi.VERSIONS)
+    _ffi.VERSIONS["StatsV2"] = 2
+    try:
+        st = _ffi.init_struct(StatsV2, "tern_stats_init")
+    finally:
+        _ffi.VERSIONS.clear()
+        _ffi.VERSIONS.update(saved)
+    assert (st.version, st.size) == (2, ctypes.sizeof(StatsV2))
+    app = tern.Server(workers=1)
+    try:
+        assert _ffi.lib.tern_server_stats(app._srv, ctypes.byref(st)) == 0
+        assert st.version == 2
+    finally:
+        app.stop()
 
 
 def test_older_settings_layout_accepted():

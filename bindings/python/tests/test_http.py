@@ -351,6 +351,26 @@ def test_stats(server):
         time.sleep(0.01)
     st = app.stats()
     assert st["requests"] == 5 and st["connections"] == 5
+    # version 3's arrays: h1's 2xx class counts the five
+    assert st["requests_by_class"][0][2] == 5
+    assert st["requests_by_class"][1] == [0] * 6
+
+
+def test_metrics_mounted(server):
+    """Server.mount_metrics: tern's own C handler answers the scrape."""
+    app = server()
+    app.add_route("GET", "/", lambda r: "hi")
+    app.mount_metrics("/metrics")
+    port = started(app)
+    for _ in range(3):
+        get(port, "/")
+    status, _, body = get(port, "/metrics")
+    assert status == 200
+    text = body.decode()
+    assert "# TYPE tern_requests_total counter" in text
+    m = re.search(r'^tern_requests_total\{[^}]*protocol="http1"[^}]*'
+                  r'code="2xx"[^}]*\} (\d+)', text, re.M)
+    assert m and int(m.group(1)) >= 3, text[:600]
 
 
 def test_fallback_interim_and_gone(server):
