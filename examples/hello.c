@@ -15,6 +15,10 @@
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
  *                       address and port as tern_request_peer gives them
+ *   GET  /peer          the client's address and port as tern_request_peer
+ *                       gives them ("ADDR PORT"), at once: behind a load
+ *                       balancer with --proxy-protocol, the client's
+ *                       that the PROXY header names
  *   GET  /defer?ms=N    answered from another thread after N ms; with
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
@@ -81,8 +85,10 @@
  * 400, ...) with hello's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
  * routes unmatched requests to a handler answering {"default":404 or 405,
- * "allow":"..."} (405 with Allow). SIGINT/SIGTERM stop gracefully (5 s
- * deadline).
+ * "allow":"..."} (405 with Allow). --proxy-protocol: every TCP listener
+ * (plain and TLS) expects a PROXY protocol v1 or v2 header from a load
+ * balancer on loopback first (tern_listen_options). SIGINT/SIGTERM stop
+ * gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -400,6 +406,18 @@ static void peer_block(tern_request *r, void *user) {
   n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
                port);
   fprintf(stderr, "hello: peer-block: %s\n", body);
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* The client's address, as tern sees it (the PROXY header's, behind a
+ * balancer). */
+static void peer(tern_request *r, void *user) {
+  char addr[64], body[96];
+  int port = 0, n, rc;
+  (void)user;
+  rc = tern_request_peer(r, addr, sizeof(addr), &port);
+  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
+               port);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
@@ -930,12 +948,14 @@ int main(int argc, char **argv) {
   const char *host = "127.0.0.1";
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
+  tern_listen_options listen_opts;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
   tern_quic_options_init(&quic_opts);
+  tern_listen_options_init(&listen_opts);
   for (i = 1; i < argc; i++) {
     if (option(argc, argv, &i, "--port", &port))
       continue;
@@ -1006,6 +1026,10 @@ int main(int argc, char **argv) {
       want_error_hook = 1;
       continue;
     }
+    if (strcmp(argv[i], "--proxy-protocol") == 0) {
+      listen_opts.proxy_protocol = 1; /* trusting loopback, the default */
+      continue;
+    }
     if (strcmp(argv[i], "--default-handler") == 0) {
       want_default = 1;
       continue;
@@ -1058,6 +1082,7 @@ int main(int argc, char **argv) {
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
+  tern_route(server, "GET", "/peer", peer, NULL);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/overrun", overrun, NULL);
@@ -1077,7 +1102,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;
   }
-  if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
+  if ((rc = tern_listen_ex(server, host, (int)port, &listen_opts, &bound)) !=
+      0) {
     fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
@@ -1097,9 +1123,10 @@ int main(int argc, char **argv) {
         (rc = tern_tls_set_engine(tls, tls_engine)) != 0 ||
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
-        (rc = tern_listen_tls(server, host,
-                              tls_port == 65536 ? 0 : (int)tls_port, tls,
-                              &bound)) != 0) {
+        (listen_opts.tls = tls,
+         rc =
+             tern_listen_ex(server, host, tls_port == 65536 ? 0 : (int)tls_port,
+                            &listen_opts, &bound)) != 0) {
       fprintf(stderr, "hello: tls: %s\n", tern_strerror(rc));
       return 1;
     }

@@ -313,6 +313,45 @@ TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
 TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
                                 tern_tls *tls, int *bound_port);
 
+#define TERN_LISTEN_OPTIONS_VERSION 1
+
+/* A TCP listener's options (versioned as the ABI rule at the top says:
+ * fill with tern_listen_options_init, then change fields). */
+typedef struct {
+  int version;
+  uint32_t size;
+  /* Speak TLS with this set (committed already); NULL (the default):
+   * plain TCP. */
+  tern_tls *tls;
+  /* 1: every connection opens with a PROXY protocol header (HAProxy's,
+   * version 1 or 2, told apart by its first byte), sent by the load
+   * balancer in front of tern, before any TLS: the client address it
+   * carries becomes the connection's peer (tern_request_peer) and its
+   * destination the local address. A v2 LOCAL header (a balancer's health
+   * check) or a v1 UNKNOWN one keeps the socket's addresses. A header
+   * that is malformed, longer than 1024 bytes or not whole within the
+   * head timeout closes the connection. Default 0. */
+  int proxy_protocol;
+  /* The sources allowed to send that header: a comma-separated list of
+   * IPv4 and IPv6 networks ("10.0.0.0/8, 192.0.2.7, fd00::/8"; a bare
+   * address is one host); a connection from any other source is closed
+   * at accept. NULL (the default): loopback only (127.0.0.0/8, ::1).
+   * Copied. At most 64 networks; a list that does not parse is
+   * TERN_EINVAL. */
+  const char *proxy_trusted;
+} tern_listen_options;
+
+/* The defaults, with version and size set. */
+TERN_EXTERN void tern_listen_options_init(tern_listen_options *opts);
+
+/* Listen like tern_listen() (TLS when opts->tls is set, as
+ * tern_listen_tls()) with the options `opts` (NULL: the defaults, which
+ * is tern_listen()). Errors as tern_listen_tls(), and TERN_EINVAL for a
+ * version or size the ABI rule refuses or a bad field (logged). */
+TERN_EXTERN int tern_listen_ex(tern_server *srv, const char *host, int port,
+                               const tern_listen_options *opts,
+                               int *bound_port);
+
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *

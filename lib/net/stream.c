@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "net/proxy.h"
 #include "net/stream.h"
 
 static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf);
@@ -42,7 +43,8 @@ static void reject_pending(uv_stream_t *l) {
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg) {
+                         const tern__filter *filter, void *cfg,
+                         const tern__proxy_cfg *proxy) {
   tern_server *srv = w->srv;
   tern__conn *c = tern__conn_new(w, &tern__stream_transport);
   tern__stream *s;
@@ -71,6 +73,16 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
     len = sizeof(ss);
     if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->local, (struct sockaddr *)&ss);
+  }
+  /* PROXY: only a trusted balancer may name the client; anyone else is
+   * refused before a byte is read. */
+  if (proxy != NULL) {
+    if (!tern__proxy_trusted(proxy->nets, proxy->nnets, c->peer.family,
+                             c->peer.addr)) {
+      uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+      return;
+    }
+    s->proxy_wait = 1;
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->filter = filter;
@@ -130,7 +142,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   char *p;
 
   (void)suggested;
-  if (s->filter != NULL) {
+  if (s->filter != NULL && !s->proxy_wait) {
     s->filter->read_buf(s->filt, s->head.w, buf);
     return;
   }
@@ -275,6 +287,47 @@ static void stream_output(tern__conn *c) {
 
 static void stream_flush(tern__conn *c);
 
+/* The PROXY header, from the read buffer: 0 once it has been taken (its
+ * addresses become the connection's, the bytes after it go on to the
+ * filter or stay for the adapter), 1 while it is incomplete, -1 when
+ * the connection was closed (a malformed or oversized header). The head
+ * timer, armed at accept, bounds how long a header may take. */
+static int proxy_input(tern__stream *s) {
+  tern__conn *c = &s->head;
+  tern__proxy_hdr h;
+  int n = tern__proxy_parse(s->rbuf->data + s->rpos, s->rlen - s->rpos, &h);
+
+  if (n == TERN__PROXY_MORE && s->rlen - s->rpos < TERN__PROXY_MAX)
+    return 1;
+  if (n <= 0) {
+    tern__conn_close(c);
+    return -1;
+  }
+  s->proxy_wait = 0;
+  s->rpos += (size_t)n;
+  if (!h.local) {
+    tern__addr_set(&c->peer, (const struct sockaddr *)&h.src);
+    tern__addr_set(&c->local, (const struct sockaddr *)&h.dst);
+  }
+  /* Under TLS, what followed the header is ciphertext: hand it to the
+   * filter as if the socket had read it (once per connection). */
+  while (s->filter != NULL && s->rpos < s->rlen) {
+    uv_buf_t b;
+    size_t k = s->rlen - s->rpos;
+    s->filter->read_buf(s->filt, c->w, &b);
+    if (b.len == 0) {
+      tern__conn_close(c);
+      return -1;
+    }
+    if (k > b.len)
+      k = b.len;
+    memcpy(b.base, s->rbuf->data + s->rpos, k);
+    s->filter->received(s->filt, k);
+    s->rpos += k;
+  }
+  return 0;
+}
+
 static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   tern__stream *s = h->data;
   tern__conn *c = &s->head;
@@ -285,10 +338,12 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
       s->rpos = s->rlen = 0; /* closing: the bytes are dropped */
       return;
     }
-    if (s->filter != NULL)
+    if (s->filter != NULL && !s->proxy_wait)
       s->filter->received(s->filt, (size_t)nread); /* decrypted below */
     else
       s->rlen += (size_t)nread;
+    if (s->proxy_wait && proxy_input(s) != 0)
+      return;
     if (c->timer.kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     stream_process(c);
@@ -309,6 +364,11 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
     }
     /* No room: the adapter cannot consume now. It restarts reading. */
     tern__stream_read_stop(s);
+    return;
+  }
+  if (nread == UV_EOF && s->proxy_wait) {
+    /* a truncated header */
+    tern__conn_close(c);
     return;
   }
   if (nread == UV_EOF && !(c->flags & TERN__C_LINGER)) {

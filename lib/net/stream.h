@@ -7,6 +7,7 @@
 #define TERN_NET_STREAM_H
 
 #include "internal.h"
+#include "net/proxy.h"
 
 /* The transport's flags, in the head's flags word. */
 enum {
@@ -23,6 +24,10 @@ typedef struct tern__stream {
   tern__rbuf *rbuf;
   size_t rpos, rlen;
 
+  /* A PROXY protocol header is still awaited: the socket's bytes go
+   * into the read buffer until it is whole, before the filter or the
+   * adapter sees any. */
+  int proxy_wait;
   const tern__filter *filter; /* NULL on plain TCP */
   void *filt;                 /* the filter's state */
   tern__outq out;             /* plaintext from the adapter */
@@ -59,8 +64,10 @@ void tern__stream_read_stop(tern__stream *s);
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
 /* Accept a connection from TCP listener `l` on worker `w` through
- * `filter` (NULL: plain TCP) with `cfg` (lib/net/tcp.c calls it). */
+ * `filter` (NULL: plain TCP) with `cfg`, first reading a PROXY protocol
+ * header when `proxy` is not NULL (lib/net/tcp.c calls it). */
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg);
+                         const tern__filter *filter, void *cfg,
+                         const tern__proxy_cfg *proxy);
 
 #endif

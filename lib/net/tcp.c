@@ -10,8 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "net/stream.h"
 #include "net/net.h"
+#include "net/proxy.h"
+#include "net/stream.h"
 #include "tls/tls.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
   unsigned char *open;        /* handles[i] was initialised */
   const tern__filter *filter; /* NULL: plain TCP */
   void *filter_cfg;           /* its configuration (a tern_tls) */
+  tern__proxy_cfg proxy;      /* with proxy.nets: a PROXY header first */
 } tcp_listener;
 
 static void on_connection(uv_stream_t *h, int status) {
@@ -37,7 +39,8 @@ static void on_connection(uv_stream_t *h, int status) {
     }
     return;
   }
-  tern__stream_accept(w, h, l->filter, l->filter_cfg);
+  tern__stream_accept(w, h, l->filter, l->filter_cfg,
+                      l->proxy.nets != NULL ? &l->proxy : NULL);
 }
 
 static int tcp_start(tern__listener *base, tern__worker *w) {
@@ -76,6 +79,7 @@ static void tcp_free(tern__listener *base, tern_server *srv) {
   tern__free(srv, l->fds);
   tern__free(srv, l->handles);
   tern__free(srv, l->open);
+  tern__free(srv, l->proxy.nets);
   tern__free(srv, l);
 }
 
@@ -140,7 +144,8 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
 /* Listen on host:port, each connection through `filter` (NULL: plain
  * TCP) with `cfg`. */
 static int listen_on(tern_server *srv, const char *host, int port,
-                     const tern__filter *filter, void *cfg, int *bound_port) {
+                     const tern__filter *filter, void *cfg,
+                     const char *proxy_trusted, int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
   tcp_listener *l;
@@ -161,6 +166,24 @@ static int listen_on(tern_server *srv, const char *host, int port,
   l->srv = srv;
   l->filter = filter;
   l->filter_cfg = cfg;
+  if (proxy_trusted != NULL) {
+    tern__proxy_net nets[TERN__PROXY_NETS];
+    int n = tern__proxy_nets(proxy_trusted, nets, TERN__PROXY_NETS);
+    if (n <= 0) {
+      tern__log(srv, TERN_LOG_ERROR,
+                "tern_listen_ex: proxy_trusted: not a list of networks: %s",
+                proxy_trusted);
+      tern__free(srv, l);
+      return TERN_EINVAL;
+    }
+    l->proxy.nets = tern__malloc(srv, (size_t)n * sizeof(*nets));
+    if (l->proxy.nets == NULL) {
+      tern__free(srv, l);
+      return TERN_ENOMEM;
+    }
+    memcpy(l->proxy.nets, nets, (size_t)n * sizeof(*nets));
+    l->proxy.nnets = (size_t)n;
+  }
   l->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
   l->handles = tern__malloc(srv, srv->nworkers * sizeof(uv_tcp_t));
   l->open = tern__malloc(srv, srv->nworkers);
@@ -200,6 +223,7 @@ fail:
   if (l->fds == NULL) {
     tern__free(srv, l->handles);
     tern__free(srv, l->open);
+    tern__free(srv, l->proxy.nets);
     tern__free(srv, l);
   } else {
     tcp_free(&l->base, srv);
@@ -208,7 +232,7 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, NULL, bound_port);
+  return listen_on(srv, host, port, NULL, NULL, NULL, bound_port);
 }
 
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
@@ -217,5 +241,45 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
     return TERN_EINVAL;
   if (!tern__tls_ready(tls))
     return TERN_ESTATE;
-  return listen_on(srv, host, port, tern__tls_filter_of(tls), tls, bound_port);
+  return listen_on(srv, host, port, tern__tls_filter_of(tls), tls, NULL,
+                   bound_port);
+}
+
+void tern_listen_options_init(tern_listen_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_LISTEN_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+}
+
+static const size_t listen_options_ends[] = {
+    TERN__END(tern_listen_options, proxy_trusted),
+};
+
+int tern_listen_ex(tern_server *srv, const char *host, int port,
+                   const tern_listen_options *opts, int *bound_port) {
+  tern_listen_options o;
+  char why[128];
+
+  if (srv == NULL)
+    return TERN_EINVAL;
+  tern_listen_options_init(&o);
+  if (opts != NULL && tern__abi_read(&o, sizeof(o), opts, listen_options_ends,
+                                     1, why, sizeof(why)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_listen_ex: %s", why);
+    return TERN_EINVAL;
+  }
+  if (o.proxy_protocol != 0 && o.proxy_protocol != 1) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_listen_ex: proxy_protocol is 0 or 1");
+    return TERN_EINVAL;
+  }
+  if (o.tls != NULL && !tern__tls_ready(o.tls))
+    return TERN_ESTATE;
+  return listen_on(
+      srv, host, port, o.tls != NULL ? tern__tls_filter_of(o.tls) : NULL, o.tls,
+      o.proxy_protocol
+          ? (o.proxy_trusted != NULL ? o.proxy_trusted : "127.0.0.0/8, ::1")
+          : NULL,
+      bound_port);
 }
