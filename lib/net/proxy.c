@@ -347,13 +347,14 @@ int tern__proxy_trusted(const tern__proxy_net *nets, size_t n, int family,
                         const unsigned char *addr) {
   static const unsigned char mapped[12] = {0, 0, 0, 0, 0,    0,
                                            0, 0, 0, 0, 0xFF, 0xFF};
+  /* An IPv4 client on a dual-stack socket: its IPv4 form counts too. */
+  int v4 = family == AF_INET6 && memcmp(addr, mapped, 12) == 0;
   size_t i;
-  if (family == AF_INET6 && memcmp(addr, mapped, 12) == 0) {
-    family = AF_INET;
-    addr += 12;
-  }
-  for (i = 0; i < n; i++)
+  for (i = 0; i < n; i++) {
     if (nets[i].family == family && in_net(&nets[i], addr))
       return 1;
+    if (v4 && nets[i].family == AF_INET && in_net(&nets[i], addr + 12))
+      return 1;
+  }
   return 0;
 }

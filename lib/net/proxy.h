@@ -57,7 +57,7 @@ typedef struct {
  * a bare address is a host) into nets[0 .. max); the count, or -1. */
 int tern__proxy_nets(const char *list, tern__proxy_net *nets, size_t max);
 /* Is the address (family, bytes) inside one of nets[0 .. n)? An IPv4
- * address mapped into IPv6 (::ffff:a.b.c.d) is checked as IPv4. */
+ * address mapped into IPv6 (::ffff:a.b.c.d) is checked as IPv4 too. */
 int tern__proxy_trusted(const tern__proxy_net *nets, size_t n, int family,
                         const unsigned char *addr);
 
