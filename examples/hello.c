@@ -87,7 +87,8 @@
  * routes unmatched requests to a handler answering {"default":404 or 405,
  * "allow":"..."} (405 with Allow). --proxy-protocol: every TCP listener
  * (plain and TLS) expects a PROXY protocol v1 or v2 header from a load
- * balancer on loopback first (tern_listen_options). SIGINT/SIGTERM stop
+ * balancer on loopback first (tern_listen_options); --proxy-trusted LIST
+ * trusts LIST's networks instead. SIGINT/SIGTERM stop
  * gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -1024,6 +1025,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--proxy-trusted") == 0 && i + 1 < argc) {
+      listen_opts.proxy_trusted = argv[++i];
       continue;
     }
     if (strcmp(argv[i], "--proxy-protocol") == 0) {
