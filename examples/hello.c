@@ -88,7 +88,9 @@
  * "allow":"..."} (405 with Allow). --proxy-protocol: every TCP listener
  * (plain and TLS) expects a PROXY protocol v1 or v2 header from a load
  * balancer on loopback first (tern_listen_options); --proxy-trusted LIST
- * trusts LIST's networks instead. SIGINT/SIGTERM stop
+ * trusts LIST's networks instead. --unix PATH also serves HTTP/1.1 and
+ * h2c on a Unix socket (a file, or "@name": abstract), printed as "unix
+ * listening on PATH" after the other listeners. SIGINT/SIGTERM stop
  * gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -950,6 +952,7 @@ int main(int argc, char **argv) {
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
+  const char *unix_path = NULL;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
@@ -1025,6 +1028,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--unix") == 0 && i + 1 < argc) {
+      unix_path = argv[++i];
       continue;
     }
     if (strcmp(argv[i], "--proxy-trusted") == 0 && i + 1 < argc) {
@@ -1150,6 +1157,14 @@ int main(int argc, char **argv) {
     signal(SIGHUP, on_hup);
     if (pthread_create(&t, NULL, reloader, NULL) == 0)
       pthread_detach(t);
+  }
+  if (unix_path != NULL) {
+    /* Plain HTTP/1.1 and h2c; no PROXY header on it. */
+    if ((rc = tern_listen_unix(server, unix_path, NULL)) != 0) {
+      fprintf(stderr, "hello: unix %s: %s\n", unix_path, tern_strerror(rc));
+      return 1;
+    }
+    printf("unix listening on %s\n", unix_path);
   }
   fflush(stdout);
   signal(SIGINT, on_signal);

@@ -352,6 +352,21 @@ TERN_EXTERN int tern_listen_ex(tern_server *srv, const char *host, int port,
                                const tern_listen_options *opts,
                                int *bound_port);
 
+/* Listen on a Unix domain socket (HTTP/1.1 and h2c; TLS and the PROXY
+ * protocol as `opts` says, NULL: plain). `path`: a file path, created by
+ * the bind and removed when the server is freed (an existing file is not
+ * replaced: TERN_EADDRINUSE; remove a stale one first), or "@name" for
+ * Linux's abstract namespace (no file). Every worker accepts from the one
+ * socket (each has a handle on a dup of it), as with TCP. Connections
+ * have no IP peer (tern_request_peer and tern_request_local answer
+ * TERN_EIO) unless a PROXY header names one; with proxy_protocol every client
+ * of the socket may send one (the file's permissions decide who connects;
+ * proxy_trusted does not apply). Errors: TERN_EINVAL, TERN_EADDR (a path
+ * of 108 bytes or more, or one that cannot be bound), TERN_EADDRINUSE,
+ * TERN_ESTATE, TERN_ENOMEM, TERN_EIO. Configuration time only. */
+TERN_EXTERN int tern_listen_unix(tern_server *srv, const char *path,
+                                 const tern_listen_options *opts);
+
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *

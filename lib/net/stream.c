@@ -55,31 +55,38 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   }
   s = tern__stream_of(c);
   memset((char *)s + sizeof(s->head), 0, sizeof(*s) - sizeof(s->head));
-  uv_tcp_init(w->loop, &s->tcp);
-  s->tcp.data = s;
-  if (uv_accept(l, (uv_stream_t *)&s->tcp) != 0 || w->stopping ||
+  if (l->type == UV_NAMED_PIPE)
+    uv_pipe_init(w->loop, &s->io.pipe, 0);
+  else
+    uv_tcp_init(w->loop, &s->io.tcp);
+  s->io.tcp.data = s;
+  if (uv_accept(l, (uv_stream_t *)&s->io.tcp) != 0 || w->stopping ||
       atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
           w->max_conns) {
-    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
     return;
   }
-  if (srv->s.tcp_nodelay)
-    uv_tcp_nodelay(&s->tcp, 1);
-  {
+  /* A Unix socket's client has no IP address: its peer stays unknown
+   * (family 0) until a PROXY header names it. */
+  if (l->type != UV_NAMED_PIPE) {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    if (uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+    if (srv->s.tcp_nodelay)
+      uv_tcp_nodelay(&s->io.tcp, 1);
+    if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->peer, (struct sockaddr *)&ss);
     len = sizeof(ss);
-    if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+    if (uv_tcp_getsockname(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->local, (struct sockaddr *)&ss);
   }
   /* PROXY: only a trusted balancer may name the client; anyone else is
-   * refused before a byte is read. */
+   * refused before a byte is read. On a Unix socket the socket file's
+   * permissions decide who may connect. */
   if (proxy != NULL) {
-    if (!tern__proxy_trusted(proxy->nets, proxy->nnets, c->peer.family,
+    if (l->type != UV_NAMED_PIPE &&
+        !tern__proxy_trusted(proxy->nets, proxy->nnets, c->peer.family,
                              c->peer.addr)) {
-      uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+      uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
       return;
     }
     s->proxy_wait = 1;
@@ -87,7 +94,7 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->filter = filter;
   if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
-    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
     return;
   }
   tern__outq_init(&s->out);
@@ -153,14 +160,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 void tern__stream_read_start(tern__stream *s) {
   if (s->head.flags & (TERN__C_READING | TERN__C_CLOSING | TERN__C_EOF))
     return;
-  if (uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read) == 0)
+  if (uv_read_start((uv_stream_t *)&s->io.tcp, on_alloc, on_read) == 0)
     s->head.flags |= TERN__C_READING;
 }
 
 void tern__stream_read_stop(tern__stream *s) {
   if (!(s->head.flags & TERN__C_READING))
     return;
-  uv_read_stop((uv_stream_t *)&s->tcp);
+  uv_read_stop((uv_stream_t *)&s->io.tcp);
   s->head.flags &= ~(unsigned)TERN__C_READING;
 }
 
@@ -394,7 +401,7 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 static void linger(tern__stream *s) {
   tern__conn *c = &s->head;
   if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
-      uv_shutdown(&s->sreq, (uv_stream_t *)&s->tcp, on_shutdown) != 0) {
+      uv_shutdown(&s->sreq, (uv_stream_t *)&s->io.tcp, on_shutdown) != 0) {
     tern__conn_close(c);
     return;
   }
@@ -445,7 +452,7 @@ static void stream_flush(tern__conn *c) {
       tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
-    r = uv_try_write((uv_stream_t *)&s->tcp, iov, (unsigned)n);
+    r = uv_try_write((uv_stream_t *)&s->io.tcp, iov, (unsigned)n);
     if (r > 0) {
       TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
       tern__outq_consume(w, q, (size_t)r);
@@ -459,7 +466,7 @@ static void stream_flush(tern__conn *c) {
     }
     for (i = 0, total = 0; i < n; i++)
       total += iov[i].len;
-    if (uv_write(&s->wreq, (uv_stream_t *)&s->tcp, iov, (unsigned)n,
+    if (uv_write(&s->wreq, (uv_stream_t *)&s->io.tcp, iov, (unsigned)n,
                  on_write) != 0) {
       tern__conn_close(c);
       return;
@@ -511,7 +518,7 @@ static void stream_timeout(tern__conn *c, int kind) {
 static void stream_close(tern__conn *c) {
   tern__stream *s = tern__stream_of(c);
   tern__stream_read_stop(s);
-  uv_close((uv_handle_t *)&s->tcp, on_handle_closed);
+  uv_close((uv_handle_t *)&s->io.tcp, on_handle_closed);
 }
 
 static void stream_free(tern__conn *c) {

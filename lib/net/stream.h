@@ -1,4 +1,5 @@
-/* The byte-stream transport (lib/net): a connection over TCP, with an
+/* The byte-stream transport (lib/net): a connection over TCP or a Unix
+ * socket, with an
  * optional filter (TLS) between its socket and its adapter. Only the
  * byte-stream adapters (HTTP/1.1, HTTP/2) and the transport itself see
  * this struct; the core sees its head.
@@ -18,7 +19,10 @@ enum {
 
 typedef struct tern__stream {
   tern__conn head; /* first: the core's part */
-  uv_tcp_t tcp;
+  union {
+    uv_tcp_t tcp;   /* from a TCP listener */
+    uv_pipe_t pipe; /* from a Unix-socket listener */
+  } io;
 
   /* Plaintext input, consumed from rpos, filled up to rlen. */
   tern__rbuf *rbuf;
