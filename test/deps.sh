@@ -20,11 +20,12 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # The tests: clang and its runtime for the fuzz targets, the real clients
 # (gtlsclient, from ngtcp2-client, is Debian's HTTP/3 client; gtlsserver,
 # from ngtcp2-server, the reference peer test_h3.py can run against),
-# clang-format and valgrind for CI's format check and performance gate.
+# clang-format and valgrind for CI's format check and performance gate,
+# haproxy as the real load balancer in front of hello (test_haproxy.py).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
-    python3-websockets chromium clang-format valgrind)
+    python3-websockets chromium clang-format valgrind haproxy)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
