@@ -90,7 +90,10 @@
  * balancer on loopback first (tern_listen_options); --proxy-trusted LIST
  * trusts LIST's networks instead. --unix PATH also serves HTTP/1.1 and
  * h2c on a Unix socket (a file, or "@name": abstract), printed as "unix
- * listening on PATH" after the other listeners. SIGINT/SIGTERM stop
+ * listening on PATH" after the other listeners. --listen-fds serves the
+ * stream sockets systemd's LISTEN_PID/LISTEN_FDS hand over (TCP or Unix),
+ * each printed as "fd N listening on PORT" (0 for Unix) after the first
+ * line. SIGINT/SIGTERM stop
  * gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -953,6 +956,7 @@ int main(int argc, char **argv) {
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
+  int want_listen_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
@@ -1028,6 +1032,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--listen-fds") == 0) {
+      want_listen_fds = 1;
       continue;
     }
     if (strcmp(argv[i], "--unix") == 0 && i + 1 < argc) {
@@ -1121,6 +1129,22 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("listening on %d\n", bound);
+  if (want_listen_fds) {
+    /* Sockets the parent bound (systemd's LISTEN_FDS protocol). */
+    int fds[16], n = tern_listen_fds_from_env(fds, 16), k;
+    if (n < 0) {
+      fprintf(stderr, "hello: LISTEN_FDS: %s\n", tern_strerror(n));
+      return 1;
+    }
+    for (k = 0; k < n; k++) {
+      int p = 0;
+      if ((rc = tern_listen_fd(server, fds[k], &listen_opts, &p)) != 0) {
+        fprintf(stderr, "hello: fd %d: %s\n", fds[k], tern_strerror(rc));
+        return 1;
+      }
+      printf("fd %d listening on %d\n", fds[k], p);
+    }
+  }
   if (quic_port != 0 && tls_port == 0) {
     fprintf(stderr, "hello: --quic-port needs --tls-port (its certificates)\n");
     return 2;

@@ -367,6 +367,29 @@ TERN_EXTERN int tern_listen_ex(tern_server *srv, const char *host, int port,
 TERN_EXTERN int tern_listen_unix(tern_server *srv, const char *path,
                                  const tern_listen_options *opts);
 
+/* Listen on `fd`, a listening stream socket the parent process bound
+ * (systemd's socket activation, see tern_listen_fds_from_env, or any
+ * other supervisor): TCP over IPv4 or IPv6, or a Unix socket, with
+ * `opts` as tern_listen_ex (NULL: plain). It is made non-blocking and
+ * close-on-exec. On success tern owns it (closed when the server is
+ * freed) and stores a TCP socket's port in *bound_port if not NULL; on
+ * error the caller keeps it. Errors: TERN_EINVAL (not a listening stream
+ * socket: a UDP socket, or one that does not listen), TERN_ESTATE,
+ * TERN_ENOMEM, TERN_EIO. Configuration time only. */
+TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
+                               const tern_listen_options *opts,
+                               int *bound_port);
+
+/* systemd's LISTEN_FDS protocol (sd_listen_fds(3)): when LISTEN_PID is
+ * this process's id, store the LISTEN_FDS descriptors it was handed (3,
+ * 4, ...; made close-on-exec) in fds[0 .. max) and return their count,
+ * after removing LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the
+ * environment so that children do not take them too. 0 when the
+ * variables are absent or meant for another process. TERN_EINVAL (a
+ * malformed LISTEN_FDS), TERN_ENOMEM (more than `max`). Pass each to
+ * tern_listen_fd. Not thread-safe (it changes the environment). */
+TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
+
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *

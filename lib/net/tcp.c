@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
 #include <sys/socket.h>
@@ -198,11 +199,35 @@ static int open_unix(const char *path) {
   return fd;
 }
 
+/* A descriptor handed over by the parent: a listening stream socket, TCP
+ * (its family) or Unix (AF_UNIX); made non-blocking. TERN_EINVAL for
+ * anything else (a UDP socket: tern_listen_quic's; a socket that does not
+ * listen). */
+static int given_domain(int fd) {
+  int type = 0, acc = 0, domain = 0;
+  socklen_t len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_STREAM)
+    return TERN_EINVAL;
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) != 0 || !acc)
+    return TERN_EINVAL;
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+      (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX))
+    return TERN_EINVAL;
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
+    return TERN_EIO;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return domain;
+}
+
 /* Listen on host:port, or on the Unix socket `unix_path` when it is not
  * NULL, each connection through `filter` (NULL: plain) with `cfg`. */
 static int listen_on(tern_server *srv, const char *host, int port,
-                     const char *unix_path, const tern__filter *filter,
-                     void *cfg, const char *proxy_trusted, int *bound_port) {
+                     const char *unix_path, int given_fd,
+                     const tern__filter *filter, void *cfg,
+                     const char *proxy_trusted, int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
   tcp_listener *l;
@@ -213,8 +238,15 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
-  if (unix_path == NULL && (rc = tern__net_addr(host, port, &ss)) != 0)
+  if (given_fd >= 0) {
+    int domain = given_domain(given_fd);
+    if (domain < 0)
+      return domain;
+    if (domain == AF_UNIX)
+      unix_path = "@"; /* a Unix socket, bound by the parent */
+  } else if (unix_path == NULL && (rc = tern__net_addr(host, port, &ss)) != 0) {
     return rc;
+  }
   l = tern__malloc(srv, sizeof(*l));
   if (l == NULL)
     return TERN_ENOMEM;
@@ -256,14 +288,18 @@ static int listen_on(tern_server *srv, const char *host, int port,
   memset(l->open, 0, srv->nworkers);
   for (i = 0; i < srv->nworkers; i++)
     l->fds[i] = -1;
-  fd =
-      unix_path != NULL ? open_unix(unix_path) : open_socket(&ss, host == NULL);
+  if (given_fd >= 0)
+    fd = given_fd;
+  else if (unix_path != NULL)
+    fd = open_unix(unix_path);
+  else
+    fd = open_socket(&ss, host == NULL);
   if (fd < 0) {
     rc = fd;
     goto fail;
   }
   l->fds[0] = fd;
-  if (unix_path != NULL && unix_path[0] != '@') {
+  if (given_fd < 0 && unix_path != NULL && unix_path[0] != '@') {
     l->path = tern__malloc(srv, strlen(unix_path) + 1);
     if (l->path == NULL) {
       unlink(unix_path);
@@ -291,6 +327,8 @@ static int listen_on(tern_server *srv, const char *host, int port,
     *bound_port = tern__net_port(&ss);
   return 0;
 fail:
+  if (given_fd >= 0 && l->fds != NULL && l->fds[0] == given_fd)
+    l->fds[0] = -1; /* the caller's again */
   if (l->fds == NULL) {
     tern__free(srv, l->handles);
     tern__free(srv, l->pipes);
@@ -304,7 +342,7 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, NULL, NULL, NULL, bound_port);
+  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, bound_port);
 }
 
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
@@ -313,8 +351,8 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
     return TERN_EINVAL;
   if (!tern__tls_ready(tls))
     return TERN_ESTATE;
-  return listen_on(srv, host, port, NULL, tern__tls_filter_of(tls), tls, NULL,
-                   bound_port);
+  return listen_on(srv, host, port, NULL, -1, tern__tls_filter_of(tls), tls,
+                   NULL, bound_port);
 }
 
 void tern_listen_options_init(tern_listen_options *o) {
@@ -331,7 +369,7 @@ static const size_t listen_options_ends[] = {
 
 /* tern_listen_ex and tern_listen_unix: the options read and checked. */
 static int listen_opts(tern_server *srv, const char *what, const char *host,
-                       int port, const char *unix_path,
+                       int port, const char *unix_path, int fd,
                        const tern_listen_options *opts, int *bound_port) {
   tern_listen_options o;
   char why[128];
@@ -351,7 +389,7 @@ static int listen_opts(tern_server *srv, const char *what, const char *host,
   if (o.tls != NULL && !tern__tls_ready(o.tls))
     return TERN_ESTATE;
   return listen_on(
-      srv, host, port, unix_path,
+      srv, host, port, unix_path, fd,
       o.tls != NULL ? tern__tls_filter_of(o.tls) : NULL, o.tls,
       o.proxy_protocol
           ? (o.proxy_trusted != NULL ? o.proxy_trusted : "127.0.0.0/8, ::1")
@@ -361,12 +399,49 @@ static int listen_opts(tern_server *srv, const char *what, const char *host,
 
 int tern_listen_ex(tern_server *srv, const char *host, int port,
                    const tern_listen_options *opts, int *bound_port) {
-  return listen_opts(srv, "tern_listen_ex", host, port, NULL, opts, bound_port);
+  return listen_opts(srv, "tern_listen_ex", host, port, NULL, -1, opts,
+                     bound_port);
 }
 
 int tern_listen_unix(tern_server *srv, const char *path,
                      const tern_listen_options *opts) {
   if (path == NULL)
     return TERN_EINVAL;
-  return listen_opts(srv, "tern_listen_unix", NULL, 0, path, opts, NULL);
+  return listen_opts(srv, "tern_listen_unix", NULL, 0, path, -1, opts, NULL);
+}
+
+int tern_listen_fd(tern_server *srv, int fd, const tern_listen_options *opts,
+                   int *bound_port) {
+  if (fd < 0)
+    return TERN_EINVAL;
+  return listen_opts(srv, "tern_listen_fd", NULL, 0, NULL, fd, opts,
+                     bound_port);
+}
+
+int tern_listen_fds_from_env(int *fds, size_t max) {
+  const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
+  char *end;
+  long v, i;
+
+  if (fds == NULL && max > 0)
+    return TERN_EINVAL;
+  if (pid == NULL || n == NULL)
+    return 0;
+  v = strtol(pid, &end, 10);
+  if (*pid == '\0' || *end != '\0' || v != (long)getpid())
+    return 0; /* meant for another process (the parent's) */
+  v = strtol(n, &end, 10);
+  if (*n == '\0' || *end != '\0' || v < 0 || v > 4096)
+    return TERN_EINVAL;
+  if ((size_t)v > max)
+    return TERN_ENOMEM;
+  for (i = 0; i < v; i++) {
+    fds[i] = 3 + (int)i; /* SD_LISTEN_FDS_START */
+    fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+  }
+  /* Not passed on to the children of this process. */
+  unsetenv("LISTEN_PID");
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_FDNAMES");
+  return (int)v;
 }
