@@ -93,8 +93,9 @@
  * listening on PATH" after the other listeners. --listen-fds serves the
  * stream sockets systemd's LISTEN_PID/LISTEN_FDS hand over (TCP or Unix),
  * each printed as "fd N listening on PORT" (0 for Unix) after the first
- * line. SIGINT/SIGTERM stop
- * gracefully (5 s deadline).
+ * line. --ticket-key HEX (128 digits) sets the TLS session-ticket key
+ * (tern_tls_set_ticket_key), the same on every instance of a fleet.
+ * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -956,6 +957,8 @@ int main(int argc, char **argv) {
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
+  static unsigned char ticket_key[TERN_TLS_TICKET_KEY_SIZE];
+  int have_ticket_key = 0;
   int want_listen_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
@@ -1024,6 +1027,27 @@ int main(int argc, char **argv) {
       }
       quic_opts.secret = secret;
       quic_opts.secret_len = n;
+      continue;
+    }
+    if (strcmp(argv[i], "--ticket-key") == 0 && i + 1 < argc) {
+      /* Hex, 128 digits: the same key on every instance of a fleet lets a
+       * client resume its TLS session on any of them. */
+      const char *hx = argv[++i];
+      size_t k;
+      if (strlen(hx) != 2 * TERN_TLS_TICKET_KEY_SIZE) {
+        fprintf(stderr, "hello: --ticket-key wants %d hex digits\n",
+                2 * TERN_TLS_TICKET_KEY_SIZE);
+        return 2;
+      }
+      for (k = 0; k < TERN_TLS_TICKET_KEY_SIZE; k++) {
+        unsigned v;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
+          fprintf(stderr, "hello: --ticket-key: not hex\n");
+          return 2;
+        }
+        ticket_key[k] = (unsigned char)v;
+      }
+      have_ticket_key = 1;
       continue;
     }
     if (strcmp(argv[i], "--quic-early-data") == 0) {
@@ -1158,6 +1182,8 @@ int main(int argc, char **argv) {
     if ((rc = tern_tls_new(server, &tls)) != 0 ||
         (rc = tern_tls_set_engine(tls, tls_engine)) != 0 ||
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
+        (have_ticket_key && (rc = tern_tls_set_ticket_key(
+                                 tls, ticket_key, sizeof(ticket_key))) != 0) ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
         (listen_opts.tls = tls,
          rc =

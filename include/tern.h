@@ -302,6 +302,22 @@ enum {
   TERN_TLS_1_3 = 0x0304,
 };
 
+#define TERN_TLS_TICKET_KEY_SIZE 64
+
+/* Set the key that session tickets are protected with (copied; exactly
+ * TERN_TLS_TICKET_KEY_SIZE bytes of good randomness), instead of the one
+ * drawn at random for each set. Give every instance behind one address
+ * the same key so that a client resumes its session on any of them.
+ * GnuTLS derives the keys it encrypts tickets with from this one and the
+ * time, and rotates them by itself (a ticket stays valid through the next
+ * period): instances' clocks must agree. Change the key (a restart with a
+ * new one) to invalidate every ticket issued. Before tern_run only (also
+ * on QUIC connections of the set). Errors: TERN_EINVAL (a NULL key or
+ * another size), TERN_ESTATE (running), TERN_ENOTSUP (the mbedTLS engine,
+ * whose 2.28 API cannot set ticket keys). */
+TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
+                                        size_t len);
+
 /* The lowest protocol version the set accepts (default TERN_TLS_1_2);
  * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
  * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
