@@ -3,7 +3,8 @@
 redispatch) in front of two hello --proxy-protocol instances, a load
 client making 20,000 keep-alive requests, and one instance drained with
 SIGTERM in the middle. Zero requests may fail; both instances must have
-served some.
+served some. Before the load, TLS through haproxy (terminated by tern)
+resumes one session on both instances (the same --ticket-key).
 
 The load client counts a failure for a request without a complete
 response, with one exception that every HTTP client makes (RFC 9112,
@@ -15,8 +16,10 @@ response that says Connection: close makes the client reconnect."""
 
 import json
 import os
+import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,27 +40,36 @@ REQ = b"GET / HTTP/1.1\r\nHost: fleet\r\n\r\n"
 WANT = b"Hello, World!"
 
 
-def start_haproxy(ports):
+def start_haproxy(ports, tls_ports):
+    """haproxy: a plain frontend and a TLS one (passed through to tern,
+    which terminates TLS), both round robin over the instances."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(256)
+    t = socket.socket()
+    t.bind(("127.0.0.1", 0))
+    t.listen(64)
     cfg = ["global", "  maxconn 500", "defaults", "  mode tcp",
            "  timeout connect 2s", "  timeout client 20s",
-           "  timeout server 20s", "  retries 3", "  option redispatch 1",
-           "frontend fe", "  bind fd@%d" % s.fileno(), "  default_backend be",
-           "backend be", "  balance roundrobin"]
-    cfg += ["  server s%d 127.0.0.1:%d send-proxy-v2" % (i, p)
-            for i, p in enumerate(ports)]
+           "  timeout server 20s", "  retries 3", "  option redispatch 1"]
+    for name, sock, backs in [("plain", s, ports), ("tls", t, tls_ports)]:
+        cfg += ["frontend fe_" + name, "  bind fd@%d" % sock.fileno(),
+                "  default_backend be_" + name, "backend be_" + name,
+                "  balance roundrobin"]
+        cfg += ["  server s%d 127.0.0.1:%d send-proxy-v2" % (i, p)
+                for i, p in enumerate(backs)]
     path = os.path.join(tmp, "haproxy.cfg")
     with open(path, "w") as f:
         f.write("\n".join(cfg) + "\n")
     log = open(os.path.join(tmp, "haproxy.log"), "w+")
-    p = subprocess.Popen([HAPROXY, "-db", "-f", path], pass_fds=[s.fileno()],
+    p = subprocess.Popen([HAPROXY, "-db", "-f", path],
+                         pass_fds=[s.fileno(), t.fileno()],
                          stdin=subprocess.DEVNULL, stdout=log,
                          stderr=subprocess.STDOUT)
-    port = s.getsockname()[1]
+    port, tls_port = s.getsockname()[1], t.getsockname()[1]
     s.close()
-    return p, port
+    t.close()
+    return p, port, tls_port
 
 
 class Load:
@@ -149,19 +161,76 @@ def served(srv):
         return json.loads(r.body)["requests"]
 
 
+def make_cert():
+    cert = os.path.join(tmp, "f.crt")
+    key = os.path.join(tmp, "f.key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=DNS:localhost",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def instance(cert, key, ticket_key):
+    s = Server("hello", ["--workers", "1", "--proxy-protocol",
+                         "--tls-port", "0", "--cert", cert, "--key", key,
+                         "--ticket-key", ticket_key])
+    s.tls_port = int(re.match(r"tls listening on (\d+)$",
+                              s.next_line()).group(1))
+    s.check_alive = (lambda: check(s.alive() or s.returncode == 0,
+                                   "hello died"))
+    return s
+
+
+def tls_get(port, ctx, session=None):
+    """GET /peer over TLS through haproxy: (session, resumed, body, the
+    client's local port)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, session=session) as s:
+            lport = s.getsockname()[1]
+            s.sendall(b"GET /peer HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: close\r\n\r\n")
+            data = b""
+            while True:
+                got = s.recv(65536)
+                if not got:
+                    break
+                data += got
+            return (s.session, s.session_reused,
+                    data.split(b"\r\n\r\n", 1)[1].decode(), lport)
+
+
 @case(timeout=90)
 def drain_under_load():
     if not os.path.exists(HAPROXY):
         raise Skip("no haproxy (test/deps.sh installs it)")
-    a = Server("hello", ["--workers", "1", "--proxy-protocol"])
-    b = Server("hello", ["--workers", "1", "--proxy-protocol"])
-    for s in (a, b):
-        s.check_alive = (lambda s=s: check(s.alive() or s.returncode == 0,
-                                           "hello died"))
-    hap, port = start_haproxy([a.port, b.port])
+    cert, key = make_cert()
+    ticket_key = os.urandom(64).hex()
+    a = instance(cert, key, ticket_key)
+    b = instance(cert, key, ticket_key)
+    hap, port, tls_port = start_haproxy([a.port, b.port],
+                                        [a.tls_port, b.tls_port])
     try:
         time.sleep(0.3)
         check(hap.poll() is None, "haproxy exited")
+        # TLS through haproxy, terminated by tern: round robin alternates
+        # the instances, and every connection after the first resumes
+        # the first one's session, whichever instance it reaches; the
+        # peer is the client's (PROXY v2).
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        before = (served(a), served(b))
+        sess, reused, body, lport = tls_get(tls_port, ctx)
+        eq((reused, body), (False, "127.0.0.1 %d" % lport), "first")
+        for _ in range(4):
+            _, reused, body, lport = tls_get(tls_port, ctx, sess)
+            eq((reused, body), (True, "127.0.0.1 %d" % lport), "resumed")
+        after = (served(a), served(b))
+        check(after[0] - before[0] >= 3 and after[1] - before[1] >= 3,
+              "TLS requests per instance: %r -> %r" % (before, after))
         load = Load(port)
         threads = [threading.Thread(target=load.run) for _ in range(THREADS)]
         t0 = time.monotonic()
