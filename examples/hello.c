@@ -15,6 +15,10 @@
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
  *                       address and port as tern_request_peer gives them
+ *   GET  /peer          the client's address and port as tern_request_peer
+ *                       gives them ("ADDR PORT"), at once: behind a load
+ *                       balancer with --proxy-protocol, the client's
+ *                       that the PROXY header names
  *   GET  /defer?ms=N    answered from another thread after N ms; with
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
@@ -96,7 +100,17 @@
  * --access-log-buffer-size N set its queue); SIGHUP reopens the file.
  * --metrics also keeps /metrics' request duration histogram
  * (tern_server_time_requests). --redis PATH: the /db routes' Redis
- * (a Unix socket). SIGINT/SIGTERM stop gracefully (5 s deadline).
+ * (a Unix socket). --proxy-protocol: every TCP listener
+ * (plain and TLS) expects a PROXY protocol v1 or v2 header from a load
+ * balancer on loopback first (tern_listen_options); --proxy-trusted LIST
+ * trusts LIST's networks instead. --unix PATH also serves HTTP/1.1 and
+ * h2c on a Unix socket (a file, or "@name": abstract), printed as "unix
+ * listening on PATH" after the other listeners. --listen-fds serves the
+ * stream sockets systemd's LISTEN_PID/LISTEN_FDS hand over (TCP or Unix),
+ * each printed as "fd N listening on PORT" (0 for Unix) after the first
+ * line. --ticket-key HEX (128 digits) sets the TLS session-ticket key
+ * (tern_tls_set_ticket_key), the same on every instance of a fleet.
+ * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -420,6 +434,18 @@ static void peer_block(tern_request *r, void *user) {
   n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
                port);
   fprintf(stderr, "hello: peer-block: %s\n", body);
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* The client's address, as tern sees it (the PROXY header's, behind a
+ * balancer). */
+static void peer(tern_request *r, void *user) {
+  char addr[64], body[96];
+  int port = 0, n, rc;
+  (void)user;
+  rc = tern_request_peer(r, addr, sizeof(addr), &port);
+  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
+               port);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
@@ -954,6 +980,11 @@ int main(int argc, char **argv) {
   const char *host = "127.0.0.1", *redis_path = NULL;
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
   tern_quic_options quic_opts;
+  tern_listen_options listen_opts;
+  const char *unix_path = NULL;
+  static unsigned char ticket_key[TERN_TLS_TICKET_KEY_SIZE];
+  int have_ticket_key = 0;
+  int want_listen_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
 
@@ -961,6 +992,7 @@ int main(int argc, char **argv) {
   tern_settings_init(&s);
   tern_quic_options_init(&quic_opts);
   tern_access_log_options_init(&log_opts);
+  tern_listen_options_init(&listen_opts);
   for (i = 1; i < argc; i++) {
     if (option(argc, argv, &i, "--port", &port))
       continue;
@@ -1027,12 +1059,49 @@ int main(int argc, char **argv) {
       quic_opts.secret_len = n;
       continue;
     }
+    if (strcmp(argv[i], "--ticket-key") == 0 && i + 1 < argc) {
+      /* Hex, 128 digits: the same key on every instance of a fleet lets a
+       * client resume its TLS session on any of them. */
+      const char *hx = argv[++i];
+      size_t k;
+      if (strlen(hx) != 2 * TERN_TLS_TICKET_KEY_SIZE) {
+        fprintf(stderr, "hello: --ticket-key wants %d hex digits\n",
+                2 * TERN_TLS_TICKET_KEY_SIZE);
+        return 2;
+      }
+      for (k = 0; k < TERN_TLS_TICKET_KEY_SIZE; k++) {
+        unsigned v;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
+          fprintf(stderr, "hello: --ticket-key: not hex\n");
+          return 2;
+        }
+        ticket_key[k] = (unsigned char)v;
+      }
+      have_ticket_key = 1;
+      continue;
+    }
     if (strcmp(argv[i], "--quic-early-data") == 0) {
       quic_opts.early_data = 1;
       continue;
     }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--listen-fds") == 0) {
+      want_listen_fds = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--unix") == 0 && i + 1 < argc) {
+      unix_path = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--proxy-trusted") == 0 && i + 1 < argc) {
+      listen_opts.proxy_trusted = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--proxy-protocol") == 0) {
+      listen_opts.proxy_protocol = 1; /* trusting loopback, the default */
       continue;
     }
     if (strcmp(argv[i], "--default-handler") == 0) {
@@ -1117,6 +1186,7 @@ int main(int argc, char **argv) {
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
+  tern_route(server, "GET", "/peer", peer, NULL);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/overrun", overrun, NULL);
@@ -1140,12 +1210,29 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;
   }
-  if ((rc = tern_listen(server, host, (int)port, &bound)) != 0) {
+  if ((rc = tern_listen_ex(server, host, (int)port, &listen_opts, &bound)) !=
+      0) {
     fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
   }
   printf("listening on %d\n", bound);
+  if (want_listen_fds) {
+    /* Sockets the parent bound (systemd's LISTEN_FDS protocol). */
+    int fds[16], n = tern_listen_fds_from_env(fds, 16), k;
+    if (n < 0) {
+      fprintf(stderr, "hello: LISTEN_FDS: %s\n", tern_strerror(n));
+      return 1;
+    }
+    for (k = 0; k < n; k++) {
+      int p = 0;
+      if ((rc = tern_listen_fd(server, fds[k], &listen_opts, &p)) != 0) {
+        fprintf(stderr, "hello: fd %d: %s\n", fds[k], tern_strerror(rc));
+        return 1;
+      }
+      printf("fd %d listening on %d\n", fds[k], p);
+    }
+  }
   if (quic_port != 0 && tls_port == 0) {
     fprintf(stderr, "hello: --quic-port needs --tls-port (its certificates)\n");
     return 2;
@@ -1158,10 +1245,13 @@ int main(int argc, char **argv) {
     if ((rc = tern_tls_new(server, &tls)) != 0 ||
         (rc = tern_tls_set_engine(tls, tls_engine)) != 0 ||
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
+        (have_ticket_key && (rc = tern_tls_set_ticket_key(
+                                 tls, ticket_key, sizeof(ticket_key))) != 0) ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
-        (rc = tern_listen_tls(server, host,
-                              tls_port == 65536 ? 0 : (int)tls_port, tls,
-                              &bound)) != 0) {
+        (listen_opts.tls = tls,
+         rc =
+             tern_listen_ex(server, host, tls_port == 65536 ? 0 : (int)tls_port,
+                            &listen_opts, &bound)) != 0) {
       fprintf(stderr, "hello: tls: %s\n", tern_strerror(rc));
       return 1;
     }
@@ -1183,6 +1273,14 @@ int main(int argc, char **argv) {
     signal(SIGHUP, on_hup);
     if (pthread_create(&t, NULL, reloader, NULL) == 0)
       pthread_detach(t);
+  }
+  if (unix_path != NULL) {
+    /* Plain HTTP/1.1 and h2c; no PROXY header on it. */
+    if ((rc = tern_listen_unix(server, unix_path, NULL)) != 0) {
+      fprintf(stderr, "hello: unix %s: %s\n", unix_path, tern_strerror(rc));
+      return 1;
+    }
+    printf("unix listening on %s\n", unix_path);
   }
   fflush(stdout);
   signal(SIGINT, on_signal);

@@ -303,6 +303,22 @@ enum {
   TERN_TLS_1_3 = 0x0304,
 };
 
+#define TERN_TLS_TICKET_KEY_SIZE 64
+
+/* Set the key that session tickets are protected with (copied; exactly
+ * TERN_TLS_TICKET_KEY_SIZE bytes of good randomness), instead of the one
+ * drawn at random for each set. Give every instance behind one address
+ * the same key so that a client resumes its session on any of them.
+ * GnuTLS derives the keys it encrypts tickets with from this one and the
+ * time, and rotates them by itself (a ticket stays valid through the next
+ * period): instances' clocks must agree. Change the key (a restart with a
+ * new one) to invalidate every ticket issued. Before tern_run only (also
+ * on QUIC connections of the set). Errors: TERN_EINVAL (a NULL key or
+ * another size), TERN_ESTATE (running), TERN_ENOTSUP (the mbedTLS engine,
+ * whose 2.28 API cannot set ticket keys). */
+TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
+                                        size_t len);
+
 /* The lowest protocol version the set accepts (default TERN_TLS_1_2);
  * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
  * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
@@ -313,6 +329,83 @@ TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
  * Errors as tern_listen(), and TERN_ESTATE if `tls` has no committed set. */
 TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
                                 tern_tls *tls, int *bound_port);
+
+#define TERN_LISTEN_OPTIONS_VERSION 1
+
+/* A TCP listener's options (versioned as the ABI rule at the top says:
+ * fill with tern_listen_options_init, then change fields). */
+typedef struct {
+  int version;
+  uint32_t size;
+  /* Speak TLS with this set (committed already); NULL (the default):
+   * plain TCP. */
+  tern_tls *tls;
+  /* 1: every connection opens with a PROXY protocol header (HAProxy's,
+   * version 1 or 2, told apart by its first byte), sent by the load
+   * balancer in front of tern, before any TLS: the client address it
+   * carries becomes the connection's peer (tern_request_peer) and its
+   * destination the local address. A v2 LOCAL header (a balancer's health
+   * check) or a v1 UNKNOWN one keeps the socket's addresses. A header
+   * that is malformed, longer than 1024 bytes or not whole within the
+   * head timeout closes the connection. Default 0. */
+  int proxy_protocol;
+  /* The sources allowed to send that header: a comma-separated list of
+   * IPv4 and IPv6 networks ("10.0.0.0/8, 192.0.2.7, fd00::/8"; a bare
+   * address is one host); a connection from any other source is closed
+   * at accept. NULL (the default): loopback only (127.0.0.0/8, ::1).
+   * Copied. At most 64 networks; a list that does not parse is
+   * TERN_EINVAL. */
+  const char *proxy_trusted;
+} tern_listen_options;
+
+/* The defaults, with version and size set. */
+TERN_EXTERN void tern_listen_options_init(tern_listen_options *opts);
+
+/* Listen like tern_listen() (TLS when opts->tls is set, as
+ * tern_listen_tls()) with the options `opts` (NULL: the defaults, which
+ * is tern_listen()). Errors as tern_listen_tls(), and TERN_EINVAL for a
+ * version or size the ABI rule refuses or a bad field (logged). */
+TERN_EXTERN int tern_listen_ex(tern_server *srv, const char *host, int port,
+                               const tern_listen_options *opts,
+                               int *bound_port);
+
+/* Listen on a Unix domain socket (HTTP/1.1 and h2c; TLS and the PROXY
+ * protocol as `opts` says, NULL: plain). `path`: a file path, created by
+ * the bind and removed when the server is freed (an existing file is not
+ * replaced: TERN_EADDRINUSE; remove a stale one first), or "@name" for
+ * Linux's abstract namespace (no file). Every worker accepts from the one
+ * socket (each has a handle on a dup of it), as with TCP. Connections
+ * have no IP peer (tern_request_peer and tern_request_local answer
+ * TERN_EIO) unless a PROXY header names one; with proxy_protocol every client
+ * of the socket may send one (the file's permissions decide who connects;
+ * proxy_trusted does not apply). Errors: TERN_EINVAL, TERN_EADDR (a path
+ * of 108 bytes or more, or one that cannot be bound), TERN_EADDRINUSE,
+ * TERN_ESTATE, TERN_ENOMEM, TERN_EIO. Configuration time only. */
+TERN_EXTERN int tern_listen_unix(tern_server *srv, const char *path,
+                                 const tern_listen_options *opts);
+
+/* Listen on `fd`, a listening stream socket the parent process bound
+ * (systemd's socket activation, see tern_listen_fds_from_env, or any
+ * other supervisor): TCP over IPv4 or IPv6, or a Unix socket, with
+ * `opts` as tern_listen_ex (NULL: plain). It is made non-blocking and
+ * close-on-exec. On success tern owns it (closed when the server is
+ * freed) and stores a TCP socket's port in *bound_port if not NULL; on
+ * error the caller keeps it. Errors: TERN_EINVAL (not a listening stream
+ * socket: a UDP socket, or one that does not listen), TERN_ESTATE,
+ * TERN_ENOMEM, TERN_EIO. Configuration time only. */
+TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
+                               const tern_listen_options *opts,
+                               int *bound_port);
+
+/* systemd's LISTEN_FDS protocol (sd_listen_fds(3)): when LISTEN_PID is
+ * this process's id, store the LISTEN_FDS descriptors it was handed (3,
+ * 4, ...; made close-on-exec) in fds[0 .. max) and return their count,
+ * after removing LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the
+ * environment so that children do not take them too. 0 when the
+ * variables are absent or meant for another process. TERN_EINVAL (a
+ * malformed LISTEN_FDS), TERN_ENOMEM (more than `max`). Pass each to
+ * tern_listen_fd. Not thread-safe (it changes the environment). */
+TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
 
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC

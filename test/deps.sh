@@ -25,12 +25,14 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # hiredis (with its libuv adapter) and redis-server for hello's /db
 # routes and test_db.py, which starts its own Redis on a Unix socket;
 # pytest and venv for the Python binding's tests (bindings/python/tests:
-# test_install.py installs the package into a fresh venv).
+# test_install.py installs the package into a fresh venv); haproxy as the
+# real load balancer in front of hello (test_haproxy.py, test_fleet.py).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
-    valgrind libhiredis-dev redis-server python3-pytest python3-venv)
+    valgrind libhiredis-dev redis-server python3-pytest python3-venv
+    haproxy)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

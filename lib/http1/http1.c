@@ -1036,8 +1036,10 @@ static int h1_timeout(tern__conn *conn, int kind) {
       "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
       "Content-Length: 0\r\n\r\n";
 
+  /* No answer to a client that never finished its PROXY header: it is
+   * the balancer, not an HTTP client; the connection just closes. */
   if (kind != TERN__T_HEAD || c->nq != 0 || c->rpos >= c->rlen ||
-      (c->head.flags & TERN__C_WRITING))
+      c->proxy_wait || (c->head.flags & TERN__C_WRITING))
     return 0;
   tern__stream_read_stop(c);
   c->rpos = c->rlen;

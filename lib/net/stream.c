@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "net/proxy.h"
 #include "net/stream.h"
 
 static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf);
@@ -42,7 +43,8 @@ static void reject_pending(uv_stream_t *l) {
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg) {
+                         const tern__filter *filter, void *cfg,
+                         const tern__proxy_cfg *proxy) {
   tern_server *srv = w->srv;
   tern__conn *c = tern__conn_new(w, &tern__stream_transport);
   tern__stream *s;
@@ -53,29 +55,46 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   }
   s = tern__stream_of(c);
   memset((char *)s + sizeof(s->head), 0, sizeof(*s) - sizeof(s->head));
-  uv_tcp_init(w->loop, &s->tcp);
-  s->tcp.data = s;
-  if (uv_accept(l, (uv_stream_t *)&s->tcp) != 0 || w->stopping ||
+  if (l->type == UV_NAMED_PIPE)
+    uv_pipe_init(w->loop, &s->io.pipe, 0);
+  else
+    uv_tcp_init(w->loop, &s->io.tcp);
+  s->io.tcp.data = s;
+  if (uv_accept(l, (uv_stream_t *)&s->io.tcp) != 0 || w->stopping ||
       atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
           w->max_conns) {
-    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
     return;
   }
-  if (srv->s.tcp_nodelay)
-    uv_tcp_nodelay(&s->tcp, 1);
-  {
+  /* A Unix socket's client has no IP address: its peer stays unknown
+   * (family 0) until a PROXY header names it. */
+  if (l->type != UV_NAMED_PIPE) {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    if (uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+    if (srv->s.tcp_nodelay)
+      uv_tcp_nodelay(&s->io.tcp, 1);
+    if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->peer, (struct sockaddr *)&ss);
     len = sizeof(ss);
-    if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+    if (uv_tcp_getsockname(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->local, (struct sockaddr *)&ss);
+  }
+  /* PROXY: only a trusted balancer may name the client; anyone else is
+   * refused before a byte is read. On a Unix socket the socket file's
+   * permissions decide who may connect. */
+  if (proxy != NULL) {
+    if (l->type != UV_NAMED_PIPE &&
+        !tern__proxy_trusted(proxy->nets, proxy->nnets, c->peer.family,
+                             c->peer.addr)) {
+      uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
+      return;
+    }
+    s->proxy_wait = 1;
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->filter = filter;
   if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
-    uv_close((uv_handle_t *)&s->tcp, on_rejected_closed);
+    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
     return;
   }
   tern__outq_init(&s->out);
@@ -130,7 +149,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   char *p;
 
   (void)suggested;
-  if (s->filter != NULL) {
+  if (s->filter != NULL && !s->proxy_wait) {
     s->filter->read_buf(s->filt, s->head.w, buf);
     return;
   }
@@ -141,14 +160,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 void tern__stream_read_start(tern__stream *s) {
   if (s->head.flags & (TERN__C_READING | TERN__C_CLOSING | TERN__C_EOF))
     return;
-  if (uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read) == 0)
+  if (uv_read_start((uv_stream_t *)&s->io.tcp, on_alloc, on_read) == 0)
     s->head.flags |= TERN__C_READING;
 }
 
 void tern__stream_read_stop(tern__stream *s) {
   if (!(s->head.flags & TERN__C_READING))
     return;
-  uv_read_stop((uv_stream_t *)&s->tcp);
+  uv_read_stop((uv_stream_t *)&s->io.tcp);
   s->head.flags &= ~(unsigned)TERN__C_READING;
 }
 
@@ -277,6 +296,47 @@ static void stream_output(tern__conn *c) {
 
 static void stream_flush(tern__conn *c);
 
+/* The PROXY header, from the read buffer: 0 once it has been taken (its
+ * addresses become the connection's, the bytes after it go on to the
+ * filter or stay for the adapter), 1 while it is incomplete, -1 when
+ * the connection was closed (a malformed or oversized header). The head
+ * timer, armed at accept, bounds how long a header may take. */
+static int proxy_input(tern__stream *s) {
+  tern__conn *c = &s->head;
+  tern__proxy_hdr h;
+  int n = tern__proxy_parse(s->rbuf->data + s->rpos, s->rlen - s->rpos, &h);
+
+  if (n == TERN__PROXY_MORE && s->rlen - s->rpos < TERN__PROXY_MAX)
+    return 1;
+  if (n <= 0) {
+    tern__conn_close(c);
+    return -1;
+  }
+  s->proxy_wait = 0;
+  s->rpos += (size_t)n;
+  if (!h.local) {
+    tern__addr_set(&c->peer, (const struct sockaddr *)&h.src);
+    tern__addr_set(&c->local, (const struct sockaddr *)&h.dst);
+  }
+  /* Under TLS, what followed the header is ciphertext: hand it to the
+   * filter as if the socket had read it (once per connection). */
+  while (s->filter != NULL && s->rpos < s->rlen) {
+    uv_buf_t b;
+    size_t k = s->rlen - s->rpos;
+    s->filter->read_buf(s->filt, c->w, &b);
+    if (b.len == 0) {
+      tern__conn_close(c);
+      return -1;
+    }
+    if (k > b.len)
+      k = b.len;
+    memcpy(b.base, s->rbuf->data + s->rpos, k);
+    s->filter->received(s->filt, k);
+    s->rpos += k;
+  }
+  return 0;
+}
+
 static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   tern__stream *s = h->data;
   tern__conn *c = &s->head;
@@ -287,10 +347,12 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
       s->rpos = s->rlen = 0; /* closing: the bytes are dropped */
       return;
     }
-    if (s->filter != NULL)
+    if (s->filter != NULL && !s->proxy_wait)
       s->filter->received(s->filt, (size_t)nread); /* decrypted below */
     else
       s->rlen += (size_t)nread;
+    if (s->proxy_wait && proxy_input(s) != 0)
+      return;
     if (c->timer.kind == TERN__T_BODY)
       tern__conn_timer(c, TERN__T_BODY); /* progress re-arms it */
     stream_process(c);
@@ -311,6 +373,11 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
     }
     /* No room: the adapter cannot consume now. It restarts reading. */
     tern__stream_read_stop(s);
+    return;
+  }
+  if (nread == UV_EOF && s->proxy_wait) {
+    /* a truncated header */
+    tern__conn_close(c);
     return;
   }
   if (nread == UV_EOF && !(c->flags & TERN__C_LINGER)) {
@@ -352,7 +419,7 @@ static void linger(tern__stream *s) {
     return;
   }
   sr->data = c->w;
-  if (uv_shutdown(sr, (uv_stream_t *)&s->tcp, on_shutdown) != 0) {
+  if (uv_shutdown(sr, (uv_stream_t *)&s->io.tcp, on_shutdown) != 0) {
     tern__small_free(c->w, sr);
     tern__conn_close(c);
     return;
@@ -404,7 +471,7 @@ static void stream_flush(tern__conn *c) {
       tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
-    r = uv_try_write((uv_stream_t *)&s->tcp, iov, (unsigned)n);
+    r = uv_try_write((uv_stream_t *)&s->io.tcp, iov, (unsigned)n);
     if (r > 0) {
       TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
       tern__outq_consume(w, q, (size_t)r);
@@ -424,7 +491,7 @@ static void stream_flush(tern__conn *c) {
     }
     s->wr->req.data = s;
     s->wr->len = total;
-    if (uv_write(&s->wr->req, (uv_stream_t *)&s->tcp, iov, (unsigned)n,
+    if (uv_write(&s->wr->req, (uv_stream_t *)&s->io.tcp, iov, (unsigned)n,
                  on_write) != 0) {
       tern__small_free(w, s->wr);
       s->wr = NULL;
@@ -479,7 +546,7 @@ static void stream_timeout(tern__conn *c, int kind) {
 static void stream_close(tern__conn *c) {
   tern__stream *s = tern__stream_of(c);
   tern__stream_read_stop(s);
-  uv_close((uv_handle_t *)&s->tcp, on_handle_closed);
+  uv_close((uv_handle_t *)&s->io.tcp, on_handle_closed);
 }
 
 static void stream_free(tern__conn *c) {

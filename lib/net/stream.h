@@ -1,4 +1,5 @@
-/* The byte-stream transport (lib/net): a connection over TCP, with an
+/* The byte-stream transport (lib/net): a connection over TCP or a Unix
+ * socket, with an
  * optional filter (TLS) between its socket and its adapter. Only the
  * byte-stream adapters (HTTP/1.1, HTTP/2) and the transport itself see
  * this struct; the core sees its head.
@@ -7,6 +8,7 @@
 #define TERN_NET_STREAM_H
 
 #include "internal.h"
+#include "net/proxy.h"
 
 /* The transport's flags, in the head's flags word. */
 enum {
@@ -17,12 +19,19 @@ enum {
 
 typedef struct tern__stream {
   tern__conn head; /* first: the core's part */
-  uv_tcp_t tcp;
+  union {
+    uv_tcp_t tcp;   /* from a TCP listener */
+    uv_pipe_t pipe; /* from a Unix-socket listener */
+  } io;
 
   /* Plaintext input, consumed from rpos, filled up to rlen. */
   tern__rbuf *rbuf;
   size_t rpos, rlen;
 
+  /* A PROXY protocol header is still awaited: the socket's bytes go
+   * into the read buffer until it is whole, before the filter or the
+   * adapter sees any. */
+  int proxy_wait;
   const tern__filter *filter; /* NULL on plain TCP */
   void *filt;                 /* the filter's state */
   tern__outq out;             /* plaintext from the adapter */
@@ -63,8 +72,10 @@ size_t tern__stream_writing(const tern__stream *s);
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
 /* Accept a connection from TCP listener `l` on worker `w` through
- * `filter` (NULL: plain TCP) with `cfg` (lib/net/tcp.c calls it). */
+ * `filter` (NULL: plain TCP) with `cfg`, first reading a PROXY protocol
+ * header when `proxy` is not NULL (lib/net/tcp.c calls it). */
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg);
+                         const tern__filter *filter, void *cfg,
+                         const tern__proxy_cfg *proxy);
 
 #endif

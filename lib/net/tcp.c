@@ -1,32 +1,42 @@
-/* TCP listeners: one listening socket per address, a handle on it per
- * worker, and accept, which hands each new socket to the byte-stream
- * transport with the listener's filter (TLS) and its configuration.
- * tern_listen and tern_listen_tls live here.
+/* Byte-stream listeners, TCP and Unix sockets: one listening socket per
+ * address, a handle on it per worker, and accept, which hands each new
+ * socket to the byte-stream transport with the listener's filter (TLS)
+ * and its configuration. tern_listen, tern_listen_tls, tern_listen_ex and
+ * tern_listen_unix live here.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
-#include "net/stream.h"
 #include "net/net.h"
+#include "net/proxy.h"
+#include "net/stream.h"
 #include "tls/tls.h"
 
 typedef struct {
   tern__listener base; /* first: the core's part */
   tern_server *srv;
   int *fds;                   /* one per worker until its handle owns it */
-  uv_tcp_t *handles;          /* one per worker */
+  uv_tcp_t *handles;          /* one per worker (TCP) */
+  uv_pipe_t *pipes;           /* or these (a Unix socket) */
+  char *path;                 /* the socket file to remove at the end */
   unsigned char *open;        /* handles[i] was initialised */
   const tern__filter *filter; /* NULL: plain TCP */
   void *filter_cfg;           /* its configuration (a tern_tls) */
+  tern__proxy_cfg proxy;      /* with proxy.nets: a PROXY header first */
 } tcp_listener;
 
 static void on_connection(uv_stream_t *h, int status) {
   tcp_listener *l = h->data;
-  tern__worker *w = &l->srv->workers[(uv_tcp_t *)h - l->handles];
+  tern__worker *w =
+      &l->srv->workers[l->pipes != NULL ? (uv_pipe_t *)h - l->pipes
+                                        : (uv_tcp_t *)h - l->handles];
 
   if (status < 0) {
     /* Out of descriptors the listener stays readable and this runs again
@@ -37,23 +47,31 @@ static void on_connection(uv_stream_t *h, int status) {
     }
     return;
   }
-  tern__stream_accept(w, h, l->filter, l->filter_cfg);
+  tern__stream_accept(w, h, l->filter, l->filter_cfg,
+                      l->proxy.nets != NULL ? &l->proxy : NULL);
 }
 
 static int tcp_start(tern__listener *base, tern__worker *w) {
   tcp_listener *l = (tcp_listener *)base;
-  uv_tcp_t *h = &l->handles[w->id];
+  uv_stream_t *h;
   int rc;
 
-  uv_tcp_init(w->loop, h);
+  if (l->pipes != NULL) {
+    h = (uv_stream_t *)&l->pipes[w->id];
+    uv_pipe_init(w->loop, &l->pipes[w->id], 0);
+  } else {
+    h = (uv_stream_t *)&l->handles[w->id];
+    uv_tcp_init(w->loop, &l->handles[w->id]);
+  }
   h->data = l;
   l->open[w->id] = 1;
   w->handles_open++;
-  rc = uv_tcp_open(h, l->fds[w->id]);
+  rc = l->pipes != NULL ? uv_pipe_open(&l->pipes[w->id], l->fds[w->id])
+                        : uv_tcp_open(&l->handles[w->id], l->fds[w->id]);
   if (rc != 0)
     return TERN_EIO;
   l->fds[w->id] = -1; /* the handle owns it now */
-  rc = uv_listen((uv_stream_t *)h, 1024, on_connection);
+  rc = uv_listen(h, 1024, on_connection);
   if (rc != 0) {
     tern__log(w->srv, TERN_LOG_ERROR, "listen: %s", uv_strerror(rc));
     return TERN_EIO;
@@ -64,7 +82,9 @@ static int tcp_start(tern__listener *base, tern__worker *w) {
 static void tcp_stop(tern__listener *base, tern__worker *w) {
   tcp_listener *l = (tcp_listener *)base;
   if (l->open[w->id])
-    tern__worker_close_handle(w, (uv_handle_t *)&l->handles[w->id]);
+    tern__worker_close_handle(w, l->pipes != NULL
+                                     ? (uv_handle_t *)&l->pipes[w->id]
+                                     : (uv_handle_t *)&l->handles[w->id]);
 }
 
 static void tcp_free(tern__listener *base, tern_server *srv) {
@@ -75,7 +95,13 @@ static void tcp_free(tern__listener *base, tern_server *srv) {
       close(l->fds[i]);
   tern__free(srv, l->fds);
   tern__free(srv, l->handles);
+  tern__free(srv, l->pipes);
   tern__free(srv, l->open);
+  tern__free(srv, l->proxy.nets);
+  if (l->path != NULL) {
+    unlink(l->path);
+    tern__free(srv, l->path);
+  }
   tern__free(srv, l);
 }
 
@@ -137,10 +163,71 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   return fd;
 }
 
-/* Listen on host:port, each connection through `filter` (NULL: plain
- * TCP) with `cfg`. */
+/* A Unix socket bound to `path` ("@name": Linux's abstract namespace,
+ * no file) and listening, like open_socket. An existing file is not
+ * removed: a second server on one path fails (TERN_EADDRINUSE) rather
+ * than stealing the first one's clients. */
+static int open_unix(const char *path) {
+  struct sockaddr_un sun;
+  size_t n = strlen(path);
+  socklen_t len;
+  int fd;
+
+  memset(&sun, 0, sizeof(sun));
+  sun.sun_family = AF_UNIX;
+  if (n == 0 || n >= sizeof(sun.sun_path) || (path[0] == '@' && n < 2))
+    return TERN_EADDR;
+  memcpy(sun.sun_path, path, n);
+  if (path[0] == '@')
+    sun.sun_path[0] = '\0'; /* abstract: the name is the bytes after it */
+  len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
+                    (path[0] == '@' ? 0 : 1));
+  fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return TERN_EIO;
+  if (bind(fd, (const struct sockaddr *)&sun, len) != 0) {
+    int e = errno;
+    close(fd);
+    return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
+  }
+  if (listen(fd, 1024) != 0) {
+    close(fd);
+    if (path[0] != '@')
+      unlink(path);
+    return TERN_EIO;
+  }
+  return fd;
+}
+
+/* A descriptor handed over by the parent: a listening stream socket, TCP
+ * (its family) or Unix (AF_UNIX); made non-blocking. TERN_EINVAL for
+ * anything else (a UDP socket: tern_listen_quic's; a socket that does not
+ * listen). */
+static int given_domain(int fd) {
+  int type = 0, acc = 0, domain = 0;
+  socklen_t len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_STREAM)
+    return TERN_EINVAL;
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) != 0 || !acc)
+    return TERN_EINVAL;
+  len = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+      (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX))
+    return TERN_EINVAL;
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
+    return TERN_EIO;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return domain;
+}
+
+/* Listen on host:port, or on the Unix socket `unix_path` when it is not
+ * NULL, each connection through `filter` (NULL: plain) with `cfg`. */
 static int listen_on(tern_server *srv, const char *host, int port,
-                     const tern__filter *filter, void *cfg, int *bound_port) {
+                     const char *unix_path, int given_fd,
+                     const tern__filter *filter, void *cfg,
+                     const char *proxy_trusted, int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
   tcp_listener *l;
@@ -151,8 +238,15 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
-  if ((rc = tern__net_addr(host, port, &ss)) != 0)
+  if (given_fd >= 0) {
+    int domain = given_domain(given_fd);
+    if (domain < 0)
+      return domain;
+    if (domain == AF_UNIX)
+      unix_path = "@"; /* a Unix socket, bound by the parent */
+  } else if (unix_path == NULL && (rc = tern__net_addr(host, port, &ss)) != 0) {
     return rc;
+  }
   l = tern__malloc(srv, sizeof(*l));
   if (l == NULL)
     return TERN_ENOMEM;
@@ -161,10 +255,31 @@ static int listen_on(tern_server *srv, const char *host, int port,
   l->srv = srv;
   l->filter = filter;
   l->filter_cfg = cfg;
+  if (proxy_trusted != NULL) {
+    tern__proxy_net nets[TERN__PROXY_NETS];
+    int n = tern__proxy_nets(proxy_trusted, nets, TERN__PROXY_NETS);
+    if (n <= 0) {
+      tern__log(srv, TERN_LOG_ERROR,
+                "proxy_trusted: not a list of networks: %s", proxy_trusted);
+      tern__free(srv, l);
+      return TERN_EINVAL;
+    }
+    l->proxy.nets = tern__malloc(srv, (size_t)n * sizeof(*nets));
+    if (l->proxy.nets == NULL) {
+      tern__free(srv, l);
+      return TERN_ENOMEM;
+    }
+    memcpy(l->proxy.nets, nets, (size_t)n * sizeof(*nets));
+    l->proxy.nnets = (size_t)n;
+  }
   l->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
-  l->handles = tern__malloc(srv, srv->nworkers * sizeof(uv_tcp_t));
+  if (unix_path != NULL)
+    l->pipes = tern__malloc(srv, srv->nworkers * sizeof(uv_pipe_t));
+  else
+    l->handles = tern__malloc(srv, srv->nworkers * sizeof(uv_tcp_t));
   l->open = tern__malloc(srv, srv->nworkers);
-  if (l->fds == NULL || l->handles == NULL || l->open == NULL) {
+  if (l->fds == NULL || (l->handles == NULL && l->pipes == NULL) ||
+      l->open == NULL) {
     tern__free(srv, l->fds);
     l->fds = NULL;
     rc = TERN_ENOMEM;
@@ -173,14 +288,29 @@ static int listen_on(tern_server *srv, const char *host, int port,
   memset(l->open, 0, srv->nworkers);
   for (i = 0; i < srv->nworkers; i++)
     l->fds[i] = -1;
-  fd = open_socket(&ss, host == NULL);
+  if (given_fd >= 0)
+    fd = given_fd;
+  else if (unix_path != NULL)
+    fd = open_unix(unix_path);
+  else
+    fd = open_socket(&ss, host == NULL);
   if (fd < 0) {
     rc = fd;
     goto fail;
   }
   l->fds[0] = fd;
+  if (given_fd < 0 && unix_path != NULL && unix_path[0] != '@') {
+    l->path = tern__malloc(srv, strlen(unix_path) + 1);
+    if (l->path == NULL) {
+      unlink(unix_path);
+      rc = TERN_ENOMEM;
+      goto fail;
+    }
+    memcpy(l->path, unix_path, strlen(unix_path) + 1);
+  }
   /* Port 0: the bind picked the port; report it. */
-  if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
+  if (unix_path == NULL &&
+      getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
     rc = TERN_EIO;
     goto fail;
   }
@@ -193,13 +323,17 @@ static int listen_on(tern_server *srv, const char *host, int port,
   }
   if ((rc = tern__server_add_listener(srv, &l->base)) != 0)
     goto fail;
-  if (bound_port != NULL)
+  if (bound_port != NULL && unix_path == NULL)
     *bound_port = tern__net_port(&ss);
   return 0;
 fail:
+  if (given_fd >= 0 && l->fds != NULL && l->fds[0] == given_fd)
+    l->fds[0] = -1; /* the caller's again */
   if (l->fds == NULL) {
     tern__free(srv, l->handles);
+    tern__free(srv, l->pipes);
     tern__free(srv, l->open);
+    tern__free(srv, l->proxy.nets);
     tern__free(srv, l);
   } else {
     tcp_free(&l->base, srv);
@@ -208,7 +342,7 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, NULL, bound_port);
+  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, bound_port);
 }
 
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
@@ -217,5 +351,97 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
     return TERN_EINVAL;
   if (!tern__tls_ready(tls))
     return TERN_ESTATE;
-  return listen_on(srv, host, port, tern__tls_filter_of(tls), tls, bound_port);
+  return listen_on(srv, host, port, NULL, -1, tern__tls_filter_of(tls), tls,
+                   NULL, bound_port);
+}
+
+void tern_listen_options_init(tern_listen_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_LISTEN_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+}
+
+static const size_t listen_options_ends[] = {
+    TERN__END(tern_listen_options, proxy_trusted),
+};
+
+/* tern_listen_ex and tern_listen_unix: the options read and checked. */
+static int listen_opts(tern_server *srv, const char *what, const char *host,
+                       int port, const char *unix_path, int fd,
+                       const tern_listen_options *opts, int *bound_port) {
+  tern_listen_options o;
+  char why[128];
+
+  if (srv == NULL)
+    return TERN_EINVAL;
+  tern_listen_options_init(&o);
+  if (opts != NULL && tern__abi_read(&o, sizeof(o), opts, listen_options_ends,
+                                     1, why, sizeof(why)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "%s: %s", what, why);
+    return TERN_EINVAL;
+  }
+  if (o.proxy_protocol != 0 && o.proxy_protocol != 1) {
+    tern__log(srv, TERN_LOG_ERROR, "%s: proxy_protocol is 0 or 1", what);
+    return TERN_EINVAL;
+  }
+  if (o.tls != NULL && !tern__tls_ready(o.tls))
+    return TERN_ESTATE;
+  return listen_on(
+      srv, host, port, unix_path, fd,
+      o.tls != NULL ? tern__tls_filter_of(o.tls) : NULL, o.tls,
+      o.proxy_protocol
+          ? (o.proxy_trusted != NULL ? o.proxy_trusted : "127.0.0.0/8, ::1")
+          : NULL,
+      bound_port);
+}
+
+int tern_listen_ex(tern_server *srv, const char *host, int port,
+                   const tern_listen_options *opts, int *bound_port) {
+  return listen_opts(srv, "tern_listen_ex", host, port, NULL, -1, opts,
+                     bound_port);
+}
+
+int tern_listen_unix(tern_server *srv, const char *path,
+                     const tern_listen_options *opts) {
+  if (path == NULL)
+    return TERN_EINVAL;
+  return listen_opts(srv, "tern_listen_unix", NULL, 0, path, -1, opts, NULL);
+}
+
+int tern_listen_fd(tern_server *srv, int fd, const tern_listen_options *opts,
+                   int *bound_port) {
+  if (fd < 0)
+    return TERN_EINVAL;
+  return listen_opts(srv, "tern_listen_fd", NULL, 0, NULL, fd, opts,
+                     bound_port);
+}
+
+int tern_listen_fds_from_env(int *fds, size_t max) {
+  const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
+  char *end;
+  long v, i;
+
+  if (fds == NULL && max > 0)
+    return TERN_EINVAL;
+  if (pid == NULL || n == NULL)
+    return 0;
+  v = strtol(pid, &end, 10);
+  if (*pid == '\0' || *end != '\0' || v != (long)getpid())
+    return 0; /* meant for another process (the parent's) */
+  v = strtol(n, &end, 10);
+  if (*n == '\0' || *end != '\0' || v < 0 || v > 4096)
+    return TERN_EINVAL;
+  if ((size_t)v > max)
+    return TERN_ENOMEM;
+  for (i = 0; i < v; i++) {
+    fds[i] = 3 + (int)i; /* SD_LISTEN_FDS_START */
+    fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+  }
+  /* Not passed on to the children of this process. */
+  unsetenv("LISTEN_PID");
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_FDNAMES");
+  return (int)v;
 }

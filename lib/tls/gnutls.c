@@ -91,6 +91,20 @@ static int gtls_tls_init(tern_tls *t, void **out) {
   return 0;
 }
 
+/* GnuTLS derives the keys that encrypt tickets from this master key and
+ * the time, rotating them by itself (each ticket key is used for a
+ * period and still accepted for the next): instances given the same
+ * master key, with clocks that agree, derive the same keys. */
+static int gtls_set_ticket_key(tern_tls *t, void *state, const void *key,
+                               size_t len) {
+  gtls_state *st = state;
+  (void)t;
+  if (st->ticket_key.size != len)
+    return TERN_EINVAL;
+  memcpy(st->ticket_key.data, key, len);
+  return 0;
+}
+
 static void gtls_tls_free(tern_tls *t, void *state) {
   gtls_state *st = state;
   gnutls_memset(st->ticket_key.data, 0, st->ticket_key.size);
@@ -615,4 +629,5 @@ const tern__tls_engine tern__tls_gnutls = {
     .gen_free = gtls_gen_free,
     .filter = &tern__tls_gnutls_filter,
     .quic_session = gtls_quic_session,
+    .set_ticket_key = gtls_set_ticket_key,
 };

@@ -103,6 +103,18 @@ const char *tern_tls_engine_name(const tern_tls *t) {
   return t != NULL ? engine_of(t)->name : "none";
 }
 
+int tern_tls_set_ticket_key(tern_tls *t, const void *key, size_t len) {
+  const tern__tls_engine *e;
+  if (t == NULL || key == NULL || len != TERN_TLS_TICKET_KEY_SIZE)
+    return TERN_EINVAL;
+  if (atomic_load(&t->srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  e = engine_of(t);
+  if (e->set_ticket_key == NULL)
+    return TERN_ENOTSUP;
+  return e->set_ticket_key(t, t->state[e->id], key, len);
+}
+
 int tern_tls_set_min_version(tern_tls *t, int version) {
   if (t == NULL || (version != TERN_TLS_1_2 && version != TERN_TLS_1_3))
     return TERN_EINVAL;
