@@ -201,9 +201,15 @@ def untrusted_source_refused():
                          "--proxy-trusted", "192.0.2.0/24, 2001:db8::/32"])
     try:
         with Conn(s.port) as c:
-            c.send(v2_tcp4("192.0.2.1", 1))
-            c.send(b"GET /peer HTTP/1.1\r\nHost: x\r\n\r\n")
-            got, how = recv_until_close(c.sock, timeout=3)
+            # tern closes an untrusted source at accept: the sends may
+            # already meet the closed socket (EPIPE or a reset), which is
+            # the refusal too
+            try:
+                c.send(v2_tcp4("192.0.2.1", 1))
+                c.send(b"GET /peer HTTP/1.1\r\nHost: x\r\n\r\n")
+                got, how = recv_until_close(c.sock, timeout=3)
+            except (BrokenPipeError, ConnectionResetError):
+                got, how = b"", "reset"
             eq((got, how != "timeout"), (b"", True), "(answer, closed)")
         t = Server("hello", ["--workers", "1", "--proxy-protocol",
                              "--proxy-trusted", "10.0.0.0/8, 127.0.0.0/31"])
