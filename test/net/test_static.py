@@ -323,11 +323,77 @@ def truncated_while_served():
     eq(get(port(), "/static/a.txt").body, BODY, "server still serves")
 
 
+def tls_server():
+    """hello with TLS (h1, h2) and HTTP/3 serving the same root."""
+    if "tls" not in S:
+        c = os.path.join(S["dir"], "c.crt")
+        k = os.path.join(S["dir"], "c.key")
+        subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                        "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-subj",
+                        "/CN=localhost", "-keyout", k, "-out", c, "-addext",
+                        "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                       check=True, capture_output=True)
+        args = ["--tls-port", "0", "--cert", c, "--key", k, "--static",
+                S["root"]]
+        quic = shutil.which("gtlsclient") is not None
+        if quic:
+            args += ["--quic-port", "0"]
+        srv = Server("hello", args)
+        srv.tls_port = srv.quic_port = None
+        while srv.tls_port is None or (quic and srv.quic_port is None):
+            line = srv.next_line()
+            m = re.match(r"tls listening on (\d+)$", line)
+            if m:
+                srv.tls_port = int(m.group(1))
+            m = re.match(r"quic listening on (\d+)$", line)
+            if m:
+                srv.quic_port = int(m.group(1))
+        S["tls"] = srv
+        with open(os.path.join(S["root"], "r.bin"), "wb") as f:
+            f.write(os.urandom(3 << 20))
+    return S["tls"]
+
+
+@suite.case(timeout=30)
+def tls_h1_h2():
+    srv = tls_server()
+    want = open(os.path.join(S["root"], "r.bin"), "rb").read()
+    for v in ["--http1.1", "--http2"]:
+        out = subprocess.run(
+            ["curl", "-sS", "-k", v, "-o", "-", "-w", "%{http_version}",
+             "https://127.0.0.1:%d/static/r.bin" % srv.tls_port],
+            capture_output=True, timeout=30)
+        check(out.returncode == 0, "curl %s: %r" % (v, out.stderr))
+        eq(out.stdout[:len(want)], want, "%s over TLS" % v)
+        eq(out.stdout[len(want):], b"1.1" if v == "--http1.1" else b"2",
+           "version")
+
+
+@suite.case(timeout=30)
+def http3():
+    srv = tls_server()
+    if srv.quic_port is None:
+        from harness import Skip
+        raise Skip("gtlsclient (Debian package ngtcp2-client) not installed")
+    dl = tempfile.mkdtemp(dir=S["dir"], prefix="dl-")
+    cmd = ["gtlsclient", "--exit-on-all-streams-close", "--timeout=5s",
+           "--handshake-timeout=5s", "-q", "--download=" + dl, "127.0.0.1",
+           str(srv.quic_port)] + [
+        "https://localhost:%d/static/%s" % (srv.quic_port, n)
+        for n in ("a.txt", "r.bin")]
+    out = subprocess.run(cmd, capture_output=True, timeout=30)
+    eq(open(os.path.join(dl, "a.txt"), "rb").read(), BODY, "h3 a.txt")
+    eq(open(os.path.join(dl, "r.bin"), "rb").read(),
+       open(os.path.join(S["root"], "r.bin"), "rb").read(), "h3 3 MiB")
+
+
 try:
     setup()
     suite.main()
 finally:
-    if "srv" in S:
-        S["srv"].stop()
+    for k in ("srv", "tls"):
+        if k in S:
+            S[k].stop()
     if "dir" in S:
         shutil.rmtree(S["dir"], ignore_errors=True)
