@@ -4,6 +4,7 @@
 #include "t.h"
 
 #include "core/static.h"
+#include "tern.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -210,7 +211,39 @@ static void test_mime(void) {
   mime("f.woff2", "font/woff2");
 }
 
+static void test_options(void) {
+  tern_static_options o;
+  tern_static *st = (tern_static *)1;
+  tern_static_options_init(&o);
+  T_EQ_INT(o.version, TERN_STATIC_OPTIONS_VERSION);
+  T_EQ_INT(o.size, sizeof o);
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL); /* no root */
+  T_ASSERT(st == NULL);
+  o.root = "/nonexistent-tern-root";
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EIO);
+  o.root = "/";
+  o.flags = 1u << 7;
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  o.flags = 0;
+  o.index = "a/b.html";
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  o.index = "index.html";
+  o.cache_control = "x\r\nSet-Cookie: y";
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  o.cache_control = NULL;
+  o.version = 0;
+  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  o.version = TERN_STATIC_OPTIONS_VERSION;
+  T_EQ_INT(tern_static_new(NULL, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(&o, &st), 0);
+  T_ASSERT(st != NULL);
+  T_EQ_INT(tern_static_mount(NULL, "/s", st), TERN_EINVAL);
+  tern_static_free(st);
+  tern_static_free(NULL);
+}
+
 int main(void) {
+  T_RUN(test_options);
   T_RUN(test_path);
   T_RUN(test_ranges);
   T_RUN(test_etag);
