@@ -65,6 +65,7 @@ typedef struct {
   int nranges, cur; /* cur: the range being sent */
   uint64_t off;     /* next byte of ranges[cur] to read */
   int multipart;
+  int mem; /* the whole file is in buf (read on the pool) */
   const char *type;
   char boundary[24];
   char *buf;
@@ -267,6 +268,27 @@ static void work_cb(uv_work_t *req) {
   }
   j->fd = fd;
   j->size = (uint64_t)sb.st_size;
+  /* A file of one block or less is read here, on the same trip to the
+   * pool, and closed: the worker then answers from memory. */
+  if (!j->head && j->size <= st->block) {
+    size_t got = 0;
+    if ((j->buf = malloc(j->size ? j->size : 1)) != NULL) {
+      while (got < j->size) {
+        ssize_t n = pread(fd, j->buf + got, j->size - got, (off_t)got);
+        if (n <= 0)
+          break;
+        got += (size_t)n;
+      }
+      if (got == j->size) {
+        close(fd);
+        j->fd = -1;
+        j->mem = 1;
+      } else {
+        free(j->buf); /* changed under us: the block path ends it short */
+        j->buf = NULL;
+      }
+    }
+  }
   j->mtime = (int64_t)sb.st_mtim.tv_sec;
   j->mtime_ns =
       (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
@@ -504,6 +526,25 @@ static void after_cb(uv_work_t *req, int status) {
     return;
   }
 body:
+  if (j->mem) {
+    /* Copied writes (at most one block): the buffer goes at once. */
+    for (int i = 0; i < j->nranges; i++) {
+      const tern__range *g = &j->ranges[i];
+      if (j->multipart) {
+        j->cur = i;
+        if (part_head(j) != 0)
+          break;
+      }
+      if (tern_response_write(r, j->buf + g->first,
+                              (size_t)(g->last - g->first + 1), NULL,
+                              NULL) != 0)
+        break;
+    }
+    j->cur = j->nranges;
+    j->off = 0;
+    read_next(j); /* the closing boundary, the end */
+    return;
+  }
   if ((j->buf = malloc(st->block)) == NULL) {
     finish(j);
     return;
@@ -553,6 +594,7 @@ void tern_static_handler(tern_request *r, void *user) {
   j->buf = NULL;
   j->fd = -1;
   j->multipart = 0;
+  j->mem = 0;
   j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
   {
     size_t al;

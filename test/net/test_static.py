@@ -246,6 +246,13 @@ def huge_sparse_file():
     r = get(port(), "/static/huge.bin",
             headers={"Range": "bytes=%d-%d" % (BIG - 20, BIG - 13)})
     eq(r.body, b"\0\0\0\x000123", "a range across the written end")
+    # Several ranges of a file larger than a block: read block by block.
+    r = get(port(), "/static/huge.bin",
+            headers={"Range": "bytes=0-3,%d-%d,-4" % (1 << 32, (1 << 32) + 1)})
+    eq(r.status, 206, "multi status")
+    eq(parts(r), [(0, 3, b"\0" * 4), (1 << 32, (1 << 32) + 1, b"\0\0"),
+                  (BIG - 4, BIG - 1, b"cdef")], "parts past 4 GiB")
+    eq(int(r.headers["content-length"]), len(r.body), "multipart length")
 
 
 @suite.case
