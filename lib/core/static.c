@@ -272,7 +272,7 @@ static void work_cb(uv_work_t *req) {
    * pool, and closed: the worker then answers from memory. */
   if (!j->head && j->size <= st->block) {
     size_t got = 0;
-    if ((j->buf = malloc(j->size ? j->size : 1)) != NULL) {
+    if ((j->buf = tern__malloc(j->srv, j->size ? j->size : 1)) != NULL) {
       while (got < j->size) {
         ssize_t n = pread(fd, j->buf + got, j->size - got, (off_t)got);
         if (n <= 0)
@@ -284,7 +284,8 @@ static void work_cb(uv_work_t *req) {
         j->fd = -1;
         j->mem = 1;
       } else {
-        free(j->buf); /* changed under us: the block path ends it short */
+        tern__free(j->srv,
+                   j->buf); /* changed under us: the block path ends it short */
         j->buf = NULL;
       }
     }
@@ -301,8 +302,8 @@ static void work_cb(uv_work_t *req) {
 static void close_cb(uv_fs_t *req) {
   job *j = req->data;
   uv_fs_req_cleanup(req);
-  free(j->buf);
-  free(j);
+  tern__free(j->srv, j->buf);
+  tern__free(j->srv, j);
 }
 
 /* Close the file (on the pool) and free the job. */
@@ -312,8 +313,8 @@ static void release(job *j) {
     if (uv_fs_close(j->loop, &j->fs, j->fd, close_cb) == 0)
       return;
   }
-  free(j->buf);
-  free(j);
+  tern__free(j->srv, j->buf);
+  tern__free(j->srv, j);
 }
 
 /* End a started response and release. */
@@ -545,7 +546,7 @@ body:
     read_next(j); /* the closing boundary, the end */
     return;
   }
-  if ((j->buf = malloc(st->block)) == NULL) {
+  if ((j->buf = tern__malloc(j->srv, st->block)) == NULL) {
     finish(j);
     return;
   }
@@ -571,14 +572,15 @@ void tern_static_handler(tern_request *r, void *user) {
   p = tern_request_param(r, "*", 1, &pl);
   if (p == NULL)
     p = tern_request_path(r, &pl);
-  if ((j = malloc(sizeof *j)) == NULL) {
+  if ((j = tern__malloc(r->w->srv, sizeof *j)) == NULL) {
     tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
     return;
   }
   n = tern__static_path(p, pl, (st->flags & TERN_STATIC_HIDDEN) != 0, j->path,
                         PATH_CAP - 32, &dir);
+  j->srv = r->w->srv;
   if (n < 0) {
-    free(j);
+    tern__free(j->srv, j);
     if (n == TERN__SP_HIDDEN)
       tern_respond(r, 404, NULL, 0, "404 Not Found\n", 14);
     else if (n == TERN__SP_LONG)
@@ -603,9 +605,8 @@ void tern_static_handler(tern_request *r, void *user) {
   }
   j->work.data = j;
   j->loop = r->w->loop;
-  j->srv = r->w->srv;
   if (uv_queue_work(j->loop, &j->work, work_cb, after_cb) != 0) {
-    free(j);
+    tern__free(j->srv, j);
     tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
   }
 }
