@@ -425,14 +425,18 @@ static void after_cb(uv_work_t *req, int status) {
         memcpy(loc, p, pl);
         loc[pl] = '/';
         ADD("location", loc, pl + 1);
-        tern_respond(r, 301, h, nh, NULL, 0);
-        release(j);
-        return;
+        if (tern_respond(r, 301, h, nh, NULL, 0) != TERN_EINVAL) {
+          release(j);
+          return;
+        }
       }
     }
-    tern_respond(
-        r, j->result == J_FORBIDDEN ? 403 : 404, NULL, 0,
-        j->result == J_FORBIDDEN ? "403 Forbidden\n" : "404 Not Found\n", 14);
+    if (status != 0) /* cancelled: the loop is closing */
+      tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    else
+      tern_respond(
+          r, j->result == J_FORBIDDEN ? 403 : 404, NULL, 0,
+          j->result == J_FORBIDDEN ? "403 Forbidden\n" : "404 Not Found\n", 14);
     release(j);
     return;
   }
@@ -595,6 +599,8 @@ void tern_static_handler(tern_request *r, void *user) {
   j->st = st;
   j->buf = NULL;
   j->fd = -1;
+  j->result = J_ERROR; /* until the pool has run (it may be cancelled) */
+  j->enc = -1;
   j->multipart = 0;
   j->mem = 0;
   j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
