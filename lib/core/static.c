@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,37 @@ struct tern_static {
   char *cache_control;
   unsigned flags;
   size_t block;
+  uv_mutex_t lock; /* the cache, shared by the workers */
+  struct centry *cache[256];
 };
+
+/* The open-file cache: small files (up to CACHE_MAX bytes) kept in memory
+ * with what the pool found, by normalised path, trailing '/' and
+ * Accept-Encoding q-values (which pick the sibling), for CACHE_TTL_NS
+ * after they were read; a hit is answered on the worker without a trip
+ * to the pool and without an allocation. Within that time a changed file
+ * is still served as it was, its old bytes under its old ETag. */
+#define CACHE_SLOTS 256
+#define CACHE_MAX 16384
+#define CACHE_TTL_NS 1000000000ull
+typedef struct centry {
+  int refs; /* st->lock */
+  int gone; /* replaced: freed by the last unref */
+  uint64_t stamp;
+  int q[TERN__ENC_N];
+  int dir, enc;
+  uint64_t size, ino, mtime_ns;
+  int64_t mtime;
+  size_t klen, rlen;
+  char *key, *rpath, *data;
+} centry;
+
+static void centry_free(centry *e) {
+  free(e->key);
+  free(e->rpath);
+  free(e->data);
+  free(e);
+}
 
 #define PATH_CAP 4096
 
@@ -65,11 +96,14 @@ typedef struct {
   int nranges, cur; /* cur: the range being sent */
   uint64_t off;     /* next byte of ranges[cur] to read */
   int multipart;
-  int mem; /* the whole file is in buf (read on the pool) */
+  int mem;       /* the whole file is in buf (read on the pool) */
+  int stack;     /* the job lives on the handler's stack (a cache hit) */
+  centry *entry; /* a cache hit's entry: buf is its data */
   const char *type;
   char boundary[24];
   char *buf;
   size_t plen;
+  size_t klen; /* the request's normalised path: path[0..klen) */
   char path[PATH_CAP];
 } job;
 
@@ -107,10 +141,17 @@ int tern_static_new(const tern_static_options *o, tern_static **out) {
     return TERN_EIO;
   }
   st->root_real = strdup(real);
+  st->index = st->cache_control = NULL;
   st->root_real_len = strlen(real);
   st->index = o->index != NULL && o->index[0] ? strdup(o->index) : NULL;
   st->cache_control = o->cache_control ? strdup(o->cache_control) : NULL;
   st->flags = o->flags;
+  if (uv_mutex_init(&st->lock) != 0) {
+    close(st->rootfd);
+    free(st->root_real);
+    free(st);
+    return TERN_ENOMEM;
+  }
   st->block = o->block_size ? o->block_size : 64 * 1024;
   if (st->block < 4096)
     st->block = 4096;
@@ -130,6 +171,10 @@ void tern_static_free(tern_static *st) {
     return;
   if (st->rootfd >= 0)
     close(st->rootfd);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (st->cache[i] != NULL)
+      centry_free(st->cache[i]);
+  uv_mutex_destroy(&st->lock);
   free(st->root_real);
   free(st->index);
   free(st->cache_control);
@@ -306,8 +351,84 @@ static void close_cb(uv_fs_t *req) {
   tern__free(j->srv, j);
 }
 
+static void cache_unref(tern_static *st, centry *e) {
+  int last;
+  uv_mutex_lock(&st->lock);
+  last = --e->refs == 0 && e->gone;
+  uv_mutex_unlock(&st->lock);
+  if (last)
+    centry_free(e);
+}
+
+static unsigned cache_slot(const job *j) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < j->plen; i++)
+    h = (h ^ (unsigned char)j->path[i]) * 16777619u;
+  h = (h ^ (unsigned)j->dir) * 16777619u;
+  for (int i = 0; i < TERN__ENC_N; i++)
+    h = (h ^ (unsigned)j->q[i]) * 16777619u;
+  return h % CACHE_SLOTS;
+}
+
+/* After a small file was read whole: keep it. `key` is the request's
+ * normalised path (before an index name was appended). */
+static void cache_put(job *j, const char *key, size_t klen) {
+  tern_static *st = j->st;
+  centry *e = calloc(1, sizeof *e), *old;
+  unsigned slot;
+  if (e == NULL)
+    return;
+  e->key = malloc(klen + 1);
+  e->rpath = malloc(j->plen + 1);
+  e->data = malloc(j->size ? j->size : 1);
+  if (e->key == NULL || e->rpath == NULL || e->data == NULL) {
+    centry_free(e);
+    return;
+  }
+  memcpy(e->key, key, klen);
+  e->klen = klen;
+  memcpy(e->rpath, j->path, j->plen);
+  e->rlen = j->plen;
+  memcpy(e->data, j->buf, j->size);
+  memcpy(e->q, j->q, sizeof e->q);
+  e->dir = j->dir;
+  e->enc = j->enc;
+  e->size = j->size;
+  e->ino = j->ino;
+  e->mtime_ns = j->mtime_ns;
+  e->mtime = j->mtime;
+  e->stamp = uv_hrtime();
+  {
+    /* The slot is the key's (the request path's), not the resolved
+     * path's. */
+    job k;
+    memcpy(k.path, key, klen);
+    k.plen = klen;
+    k.dir = j->dir;
+    memcpy(k.q, j->q, sizeof k.q);
+    slot = cache_slot(&k);
+  }
+  uv_mutex_lock(&st->lock);
+  old = st->cache[slot];
+  st->cache[slot] = e;
+  if (old != NULL) {
+    old->gone = 1;
+    if (old->refs != 0)
+      old = NULL; /* its last user frees it */
+  }
+  uv_mutex_unlock(&st->lock);
+  if (old != NULL)
+    centry_free(old);
+}
+
 /* Close the file (on the pool) and free the job. */
 static void release(job *j) {
+  if (j->entry != NULL) {
+    cache_unref(j->st, j->entry);
+    j->buf = NULL; /* the entry's */
+  }
+  if (j->stack)
+    return;
   if (j->fd >= 0) {
     j->fs.data = j;
     if (uv_fs_close(j->loop, &j->fs, j->fd, close_cb) == 0)
@@ -440,6 +561,8 @@ static void after_cb(uv_work_t *req, int status) {
     release(j);
     return;
   }
+  if (j->mem && j->entry == NULL && j->size <= CACHE_MAX)
+    cache_put(j, j->path, j->klen);
   j->type = tern__mime_type(j->path, j->plen); /* the sibling's name is
                                                   not in path */
   elen = (size_t)snprintf(etag, sizeof etag,
@@ -570,21 +693,16 @@ void tern_static_handler(tern_request *r, void *user) {
   const char *p, *m;
   size_t pl, ml;
   int n, dir;
-  job *j;
+  job sj, *j = &sj;
+  centry *e;
 
   m = tern_request_method(r, &ml);
   p = tern_request_param(r, "*", 1, &pl);
   if (p == NULL)
     p = tern_request_path(r, &pl);
-  if ((j = tern__malloc(r->w->srv, sizeof *j)) == NULL) {
-    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
-    return;
-  }
   n = tern__static_path(p, pl, (st->flags & TERN_STATIC_HIDDEN) != 0, j->path,
                         PATH_CAP - 32, &dir);
-  j->srv = r->w->srv;
   if (n < 0) {
-    tern__free(j->srv, j);
     if (n == TERN__SP_HIDDEN)
       tern_respond(r, 404, NULL, 0, "404 Not Found\n", 14);
     else if (n == TERN__SP_LONG)
@@ -593,7 +711,8 @@ void tern_static_handler(tern_request *r, void *user) {
       tern_respond(r, 400, NULL, 0, "400 Bad Request\n", 16);
     return;
   }
-  j->plen = (size_t)n;
+  j->srv = r->w->srv;
+  j->plen = j->klen = (size_t)n;
   j->dir = dir;
   j->r = r;
   j->st = st;
@@ -603,14 +722,53 @@ void tern_static_handler(tern_request *r, void *user) {
   j->enc = -1;
   j->multipart = 0;
   j->mem = 0;
+  j->stack = 0;
+  j->entry = NULL;
   j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
   {
     size_t al;
     const char *ae = tern_request_header(r, "accept-encoding", 15, &al);
     tern__static_accept(ae, al, j->q);
   }
-  j->work.data = j;
   j->loop = r->w->loop;
+  /* The cache: a hit is answered here, from the stack. */
+  if (!j->head) {
+    unsigned slot = cache_slot(j);
+    uint64_t now = uv_hrtime();
+    uv_mutex_lock(&st->lock);
+    e = st->cache[slot];
+    if (e != NULL && e->klen == j->klen && e->dir == dir &&
+        memcmp(e->key, j->path, j->klen) == 0 &&
+        memcmp(e->q, j->q, sizeof e->q) == 0 && now - e->stamp < CACHE_TTL_NS)
+      e->refs++;
+    else
+      e = NULL;
+    uv_mutex_unlock(&st->lock);
+    if (e != NULL) {
+      j->stack = 1;
+      j->entry = e;
+      j->mem = 1;
+      j->result = J_OK;
+      j->enc = e->enc;
+      j->size = e->size;
+      j->ino = e->ino;
+      j->mtime_ns = e->mtime_ns;
+      j->mtime = e->mtime;
+      j->buf = e->data;
+      memcpy(j->path, e->rpath, e->rlen);
+      j->path[e->rlen] = '\0';
+      j->plen = e->rlen;
+      j->work.data = j;
+      after_cb(&j->work, 0);
+      return;
+    }
+  }
+  if ((j = tern__malloc(sj.srv, sizeof *j)) == NULL) {
+    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    return;
+  }
+  memcpy(j, &sj, offsetof(job, path) + sj.plen + 1);
+  j->work.data = j;
   if (uv_queue_work(j->loop, &j->work, work_cb, after_cb) != 0) {
     tern__free(j->srv, j);
     tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);

@@ -8,6 +8,7 @@ server memory stays bounded, and a file truncated while it is served.
 """
 
 import gzip
+import json
 import os
 import re
 import shutil
@@ -233,6 +234,34 @@ def precompressed():
     r1 = get(port(), "/static/s.css", headers={"Accept-Encoding": "gzip"})
     r2 = get(port(), "/static/s.css")
     check(r1.headers["etag"] != r2.headers["etag"], "etag per coding")
+
+
+@suite.case
+def cached_file():
+    # A small file is kept in memory for a second: answered then without
+    # an allocation, and read again once the second has passed.
+    path = os.path.join(S["root"], "c.txt")
+    with open(path + ".tmp", "wb") as f:
+        f.write(b"one")
+    os.rename(path + ".tmp", path)
+    with Conn(port()) as c:
+        r = c.request("GET", "/static/c.txt")
+        eq(r.body, b"one", "first")
+        before = json.loads(c.request("GET", "/stats").body)
+        for _ in range(20):
+            r = c.request("GET", "/static/c.txt")
+            eq((r.status, r.body), (200, b"one"), "cached")
+        after = json.loads(c.request("GET", "/stats").body)
+        if not sanitized():
+            eq(after["allocations"] - before["allocations"], 0,
+               "allocations for 20 cached answers")
+        with open(path + ".tmp", "wb") as f:
+            f.write(b"two!")
+        os.rename(path + ".tmp", path)
+        time.sleep(1.2)
+        r2 = c.request("GET", "/static/c.txt")
+        eq(r2.body, b"two!", "read again after a second")
+        check(r2.headers["etag"] != r.headers["etag"], "new etag")
 
 
 @suite.case(timeout=30)
