@@ -824,7 +824,7 @@ typedef struct {
 } tern_static_options;
 
 /* Fill `o` with defaults (index "index.html", no Cache-Control, no flags,
- * 64 KiB blocks), its version and its size. */
+ * 256 KiB blocks), its version and its size. */
 TERN_EXTERN void tern_static_options_init(tern_static_options *o);
 
 /* Create a file server for `o->root` (opened now; the strings of `o` are

@@ -114,7 +114,7 @@ void tern_static_options_init(tern_static_options *o) {
   o->version = TERN_STATIC_OPTIONS_VERSION;
   o->size = sizeof *o;
   o->index = "index.html";
-  o->block_size = 64 * 1024;
+  o->block_size = 256 * 1024;
 }
 
 int tern_static_new(const tern_static_options *o, tern_static **out) {
@@ -152,7 +152,7 @@ int tern_static_new(const tern_static_options *o, tern_static **out) {
     free(st);
     return TERN_ENOMEM;
   }
-  st->block = o->block_size ? o->block_size : 64 * 1024;
+  st->block = o->block_size ? o->block_size : 256 * 1024;
   if (st->block < 4096)
     st->block = 4096;
   if (st->block > 16u << 20)
