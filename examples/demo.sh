@@ -3,7 +3,8 @@
 # server on localhost with every protocol built so far: HTTP/1.1 and h2c
 # on the plain port, HTTP/1.1 and HTTP/2 over TLS on the TLS port,
 # HTTP/3 on the same port number over UDP (advertised with Alt-Svc),
-# WebSocket on all three (/ws echoes), and the chat room (examples/chat) on
+# WebSocket on all three (/ws echoes), a small page with its assets from
+# examples/static at /static/ (tern_static), and the chat room (examples/chat) on
 # the next two ports (HTTP/3 too): open it in two browser tabs. A self-signed certificate
 # for localhost is made on the first run. Ctrl-C stops both gracefully.
 #   examples/demo.sh [--port N] [--tls-port N]   (defaults 8080 and 8443;
@@ -48,9 +49,11 @@ build/examples/chat --port "$chat_port" --tls-port "$chat_tls" --quic \
 pids+=($!)
 echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
 echo "demo: HTTP/3: gtlsclient 127.0.0.1 TLSPORT https://localhost:TLSPORT/ (package ngtcp2-client)"
+echo "demo: a page served from examples/static: http://127.0.0.1:PORT/static/ (and over TLS and HTTP/3)"
 echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
 build/examples/hello --port "$port" --tls-port "$tls_port" \
-  --quic-port "$tls_port" --cert "$certs/cert.pem" --key "$certs/key.pem" &
+  --quic-port "$tls_port" --cert "$certs/cert.pem" --key "$certs/key.pem" \
+  --static examples/static &
 pids+=($!)
 # Either server ending on its own (a port in use, say) ends the demo.
 rc=0

@@ -987,6 +987,8 @@ int main(int argc, char **argv) {
   int want_listen_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
+  const char *static_dir = NULL;
+  tern_static *files = NULL;
 
   memset(big, 'x', sizeof(big));
   tern_settings_init(&s);
@@ -1084,6 +1086,10 @@ int main(int argc, char **argv) {
       quic_opts.early_data = 1;
       continue;
     }
+    if (strcmp(argv[i], "--static") == 0 && i + 1 < argc) {
+      static_dir = argv[++i];
+      continue;
+    }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
       continue;
@@ -1176,6 +1182,18 @@ int main(int argc, char **argv) {
   tern_route_options_init(&blocking_opts);
   blocking_opts.flags = TERN_ROUTE_BLOCKING;
   tern_route(server, "GET", "/", hello, NULL);
+  if (static_dir != NULL) {
+    tern_static_options so;
+    tern_static_options_init(&so);
+    so.root = static_dir;
+    so.cache_control = "no-cache";
+    so.flags = TERN_STATIC_PRECOMPRESSED;
+    if ((rc = tern_static_new(&so, &files)) != 0 ||
+        (rc = tern_static_mount(server, "/static/", files)) != 0) {
+      fprintf(stderr, "--static %s: %s\n", static_dir, tern_strerror(rc));
+      return 1;
+    }
+  }
   tern_route(server, "GET", "/fields", fields, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);
@@ -1288,5 +1306,6 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   rc = tern_run(server);
   tern_server_free(server);
+  tern_static_free(files);
   return rc == 0 ? 0 : 1;
 }

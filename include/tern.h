@@ -945,6 +945,88 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
 
 /* ---------------------------------------------------------------------
+ * Serving files (docs/static.md)
+ *
+ * A tern_static serves the files under one root directory: mount it on a
+ * route prefix (tern_static_mount) or call tern_static_handler from a GET
+ * route whose pattern ends in "*" (the wildcard is the file's path below
+ * the root). It answers GET and HEAD with:
+ * - the path percent-decoded once and normalised; "..", NUL, backslashes,
+ *   control bytes and (unless TERN_STATIC_HIDDEN) segments starting with
+ *   '.' refused (400, or 404 for hidden files); files reached through a
+ *   symbolic link that leaves the root refused (403; openat2 with
+ *   RESOLVE_BENEATH, or a check of the opened file's real path where the
+ *   kernel lacks openat2);
+ * - a directory: its index file (`index`), after a 301 to the path with a
+ *   trailing '/' when it lacked one; 404 without an index (no listings);
+ * - Content-Type from a built-in table by extension, a strong ETag (inode,
+ *   size, modification time in ns, and the coding) and Last-Modified;
+ * - If-Match, If-Unmodified-Since (412), If-None-Match, If-Modified-Since
+ *   (304) in RFC 9110's order; Range with one range (206 and
+ *   Content-Range), several (multipart/byteranges; overlapping ones
+ *   merged), suffix ranges, 416 (with a Content-Range giving the size)
+ *   when none is satisfiable; If-Range by strong ETag or exact date;
+ * - Cache-Control from the options; with TERN_STATIC_PRECOMPRESSED, a
+ *   sibling FILE.br, FILE.zst or FILE.gz chosen by Accept-Encoding's
+ *   q-values (ties: br, zstd, gzip) with Content-Encoding, and
+ *   Vary: Accept-Encoding on every answer.
+ * Files of any size (64-bit offsets). The worker never blocks: opening
+ * and stat run on libuv's thread pool, and the body is read there block by
+ * block, one block per response held at a time, the next read only once
+ * the previous block was written. A file truncated while it is served
+ * ends the response early (the connection is closed on HTTP/1.1, the
+ * stream reset on HTTP/2 and HTTP/3), never with wrong bytes under the
+ * full length.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_static tern_static;
+
+enum {
+  TERN_STATIC_HIDDEN = 1u << 0,        /* serve names starting with '.' */
+  TERN_STATIC_PRECOMPRESSED = 1u << 1, /* serve .br/.zst/.gz siblings */
+};
+
+#define TERN_STATIC_OPTIONS_VERSION 1
+
+/* Versions (see ABI above), each ending with the field named: 1 with
+ * block_size. */
+typedef struct {
+  int version;               /* TERN_STATIC_OPTIONS_VERSION */
+  uint32_t size;             /* sizeof(tern_static_options) */
+  const char *root;          /* the directory served (C string, required) */
+  const char *index;         /* index file name; NULL or "": none */
+  const char *cache_control; /* Cache-Control value, or NULL for none */
+  unsigned flags;            /* TERN_STATIC_* */
+  uint32_t block_size;       /* read block in bytes (4 KiB..16 MiB) */
+} tern_static_options;
+
+/* Fill `o` with defaults (index "index.html", no Cache-Control, no flags,
+ * 256 KiB blocks), its version and its size. */
+TERN_EXTERN void tern_static_options_init(tern_static_options *o);
+
+/* Create a file server for `o->root` (opened now; the strings of `o` are
+ * copied). Errors: TERN_EINVAL (NULL, bad version or size, unknown flag,
+ * an index name with '/', a Cache-Control value with CR or LF), TERN_EIO
+ * (the root cannot be opened as a directory), TERN_ENOMEM. */
+TERN_EXTERN int tern_static_new(const tern_static_options *o,
+                                tern_static **out);
+
+/* Free `st`: only after every server using it has been freed. NULL is a
+ * no-op. */
+TERN_EXTERN void tern_static_free(tern_static *st);
+
+/* A tern_handler that serves `user` (a tern_static *): the request's "*"
+ * wildcard, or its whole path when the route has none, is the file's
+ * path. Register it for GET on a route without TERN_ROUTE_BLOCKING. */
+TERN_EXTERN void tern_static_handler(tern_request *r, void *user);
+
+/* Route GET (and so HEAD) `prefix` + "*" to `st` ("/static" and
+ * "/static/" both serve /static/FILE). Errors: those of tern_route, and
+ * TERN_EINVAL for a prefix not starting with '/'. */
+TERN_EXTERN int tern_static_mount(tern_server *srv, const char *prefix,
+                                  tern_static *st);
+
+/* ---------------------------------------------------------------------
  * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2, RFC
  * 9220 over HTTP/3)
  *

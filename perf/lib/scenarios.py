@@ -30,6 +30,15 @@ TABLES = {
              "and pinned",
 }
 
+# The static-file rows (issue 16): files served from one docroot that
+# perf/lib/servers.py writes into the work directory; every server maps
+# /static/ onto it (tern: hello --static; nginx: alias with sendfile and
+# open_file_cache; h2o: file.dir). A pattern rather than one byte
+# repeated, so that a body from a wrong offset fails the check.
+STATIC_1K = (b"0123456789abcdef" * 64)
+STATIC_10M = (b"static-file-pattern-" * 16)[:256] * (40 * 1024)
+STATIC_FILES = {"1k.txt": STATIC_1K, "10m.txt": STATIC_10M}
+
 # The upload scenarios' body: 16 MiB, written once into the work directory.
 UPLOAD_BYTES = 16 << 20
 UPLOAD_PATH = "/upload"
@@ -191,6 +200,39 @@ add(Scenario("h1-tls-get", "h1-tls", "wrk",
              "(wrk -t1 -c64 https://)", tls=True,
              chart=(M["cpu_us_per_req"], M["rate"], M["shim_allocs_per_req"]),
              summary="h1-get over TLS: record encryption on every response."))
+# The file handler (issue 16): a 1 KiB file (per-request cost) and a
+# 10 MiB one (bytes per second; MiB/s = req/s x 10), over HTTP/1.1,
+# HTTP/1.1 over TLS and HTTP/2 over TLS.
+add(Scenario("static-1k", "h1", "wrk",
+             "GET /static/1k.txt (1 KiB file), 64 connections, closed loop "
+             "(wrk -t1 -c64)", path="/static/1k.txt", body=STATIC_1K,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"]),
+             summary="Target: tern >= nginx req/s with no more CPU per "
+                     "request."))
+add(Scenario("static-10m", "h1", "wrk",
+             "GET /static/10m.txt (10 MiB file), 8 connections, closed loop "
+             "(wrk -t1 -c8); MiB/s = req/s x 10", path="/static/10m.txt",
+             body=STATIC_10M, connections=8, latency=False,
+             chart=(M["rate"], M["cpu_us_per_req"]),
+             summary="Target: tern >= nginx MiB/s on plain TCP."))
+add(Scenario("static-10m-tls", "h1-tls", "wrk",
+             "GET /static/10m.txt over TLS (HTTP/1.1), 8 connections "
+             "(wrk -t1 -c8 https://); MiB/s = req/s x 10",
+             path="/static/10m.txt", body=STATIC_10M, connections=8,
+             latency=False, tls=True,
+             chart=(M["rate"], M["cpu_us_per_req"]),
+             summary="Target: tern >= 1.5 x nginx MiB/s over TLS."))
+add(Scenario("static-1k-h2", "h2", "h2load",
+             "GET /static/1k.txt over HTTP/2 + TLS, 8 connections x 32 "
+             "streams (h2load -c8 -m32)", path="/static/1k.txt",
+             body=STATIC_1K, tls=True, clients=8, streams=32, latency=False,
+             chart=(M["rate"], M["cpu_us_per_req"], M["shim_allocs_per_req"])))
+add(Scenario("static-10m-h2", "h2", "h2load",
+             "GET /static/10m.txt over HTTP/2 + TLS, 4 connections x 2 "
+             "streams (h2load -c4 -m2); MiB/s = req/s x 10",
+             path="/static/10m.txt", body=STATIC_10M, tls=True, clients=4,
+             streams=2, latency=False,
+             chart=(M["rate"], M["cpu_us_per_req"])))
 add(Scenario("h2-get", "h2", "h2load",
              "GET / over HTTP/2 + TLS, 8 connections x 32 streams, closed "
              "loop (h2load -c8 -m32)", tls=True, clients=8, streams=32,

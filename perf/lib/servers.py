@@ -17,6 +17,7 @@ import time
 from . import common
 from .common import BenchError, log
 from . import h1client, tlsclient
+from .scenarios import STATIC_FILES
 
 # The resources of the routed app (examples/hello.c: 25 resources, routes
 # /api/v1/R/:id and /api/v1/R/:id/detail, 50 in all).
@@ -46,7 +47,7 @@ NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 # the Content-Length it read.
 NGINX_H2_LOCATIONS = """
         http2_max_concurrent_streams 128;
-
+%(static)s
         location = / {
             return 200 "Hello, World!";
         }
@@ -63,7 +64,35 @@ NGINX_H2_LOCATIONS = """
 """
 
 
-def nginx_tls_server(tls_port, cert, key):
+def static_root(workdir):
+    """The static rows' docroot (scenarios.STATIC_FILES), written once per
+    run into the work directory."""
+    root = os.path.join(workdir, "static-root")
+    if not os.path.isdir(root):
+        os.makedirs(root + ".tmp", exist_ok=True)
+        for fn, data in STATIC_FILES.items():
+            with open(os.path.join(root + ".tmp", fn), "wb") as f:
+                f.write(data)
+        os.rename(root + ".tmp", root)
+    return root
+
+
+def nginx_static(root):
+    """nginx's /static/ location: sendfile, and the open file cache (no
+    open or stat per request for a hot file), as a tuned nginx serves
+    files."""
+    return """
+        location /static/ {
+            alias %s/;
+            sendfile on;
+            tcp_nopush on;
+            open_file_cache max=1000 inactive=60s;
+            open_file_cache_valid 60s;
+        }
+""" % root
+
+
+def nginx_tls_server(tls_port, cert, key, root):
     """The TLS server block (HTTP/1.1 and HTTP/2 by ALPN) of the TLS
     scenarios.  TLS 1.3 is switched on (nginx 1.22's default
     ssl_protocols stop at 1.2; 1.23.4 and later have it on): every other
@@ -80,10 +109,10 @@ def nginx_tls_server(tls_port, cert, key):
         ssl_session_tickets on;
 %(locations)s    }
 """ % {"port": tls_port, "cert": cert, "key": key,
-       "locations": NGINX_H2_LOCATIONS}
+       "locations": NGINX_H2_LOCATIONS % {"static": nginx_static(root)}}
 
 
-def nginx_h2c_server(h2c_port):
+def nginx_h2c_server(h2c_port, root):
     """The cleartext HTTP/2 server block of h2c-upload: nginx 1.22 speaks
     h2c (prior knowledge only, no Upgrade) on a listener marked http2,
     which then refuses HTTP/1.1, so it gets a port of its own beside the
@@ -93,11 +122,12 @@ def nginx_h2c_server(h2c_port):
         listen 127.0.0.1:%(port)d http2 backlog=4096;
         server_name _;
 %(locations)s    }
-""" % {"port": h2c_port, "locations": NGINX_H2_LOCATIONS}
+""" % {"port": h2c_port,
+       "locations": NGINX_H2_LOCATIONS % {"static": nginx_static(root)}}
 
 
 def nginx_conf(port, tmpdir, worker_connections=4096, tls=None,
-               h2c_port=None, access_log=None):
+               h2c_port=None, access_log=None, root=None):
     routes = []
     for r in APP_RESOURCES:
         routes.append(
@@ -146,7 +176,7 @@ http {
         location = / {
             return 200 "Hello, World!";
         }
-%(routes)s
+%(static)s%(routes)s
         location / {
             return 404;
         }
@@ -159,16 +189,18 @@ http {
        # (unbuffered, it would write(2) once per request)
        "access_log": ("access_log %s combined buffer=64k flush=1s"
                       % access_log) if access_log else "access_log off",
-       "tls": (nginx_tls_server(*tls) if tls else "") + (
-           nginx_h2c_server(h2c_port) if h2c_port else ""),
+       "static": nginx_static(root) if root else "",
+       "tls": (nginx_tls_server(*tls, root) if tls else "") + (
+           nginx_h2c_server(h2c_port, root) if h2c_port else ""),
        "load_module": ("load_module %s;\n" % NGINX_ECHO_MODULE)
        if tls or h2c_port else ""}
 
 
-def h2o_conf(template, port, tmpdir, max_conns=None, tls=None):
+def h2o_conf(template, port, tmpdir, max_conns=None, tls=None, root=None):
     with open(template) as f:
         conf = f.read()
     conf = conf.replace("@PORT@", str(port)).replace("@TMPDIR@", tmpdir)
+    conf = conf.replace("@STATIC@", root or tmpdir)
     if tls:
         conf = (conf.replace("@TLS_PORT@", str(tls[0]))
                 .replace("@CERT@", tls[1]).replace("@KEY@", tls[2]))
@@ -631,10 +663,11 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
     sdir = tempfile.mkdtemp(prefix=name + ".", dir=workdir)
     kind = SERVERS[name].kind
     extra = list(getattr(args, "extra_args", {}).get(name, []))
+    root = static_root(workdir)
     mat = tlsclient.material(workdir) if (tls or quic or kind in (
         "gtlsserver",) or (kind == "nghttpd" and not h2c)) else None
     if kind == "tern":
-        argv = [args.hello, "--port", "0", "--workers", "1"]
+        argv = [args.hello, "--port", "0", "--workers", "1", "--static", root]
         if max_conns:
             argv += ["--max-conns", str(max_conns)]
         if tls:
@@ -714,7 +747,7 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                                (tport, mat["cert"], mat["key"]) if tls
                                else None, hport,
                                os.path.join(sdir, "access.log")
-                               if name == "nginx-logged" else None))
+                               if name == "nginx-logged" else None, root))
         return Server(name, [args.nginx, "-p", sdir + "/", "-e",
                              os.path.join(sdir, "error.log"), "-c", conf],
                       sdir, port=port, shim=shim, tls_port=tport,
@@ -726,7 +759,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         with open(conf, "w") as f:
             f.write(h2o_conf(args.h2o_tls_conf if tls else args.h2o_conf,
                              port, sdir, max_conns,
-                             (tport, mat["cert"], mat["key"]) if tls else None))
+                             (tport, mat["cert"], mat["key"]) if tls else None,
+                             root))
         return Server(name, [args.h2o, "-c", conf], sdir, port=port, shim=shim,
                       tls_port=tport, h2c="plain" if h2c else None)
     argv = [peer_path(args, name), "--port", "0"]

@@ -18,6 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER = os.path.join(HERE, "..", "browser")
 srv = None
 chat = None
+cert_path = None
+STATIC = os.path.join(HERE, "..", "..", "examples", "static")
 
 
 def node(script, url):
@@ -44,10 +46,19 @@ def setup():
                     "ec_paramgen_curve:prime256v1", "-subj", "/CN=localhost",
                     "-keyout", key, "-out", cert], check=True,
                    capture_output=True)
-    srv = Server("hello", ["--tls-port", "0", "--cert", cert, "--key", key])
-    m = re.match(r"tls listening on (\d+)$", srv.next_line())
-    check(m is not None, "no tls port")
-    srv.tls_port = int(m.group(1))
+    global cert_path
+    cert_path = cert
+    srv = Server("hello", ["--tls-port", "0", "--cert", cert, "--key", key,
+                           "--quic-port", "0", "--static", STATIC])
+    srv.tls_port = srv.quic_port = None
+    while srv.tls_port is None or srv.quic_port is None:
+        line = srv.next_line()
+        m = re.match(r"tls listening on (\d+)$", line)
+        if m:
+            srv.tls_port = int(m.group(1))
+        m = re.match(r"quic listening on (\d+)$", line)
+        if m:
+            srv.quic_port = int(m.group(1))
     global chat
     chat = Server("chat", ["--tls-port", "0", "--cert", cert, "--key", key])
     m = re.match(r"tls listening on (\d+)$", chat.next_line())
@@ -74,6 +85,49 @@ def chromium_over_http11():
     eq(r["status"], 200, "status")
     eq(r["protocol"], "http/1.1", "protocol Chromium used")
     eq(r["text"].strip(), "Hello, World!", "page text")
+
+
+def static_page(proto, url, *quic):
+    p = subprocess.run(["node", os.path.join(BROWSER, "static.mjs"), url] +
+                       list(quic), capture_output=True, timeout=80)
+    check(p.returncode == 0, "chromium failed: %s" % p.stderr.decode()[-800:])
+    r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    eq(r["status"], 200, "page status")
+    eq(r["protocol"], proto, "page protocol")
+    check(r["script"].startswith("Loaded over " + proto),
+          "app.js did not run: %r" % r["script"])
+    check(r["styled"], "style.css did not apply")
+    check(r["image"], "logo.svg did not load")
+    for name in ("style.css", "logo.svg", "app.js"):
+        a = r["assets"].get(name)
+        check(a is not None, "no resource entry for %s: %r" % (name,
+                                                             r["assets"]))
+        eq(a["protocol"], proto, name + " protocol")
+        eq(a["size"], os.path.getsize(os.path.join(STATIC, name)),
+           name + " size")
+
+
+@case(timeout=90)
+def chromium_static_page_over_http11():
+    static_page("http/1.1", "http://127.0.0.1:%d/static/" % srv.port)
+
+
+@case(timeout=90)
+def chromium_static_page_over_h2():
+    static_page("h2", "https://127.0.0.1:%d/static/" % srv.tls_port)
+
+
+@case(timeout=90)
+def chromium_static_page_over_h3():
+    import base64
+    import hashlib
+    pub = subprocess.run(["openssl", "x509", "-in", cert_path, "-pubkey",
+                          "-noout"], capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"],
+                         input=pub, capture_output=True, check=True).stdout
+    spki = base64.b64encode(hashlib.sha256(der).digest()).decode()
+    static_page("h3", "https://localhost:%d/static/" % srv.quic_port,
+                "localhost:%d" % srv.quic_port, spki)
 
 
 @case(timeout=120)

@@ -83,6 +83,18 @@ def stops_on(sig):
         eq(r.body, HELLO_BODY, "hello's body")
         r = get(ports["chat"], "/")
         eq(r.status, 200, "the chat page")
+        # The page from examples/static and its assets (tern_static).
+        for path, ctype in [("/static/", "text/html; charset=utf-8"),
+                            ("/static/style.css", "text/css; charset=utf-8"),
+                            ("/static/app.js",
+                             "text/javascript; charset=utf-8"),
+                            ("/static/logo.svg", "image/svg+xml")]:
+            r = get(ports["hello"], path)
+            eq((r.status, r.headers.get("content-type")), (200, ctype),
+               "GET " + path)
+            with open(os.path.join(REPO, "examples", "static",
+                                   path[8:] or "index.html"), "rb") as f:
+                eq(r.body, f.read(), "the body of " + path)
         h3_get(ports["hello-quic"])
         h3_get(ports["chat-quic"], body=None)  # the chat page
         os.kill(proc.pid, sig)  # the script alone, not its process group

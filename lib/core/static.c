@@ -1,0 +1,790 @@
+/* The static-file handler (tern_static_*): files under a root directory,
+ * with conditional requests, ranges and precompressed siblings.
+ *
+ * Threads: the handler runs on the request's worker and never blocks it.
+ * Opening (openat2 with RESOLVE_BENEATH, or an equivalent check where the
+ * kernel lacks it) and fstat run on libuv's pool (uv_queue_work); the
+ * body is read block by block with uv_fs_read (libuv's pool too) into
+ * one buffer per response, and the next block is read only once the
+ * previous one was written (tern_response_write's done callback): each
+ * response holds at most one block however slow its client, on every
+ * carrier (HTTP/1.1, TLS, HTTP/2, HTTP/3).
+ *
+ * The pure parts (paths, Range, conditionals, dates, Accept-Encoding,
+ * MIME) are in static_parse.c and mime.c. */
+#include "internal.h"
+#include "static.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/openat2.h>
+#endif
+
+struct tern_static {
+  int rootfd;
+  char *root_real; /* the root's real path, for the check without openat2 */
+  size_t root_real_len;
+  char *index;
+  char *cache_control;
+  unsigned flags;
+  size_t block;
+  uv_mutex_t lock; /* the cache, shared by the workers */
+  struct centry *cache[256];
+};
+
+/* The open-file cache: small files (up to CACHE_MAX bytes) kept in memory
+ * with what the pool found, by normalised path, trailing '/' and
+ * Accept-Encoding q-values (which pick the sibling), for CACHE_TTL_NS
+ * after they were read; a hit is answered on the worker without a trip
+ * to the pool and without an allocation. Within that time a changed file
+ * is still served as it was, its old bytes under its old ETag. */
+#define CACHE_SLOTS 256
+#define CACHE_MAX 16384
+#define CACHE_TTL_NS 1000000000ull
+typedef struct centry {
+  int refs; /* st->lock */
+  int gone; /* replaced: freed by the last unref */
+  uint64_t stamp;
+  int q[TERN__ENC_N];
+  int dir, enc;
+  uint64_t size, ino, mtime_ns;
+  int64_t mtime;
+  size_t klen, rlen;
+  char *key, *rpath, *data;
+} centry;
+
+static void centry_free(centry *e) {
+  free(e->key);
+  free(e->rpath);
+  free(e->data);
+  free(e);
+}
+
+#define PATH_CAP 4096
+
+enum { J_OK = 0, J_NOTFOUND, J_REDIRECT, J_FORBIDDEN, J_ERROR };
+
+typedef struct {
+  uv_work_t work;
+  uv_fs_t fs;
+  uv_loop_t *loop;
+  tern_server *srv;
+  tern_request *r;
+  tern_static *st;
+  int head;
+  int q[TERN__ENC_N];
+  int dir; /* the request path ended with '/' */
+  /* Pool thread results. */
+  int result;
+  int fd;
+  int enc; /* TERN__ENC_* served, or -1 for identity */
+  uint64_t size;
+  int64_t mtime;
+  uint64_t ino, mtime_ns;
+  /* Body state. */
+  tern__range ranges[TERN__MAX_RANGES];
+  int nranges, cur; /* cur: the range being sent */
+  uint64_t off;     /* next byte of ranges[cur] to read */
+  int multipart;
+  int mem;       /* the whole file is in buf (read on the pool) */
+  int stack;     /* the job lives on the handler's stack (a cache hit) */
+  centry *entry; /* a cache hit's entry: buf is its data */
+  const char *type;
+  char boundary[24];
+  char *buf;
+  size_t plen;
+  size_t klen; /* the request's normalised path: path[0..klen) */
+  char path[PATH_CAP];
+} job;
+
+void tern_static_options_init(tern_static_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof *o);
+  o->version = TERN_STATIC_OPTIONS_VERSION;
+  o->size = sizeof *o;
+  o->index = "index.html";
+  o->block_size = 256 * 1024;
+}
+
+int tern_static_new(const tern_static_options *o, tern_static **out) {
+  tern_static *st;
+  char real[PATH_MAX];
+  if (out != NULL)
+    *out = NULL;
+  if (o == NULL || out == NULL || o->version < 1 ||
+      o->size < sizeof(tern_static_options) || o->root == NULL ||
+      (o->flags & ~(unsigned)(TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED)))
+    return TERN_EINVAL;
+  if (o->cache_control != NULL && strpbrk(o->cache_control, "\r\n") != NULL)
+    return TERN_EINVAL;
+  if (o->index != NULL &&
+      (strchr(o->index, '/') != NULL || strcmp(o->index, "..") == 0))
+    return TERN_EINVAL;
+  if ((st = calloc(1, sizeof *st)) == NULL)
+    return TERN_ENOMEM;
+  st->rootfd = open(o->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (st->rootfd < 0 || realpath(o->root, real) == NULL) {
+    if (st->rootfd >= 0)
+      close(st->rootfd);
+    free(st);
+    return TERN_EIO;
+  }
+  st->root_real = strdup(real);
+  st->index = st->cache_control = NULL;
+  st->root_real_len = strlen(real);
+  st->index = o->index != NULL && o->index[0] ? strdup(o->index) : NULL;
+  st->cache_control = o->cache_control ? strdup(o->cache_control) : NULL;
+  st->flags = o->flags;
+  if (uv_mutex_init(&st->lock) != 0) {
+    close(st->rootfd);
+    free(st->root_real);
+    free(st);
+    return TERN_ENOMEM;
+  }
+  st->block = o->block_size ? o->block_size : 256 * 1024;
+  if (st->block < 4096)
+    st->block = 4096;
+  if (st->block > 16u << 20)
+    st->block = 16u << 20;
+  if (st->root_real == NULL || (o->index && o->index[0] && !st->index) ||
+      (o->cache_control && !st->cache_control)) {
+    tern_static_free(st);
+    return TERN_ENOMEM;
+  }
+  *out = st;
+  return 0;
+}
+
+void tern_static_free(tern_static *st) {
+  if (st == NULL)
+    return;
+  if (st->rootfd >= 0)
+    close(st->rootfd);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (st->cache[i] != NULL)
+      centry_free(st->cache[i]);
+  uv_mutex_destroy(&st->lock);
+  free(st->root_real);
+  free(st->index);
+  free(st->cache_control);
+  free(st);
+}
+
+/* ---- On the pool ---- */
+
+/* Open `path` (relative) below the root: never a file outside it, by a
+ * ".." or a symbolic link. -1 with errno on failure. */
+static int open_beneath(tern_static *st, const char *path) {
+#if defined(__linux__) && defined(SYS_openat2)
+  struct open_how how;
+  static _Atomic int no_openat2;
+  if (!no_openat2) {
+    int fd;
+    memset(&how, 0, sizeof how);
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    fd = (int)syscall(SYS_openat2, st->rootfd, path[0] ? path : ".", &how,
+                      sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+      return fd;
+    no_openat2 = 1;
+  }
+#endif
+  /* Without openat2: open, then check where the descriptor really is. */
+  {
+    char link[64], real[PATH_MAX];
+    ssize_t n;
+    int fd = openat(st->rootfd, path[0] ? path : ".",
+                    O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+      return -1;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    n = readlink(link, real, sizeof real - 1);
+    if (n < 0 || (size_t)n < st->root_real_len ||
+        memcmp(real, st->root_real, st->root_real_len) != 0 ||
+        ((size_t)n > st->root_real_len && real[st->root_real_len] != '/' &&
+         st->root_real_len > 1)) {
+      close(fd);
+      errno = EXDEV;
+      return -1;
+    }
+    return fd;
+  }
+}
+
+static const char *const enc_ext[TERN__ENC_N] = {".br", ".zst", ".gz"};
+static const char *const enc_name[TERN__ENC_N] = {"br", "zstd", "gzip"};
+
+static int open_regular(tern_static *st, const char *path, struct stat *sb) {
+  int fd = open_beneath(st, path);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, sb) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void work_cb(uv_work_t *req) {
+  job *j = req->data;
+  tern_static *st = j->st;
+  struct stat sb;
+  int fd;
+  j->fd = -1;
+  j->enc = -1;
+  fd = open_regular(st, j->path, &sb);
+  if (fd < 0) {
+    j->result = errno == EXDEV || errno == ELOOP || errno == EACCES
+                    ? J_FORBIDDEN
+                    : J_NOTFOUND;
+    return;
+  }
+  if (S_ISDIR(sb.st_mode)) {
+    close(fd);
+    if (st->index == NULL) {
+      j->result = J_NOTFOUND;
+      return;
+    }
+    if (!j->dir) {
+      j->result = J_REDIRECT;
+      return;
+    }
+    if (j->plen + 1 + strlen(st->index) + 5 >= PATH_CAP) {
+      j->result = J_NOTFOUND;
+      return;
+    }
+    if (j->plen > 0)
+      j->path[j->plen++] = '/';
+    strcpy(j->path + j->plen, st->index);
+    j->plen += strlen(st->index);
+    fd = open_regular(st, j->path, &sb);
+    if (fd < 0) {
+      j->result = J_NOTFOUND;
+      return;
+    }
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    j->result = J_NOTFOUND;
+    return;
+  }
+  /* Precompressed siblings, best q first (ties: br, zstd, gzip). */
+  if (st->flags & TERN_STATIC_PRECOMPRESSED) {
+    int tried[TERN__ENC_N] = {0, 0, 0};
+    for (;;) {
+      int best = -1;
+      for (int e = 0; e < TERN__ENC_N; e++)
+        if (!tried[e] && j->q[e] > 0 && (best < 0 || j->q[e] > j->q[best]))
+          best = e;
+      if (best < 0)
+        break;
+      tried[best] = 1;
+      size_t el = strlen(enc_ext[best]);
+      if (j->plen + el >= PATH_CAP)
+        break;
+      memcpy(j->path + j->plen, enc_ext[best], el + 1);
+      struct stat cb;
+      int cfd = open_regular(st, j->path, &cb);
+      j->path[j->plen] = '\0';
+      if (cfd < 0)
+        continue;
+      if (!S_ISREG(cb.st_mode)) {
+        close(cfd);
+        continue;
+      }
+      close(fd);
+      fd = cfd;
+      sb = cb;
+      j->enc = best;
+      break;
+    }
+  }
+  j->fd = fd;
+  j->size = (uint64_t)sb.st_size;
+  /* A file of one block or less is read here, on the same trip to the
+   * pool, and closed: the worker then answers from memory. */
+  if (!j->head && j->size <= st->block) {
+    size_t got = 0;
+    if ((j->buf = tern__malloc(j->srv, j->size ? j->size : 1)) != NULL) {
+      while (got < j->size) {
+        ssize_t n = pread(fd, j->buf + got, j->size - got, (off_t)got);
+        if (n <= 0)
+          break;
+        got += (size_t)n;
+      }
+      if (got == j->size) {
+        close(fd);
+        j->fd = -1;
+        j->mem = 1;
+      } else {
+        tern__free(j->srv,
+                   j->buf); /* changed under us: the block path ends it short */
+        j->buf = NULL;
+      }
+    }
+  }
+  j->mtime = (int64_t)sb.st_mtim.tv_sec;
+  j->mtime_ns =
+      (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
+  j->ino = (uint64_t)sb.st_ino;
+  j->result = J_OK;
+}
+
+/* ---- On the worker ---- */
+
+static void close_cb(uv_fs_t *req) {
+  job *j = req->data;
+  uv_fs_req_cleanup(req);
+  tern__free(j->srv, j->buf);
+  tern__free(j->srv, j);
+}
+
+static void cache_unref(tern_static *st, centry *e) {
+  int last;
+  uv_mutex_lock(&st->lock);
+  last = --e->refs == 0 && e->gone;
+  uv_mutex_unlock(&st->lock);
+  if (last)
+    centry_free(e);
+}
+
+static unsigned cache_slot(const job *j) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < j->plen; i++)
+    h = (h ^ (unsigned char)j->path[i]) * 16777619u;
+  h = (h ^ (unsigned)j->dir) * 16777619u;
+  for (int i = 0; i < TERN__ENC_N; i++)
+    h = (h ^ (unsigned)j->q[i]) * 16777619u;
+  return h % CACHE_SLOTS;
+}
+
+/* After a small file was read whole: keep it. `key` is the request's
+ * normalised path (before an index name was appended). */
+static void cache_put(job *j, const char *key, size_t klen) {
+  tern_static *st = j->st;
+  centry *e = calloc(1, sizeof *e), *old;
+  unsigned slot;
+  if (e == NULL)
+    return;
+  e->key = malloc(klen + 1);
+  e->rpath = malloc(j->plen + 1);
+  e->data = malloc(j->size ? j->size : 1);
+  if (e->key == NULL || e->rpath == NULL || e->data == NULL) {
+    centry_free(e);
+    return;
+  }
+  memcpy(e->key, key, klen);
+  e->klen = klen;
+  memcpy(e->rpath, j->path, j->plen);
+  e->rlen = j->plen;
+  memcpy(e->data, j->buf, j->size);
+  memcpy(e->q, j->q, sizeof e->q);
+  e->dir = j->dir;
+  e->enc = j->enc;
+  e->size = j->size;
+  e->ino = j->ino;
+  e->mtime_ns = j->mtime_ns;
+  e->mtime = j->mtime;
+  e->stamp = uv_hrtime();
+  {
+    /* The slot is the key's (the request path's), not the resolved
+     * path's. */
+    job k;
+    memcpy(k.path, key, klen);
+    k.plen = klen;
+    k.dir = j->dir;
+    memcpy(k.q, j->q, sizeof k.q);
+    slot = cache_slot(&k);
+  }
+  uv_mutex_lock(&st->lock);
+  old = st->cache[slot];
+  st->cache[slot] = e;
+  if (old != NULL) {
+    old->gone = 1;
+    if (old->refs != 0)
+      old = NULL; /* its last user frees it */
+  }
+  uv_mutex_unlock(&st->lock);
+  if (old != NULL)
+    centry_free(old);
+}
+
+/* Close the file (on the pool) and free the job. */
+static void release(job *j) {
+  if (j->entry != NULL) {
+    cache_unref(j->st, j->entry);
+    j->buf = NULL; /* the entry's */
+  }
+  if (j->stack)
+    return;
+  if (j->fd >= 0) {
+    j->fs.data = j;
+    if (uv_fs_close(j->loop, &j->fs, j->fd, close_cb) == 0)
+      return;
+  }
+  tern__free(j->srv, j->buf);
+  tern__free(j->srv, j);
+}
+
+/* End a started response and release. */
+static void finish(job *j) {
+  tern_response_end(j->r, NULL, 0);
+  release(j);
+}
+
+static void read_next(job *j);
+
+static int part_head(job *j) {
+  char h[256];
+  const tern__range *g = &j->ranges[j->cur];
+  int n = snprintf(h, sizeof h,
+                   "%s--%s\r\nContent-Type: %s\r\nContent-Range: bytes "
+                   "%" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
+                   j->cur == 0 ? "" : "\r\n", j->boundary, j->type, g->first,
+                   g->last, j->size);
+  return tern_response_write(j->r, h, (size_t)n, NULL, NULL);
+}
+
+static void write_done(tern_request *r, int status, void *user) {
+  job *j = user;
+  (void)r;
+  if (status != 0) {
+    finish(j);
+    return;
+  }
+  read_next(j);
+}
+
+static void read_cb(uv_fs_t *req) {
+  job *j = req->data;
+  ssize_t n = req->result;
+  uv_fs_req_cleanup(req);
+  if (n <= 0) {
+    /* An error, or the file ended early (truncated while served): end
+     * the response short, which closes the connection (HTTP/1.1) or
+     * resets the stream, so no client takes it for complete. */
+    tern__log(j->srv, TERN_LOG_WARN,
+              "static: file changed or unreadable while served");
+    finish(j);
+    return;
+  }
+  j->off += (uint64_t)n;
+  if (tern_response_write(j->r, j->buf, (size_t)n, write_done, j) != 0)
+    finish(j);
+}
+
+static void read_next(job *j) {
+  tern__range *g;
+  while (j->cur < j->nranges && j->off > j->ranges[j->cur].last) {
+    j->cur++;
+    if (j->cur < j->nranges) {
+      j->off = j->ranges[j->cur].first;
+      if (j->multipart && part_head(j) != 0) {
+        finish(j);
+        return;
+      }
+    }
+  }
+  if (j->cur >= j->nranges) {
+    if (j->multipart) {
+      char t[64];
+      int n = snprintf(t, sizeof t, "\r\n--%s--\r\n", j->boundary);
+      tern_response_write(j->r, t, (size_t)n, NULL, NULL);
+    }
+    finish(j);
+    return;
+  }
+  g = &j->ranges[j->cur];
+  uint64_t want = g->last - j->off + 1;
+  if (want > j->st->block)
+    want = j->st->block;
+  uv_buf_t b = uv_buf_init(j->buf, (unsigned)want);
+  j->fs.data = j;
+  if (uv_fs_read(j->loop, &j->fs, j->fd, &b, 1, (int64_t)j->off, read_cb) != 0)
+    finish(j);
+}
+
+#define MAXH 10
+
+static void after_cb(uv_work_t *req, int status) {
+  job *j = req->data;
+  tern_request *r = j->r;
+  tern_static *st = j->st;
+  tern_header h[MAXH];
+  size_t nh = 0;
+  char etag[80], lm[30], cr[80], loc[PATH_CAP + 2];
+  tern__conds c;
+  int rc, vary = (st->flags & TERN_STATIC_PRECOMPRESSED) != 0;
+  size_t elen;
+
+#define ADD(n, v, vl)                                                          \
+  do {                                                                         \
+    h[nh].name = n;                                                            \
+    h[nh].name_len = sizeof(n) - 1;                                            \
+    h[nh].value = v;                                                           \
+    h[nh].value_len = vl;                                                      \
+    nh++;                                                                      \
+  } while (0)
+
+  if (status != 0 || j->result != J_OK) {
+    if (status == 0 && j->result == J_REDIRECT) {
+      size_t pl;
+      const char *p = tern_request_path(r, &pl);
+      if (pl + 2 <= sizeof loc) {
+        memcpy(loc, p, pl);
+        loc[pl] = '/';
+        ADD("location", loc, pl + 1);
+        if (tern_respond(r, 301, h, nh, NULL, 0) != TERN_EINVAL) {
+          release(j);
+          return;
+        }
+      }
+    }
+    if (status != 0) /* cancelled: the loop is closing */
+      tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    else
+      tern_respond(
+          r, j->result == J_FORBIDDEN ? 403 : 404, NULL, 0,
+          j->result == J_FORBIDDEN ? "403 Forbidden\n" : "404 Not Found\n", 14);
+    release(j);
+    return;
+  }
+  if (j->mem && j->entry == NULL && j->size <= CACHE_MAX)
+    cache_put(j, j->path, j->klen);
+  j->type = tern__mime_type(j->path, j->plen); /* the sibling's name is
+                                                  not in path */
+  elen = (size_t)snprintf(etag, sizeof etag,
+                          "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "%s%s\"", j->ino,
+                          j->size, j->mtime_ns, j->enc >= 0 ? "-" : "",
+                          j->enc >= 0 ? enc_name[j->enc] : "");
+  tern__http_date_format(j->mtime, lm);
+  ADD("etag", etag, elen);
+  ADD("last-modified", lm, 29);
+  if (st->cache_control)
+    ADD("cache-control", st->cache_control, strlen(st->cache_control));
+  if (vary)
+    ADD("vary", "Accept-Encoding", 15);
+
+#define HDR(field, name)                                                       \
+  c.field = tern_request_header(r, name, sizeof(name) - 1, &c.field##_len)
+  HDR(if_match, "if-match");
+  HDR(if_none_match, "if-none-match");
+  HDR(if_modified_since, "if-modified-since");
+  HDR(if_unmodified_since, "if-unmodified-since");
+  HDR(if_range, "if-range");
+  HDR(range, "range");
+  rc = tern__static_conds(&c, etag, elen, j->mtime);
+  if (rc != 0) {
+    tern_respond(r, rc, h, nh, NULL, 0);
+    release(j);
+    return;
+  }
+  ADD("accept-ranges", "bytes", 5);
+  if (j->enc >= 0)
+    ADD("content-encoding", enc_name[j->enc], strlen(enc_name[j->enc]));
+  j->nranges = 0;
+  if (c.range != NULL && tern__static_if_range(&c, etag, elen, j->mtime))
+    j->nranges = tern__static_ranges(c.range, c.range_len, j->size, j->ranges,
+                                     TERN__MAX_RANGES);
+  if (j->nranges < 0) {
+    int n = snprintf(cr, sizeof cr, "bytes */%" PRIu64, j->size);
+    ADD("content-range", cr, (size_t)n);
+    tern_respond(r, 416, h, nh, "416 Range Not Satisfiable\n", 26);
+    release(j);
+    return;
+  }
+  int code = 200;
+  uint64_t length;
+  if (j->nranges == 0) {
+    j->ranges[0].first = 0;
+    j->ranges[0].last = j->size - 1;
+    j->nranges = j->size > 0 ? 1 : 0;
+    length = j->size;
+    ADD("content-type", j->type, strlen(j->type));
+  } else if (j->nranges == 1) {
+    code = 206;
+    int n = snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
+                     j->ranges[0].first, j->ranges[0].last, j->size);
+    ADD("content-range", cr, (size_t)n);
+    ADD("content-type", j->type, strlen(j->type));
+    length = j->ranges[0].last - j->ranges[0].first + 1;
+  } else {
+    static _Atomic unsigned long seq;
+    char ct[64];
+    code = 206;
+    j->multipart = 1;
+    snprintf(j->boundary, sizeof j->boundary, "tern%016lx",
+             (unsigned long)(j->ino * 2654435761u) ^ ++seq);
+    int n = snprintf(ct, sizeof ct, "multipart/byteranges; boundary=%s",
+                     j->boundary);
+    ADD("content-type", ct, (size_t)n);
+    length = 0;
+    for (int i = 0; i < j->nranges; i++) {
+      char tmp[256];
+      length += (uint64_t)snprintf(
+          tmp, sizeof tmp,
+          "%s--%s\r\nContent-Type: %s\r\nContent-Range: bytes "
+          "%" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
+          i == 0 ? "" : "\r\n", j->boundary, j->type, j->ranges[i].first,
+          j->ranges[i].last, j->size);
+      length += j->ranges[i].last - j->ranges[i].first + 1;
+    }
+    length += 2 + 2 + strlen(j->boundary) + 4;
+    if (tern_response_start(r, code, h, nh, (int64_t)length) != 0 || j->head) {
+      finish(j);
+      return;
+    }
+    goto body;
+  }
+  if (tern_response_start(r, code, h, nh, (int64_t)length) != 0 || j->head ||
+      length == 0) {
+    finish(j);
+    return;
+  }
+body:
+  if (j->mem) {
+    /* Copied writes (at most one block): the buffer goes at once. */
+    for (int i = 0; i < j->nranges; i++) {
+      const tern__range *g = &j->ranges[i];
+      if (j->multipart) {
+        j->cur = i;
+        if (part_head(j) != 0)
+          break;
+      }
+      if (tern_response_write(r, j->buf + g->first,
+                              (size_t)(g->last - g->first + 1), NULL,
+                              NULL) != 0)
+        break;
+    }
+    j->cur = j->nranges;
+    j->off = 0;
+    read_next(j); /* the closing boundary, the end */
+    return;
+  }
+  if ((j->buf = tern__malloc(j->srv, st->block)) == NULL) {
+    finish(j);
+    return;
+  }
+  j->cur = 0;
+  j->off = j->ranges[0].first;
+  if (j->multipart && part_head(j) != 0) {
+    finish(j);
+    return;
+  }
+  read_next(j);
+#undef ADD
+#undef HDR
+}
+
+void tern_static_handler(tern_request *r, void *user) {
+  tern_static *st = user;
+  const char *p, *m;
+  size_t pl, ml;
+  int n, dir;
+  job sj, *j = &sj;
+  centry *e;
+
+  m = tern_request_method(r, &ml);
+  p = tern_request_param(r, "*", 1, &pl);
+  if (p == NULL)
+    p = tern_request_path(r, &pl);
+  n = tern__static_path(p, pl, (st->flags & TERN_STATIC_HIDDEN) != 0, j->path,
+                        PATH_CAP - 32, &dir);
+  if (n < 0) {
+    if (n == TERN__SP_HIDDEN)
+      tern_respond(r, 404, NULL, 0, "404 Not Found\n", 14);
+    else if (n == TERN__SP_LONG)
+      tern_respond(r, 414, NULL, 0, "414 URI Too Long\n", 17);
+    else
+      tern_respond(r, 400, NULL, 0, "400 Bad Request\n", 16);
+    return;
+  }
+  j->srv = r->w->srv;
+  j->plen = j->klen = (size_t)n;
+  j->dir = dir;
+  j->r = r;
+  j->st = st;
+  j->buf = NULL;
+  j->fd = -1;
+  j->result = J_ERROR; /* until the pool has run (it may be cancelled) */
+  j->enc = -1;
+  j->multipart = 0;
+  j->mem = 0;
+  j->stack = 0;
+  j->entry = NULL;
+  j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
+  {
+    size_t al;
+    const char *ae = tern_request_header(r, "accept-encoding", 15, &al);
+    tern__static_accept(ae, al, j->q);
+  }
+  j->loop = r->w->loop;
+  /* The cache: a hit is answered here, from the stack. */
+  if (!j->head) {
+    unsigned slot = cache_slot(j);
+    uint64_t now = uv_hrtime();
+    uv_mutex_lock(&st->lock);
+    e = st->cache[slot];
+    if (e != NULL && e->klen == j->klen && e->dir == dir &&
+        memcmp(e->key, j->path, j->klen) == 0 &&
+        memcmp(e->q, j->q, sizeof e->q) == 0 && now - e->stamp < CACHE_TTL_NS)
+      e->refs++;
+    else
+      e = NULL;
+    uv_mutex_unlock(&st->lock);
+    if (e != NULL) {
+      j->stack = 1;
+      j->entry = e;
+      j->mem = 1;
+      j->result = J_OK;
+      j->enc = e->enc;
+      j->size = e->size;
+      j->ino = e->ino;
+      j->mtime_ns = e->mtime_ns;
+      j->mtime = e->mtime;
+      j->buf = e->data;
+      memcpy(j->path, e->rpath, e->rlen);
+      j->path[e->rlen] = '\0';
+      j->plen = e->rlen;
+      j->work.data = j;
+      after_cb(&j->work, 0);
+      return;
+    }
+  }
+  if ((j = tern__malloc(sj.srv, sizeof *j)) == NULL) {
+    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    return;
+  }
+  memcpy(j, &sj, offsetof(job, path) + sj.plen + 1);
+  j->work.data = j;
+  if (uv_queue_work(j->loop, &j->work, work_cb, after_cb) != 0) {
+    tern__free(j->srv, j);
+    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+  }
+}
+
+int tern_static_mount(tern_server *srv, const char *prefix, tern_static *st) {
+  char pat[512];
+  size_t n;
+  if (srv == NULL || prefix == NULL || st == NULL ||
+      (n = strlen(prefix)) == 0 || prefix[0] != '/' || n > sizeof pat - 3)
+    return TERN_EINVAL;
+  memcpy(pat, prefix, n);
+  if (pat[n - 1] != '/')
+    pat[n++] = '/';
+  pat[n++] = '*';
+  pat[n] = '\0';
+  return tern_route(srv, "GET", pat, tern_static_handler, st);
+}
