@@ -573,6 +573,14 @@ class TLS:
         self.add(cert, key)
         self.commit()
 
+    def set_ticket_key(self, key):
+        """The session-ticket key (64 bytes), the same on every instance
+        of a fleet so that a client resumes on any (GnuTLS engine; before
+        the server runs)."""
+        key = bytes(key)
+        _check(lib.tern_tls_set_ticket_key(self._ptr, key, len(key)),
+               "tern_tls_set_ticket_key")
+
     @property
     def engine(self):
         return lib.tern_tls_engine_name(self._ptr).decode()
@@ -764,6 +772,21 @@ class Server:
                                             tls._ptr, None, None),
                        "tern_listen_quic %s:%s" % (host, bound.value))
         self.ports.append(bound.value)
+        return bound.value
+
+    def listen_unix(self, path):
+        """Serve HTTP/1.1 and h2c on a Unix socket: a path, or "@name" for
+        Linux's abstract namespace (removed when the server is freed)."""
+        _check(lib.tern_listen_unix(self._srv, path.encode(), None),
+               "tern_listen_unix %s" % path)
+
+    def listen_fd(self, fd):
+        """Serve on a listening stream socket a parent bound (socket
+        activation); tern owns it on success. Returns its TCP port (0 for
+        a Unix socket)."""
+        bound = ctypes.c_int()
+        _check(lib.tern_listen_fd(self._srv, fd, None, _byref(bound)),
+               "tern_listen_fd %d" % fd)
         return bound.value
 
     @property

@@ -317,6 +317,9 @@ FUNCTIONS = {
     "tern_request_worker": (c_int, [_P], "fast"),
     "tern_ws_worker": (c_int, [_P], "lib"),
     "tern_metrics_handler": (None, [_P, _P], "lib"),
+    "tern_tls_set_ticket_key": (c_int, [_P, c_char_p, c_size_t], "lib"),
+    "tern_listen_unix": (c_int, [_P, c_char_p, _P], "lib"),
+    "tern_listen_fd": (c_int, [_P, c_int, _P, _I], "lib"),
 }
 
 # Exported and deliberately not bound, with the reason.
@@ -344,6 +347,18 @@ LEFT_OUT = {
                                     "log writer has no Python API yet)",
     "tern_server_access_log": "not yet bound (no Python API yet)",
     "tern_server_access_log_reopen": "not yet bound (no Python API yet)",
+    "tern_listen_options_init": "not yet bound: the PROXY protocol options "
+                                "(tern_listen_options) have no Python API "
+                                "yet; listen_unix/listen_fd pass NULL",
+    "tern_listen_ex": "not yet bound (PROXY protocol listeners)",
+    "tern_listen_fds_from_env": "os.environ's LISTEN_FDS can be read in "
+                                "Python; each descriptor goes to listen_fd",
+    "tern_static_options_init": "not yet bound: the static-file handler "
+                                "has no Python API yet",
+    "tern_static_new": "not yet bound (static files)",
+    "tern_static_free": "not yet bound (static files)",
+    "tern_static_handler": "not yet bound (static files)",
+    "tern_static_mount": "not yet bound (static files)",
 }
 
 

@@ -165,3 +165,30 @@ def test_tls_bad_certificate(server, tmp_path):
     with pytest.raises(tern.TernError) as e:
         app.tls(str(bad), str(bad))
     assert e.value.code == -11  # TERN_ETLS
+
+
+def test_unix_socket(tmp_path):
+    """listen_unix: HTTP/1.1 over a Unix socket, as curl --unix-socket
+    would speak it (here a plain socket client)."""
+    import socket as _s
+    app = tern.Server(workers=1)
+    app.add_route("GET", "/", lambda r: "over unix")
+    path = str(tmp_path / "t.sock")
+    app.listen_unix(path)
+    app.start()
+    try:
+        c = _s.socket(_s.AF_UNIX, _s.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(path)
+        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            data += b
+        c.close()
+        assert data.startswith(b"HTTP/1.1 200")
+        assert data.endswith(b"over unix")
+    finally:
+        app.stop(1.0)
