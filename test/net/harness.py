@@ -639,6 +639,20 @@ class Skip(Exception):
     """Raised by a case that cannot apply here; reported as TAP SKIP."""
 
 
+def self_signed(directory, name="cert", sans="DNS:localhost"):
+    """A self-signed P-256 certificate for localhost (subjectAltName
+    `sans`), made with openssl in `directory`: (cert path, key path)."""
+    cert = os.path.join(directory, name + ".crt")
+    key = os.path.join(directory, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
+                    "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-subj", "/CN=localhost",
+                    "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=" + sans],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 def sanitized():
     """True in the AddressSanitizer build, where tern's free lists are off
     by design (so that a use after free is seen), and allocation counts say

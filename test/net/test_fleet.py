@@ -28,6 +28,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import self_signed  # noqa: E402
 from harness import Conn, Server, Skip, Suite, check, eq
 
 suite = Suite()
@@ -162,15 +163,7 @@ def served(srv):
 
 
 def make_cert():
-    cert = os.path.join(tmp, "f.crt")
-    key = os.path.join(tmp, "f.key")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
-                    "-addext", "subjectAltName=DNS:localhost",
-                    "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1"],
-                   check=True, capture_output=True)
-    return cert, key
+    return self_signed(tmp, "f")
 
 
 def instance(cert, key, ticket_key):

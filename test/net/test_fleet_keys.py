@@ -15,6 +15,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import self_signed  # noqa: E402
 from harness import Server, Skip, Suite, binary, check, eq, get
 
 suite = Suite()
@@ -27,14 +28,7 @@ cert = key = None
 
 def setup():
     global cert, key
-    cert = os.path.join(tmp, "k.crt")
-    key = os.path.join(tmp, "k.key")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
-                    "-addext", "subjectAltName=DNS:localhost",
-                    "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1"],
-                   check=True, capture_output=True)
+    cert, key = self_signed(tmp, "k")
 
 
 def start(ticket_key):

@@ -30,6 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import self_signed  # noqa: E402
 from harness import (HELLO_BODY, Conn, Server, Skip, Suite, check,  # noqa
                      connect, eq, get)
 import wslib  # noqa: E402
@@ -47,15 +48,7 @@ _cert = None
 def cert():
     global _cert
     if _cert is None:
-        c = os.path.join(tmp, "c.crt")
-        k = os.path.join(tmp, "c.key")
-        subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                        "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-subj",
-                        "/CN=localhost", "-keyout", k, "-out", c, "-addext",
-                        "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                       check=True, capture_output=True)
-        _cert = (c, k)
+        _cert = self_signed(tmp, "c", "DNS:localhost,IP:127.0.0.1")
     return _cert
 
 

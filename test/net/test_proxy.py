@@ -18,6 +18,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import self_signed  # noqa: E402
 from harness import (Conn, Server, Skip, Suite, check, eq, recv_until_close,
                      shared_hello_teardown)
 
@@ -30,15 +31,7 @@ SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
 def make_cert():
-    cert = os.path.join(tmp, "p.crt")
-    key = os.path.join(tmp, "p.key")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
-                    "-addext", "subjectAltName=DNS:localhost",
-                    "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1"],
-                   check=True, capture_output=True)
-    return cert, key
+    return self_signed(tmp, "p")
 
 
 def setup():

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 
+from harness import self_signed  # noqa: E402
 from harness import (Closed, Conn, Server, Suite, check, eq, get, vmrss_kib,
                      sanitized)
 
@@ -362,14 +363,7 @@ def truncated_while_served():
 def tls_server():
     """hello with TLS (h1, h2) and HTTP/3 serving the same root."""
     if "tls" not in S:
-        c = os.path.join(S["dir"], "c.crt")
-        k = os.path.join(S["dir"], "c.key")
-        subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
-                        "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-subj",
-                        "/CN=localhost", "-keyout", k, "-out", c, "-addext",
-                        "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                       check=True, capture_output=True)
+        c, k = self_signed(S["dir"], "c", "DNS:localhost,IP:127.0.0.1")
         args = ["--tls-port", "0", "--cert", c, "--key", k, "--static",
                 S["root"]]
         quic = shutil.which("gtlsclient") is not None
