@@ -256,6 +256,89 @@ def drain_under_load():
         a.kill()
 
 
+@case(timeout=40)
+def drain_behind_haproxy_http_mode():
+    """The same drain with haproxy as an HTTP proxy (mode http, health
+    checks that send the PROXY header, retry-on): h2load sends 20,000
+    requests through it while one instance gets SIGTERM; every one is
+    answered 200 (h2load counts no failure and retries nothing itself),
+    the two access logs hold them all, each with the client's address as
+    haproxy saw it (::1, while haproxy reaches tern over IPv4: only the
+    header can say so), and the drained instance exits 0."""
+    if not os.path.exists(HAPROXY) or shutil.which("h2load") is None:
+        raise Skip("no haproxy or h2load")
+    logs = [os.path.join(tmp, "http%d.log" % i) for i in range(2)]
+    a, b = [Server("hello", ["--workers", "1", "--proxy-protocol",
+                             "--access-log", log]) for log in logs]
+    hp = load = None
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        front = probe.getsockname()[1]
+        probe.close()
+        cfg = os.path.join(tmp, "http.cfg")
+        with open(cfg, "w") as f:
+            f.write("global\n  maxconn 200\n"
+                    "defaults\n  mode http\n  timeout connect 2s\n"
+                    "  timeout client 10s\n  timeout server 10s\n"
+                    "  retries 3\n  option redispatch\n"
+                    "  retry-on conn-failure empty-response response-timeout\n"
+                    "frontend fe\n  bind [::1]:%d\n  default_backend be\n"
+                    "backend be\n  balance roundrobin\n"
+                    "  option httpchk GET /\n"
+                    "  server a 127.0.0.1:%d send-proxy-v2 check "
+                    "check-send-proxy inter 200ms\n"
+                    "  server b 127.0.0.1:%d send-proxy-v2 check "
+                    "check-send-proxy inter 200ms\n" % (front, a.port, b.port))
+        hp = subprocess.Popen([HAPROXY, "-db", "-f", cfg],
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("::1", front), 1).close()
+                break
+            except OSError:
+                check(time.monotonic() < deadline and hp.poll() is None,
+                      "haproxy did not start")
+                time.sleep(0.05)
+        # h2load writes an IPv6 URL's Host without brackets, which tern
+        # answers 400: the authority is named outright.
+        load = subprocess.Popen(
+            ["h2load", "--h1", "-n", str(TOTAL), "-c", "8", "-T", "10",
+             "-H", ":authority: localhost", "http://[::1]:%d/" % front],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(0.5)
+        check(load.poll() is None, "the load ended before the drain")
+        a.signal()
+        eq(a.wait(10), 0, "drained instance's exit status")
+        out = load.communicate(timeout=30)[0].decode()
+        check("%d succeeded, 0 failed, 0 errored" % TOTAL in out and
+              "status codes: %d 2xx" % TOTAL in out, "h2load: %s" % out[-800:])
+        eq(b.stop(), 0, "the other instance's exit status")  # flushes its log
+        n, peers = [], set()
+        for path in logs:
+            with open(path) as f:
+                es = [json.loads(x) for x in f.read().splitlines()]
+            es = [e for e in es
+                  if (e.get("user_agent") or "").startswith("h2load")]
+            n.append(len(es))
+            peers |= {e["peer"] for e in es}
+        eq(sum(n), TOTAL, "requests logged (%r)" % n)
+        check(n[0] > 0 and n[1] > n[0], "split %r: a drained early" % n)
+        eq(peers, {"::1"}, "peers")
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+            load.wait()
+        if hp is not None:
+            hp.terminate()
+            hp.wait(5)
+        for s in (a, b):
+            if s.alive():
+                s.kill()
+
+
 def teardown():
     shutil.rmtree(tmp, ignore_errors=True)
 
