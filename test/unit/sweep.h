@@ -20,34 +20,9 @@
 #include <uv.h>
 
 #include "count_alloc.h"
+#include "loopback.h"
 #include "t.h"
 #include "tern.h"
-
-static double sweep_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A blocking connection to 127.0.0.1:port, or -1. Every wait on it is
- * bounded at 2 s: a failure inside the server must never leave the
- * client hanging. */
-static int sweep_connect(int port) {
-  struct sockaddr_in sa;
-  struct timeval tv = {2, 0};
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 typedef struct {
   const char *what; /* names the sweep in its summary line */

@@ -18,6 +18,7 @@
 
 #include "capture_log.h"
 #include "count_alloc.h"
+#include "loopback.h"
 #include "t.h"
 #include "tern.h"
 
@@ -27,30 +28,6 @@ static _Atomic int started[NWORKERS], stopped[NWORKERS];
 static _Atomic int timers_open, gone_seen, late_answers;
 static _Atomic int blocking_loop_null, bad_worker, ws_loop_ok;
 static pthread_t main_thread;
-
-static double sweep_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A blocking connection to 127.0.0.1:port, or -1; reads wait 2 s at
- * most. */
-static int sweep_connect(int port) {
-  struct sockaddr_in sa;
-  struct timeval tv = {2, 0};
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  memset(&sa, 0, sizeof(sa));
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 /* ---- A server on a thread ---- */
 
