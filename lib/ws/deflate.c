@@ -473,7 +473,16 @@ int tern__ws_inflater_init(tern__ws_inflater *f,
   setup_stream(&f->z, &f->alloc, a);
   f->no_context = p->client_no_context_takeover;
   f->clear_next = 1; /* the stream starts with a block header */
-  zr = inflateInit2(&f->z, -p->client_window_bits);
+  if (p->client_window_bits < 8 || p->client_window_bits > 15)
+    return TERN_EINVAL; /* not a window a negotiation can settle */
+  /* The window is always 32 KiB, whatever client_max_window_bits said.
+   * zlib checks a distance against the window plus what the current call
+   * has written, so with a smaller window a client that overreaches its
+   * own promise would be refused or not depending on how the message was
+   * cut into reads. With the full window every distance DEFLATE can
+   * express is in reach once 32 KiB were written, and before that one
+   * past the start of the context is refused, however the bytes came. */
+  zr = inflateInit2(&f->z, -15);
   if (zr != Z_OK)
     return init_error(zr);
   f->ready = 1;

@@ -27,9 +27,12 @@
  *   offered, the deflater still uses the policy's window: any smaller
  *   window can be read by the client's inflater.
  * - client_max_window_bits=N: sent when offered (with or without a value)
- *   and N, the smaller of the offer's value and the policy, is under 15.
- *   The inflater's window is N then, else 15, since without the parameter
- *   in the offer the client may use any window (RFC 7692 7.1.2.2).
+ *   and N, the smaller of the offer's value and the policy, is under 15
+ *   (without the parameter in the offer the client may use any window,
+ *   RFC 7692 7.1.2.2). The inflater's window is 15 all the same: with a
+ *   smaller one, zlib would take or refuse a distance past it depending
+ *   on how the message was split into reads, so a client breaking its
+ *   own promise is read as if it had offered 15, the most it costs.
  *
  * Compression. A message is deflated with Z_SYNC_FLUSH at its end and the
  * final 0x00 0x00 0xff 0xff dropped (RFC 7692 7.2.1); an empty one is the
@@ -51,8 +54,9 @@
  * shows there (never an abort). Per connection, from zlib's zconf.h:
  * the deflater takes (1 << (windowBits + 2)) + (1 << (memLevel + 9))
  * bytes plus about 6 KiB of state (256 KiB + 6 KiB at 15 and 8); the
- * inflater takes (1 << windowBits) plus about 7 KiB (39 KiB at 15).
- * Lower windows and memLevel cut this and cost compression ratio.
+ * inflater takes 32 KiB plus about 7 KiB, 39 KiB for any window.
+ * A lower server window and memLevel cut the deflater's share and cost
+ * compression ratio.
  *
  * Both objects hold a pointer to themselves inside zlib's stream, so they
  * must not move between init and free.
@@ -99,7 +103,8 @@ typedef struct {
   int server_no_context_takeover; /* the deflater resets per message */
   int client_no_context_takeover; /* the inflater resets per message */
   int server_window_bits;         /* the deflater's window, 9-15 */
-  int client_window_bits;         /* the inflater's window, 8-15 */
+  int client_window_bits;         /* the client's window, 8-15 (the
+                                     inflater takes 15: deflate.c) */
   int mem_level;
   int level;
 } tern__ws_deflate_params;
