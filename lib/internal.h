@@ -145,16 +145,25 @@ int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
 
 /* ---- Fixed-size object pools (per worker, no locks) -------------- */
 
+/* A pool keeps what is given back, so that connections cycling between
+ * busy and idle reuse what others returned instead of freeing and
+ * allocating it again. tern__pool_trim, once a second from the worker's
+ * tick, frees what sat on the free list the whole time since the trim
+ * before (its low-water mark), down to no fewer than max_free: under
+ * steady load nothing moves, and within two seconds of a burst a pool is
+ * back to its floor. */
 typedef struct {
   size_t size; /* object size */
   void *free;  /* singly linked through the first word */
   size_t nfree;
-  size_t max_free; /* 0 under AddressSanitizer: every put is a free */
+  size_t max_free; /* the floor; 0 under AddressSanitizer: no free list */
+  size_t low;      /* fewest free since the last trim */
 } tern__pool;
 
 void tern__pool_init(tern__pool *p, size_t size, size_t max_free);
 void *tern__pool_get(tern__worker *w, tern__pool *p);
 void tern__pool_put(tern__worker *w, tern__pool *p, void *obj);
+void tern__pool_trim(tern__worker *w, tern__pool *p);
 void tern__pool_drain(tern__worker *w, tern__pool *p);
 
 /* Small blocks of any size, for objects that come and go with requests
@@ -919,6 +928,7 @@ struct tern__worker {
 
   tern__pool rbuf_pool, wblk_pool, req_pool, seg_pool;
   tern__pool conn_pools[TERN__POOL_COUNT]; /* one per transport */
+  uint64_t pools_trimmed; /* uv_now of the last tern__pool_trim round */
   tern__pool small[TERN__SMALL_CLASSES];
   tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
   tern__list ws_closing; /* WebSockets waiting for the client's close */

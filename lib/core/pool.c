@@ -12,6 +12,7 @@ void tern__pool_init(tern__pool *p, size_t size, size_t max_free) {
   p->size = size < sizeof(void *) ? sizeof(void *) : size;
   p->free = NULL;
   p->nfree = 0;
+  p->low = 0;
 #ifdef TERN__ASAN
   (void)max_free;
   p->max_free = 0;
@@ -24,20 +25,36 @@ void *tern__pool_get(tern__worker *w, tern__pool *p) {
   void *obj = p->free;
   if (obj != NULL) {
     p->free = *(void **)obj;
-    p->nfree--;
+    if (--p->nfree < p->low)
+      p->low = p->nfree;
     return obj;
   }
+  p->low = 0;
   return tern__malloc(w->srv, p->size);
 }
 
 void tern__pool_put(tern__worker *w, tern__pool *p, void *obj) {
-  if (p->nfree >= p->max_free) {
+  if (p->max_free == 0) {
     tern__free(w->srv, obj);
     return;
   }
   *(void **)obj = p->free;
   p->free = obj;
   p->nfree++;
+}
+
+void tern__pool_trim(tern__worker *w, tern__pool *p) {
+  size_t idle = p->low; /* free all along: not needed this round */
+
+  if (p->nfree - idle < p->max_free)
+    idle = p->nfree > p->max_free ? p->nfree - p->max_free : 0;
+  while (idle-- > 0) {
+    void *obj = p->free;
+    p->free = *(void **)obj;
+    p->nfree--;
+    tern__free(w->srv, obj);
+  }
+  p->low = p->nfree;
 }
 
 void tern__pool_drain(tern__worker *w, tern__pool *p) {

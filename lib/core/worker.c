@@ -415,10 +415,27 @@ static void flush_dirty(tern__worker *w) {
 
 /* ---- Timeouts ------------------------------------------------------ */
 
+static void trim_pools(tern__worker *w) {
+  size_t i;
+
+  tern__pool_trim(w, &w->rbuf_pool);
+  tern__pool_trim(w, &w->wblk_pool);
+  tern__pool_trim(w, &w->seg_pool);
+  tern__pool_trim(w, &w->req_pool);
+  for (i = 0; i < TERN__POOL_COUNT; i++)
+    tern__pool_trim(w, &w->conn_pools[i]);
+  for (i = 0; i < TERN__SMALL_CLASSES; i++)
+    tern__pool_trim(w, &w->small[i]);
+}
+
 static void on_tick(uv_timer_t *t) {
   tern__worker *w = t->data;
   uint64_t now = uv_now(w->loop);
 
+  if (now - w->pools_trimmed >= 1000) {
+    w->pools_trimmed = now;
+    trim_pools(w);
+  }
   tern__date_update(w);
   tern__access_flush(w, 0);
   tern__ws_sweep(w, now);

@@ -51,14 +51,50 @@ static void test_pool_recycles(void) {
   teardown();
 }
 
+/* A pool keeps what comes back: connections cycling between busy and
+ * idle reuse what others gave back. A trim frees what stayed free since
+ * the trim before, keeping the floor (4 here). */
 static void test_pool_bounded(void) {
   void *objs[10];
-  int i;
+  int i, round;
   setup();
   for (i = 0; i < 10; i++)
     objs[i] = tern__pool_get(&w, &w.rbuf_pool);
+  /* Half go idle and come back, over and over: nothing new is taken. */
+  ca_calls = 0;
+  ca_fail_at = 1L << 30; /* counts allocations, fails none */
+  for (round = 0; round < 3; round++) {
+    for (i = 0; i < 5; i++)
+      tern__pool_put(&w, &w.rbuf_pool, objs[i]);
+    tern__pool_trim(&w, &w.rbuf_pool); /* all 5 were taken again */
+    for (i = 0; i < 5; i++)
+      objs[i] = tern__pool_get(&w, &w.rbuf_pool);
+    tern__pool_trim(&w, &w.rbuf_pool);
+  }
+  ca_fail_at = -1;
+#ifndef TERN__ASAN
+  T_EQ_INT(ca_calls, 0);
+#endif
   for (i = 0; i < 10; i++)
     tern__pool_put(&w, &w.rbuf_pool, objs[i]);
+#ifndef TERN__ASAN
+  T_EQ_INT(w.rbuf_pool.nfree, 10); /* kept until a trim */
+#endif
+  /* Three are taken again. The first trim frees nothing: all ten were
+   * out in its round. The next, with nothing taken since, frees what
+   * stayed free, down to the floor. */
+  for (i = 0; i < 3; i++)
+    objs[i] = tern__pool_get(&w, &w.rbuf_pool);
+  tern__pool_trim(&w, &w.rbuf_pool);
+#ifndef TERN__ASAN
+  T_EQ_INT(w.rbuf_pool.nfree, 7);
+#endif
+  for (i = 0; i < 3; i++)
+    tern__pool_put(&w, &w.rbuf_pool, objs[i]);
+  tern__pool_trim(&w, &w.rbuf_pool);
+#ifndef TERN__ASAN
+  T_EQ_INT(w.rbuf_pool.nfree, 4);
+#endif
   T_ASSERT(w.rbuf_pool.nfree <= 4); /* the rest went back to the heap */
   teardown();
 }
