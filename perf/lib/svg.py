@@ -153,3 +153,89 @@ def chart(title, subtitle, panels, footer):
             'viewBox="0 0 %d %d" font-family="%s">\n'
             '<rect width="100%%" height="100%%" fill="#ffffff"/>\n%s\n</svg>\n' % (
                 W, h, W, h, esc(FONT), "\n".join(parts)))
+
+
+def lines(title, subtitle, series, xlabel, ylabel, footer=()):
+    """A line chart with a logarithmic y axis (latencies from 100 µs to
+    seconds share one chart). series: [{'label', 'name', 'dash',
+    'points': [(x, y or None)]}]; a None y (no valid figure) breaks the
+    line and is marked with a cross on the x axis."""
+    ys = [y for s in series for _, y in s["points"] if y is not None and y > 0]
+    xs = [x for s in series for x, _ in s["points"]]
+    if not ys or not xs:
+        return chart(title, subtitle, [], list(footer) + ["no valid figures"])
+    lo = 10 ** math.floor(math.log10(min(ys)))
+    hi = 10 ** math.ceil(math.log10(max(ys)))
+    if hi <= lo:
+        hi = lo * 10
+    xmax = max(xs)
+    px0, pw, py0, ph = LEFT + 70, W - LEFT - 70 - 200, 0, 300
+    parts = ['<text x="%d" y="30" font-size="19" font-weight="700" '
+             'fill="#212529">%s</text>' % (LEFT, esc(title))]
+    y = 50
+    for line in textwrap.wrap(subtitle or "", 112):
+        parts.append('<text x="%d" y="%d" font-size="12" fill="#495057">%s</text>'
+                     % (LEFT, y, esc(line)))
+        y += 16
+    py0 = y + 26
+
+    def sx(x):
+        return px0 + pw * x / xmax
+
+    def sy(v):
+        return py0 + ph - ph * (math.log10(v) - math.log10(lo)) / (
+            math.log10(hi) - math.log10(lo))
+
+    d = lo
+    while d <= hi * 1.0001:
+        parts.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e9ecef"/>'
+                     % (px0, sy(d), px0 + pw, sy(d)))
+        parts.append('<text x="%d" y="%.1f" font-size="10" fill="#868e96" '
+                     'text-anchor="end">%s</text>' % (px0 - 6, sy(d) + 3,
+                                                     esc(compact(d))))
+        d *= 10
+    for x in sorted(set(xs)):
+        parts.append('<text x="%.1f" y="%d" font-size="10" fill="#868e96" '
+                     'text-anchor="middle">%s</text>' % (sx(x), py0 + ph + 14,
+                                                        esc(compact(x))))
+    parts.append('<text x="%.1f" y="%d" font-size="11" fill="#495057" '
+                 'text-anchor="middle">%s</text>' % (px0 + pw / 2, py0 + ph + 30,
+                                                    esc(xlabel)))
+    parts.append('<text x="%d" y="%d" font-size="11" fill="#495057">%s</text>'
+                 % (LEFT, py0 - 14, esc(ylabel)))
+    ly = py0 + 6
+    for k, s in enumerate(series):
+        color = s.get("color") or (
+            COLORS["tern"] if s["name"] == "tern" else COLORS["peer"])
+        dash = ' stroke-dasharray="6 4"' if s.get("dash") else ""
+        run = []
+        for x, v in s["points"] + [(None, None)]:
+            if v is not None and v > 0:
+                run.append("%.1f,%.1f" % (sx(x), sy(v)))
+                parts.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>'
+                             % (sx(x), sy(v), color))
+                continue
+            if len(run) > 1:
+                parts.append('<polyline fill="none" stroke="%s" stroke-width="2"'
+                             '%s points="%s"/>' % (color, dash, " ".join(run)))
+            run = []
+            if x is not None:
+                parts.append('<text x="%.1f" y="%d" font-size="12" fill="%s" '
+                             'text-anchor="middle">×</text>' % (
+                                 sx(x), py0 + ph - 4 - 12 * k, color))
+        parts.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" '
+                     'stroke-width="2"%s/>' % (px0 + pw + 14, ly, px0 + pw + 34,
+                                               ly, color, dash))
+        parts.append('<text x="%d" y="%d" font-size="11.5" fill="#212529">%s</text>'
+                     % (px0 + pw + 40, ly + 4, esc(s["label"])))
+        ly += 18
+    y = py0 + ph + 50
+    for line in [x for f in footer for x in textwrap.wrap(f, 128)]:
+        parts.append('<text x="%d" y="%d" font-size="10.5" fill="#868e96">%s</text>'
+                     % (LEFT, y, esc(line)))
+        y += 14
+    h = y + 4
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+            'viewBox="0 0 %d %d" font-family="%s">\n'
+            '<rect width="100%%" height="100%%" fill="#ffffff"/>\n%s\n</svg>\n' % (
+                W, h, W, h, esc(FONT), "\n".join(parts)))
