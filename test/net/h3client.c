@@ -19,6 +19,9 @@
  *                     then GET / on the same connection
  *   --no-read         a 1 KiB stream window that is never extended for
  *                     response bodies (ACKs still flow)
+ *   --stall-ms N      as --no-read for the first N ms, then the stream
+ *                     windows open by what came meanwhile and move on as
+ *                     usual: a reader that pauses, then resumes
  *   --idle            after the requests, stay idle until the server closes
  *   --header 'N: V'   an extra request field (repeatable)
  *   --tunnel PROTO    one extended CONNECT (RFC 9220 / 8441, :protocol
@@ -114,6 +117,7 @@ typedef struct {
   uint64_t acked; /* body bytes the server acknowledged */
   uint64_t limit; /* body bytes to send */
   uint64_t got;   /* response body bytes */
+  uint64_t owed;  /* --stall-ms: window credit held back while stalled */
   const char *path;
   gnutls_hash_hd_t hash;
 } req;
@@ -134,7 +138,9 @@ static struct {
   size_t nreqs, next, finished, open_now, max_open;
   uint64_t body_size, header_bytes, nheaders, reset_k;
   int no_read, idle, verbose, connected, blocked_seen, closed;
-  int want_open; /* more streams may be opened now */
+  uint64_t stall_ms;
+  ngtcp2_tstamp stall_until; /* --stall-ms: 0 once the stall is over */
+  int want_open;             /* more streams may be opened now */
   char *big;
   nghttp3_nv *extra;
   size_t nextra;
@@ -404,9 +410,26 @@ static int h3_recv_data(nghttp3_conn *c, int64_t id, const uint8_t *data,
     cl.olen += len;
     return 0;
   }
-  if (!cl.no_read)
+  if (cl.stall_until != 0 && r != NULL)
+    r->owed += len;
+  else if (!cl.no_read)
     ngtcp2_conn_extend_max_stream_offset(cl.conn, id, len);
   return 0;
+}
+
+/* --stall-ms: once the stall is over, give the streams what they were
+ * owed; from then on recv_data credits as it goes. */
+static void stall_check(ngtcp2_tstamp t) {
+  size_t i;
+  if (cl.stall_until == 0 || t < cl.stall_until)
+    return;
+  cl.stall_until = 0;
+  for (i = 0; i < cl.nreqs; i++)
+    if (cl.reqs[i].opened && !cl.reqs[i].finished && cl.reqs[i].owed > 0) {
+      ngtcp2_conn_extend_max_stream_offset(cl.conn, cl.reqs[i].id,
+                                           cl.reqs[i].owed);
+      cl.reqs[i].owed = 0;
+    }
 }
 
 static int h3_deferred(nghttp3_conn *c, int64_t id, size_t n, void *u,
@@ -961,7 +984,8 @@ static int setup_quic(void) {
     st.log_printf = log_cb;
   ngtcp2_transport_params_default(&tp);
   tp.initial_max_streams_uni = 3;
-  tp.initial_max_stream_data_bidi_local = cl.no_read ? 1024 : 256 * 1024;
+  tp.initial_max_stream_data_bidi_local =
+      cl.no_read || cl.stall_ms > 0 ? 1024 : 256 * 1024;
   tp.initial_max_stream_data_uni = 256 * 1024;
   tp.initial_max_data = 16 * 1024 * 1024;
   /* Longer than any server's in the tests: the server's idle timeout is
@@ -1011,7 +1035,8 @@ static int usage(void) {
   fprintf(
       stderr,
       "usage: h3client [-n|--streams N] [--body-size N] [--header-bytes N]\n"
-      "  [--headers N] [--reset-mid-body K] [--no-read] [--idle]\n"
+      "  [--headers N] [--reset-mid-body K] [--no-read] [--stall-ms N]\n"
+      "  [--idle]\n"
       "  [--header 'N: V']... [--tunnel PROTO] [--omit :path|:scheme]\n"
       "  [--on-eof fin|reset|stop|close]\n"
       "  [--timeout-ms N] [-v] GET|POST|CONNECT https://HOST:PORT/PATH\n");
@@ -1052,6 +1077,8 @@ int main(int argc, char **argv) {
       dst = &cl.reset_k;
     else if (strcmp(o, "--timeout-ms") == 0)
       dst = &timeout_ms;
+    else if (strcmp(o, "--stall-ms") == 0)
+      dst = &cl.stall_ms;
     else if (strcmp(o, "--no-read") == 0)
       cl.no_read = 1;
     else if (strcmp(o, "--idle") == 0)
@@ -1164,6 +1191,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   deadline = now_ns() + timeout_ms * 1000000u;
+  if (cl.stall_ms > 0)
+    cl.stall_until = now_ns() + cl.stall_ms * 1000000u;
   for (;;) {
     ngtcp2_tstamp t, exp;
     struct pollfd pf[3];
@@ -1183,6 +1212,7 @@ int main(int argc, char **argv) {
       if (r == 0)
         cl.want_open = 0;
     }
+    stall_check(now_ns());
     if (write_all() != 0) {
       rc = 1;
       goto end;
@@ -1220,6 +1250,8 @@ int main(int argc, char **argv) {
     exp = ngtcp2_conn_get_expiry(cl.conn);
     if (exp > deadline)
       exp = deadline;
+    if (cl.stall_until != 0 && exp > cl.stall_until)
+      exp = cl.stall_until;
     /* Round up: a timer that fires early finds nothing due and spins. */
     ms = exp <= t ? 0 : (int)((exp - t + 999999) / 1000000);
     pf[0].fd = cl.fd;

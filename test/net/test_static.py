@@ -17,8 +17,8 @@ import tempfile
 import time
 
 from harness import self_signed  # noqa: E402
-from harness import (Closed, Conn, Server, Suite, check, eq, get, vmrss_kib,
-                     sanitized)
+from harness import (BUILD, Closed, Conn, Server, Suite, check, eq, get,
+                     vmrss_kib, sanitized)
 
 suite = Suite()
 S = {}
@@ -360,6 +360,29 @@ def truncated_while_served():
     eq(get(port(), "/static/a.txt").body, BODY, "server still serves")
 
 
+@suite.case(timeout=40)
+def truncated_while_served_h2():
+    # The same over HTTP/2: a reader at 2 MB/s, the file cut to 1 MiB a
+    # second in. The stream must end early with RST_STREAM (curl: "not
+    # closed cleanly"), never as a complete response, and never hang.
+    path = os.path.join(S["root"], "trunc2.bin")
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)
+    p = subprocess.Popen(
+        ["curl", "-sS", "--http2-prior-knowledge", "--limit-rate", "2M",
+         "-o", "/dev/null", "-w", "%{size_download}",
+         "http://127.0.0.1:%d/static/trunc2.bin" % port()],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    os.truncate(path, 1 << 20)
+    out, err = p.communicate(timeout=30)
+    got = int(out or b"0")
+    check(p.returncode != 0, "curl saw a complete response (%d bytes)" % got)
+    check(got < (256 << 20), "the stream ended early (%d bytes)" % got)
+    check(b"HTTP/2" in err or b"stream" in err, "curl: %r" % err)
+    eq(curl_h2("/static/a.txt")[2], BODY, "server still serves over h2")
+
+
 def tls_server():
     """hello with TLS (h1, h2) and HTTP/3 serving the same root."""
     if "tls" not in S:
@@ -416,6 +439,34 @@ def http3():
     eq(open(os.path.join(dl, "a.txt"), "rb").read(), BODY, "h3 a.txt")
     eq(open(os.path.join(dl, "r.bin"), "rb").read(),
        open(os.path.join(S["root"], "r.bin"), "rb").read(), "h3 3 MiB")
+
+
+@suite.case(timeout=40)
+def truncated_while_served_h3():
+    # HTTP/3: h3client holds its stream window at 1 KiB for 1.5 s, the
+    # file is cut to 1 MiB meanwhile, then it reads on. tern must reset
+    # the stream once the file runs short, never end it as complete.
+    srv = tls_server()
+    client = os.path.join(BUILD, "test", "net", "h3client")
+    if srv.quic_port is None or not os.path.exists(client):
+        from harness import Skip
+        raise Skip("built without HTTP/3, or no gtlsclient")
+    path = os.path.join(S["root"], "trunc3.bin")
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)
+    p = subprocess.Popen(
+        [client, "--stall-ms", "1500", "--timeout-ms", "20000", "GET",
+         "https://127.0.0.1:%d/static/trunc3.bin" % srv.quic_port],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    os.truncate(path, 1 << 20)
+    out, err = p.communicate(timeout=30)
+    text = out.decode("latin-1")
+    check(re.search(r"stream 0 status 200", text), "h3 head: %r" % text)
+    m = re.search(r"stream 0 reset 0x([0-9a-f]+) bytes (\d+)", text)
+    check(m is not None, "the stream was reset: %r %r" % (text, err[-300:]))
+    check(int(m.group(2)) <= 1 << 20, "no byte past the cut: %s" % m.group(2))
+    check("stream 0 body" not in text, "no complete body: %r" % text)
 
 
 try:
