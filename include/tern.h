@@ -970,13 +970,20 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
  *   sibling FILE.br, FILE.zst or FILE.gz chosen by Accept-Encoding's
  *   q-values (ties: br, zstd, gzip) with Content-Encoding, and
  *   Vary: Accept-Encoding on every answer.
- * Files of any size (64-bit offsets). The worker never blocks: opening
- * and stat run on libuv's thread pool, and the body is read there block by
- * block, one block per response held at a time, the next read only once
- * the previous block was written. A file truncated while it is served
- * ends the response early (the connection is closed on HTTP/1.1, the
- * stream reset on HTTP/2 and HTTP/3), never with wrong bytes under the
- * full length.
+ * Files of any size (64-bit offsets). Opening and stat run on libuv's
+ * thread pool. Over plain HTTP/1.1 (no TLS, no pipelined response ahead)
+ * a file larger than one block goes from the page cache to the socket
+ * with sendfile(2) on the worker, while the socket takes it and up to 2
+ * MiB at a time; when the socket is full, the next block is read on the
+ * pool and written the usual way, and sendfile resumes once it drained.
+ * sendfile reads on the worker: a file that is not in the page cache
+ * makes the worker wait for the disk, so set TERN_STATIC_NO_SENDFILE for
+ * a root on slow or network storage. Everywhere else (TLS, HTTP/2,
+ * HTTP/3) the body is read on the pool block by block, one block per
+ * response held at a time, the next read only once the previous block
+ * was written. A file truncated while it is served ends the response
+ * early (the connection is closed on HTTP/1.1, the stream reset on
+ * HTTP/2 and HTTP/3), never with wrong bytes under the full length.
  * ------------------------------------------------------------------ */
 
 typedef struct tern_static tern_static;
@@ -984,6 +991,7 @@ typedef struct tern_static tern_static;
 enum {
   TERN_STATIC_HIDDEN = 1u << 0,        /* serve names starting with '.' */
   TERN_STATIC_PRECOMPRESSED = 1u << 1, /* serve .br/.zst/.gz siblings */
+  TERN_STATIC_NO_SENDFILE = 1u << 2,   /* never sendfile(2): see above */
 };
 
 #define TERN_STATIC_OPTIONS_VERSION 1

@@ -493,6 +493,20 @@ void tern__request_dispatch(tern_request *r);
 int tern__on_worker(const tern__worker *w);
 /* Finish the user's part of a request whose answer cannot be queued: the
  * connection closes. Returns rc. */
+
+/* Send up to `max` bytes of file `fd` from *off straight from the page
+ * cache to the request's socket (sendfile(2)), when its protocol can: an
+ * HTTP/1.1 response with a Content-Length on plain TCP, at the head of
+ * its pipeline, once everything queued before has been written. On the
+ * worker, between start and end. Returns the bytes sent (*off advanced;
+ * the connection's write side may then be full), 0 when the file ends at
+ * *off, TERN_ESTATE when not now (output still queued or being written,
+ * or the socket is full: write the next piece the usual way, whose
+ * completion means the socket drained), TERN_ENOTSUP when never for this
+ * request (TLS, HTTP/2, HTTP/3, a file sendfile cannot read), or
+ * TERN_ECLOSED when the connection failed (it is closing). */
+int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
+                                size_t max);
 int tern__request_fail(tern_request *r, int rc);
 /* The request is aborted (its client went away, its stream was reset, or
  * its connection is closing): mark it gone and, unless its response is
@@ -569,6 +583,10 @@ struct tern__req_ops {
    * so that its client cannot take it for complete. HTTP/1.1 closes the
    * connection (its framing is lost); HTTP/2 resets the stream alone. */
   void (*abort)(tern_request *r);
+  /* Send up to `max` bytes of file `fd` from *off straight to the socket
+   * (sendfile(2)), advancing *off: see tern__response_sendfile. NULL: the
+   * protocol never can (HTTP/2, HTTP/3: framed streams). */
+  int64_t (*sendfile)(tern_request *r, int fd, uint64_t *off, size_t max);
   /* The request is being freed, and its connection may have more to do
    * now (an HTTP/1.1 pipeline below its bound reads on): drop adapter
    * state it holds, look again. r->conn is NULL for a request the stop

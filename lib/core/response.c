@@ -688,6 +688,22 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
   return post(r, m);
 }
 
+int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
+                                size_t max) {
+  int64_t n;
+
+  if (r->ops->sendfile == NULL)
+    return TERN_ENOTSUP;
+  if (is_gone(r))
+    return TERN_ECLOSED;
+  if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+    return TERN_ESTATE;
+  n = r->ops->sendfile(r, fd, off, max);
+  if (n > 0)
+    r->bytes_out += (uint64_t)n;
+  return n;
+}
+
 int tern_response_write(tern_request *r, const void *data, size_t len,
                         tern_write_fn done, void *user) {
   resp_msg *m;

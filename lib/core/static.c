@@ -96,6 +96,7 @@ typedef struct {
   int nranges, cur; /* cur: the range being sent */
   uint64_t off;     /* next byte of ranges[cur] to read */
   int multipart;
+  int sendfile;  /* try sendfile(2) for the next bytes (plain HTTP/1.1) */
   int mem;       /* the whole file is in buf (read on the pool) */
   int stack;     /* the job lives on the handler's stack (a cache hit) */
   centry *entry; /* a cache hit's entry: buf is its data */
@@ -124,7 +125,8 @@ int tern_static_new(const tern_static_options *o, tern_static **out) {
     *out = NULL;
   if (o == NULL || out == NULL || o->version < 1 ||
       o->size < sizeof(tern_static_options) || o->root == NULL ||
-      (o->flags & ~(unsigned)(TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED)))
+      (o->flags & ~(unsigned)(TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED |
+                              TERN_STATIC_NO_SENDFILE)))
     return TERN_EINVAL;
   if (o->cache_control != NULL && strpbrk(o->cache_control, "\r\n") != NULL)
     return TERN_EINVAL;
@@ -485,29 +487,70 @@ static void read_cb(uv_fs_t *req) {
     finish(j);
 }
 
+/* At most this much goes out by sendfile in one go before the next piece
+ * takes the pool and the loop turns: one client on a fast link does not
+ * hold the worker for longer than about a millisecond. */
+#define SENDFILE_TURN ((uint64_t)2 << 20)
+
 static void read_next(job *j) {
+  uint64_t budget = SENDFILE_TURN, want;
   tern__range *g;
-  while (j->cur < j->nranges && j->off > j->ranges[j->cur].last) {
-    j->cur++;
-    if (j->cur < j->nranges) {
-      j->off = j->ranges[j->cur].first;
-      if (j->multipart && part_head(j) != 0) {
-        finish(j);
-        return;
+  int64_t n;
+
+  for (;;) {
+    while (j->cur < j->nranges && j->off > j->ranges[j->cur].last) {
+      j->cur++;
+      if (j->cur < j->nranges) {
+        j->off = j->ranges[j->cur].first;
+        if (j->multipart && part_head(j) != 0) {
+          finish(j);
+          return;
+        }
       }
     }
-  }
-  if (j->cur >= j->nranges) {
-    if (j->multipart) {
-      char t[64];
-      int n = snprintf(t, sizeof t, "\r\n--%s--\r\n", j->boundary);
-      tern_response_write(j->r, t, (size_t)n, NULL, NULL);
+    if (j->cur >= j->nranges) {
+      if (j->multipart) {
+        char t[64];
+        int k = snprintf(t, sizeof t, "\r\n--%s--\r\n", j->boundary);
+        tern_response_write(j->r, t, (size_t)k, NULL, NULL);
+      }
+      finish(j);
+      return;
     }
+    g = &j->ranges[j->cur];
+    if (!j->sendfile || budget == 0)
+      break;
+    /* Plain HTTP/1.1: straight from the page cache to the socket, while
+     * the socket takes it. When it is full (or output is still queued),
+     * the next block goes the usual way below: its write completes once
+     * the socket drained, and then sendfile goes on. */
+    want = g->last - j->off + 1;
+    if (want > budget)
+      want = budget;
+    n = tern__response_sendfile(j->r, j->fd, &j->off, (size_t)want);
+    if (n > 0) {
+      budget -= (uint64_t)n;
+      continue;
+    }
+    if (n == 0) {
+      tern__log(j->srv, TERN_LOG_WARN,
+                "static: file changed or unreadable while served");
+      finish(j); /* ends short: the connection closes */
+      return;
+    }
+    if (n == TERN_ENOTSUP)
+      j->sendfile = 0;
+    else if (n != TERN_ESTATE) {
+      finish(j);
+      return;
+    }
+    break;
+  }
+  if (j->buf == NULL && (j->buf = tern__malloc(j->srv, j->st->block)) == NULL) {
     finish(j);
     return;
   }
-  g = &j->ranges[j->cur];
-  uint64_t want = g->last - j->off + 1;
+  want = g->last - j->off + 1;
   if (want > j->st->block)
     want = j->st->block;
   uv_buf_t b = uv_buf_init(j->buf, (unsigned)want);
@@ -673,10 +716,9 @@ body:
     read_next(j); /* the closing boundary, the end */
     return;
   }
-  if ((j->buf = tern__malloc(j->srv, st->block)) == NULL) {
-    finish(j);
-    return;
-  }
+  /* The block buffer is taken when a block is first read: a response
+   * that sendfile carries whole never needs one. */
+  j->sendfile = !(st->flags & TERN_STATIC_NO_SENDFILE);
   j->cur = 0;
   j->off = j->ranges[0].first;
   if (j->multipart && part_head(j) != 0) {

@@ -7,8 +7,11 @@
  * connection's when they reach the head. So responses leave in request
  * order however the handlers finish.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/sendfile.h>
+#include <sys/types.h>
 
 #include "http1/parse.h"
 #include "net/stream.h"
@@ -284,6 +287,56 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
   return 0;
+}
+
+/* The file's bytes go from the page cache to the socket without passing
+ * through the output queue, so only when that queue is empty: whatever
+ * was queued before (the head, a multipart boundary) is written first,
+ * and a response behind another one in the pipeline waits its turn. */
+static int64_t h1_sendfile(tern_request *r, int fd, uint64_t *off, size_t max) {
+  tern__stream *c = tern__stream_of(r->conn);
+  tern__conn *conn = &c->head;
+  uv_os_fd_t sock;
+  off_t o;
+  ssize_t n;
+
+  if (c->filter != NULL || r->resp_left < 0 ||
+      (r->flags & (TERN__RQ_CHUNKED | TERN__RQ_HEAD | TERN__RQ_TUNNEL)))
+    return TERN_ENOTSUP;
+  if (conn->flags & (TERN__C_CLOSING | TERN__C_LINGER))
+    return TERN_ECLOSED;
+  if (outq(r) != &c->out)
+    return TERN_ESTATE;
+  if (c->out.count != 0)
+    tern__conn_flush(conn); /* the head, written now rather than later */
+  if (conn->flags & TERN__C_CLOSING)
+    return TERN_ECLOSED;
+  if (c->out.count != 0 || (conn->flags & TERN__C_WRITING))
+    return TERN_ESTATE;
+  if ((uint64_t)max > (uint64_t)r->resp_left)
+    max = (size_t)r->resp_left;
+  if (max > (size_t)1 << 30)
+    max = (size_t)1 << 30;
+  if (max == 0 || *off > (uint64_t)INT64_MAX - max)
+    return TERN_ESTATE;
+  if (uv_fileno((const uv_handle_t *)&c->io.tcp, &sock) != 0)
+    return TERN_ENOTSUP;
+  o = (off_t)*off;
+  do
+    n = sendfile(sock, fd, &o, max);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return TERN_ESTATE;
+    if (errno == EINVAL || errno == ENOSYS || errno == EOVERFLOW)
+      return TERN_ENOTSUP; /* a file sendfile cannot read */
+    tern__conn_close(conn);
+    return TERN_ECLOSED;
+  }
+  *off = (uint64_t)o;
+  r->resp_left -= (int64_t)n;
+  TERN__STAT_ADD(conn->w->stats.bytes_out, (uint64_t)n);
+  return (int64_t)n;
 }
 
 /* An interim answer: status line and the caller's fields only. It goes
@@ -1080,6 +1133,7 @@ static const tern__req_ops h1_ops = {
     .tunnel = h1_tunnel,
     .pending = h1_pending,
     .abort = h1_abort,
+    .sendfile = h1_sendfile,
     .release = h1_release,
 };
 
