@@ -224,6 +224,11 @@ static void test_options(void) {
   o.root = "/";
   o.flags = 1u << 7;
   T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  o.flags = TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED |
+            TERN_STATIC_NO_SENDFILE; /* every known flag */
+  T_EQ_INT(tern_static_new(&o, &st), 0);
+  tern_static_free(st);
+  st = NULL;
   o.flags = 0;
   o.index = "a/b.html";
   T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
