@@ -234,8 +234,11 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
   /* 1xx and 204 never carry a length (RFC 9110 8.6); a 304's would be
    * the representation's, which only the caller can know. */
   int no_length = tunnel || status < 200 || status == 204 || status == 304;
-  const char *reason = tern__reason(status);
-  size_t reason_len = strlen(reason), need = fields_size(h, n);
+  /* 200 is nearly every answer: its status line is a literal. */
+  static const char ok_line[] = "HTTP/1.1 200 OK\r\n";
+  const char *reason = status == 200 ? "OK" : tern__reason(status);
+  size_t reason_len = status == 200 ? 2 : strlen(reason),
+         need = fields_size(h, n);
   char *o;
   wbuf b;
 
@@ -254,13 +257,17 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
     state(r)->out_start = c->out.consumed + c->out.bytes;
   if ((o = wbuf_open(w, q, need, &b)) == NULL)
     return TERN_ENOMEM;
-  o = PUT_LIT(o, "HTTP/1.1 ");
-  *o++ = (char)('0' + status / 100);
-  *o++ = (char)('0' + status / 10 % 10);
-  *o++ = (char)('0' + status % 10);
-  *o++ = ' ';
-  o = PUT(o, reason, reason_len);
-  o = PUT_LIT(o, "\r\n");
+  if (status == 200) {
+    o = PUT_LIT(o, ok_line);
+  } else {
+    o = PUT_LIT(o, "HTTP/1.1 ");
+    *o++ = (char)('0' + status / 100);
+    *o++ = (char)('0' + status / 10 % 10);
+    *o++ = (char)('0' + status % 10);
+    *o++ = ' ';
+    o = PUT(o, reason, reason_len);
+    o = PUT_LIT(o, "\r\n");
+  }
   o = put_fields(o, h, n, status == 304);
   o = PUT(o, w->date, w->date_len);
   /* Over TLS, HTTP/3's address for clients that can use it (RFC 7838). */
