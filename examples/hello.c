@@ -19,6 +19,8 @@
  *                       gives them ("ADDR PORT"), at once: behind a load
  *                       balancer with --proxy-protocol, the client's
  *                       that the PROXY header names
+ *   GET  /proxy-tlvs    the PROXY v2 header's TLVs as tern_request_proxy_tlv
+ *                       gives them, "NAME: VALUE" a line ("none" without)
  *   GET  /defer?ms=N    answered from another thread after N ms; with
  *                       &bad=1 it first tries a header with a CR LF in it,
  *                       which must fail with TERN_EINVAL
@@ -447,6 +449,34 @@ static void peer(tern_request *r, void *user) {
   n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
                port);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* The PROXY v2 header's TLVs, "NAME: VALUE" a line ("none" without). */
+static void proxy_tlvs(tern_request *r, void *user) {
+  static const struct {
+    int type;
+    const char *name;
+  } t[] = {{TERN_PROXY_ALPN, "alpn"},
+           {TERN_PROXY_AUTHORITY, "authority"},
+           {TERN_PROXY_SSL, "ssl"},
+           {TERN_PROXY_SSL_VERSION, "ssl_version"},
+           {TERN_PROXY_SSL_CN, "ssl_cn"}};
+  char body[1400];
+  size_t i, len = 0, vl;
+  const char *v;
+  int k;
+  (void)user;
+  for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+    if ((v = tern_request_proxy_tlv(r, t[i].type, &vl)) == NULL)
+      continue;
+    k = snprintf(body + len, sizeof(body) - len, "%s: %.*s\n", t[i].name,
+                 (int)(vl > 256 ? 256 : vl), v);
+    if (k > 0 && (size_t)k < sizeof(body) - len)
+      len += (size_t)k;
+  }
+  if (len == 0)
+    len = (size_t)snprintf(body, sizeof(body), "none\n");
+  tern_respond(r, 200, text_plain, 1, body, len);
 }
 
 /* Work handed to a thread of hello's own, which then answers. */
@@ -1205,6 +1235,7 @@ int main(int argc, char **argv) {
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
   tern_route(server, "GET", "/peer", peer, NULL);
+  tern_route(server, "GET", "/proxy-tlvs", proxy_tlvs, NULL);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);
   tern_route(server, "GET", "/overrun", overrun, NULL);

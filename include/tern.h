@@ -629,6 +629,24 @@ TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf, size_t size,
 TERN_EXTERN int tern_request_local(const tern_request *r, char *buf,
                                    size_t size, int *port);
 
+/* What the PROXY protocol v2 header the request's connection came with
+ * (tern_listen_options.proxy_protocol) said beside the addresses: */
+enum {
+  TERN_PROXY_ALPN = 0x01,        /* the protocol the client negotiated */
+  TERN_PROXY_AUTHORITY = 0x02,   /* the host name the client asked for */
+  TERN_PROXY_SSL = 0x20,         /* "1": the client spoke TLS to the proxy */
+  TERN_PROXY_SSL_VERSION = 0x21, /* e.g. "TLSv1.3" */
+  TERN_PROXY_SSL_CN = 0x22,      /* the client certificate's Common Name */
+};
+/* The value of TLV `type` (one of TERN_PROXY_*) as bytes, with *len (may
+ * be NULL); a NUL follows them. NULL when the connection had no v2 header,
+ * the header lacked that TLV, or the type is not one of the above. The
+ * values are copied at accept and live as long as the connection: any
+ * thread holding the request may read them. Trust them as far as the
+ * proxy: only trusted sources may send a header. */
+TERN_EXTERN const char *tern_request_proxy_tlv(const tern_request *r, int type,
+                                               size_t *len);
+
 /* The collected body (routes without TERN_ROUTE_STREAM_BODY); *len 0 and a
  * non-NULL pointer when there is none. */
 TERN_EXTERN const char *tern_request_body(const tern_request *r, size_t *len);

@@ -802,7 +802,17 @@ struct tern__conn {
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;
+  /* A PROXY v2 header's TLVs, kept as long as the connection (NULL when
+   * it had none): read like peer and local. */
+  struct tern__proxy_tlvs *proxy;
 };
+
+/* One block: this struct, then the TLV values it points to. */
+typedef struct tern__proxy_tlvs {
+  int ssl; /* the client spoke TLS to the balancer */
+  const char *alpn, *authority, *ssl_version, *ssl_cn;
+  size_t alpn_len, authority_len, ssl_version_len, ssl_cn_len;
+} tern__proxy_tlvs;
 
 /* A new connection of transport `tp` on worker `w`, taken into the
  * worker's counts (NULL: no memory). The transport fills in the rest

@@ -41,6 +41,7 @@ void tern__conn_unref(tern__conn *c) {
   tern__worker *w = c->w;
   if (--c->refs > 0)
     return;
+  tern__free(w->srv, c->proxy);
   c->tp->free(c);
   w->nconns--;
   tern__worker_maybe_done(w);

@@ -536,6 +536,40 @@ int tern_request_peer(const tern_request *r, char *buf, size_t size,
   return format_addr(&r->conn->peer, buf, size, port);
 }
 
+const char *tern_request_proxy_tlv(const tern_request *r, int type,
+                                   size_t *len) {
+  const tern__proxy_tlvs *t;
+  const char *v = NULL;
+  size_t n = 0;
+
+  if (len != NULL)
+    *len = 0;
+  if (r == NULL || r->conn == NULL || (t = r->conn->proxy) == NULL)
+    return NULL;
+  switch (type) {
+  case TERN_PROXY_ALPN:
+    v = t->alpn, n = t->alpn_len;
+    break;
+  case TERN_PROXY_AUTHORITY:
+    v = t->authority, n = t->authority_len;
+    break;
+  case TERN_PROXY_SSL:
+    v = t->ssl ? "1" : NULL, n = 1;
+    break;
+  case TERN_PROXY_SSL_VERSION:
+    v = t->ssl_version, n = t->ssl_version_len;
+    break;
+  case TERN_PROXY_SSL_CN:
+    v = t->ssl_cn, n = t->ssl_cn_len;
+    break;
+  default:
+    break;
+  }
+  if (v != NULL && len != NULL)
+    *len = n;
+  return v;
+}
+
 int tern_request_local(const tern_request *r, char *buf, size_t size,
                        int *port) {
   if (r == NULL)

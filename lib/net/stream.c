@@ -301,6 +301,39 @@ static void stream_flush(tern__conn *c);
  * filter or stay for the adapter), 1 while it is incomplete, -1 when
  * the connection was closed (a malformed or oversized header). The head
  * timer, armed at accept, bounds how long a header may take. */
+/* Copy the TLVs a handler may ask for out of the read buffer (which is
+ * reused) into one block the connection keeps. 0, or TERN_ENOMEM. */
+static int keep_tlvs(tern__conn *c, const tern__proxy_hdr *h) {
+  size_t n =
+      h->alpn_len + h->authority_len + h->ssl_version_len + h->ssl_cn_len;
+  tern__proxy_tlvs *t;
+  char *o;
+
+  if (h->alpn == NULL && h->authority == NULL && !h->ssl &&
+      h->ssl_version == NULL && h->ssl_cn == NULL)
+    return 0;
+  if ((t = tern__malloc(c->w->srv, sizeof(*t) + n + 4)) == NULL)
+    return TERN_ENOMEM;
+  o = (char *)(t + 1);
+  t->ssl = h->ssl;
+#define KEEP(f)                                                                \
+  do {                                                                         \
+    t->f = h->f != NULL ? o : NULL;                                            \
+    t->f##_len = h->f##_len;                                                   \
+    if (h->f != NULL)                                                          \
+      memcpy(o, h->f, h->f##_len);                                             \
+    o += h->f##_len;                                                           \
+    *o++ = '\0';                                                               \
+  } while (0)
+  KEEP(alpn);
+  KEEP(authority);
+  KEEP(ssl_version);
+  KEEP(ssl_cn);
+#undef KEEP
+  c->proxy = t;
+  return 0;
+}
+
 static int proxy_input(tern__stream *s) {
   tern__conn *c = &s->head;
   tern__proxy_hdr h;
@@ -313,11 +346,15 @@ static int proxy_input(tern__stream *s) {
     return -1;
   }
   s->proxy_wait = 0;
-  s->rpos += (size_t)n;
   if (!h.local) {
     tern__addr_set(&c->peer, (const struct sockaddr *)&h.src);
     tern__addr_set(&c->local, (const struct sockaddr *)&h.dst);
   }
+  if (keep_tlvs(c, &h) != 0) {
+    tern__conn_close(c); /* a handler must not see them missing */
+    return -1;
+  }
+  s->rpos += (size_t)n; /* the views in h stay valid until here */
   /* Under TLS, what followed the header is ciphertext: hand it to the
    * filter as if the socket had read it (once per connection). */
   while (s->filter != NULL && s->rpos < s->rlen) {

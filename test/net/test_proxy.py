@@ -131,6 +131,35 @@ def v2_names_the_client():
 
 
 @case
+def v2_tlvs_reach_the_handler():
+    """ALPN, authority and the SSL TLV's version and CN, as
+    tern_request_proxy_tlv gives them, on every request of the connection
+    (the read buffer that held the header is long reused by then)."""
+    ssl = tlv(0x20, b"\x01\0\0\0\0" + tlv(0x21, b"TLSv1.3") +
+              tlv(0x22, b"client.example"))
+    tlvs = tlv(0x01, b"h2") + tlv(0x02, b"example.com") + ssl
+    want = (b"alpn: h2\nauthority: example.com\nssl: 1\n"
+            b"ssl_version: TLSv1.3\nssl_cn: client.example\n")
+    with Conn(srv.port) as c:
+        c.send(v2_tcp4("198.51.100.9", 999, tlvs=tlvs))
+        for i in range(3):
+            r = c.request("GET", "/proxy-tlvs")
+            eq((r.status, r.body), (200, want), "request %d" % i)
+            c.request("GET", "/big?bytes=300000")  # the buffer moves on
+    with Conn(srv.port) as c:
+        c.send(v2_tcp4("198.51.100.9", 999, tlvs=tlv(0x02, b"a.example") +
+                       tlv(0x20, b"\0\0\0\0\0")))
+        r = c.request("GET", "/proxy-tlvs")
+        eq(r.body, b"authority: a.example\n", "client not on TLS: no ssl")
+    with Conn(srv.port) as c:
+        c.send(v2_tcp4("198.51.100.9", 999))
+        eq(c.request("GET", "/proxy-tlvs").body, b"none\n", "no TLVs")
+    with Conn(srv.port) as c:
+        c.send(b"PROXY TCP4 192.0.2.7 198.51.100.1 5555 80\r\n")
+        eq(c.request("GET", "/proxy-tlvs").body, b"none\n", "v1")
+
+
+@case
 def v2_local_keeps_the_socket_address():
     with Conn(srv.port) as c:
         c.send(v2(cmd=0, fam=0))

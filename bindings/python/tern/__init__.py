@@ -32,7 +32,9 @@ from . import _ffi
 from ._ffi import lib, fast
 
 __all__ = ["Server", "Request", "Headers", "WebSocket", "TLS", "TernError",
-           "RequestFinished", "HandshakeError", "version", "library_path"]
+           "RequestFinished", "HandshakeError", "version", "library_path",
+           "PROXY_ALPN", "PROXY_AUTHORITY", "PROXY_SSL", "PROXY_SSL_VERSION",
+           "PROXY_SSL_CN"]
 
 version = _ffi.version
 library_path = _ffi.path
@@ -41,6 +43,13 @@ log = logging.getLogger("tern")
 _c_size = ctypes.c_size_t
 _byref = ctypes.byref
 _string_at = ctypes.string_at
+
+# tern_request_proxy_tlv's kinds (TERN_PROXY_* in tern.h).
+PROXY_ALPN = 0x01
+PROXY_AUTHORITY = 0x02
+PROXY_SSL = 0x20
+PROXY_SSL_VERSION = 0x21
+PROXY_SSL_CN = 0x22
 
 
 class TernError(Exception):
@@ -263,6 +272,17 @@ class Request:
             _check(fast.tern_request_peer(p, buf, 64, _byref(port)), "peer")
             return buf.value.decode(), port.value
         return self._read("peer", load)
+
+    def proxy_tlv(self, kind):
+        """A TLV of the PROXY protocol v2 header the connection came with,
+        as bytes, or None: kind is one of PROXY_ALPN, PROXY_AUTHORITY,
+        PROXY_SSL (b"1" when the client spoke TLS to the proxy),
+        PROXY_SSL_VERSION, PROXY_SSL_CN."""
+        def load(p):
+            n = _c_size()
+            a = fast.tern_request_proxy_tlv(p, int(kind), _byref(n))
+            return None if a is None else _string_at(a, n.value)
+        return self._read(("proxy_tlv", int(kind)), load)
 
     @property
     def body(self):

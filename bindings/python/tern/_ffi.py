@@ -276,6 +276,7 @@ FUNCTIONS = {
     "tern_request_header_at": (POINTER(Header), [_P, c_size_t], "fast"),
     "tern_request_peer": (c_int, [_P, c_char_p, c_size_t, _I], "fast"),
     "tern_request_local": (c_int, [_P, c_char_p, c_size_t, _I], "fast"),
+    "tern_request_proxy_tlv": (_P, [_P, c_int, _SZ], "fast"),
     "tern_request_body": (_P, [_P, _SZ], "fast"),
     "tern_request_trailer_count": (c_size_t, [_P], "fast"),
     "tern_request_trailer_at": (POINTER(Header), [_P, c_size_t], "fast"),

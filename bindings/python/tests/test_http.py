@@ -66,7 +66,8 @@ def test_request_accessors(server):
                     h1=req.headers["X-Thing"], h2=req.headers.get("x-thing"),
                     all=req.headers.get_all("x-rep"), peer=req.peer,
                     proto=req.protocol, has="X-THING" in req.headers,
-                    authority=req.authority)
+                    authority=req.authority,
+                    tlv=req.proxy_tlv(tern.PROXY_AUTHORITY))
         return 204
     port = started(app)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -89,6 +90,7 @@ def test_request_accessors(server):
     assert seen["peer"][0] == "127.0.0.1" and seen["peer"][1] > 0
     assert seen["proto"] == "HTTP/1.1"
     assert seen["authority"].startswith("127.0.0.1:")
+    assert seen["tlv"] is None  # no PROXY header on this listener
 
 
 def test_answers_in_every_form(server):
