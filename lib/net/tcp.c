@@ -240,8 +240,13 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_ESTATE;
   if (given_fd >= 0) {
     int domain = given_domain(given_fd);
-    if (domain < 0)
+    if (domain < 0) {
+      tern__log(srv, TERN_LOG_ERROR,
+                "tern_listen_fd: fd %d is not a listening TCP or Unix stream "
+                "socket (a UDP one serves HTTP/3: tern_listen_quic_fd)",
+                given_fd);
       return domain;
+    }
     if (domain == AF_UNIX)
       unix_path = "@"; /* a Unix socket, bound by the parent */
   } else if (unix_path == NULL && (rc = tern__net_addr(host, port, &ss)) != 0) {
