@@ -11,7 +11,12 @@
  * or is rebound by a NAT may land anywhere) is forwarded, copied, through
  * the owner's inbox. Client-chosen DCIDs (a first Initial's) are random
  * and never forwarded: the worker that gets a first Initial owns the
- * connection, and the kernel keeps that client's retransmits on it.
+ * connection, and the kernel keeps that client's retransmits on it. A
+ * socket the parent bound (tern_listen_quic_fd) is one socket, so one
+ * worker serves it and nothing is forwarded (two workers reading one
+ * socket would each take some of a client's first-flight retransmits).
+ * A CID's second byte tags the secret its stateless-reset token came
+ * from (the current one, or the previous one while a fleet rotates).
  *
  * Intake, per datagram: decode the version and CIDs; an unsupported
  * version gets Version Negotiation; a known DCID goes to its connection;

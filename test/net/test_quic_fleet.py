@@ -287,13 +287,18 @@ def reset_after_rotation(new_args):
 def reset_after_rotation_uses_previous():
     """A client of an instance on the old secret, whose next packet reaches
     an instance rotated to a new one (S2, previous S1), gets a stateless
-    reset it recognises: the token is the one the old instance gave."""
+    reset it recognises: the token is the one the old instance gave; one
+    on S2 alone cannot."""
     need_client()
     log, tokens = reset_after_rotation(
         ["--quic-secret", S2, "--quic-previous-secret", S1])
     sr = re.findall(r"\bSR token=0x([0-9a-f]+) randlen=\d+", log)
     check(sr, "no stateless reset reached the client: %r" % log[-800:])
     check(set(sr) <= tokens, "reset tokens %r, issued %r" % (sr, tokens))
+    # Without the previous secret the reset does not match.
+    log, _ = reset_after_rotation(["--quic-secret", S2])
+    eq(re.findall(r"\bSR token=", log), [], "a reset under the new secret "
+       "alone was accepted")
 
 
 def teardown():
