@@ -410,6 +410,23 @@ TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
  * the environment). */
 TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
 
+/* The longest descriptor name (systemd's FileDescriptorName=), with its
+ * terminating NUL. */
+#define TERN_LISTEN_FD_NAME_MAX 256
+
+/* tern_listen_fds_from_env, and each descriptor's name from
+ * LISTEN_FDNAMES (colon-separated, one per descriptor, as systemd's
+ * FileDescriptorName= sets them) copied into names[i] as a C string;
+ * "unknown" for each when LISTEN_FDNAMES is absent (as
+ * sd_listen_fds_with_names). `names` holds `max` entries (NULL: names
+ * not wanted). Errors as tern_listen_fds_from_env, and TERN_EINVAL when
+ * LISTEN_FDNAMES does not name exactly LISTEN_FDS descriptors or a name
+ * is TERN_LISTEN_FD_NAME_MAX bytes or longer (the environment is then
+ * left as it was). */
+TERN_EXTERN int
+tern_listen_fds_from_env_named(int *fds, char (*names)[TERN_LISTEN_FD_NAME_MAX],
+                               size_t max);
+
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *
