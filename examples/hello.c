@@ -112,9 +112,11 @@
  * sockets systemd's LISTEN_PID/LISTEN_FDS hand over: stream ones (TCP or
  * Unix) each printed as "fd N listening on PORT" (0 for Unix) after the
  * first line, UDP ones with HTTP/3 as --quic-fd does (after the TLS and
- * QUIC lines; they need --tls-port). --ticket-key HEX (128 digits) sets the TLS
- * session-ticket key (tern_tls_set_ticket_key), the same on every instance of a
- * fleet. SIGINT/SIGTERM stop gracefully (5 s deadline).
+ * QUIC lines; they need --tls-port). --ticket-key HEX (128 digits) sets
+ * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
+ * instance of a fleet; --previous-ticket-key HEX the one being rotated
+ * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
+ * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -1008,7 +1010,8 @@ int main(int argc, char **argv) {
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
   static unsigned char ticket_key[TERN_TLS_TICKET_KEY_SIZE];
-  int have_ticket_key = 0;
+  static unsigned char prev_ticket_key[TERN_TLS_TICKET_KEY_SIZE];
+  int have_ticket_key = 0, have_prev_ticket_key = 0;
   int want_listen_fds = 0;
   int quic_fds[16], nquic_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
@@ -1094,25 +1097,33 @@ int main(int argc, char **argv) {
       quic_fds[nquic_fds++] = (int)v;
       continue;
     }
-    if (strcmp(argv[i], "--ticket-key") == 0 && i + 1 < argc) {
+    if ((strcmp(argv[i], "--ticket-key") == 0 ||
+         strcmp(argv[i], "--previous-ticket-key") == 0) &&
+        i + 1 < argc) {
       /* Hex, 128 digits: the same key on every instance of a fleet lets a
-       * client resume its TLS session on any of them. */
+       * client resume its TLS session on any of them; the previous one is
+       * the key being rotated out. */
+      int prev = argv[i][2] == 'p';
       const char *hx = argv[++i];
+      unsigned char *out = prev ? prev_ticket_key : ticket_key;
       size_t k;
       if (strlen(hx) != 2 * TERN_TLS_TICKET_KEY_SIZE) {
-        fprintf(stderr, "hello: --ticket-key wants %d hex digits\n",
+        fprintf(stderr, "hello: %s wants %d hex digits\n", argv[i - 1],
                 2 * TERN_TLS_TICKET_KEY_SIZE);
         return 2;
       }
       for (k = 0; k < TERN_TLS_TICKET_KEY_SIZE; k++) {
         unsigned v;
         if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
-          fprintf(stderr, "hello: --ticket-key: not hex\n");
+          fprintf(stderr, "hello: %s: not hex\n", argv[i - 1]);
           return 2;
         }
-        ticket_key[k] = (unsigned char)v;
+        out[k] = (unsigned char)v;
       }
-      have_ticket_key = 1;
+      if (prev)
+        have_prev_ticket_key = 1;
+      else
+        have_ticket_key = 1;
       continue;
     }
     if (strcmp(argv[i], "--quic-early-data") == 0) {
@@ -1316,6 +1327,9 @@ int main(int argc, char **argv) {
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
         (have_ticket_key && (rc = tern_tls_set_ticket_key(
                                  tls, ticket_key, sizeof(ticket_key))) != 0) ||
+        (have_prev_ticket_key &&
+         (rc = tern_tls_set_previous_ticket_key(
+              tls, prev_ticket_key, sizeof(prev_ticket_key))) != 0) ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
         (listen_opts.tls = tls,
          rc =

@@ -319,6 +319,19 @@ enum {
 TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
                                         size_t len);
 
+/* Rotation: the key set before (tern_tls_set_ticket_key's, on instances
+ * not yet given the new one), whose tickets still resume here while new
+ * sessions get tickets under the current key. Roll a new key out as the
+ * ticket key with the old one as this, on every instance; once no
+ * instance issues under the old key and its tickets have expired, drop
+ * it. A session that resumes with an old-key ticket is served under the
+ * old key, so its next ticket is an old-key one too (GnuTLS 3.7 holds one
+ * key per session): such a client moves to the new key at its next full
+ * handshake. Copied; same size, errors and timing as
+ * tern_tls_set_ticket_key (TERN_ENOTSUP on mbedTLS). */
+TERN_EXTERN int tern_tls_set_previous_ticket_key(tern_tls *tls, const void *key,
+                                                 size_t len);
+
 /* The lowest protocol version the set accepts (default TERN_TLS_1_2);
  * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
  * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
