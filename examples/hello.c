@@ -112,7 +112,8 @@
  * sockets systemd's LISTEN_PID/LISTEN_FDS hand over: stream ones (TCP or
  * Unix) each printed as "fd N listening on PORT" (0 for Unix) after the
  * first line, UDP ones with HTTP/3 as --quic-fd does (after the TLS and
- * QUIC lines; they need --tls-port). --ticket-key HEX (128 digits) sets
+ * QUIC lines; they need --tls-port); each one's LISTEN_FDNAMES name goes
+ * to stderr as "hello: fd N named NAME". --ticket-key HEX (128 digits) sets
  * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
  * instance of a fleet; --previous-ticket-key HEX the one being rotated
  * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
@@ -1281,7 +1282,8 @@ int main(int argc, char **argv) {
   printf("listening on %d\n", bound);
   if (want_listen_fds) {
     /* Sockets the parent bound (systemd's LISTEN_FDS protocol). */
-    int fds[16], n = tern_listen_fds_from_env(fds, 16), k;
+    static char names[16][TERN_LISTEN_FD_NAME_MAX];
+    int fds[16], n = tern_listen_fds_from_env_named(fds, names, 16), k;
     if (n < 0) {
       fprintf(stderr, "hello: LISTEN_FDS: %s\n", tern_strerror(n));
       return 1;
@@ -1289,6 +1291,7 @@ int main(int argc, char **argv) {
     for (k = 0; k < n; k++) {
       int p = 0, type = 0;
       socklen_t tlen = sizeof(type);
+      fprintf(stderr, "hello: fd %d named %s\n", fds[k], names[k]);
       if (getsockopt(fds[k], SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
           type == SOCK_DGRAM) {
         /* UDP: HTTP/3, once the certificates are in (below). */

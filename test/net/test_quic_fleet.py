@@ -2,8 +2,9 @@
 """HTTP/3 in a fleet. Sockets handed over: a parent (this test, as
 systemd would) binds a UDP and a TCP socket and starts hello --listen-fds
 with them as descriptors 3 and 4 (LISTEN_PID set to hello's pid through
-bash's exec); hello serves HTTP/3 on the UDP one (tern_listen_quic_fd)
-and HTTP/1.1 on the TCP one; --quic-fd takes a plain inherited UDP
+bash's exec, LISTEN_FDNAMES naming them); hello serves HTTP/3 on the UDP
+one (tern_listen_quic_fd) and HTTP/1.1 on the TCP one, and reports the
+names; --quic-fd takes a plain inherited UDP
 socket (IPv6 here); a TCP socket, an unbound UDP socket and a Unix
 datagram socket are refused with the reason logged. Keys: a NEW_TOKEN
 token one hello issued spares the client a Retry on another hello that
@@ -31,7 +32,7 @@ case = suite.case
 tmp = tempfile.mkdtemp(prefix="tern-qfleet-")
 GTLSCLIENT = shutil.which("gtlsclient")
 H3CLIENT = os.path.join(BUILD, "test", "net", "h3client")
-SHELL = 'LISTEN_PID=$$ LISTEN_FDS=%d exec "$@" %s'
+SHELL = 'LISTEN_PID=$$ LISTEN_FDS=%d LISTEN_FDNAMES=%s exec "$@" %s'
 S1 = "11" * 32
 S2 = "22" * 32
 cert = key = None
@@ -48,9 +49,10 @@ def need_client():
         raise Skip("gtlsclient (Debian package ngtcp2-client) not installed")
 
 
-def hello(args, socks=(), listen_fds=False):
+def hello(args, socks=(), listen_fds=False, names=None):
     """hello with `socks` as fds 3, 4, ... (with LISTEN_FDS if
-    `listen_fds`, else as they are, for --quic-fd)."""
+    `listen_fds`, and LISTEN_FDNAMES `names`, else as they are, for
+    --quic-fd)."""
     base = [binary("hello"), "--port", "0", "--workers", "2"] + list(args)
     if listen_fds:
         # Through high numbers first, so that no target is a later source.
@@ -58,7 +60,9 @@ def hello(args, socks=(), listen_fds=False):
                          for i, s in enumerate(socks))
         redir += " " + " ".join("%d<&%d %d<&-" % (3 + i, 40 + i, 40 + i)
                                 for i in range(len(socks)))
-        cmd = ["bash", "-c", SHELL % (len(socks), redir), "bash"] + base
+        fdnames = ":".join(names or ["unknown"] * len(socks))
+        cmd = ["bash", "-c", SHELL % (len(socks), fdnames, redir),
+               "bash"] + base
     else:
         cmd = base
     p = subprocess.Popen(cmd, pass_fds=[s.fileno() for s in socks],
@@ -124,7 +128,8 @@ def udp_and_tcp_from_listen_fds():
     t.listen(16)
     tport = t.getsockname()[1]
     p = hello(["--tls-port", "0", "--cert", cert, "--key", key,
-               "--listen-fds"], [u, t], listen_fds=True)
+               "--listen-fds"], [u, t], listen_fds=True,
+              names=["h3", "web"])
     u.close()
     t.close()
     try:
@@ -138,6 +143,9 @@ def udp_and_tcp_from_listen_fds():
             eq((r.status, r.body), (200, b"Hello, World!"), "over TCP")
         p.terminate()
         eq(p.wait(10), 0, "hello exit status")
+        err = p.stderr.read()
+        check("fd 3 named h3" in err and "fd 4 named web" in err,
+              "LISTEN_FDNAMES: %r" % err[-600:])
     finally:
         kill(p)
 
