@@ -87,7 +87,10 @@
  * port; 0: any; prints "quic listening on PORT"), --quic-retry (validate
  * every new QUIC client with a Retry), --quic-early-data (accept 0-RTT),
  * --quic-secret HEX (the token and stateless-reset secret, 16 to 64 bytes
- * in hex: the same across restarts),
+ * in hex: the same across restarts), --quic-previous-secret HEX (the one
+ * being rotated out, still accepted), --quic-fd N (HTTP/3 on UDP socket
+ * N, bound by the parent; prints "fd N quic listening on PORT"; needs
+ * --tls-port),
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns, --max-stream-window, --max-conn-window (the largest HTTP/2
@@ -108,10 +111,14 @@
  * trusts LIST's networks instead. --unix PATH also serves HTTP/1.1 and
  * h2c on a Unix socket (a file, or "@name": abstract), printed as "unix
  * listening on PATH" after the other listeners. --listen-fds serves the
- * stream sockets systemd's LISTEN_PID/LISTEN_FDS hand over (TCP or Unix),
- * each printed as "fd N listening on PORT" (0 for Unix) after the first
- * line. --ticket-key HEX (128 digits) sets the TLS session-ticket key
- * (tern_tls_set_ticket_key), the same on every instance of a fleet.
+ * sockets systemd's LISTEN_PID/LISTEN_FDS hand over: stream ones (TCP or
+ * Unix) each printed as "fd N listening on PORT" (0 for Unix) after the
+ * first line, UDP ones with HTTP/3 as --quic-fd does (after the TLS and
+ * QUIC lines; they need --tls-port); each one's LISTEN_FDNAMES name goes
+ * to stderr as "hello: fd N named NAME". --ticket-key HEX (128 digits) sets
+ * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
+ * instance of a fleet; --previous-ticket-key HEX the one being rotated
+ * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
  * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -120,6 +127,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "tern.h"
@@ -1003,6 +1011,26 @@ static int option(int argc, char **argv, int *i, const char *name,
   return 1;
 }
 
+/* A --quic-secret style option: 32 to 128 hex digits into `out`. */
+static int hex_secret(const char *opt, const char *hx, unsigned char *out,
+                      size_t *len) {
+  size_t k, n = strlen(hx) / 2;
+  if (n < 16 || n > 64 || strlen(hx) % 2 != 0) {
+    fprintf(stderr, "hello: %s wants 32 to 128 hex digits\n", opt);
+    return -1;
+  }
+  for (k = 0; k < n; k++) {
+    unsigned v;
+    if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
+      fprintf(stderr, "hello: %s: not hex\n", opt);
+      return -1;
+    }
+    out[k] = (unsigned char)v;
+  }
+  *len = n;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts;
@@ -1013,8 +1041,10 @@ int main(int argc, char **argv) {
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
   static unsigned char ticket_key[TERN_TLS_TICKET_KEY_SIZE];
-  int have_ticket_key = 0;
+  static unsigned char prev_ticket_key[TERN_TLS_TICKET_KEY_SIZE];
+  int have_ticket_key = 0, have_prev_ticket_key = 0;
   int want_listen_fds = 0;
+  int quic_fds[16], nquic_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
   const char *static_dir = NULL;
@@ -1073,43 +1103,58 @@ int main(int argc, char **argv) {
       /* Hex; the same secret across restarts keeps tokens valid and lets
        * the new process reset the old one's connections. */
       static unsigned char secret[64];
-      const char *hx = argv[++i];
-      size_t k, n = strlen(hx) / 2;
-      if (n < 16 || n > sizeof(secret) || strlen(hx) % 2 != 0) {
-        fprintf(stderr, "hello: --quic-secret wants 32 to 128 hex digits\n");
+      if (hex_secret(argv[i], argv[i + 1], secret, &quic_opts.secret_len) != 0)
         return 2;
-      }
-      for (k = 0; k < n; k++) {
-        unsigned v;
-        if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
-          fprintf(stderr, "hello: --quic-secret: not hex\n");
-          return 2;
-        }
-        secret[k] = (unsigned char)v;
-      }
       quic_opts.secret = secret;
-      quic_opts.secret_len = n;
+      i++;
       continue;
     }
-    if (strcmp(argv[i], "--ticket-key") == 0 && i + 1 < argc) {
+    if (strcmp(argv[i], "--quic-previous-secret") == 0 && i + 1 < argc) {
+      /* The secret being rotated out: its tokens and CIDs still hold. */
+      static unsigned char prev[64];
+      if (hex_secret(argv[i], argv[i + 1], prev,
+                     &quic_opts.previous_secret_len) != 0)
+        return 2;
+      quic_opts.previous_secret = prev;
+      i++;
+      continue;
+    }
+    if (option(argc, argv, &i, "--quic-fd", &v)) {
+      /* A UDP socket from a supervisor that is not systemd. */
+      if (nquic_fds == sizeof(quic_fds) / sizeof(quic_fds[0])) {
+        fprintf(stderr, "hello: too many UDP sockets\n");
+        return 2;
+      }
+      quic_fds[nquic_fds++] = (int)v;
+      continue;
+    }
+    if ((strcmp(argv[i], "--ticket-key") == 0 ||
+         strcmp(argv[i], "--previous-ticket-key") == 0) &&
+        i + 1 < argc) {
       /* Hex, 128 digits: the same key on every instance of a fleet lets a
-       * client resume its TLS session on any of them. */
+       * client resume its TLS session on any of them; the previous one is
+       * the key being rotated out. */
+      int prev = argv[i][2] == 'p';
       const char *hx = argv[++i];
+      unsigned char *out = prev ? prev_ticket_key : ticket_key;
       size_t k;
       if (strlen(hx) != 2 * TERN_TLS_TICKET_KEY_SIZE) {
-        fprintf(stderr, "hello: --ticket-key wants %d hex digits\n",
+        fprintf(stderr, "hello: %s wants %d hex digits\n", argv[i - 1],
                 2 * TERN_TLS_TICKET_KEY_SIZE);
         return 2;
       }
       for (k = 0; k < TERN_TLS_TICKET_KEY_SIZE; k++) {
         unsigned v;
         if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
-          fprintf(stderr, "hello: --ticket-key: not hex\n");
+          fprintf(stderr, "hello: %s: not hex\n", argv[i - 1]);
           return 2;
         }
-        ticket_key[k] = (unsigned char)v;
+        out[k] = (unsigned char)v;
       }
-      have_ticket_key = 1;
+      if (prev)
+        have_prev_ticket_key = 1;
+      else
+        have_ticket_key = 1;
       continue;
     }
     if (strcmp(argv[i], "--quic-early-data") == 0) {
@@ -1268,13 +1313,26 @@ int main(int argc, char **argv) {
   printf("listening on %d\n", bound);
   if (want_listen_fds) {
     /* Sockets the parent bound (systemd's LISTEN_FDS protocol). */
-    int fds[16], n = tern_listen_fds_from_env(fds, 16), k;
+    static char names[16][TERN_LISTEN_FD_NAME_MAX];
+    int fds[16], n = tern_listen_fds_from_env_named(fds, names, 16), k;
     if (n < 0) {
       fprintf(stderr, "hello: LISTEN_FDS: %s\n", tern_strerror(n));
       return 1;
     }
     for (k = 0; k < n; k++) {
-      int p = 0;
+      int p = 0, type = 0;
+      socklen_t tlen = sizeof(type);
+      fprintf(stderr, "hello: fd %d named %s\n", fds[k], names[k]);
+      if (getsockopt(fds[k], SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+          type == SOCK_DGRAM) {
+        /* UDP: HTTP/3, once the certificates are in (below). */
+        if (nquic_fds == sizeof(quic_fds) / sizeof(quic_fds[0])) {
+          fprintf(stderr, "hello: too many UDP sockets\n");
+          return 1;
+        }
+        quic_fds[nquic_fds++] = fds[k];
+        continue;
+      }
       if ((rc = tern_listen_fd(server, fds[k], &listen_opts, &p)) != 0) {
         fprintf(stderr, "hello: fd %d: %s\n", fds[k], tern_strerror(rc));
         return 1;
@@ -1282,8 +1340,15 @@ int main(int argc, char **argv) {
       printf("fd %d listening on %d\n", fds[k], p);
     }
   }
-  if (quic_port != 0 && tls_port == 0) {
-    fprintf(stderr, "hello: --quic-port needs --tls-port (its certificates)\n");
+  if ((quic_port != 0 || nquic_fds > 0) && tls_port == 0) {
+    if (nquic_fds > 0)
+      fprintf(stderr,
+              "hello: fd %d: a UDP socket serves HTTP/3, which needs "
+              "--tls-port (its certificates)\n",
+              quic_fds[0]);
+    else
+      fprintf(stderr,
+              "hello: --quic-port needs --tls-port (its certificates)\n");
     return 2;
   }
   if (tls_port != 0) {
@@ -1296,6 +1361,9 @@ int main(int argc, char **argv) {
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
         (have_ticket_key && (rc = tern_tls_set_ticket_key(
                                  tls, ticket_key, sizeof(ticket_key))) != 0) ||
+        (have_prev_ticket_key &&
+         (rc = tern_tls_set_previous_ticket_key(
+              tls, prev_ticket_key, sizeof(prev_ticket_key))) != 0) ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
         (listen_opts.tls = tls,
          rc =
@@ -1315,6 +1383,14 @@ int main(int argc, char **argv) {
         return 1;
       }
       printf("quic listening on %d\n", bound);
+    }
+    for (i = 0; i < nquic_fds; i++) {
+      if ((rc = tern_listen_quic_fd(server, quic_fds[i], tls, &quic_opts,
+                                    &bound)) != 0) {
+        fprintf(stderr, "hello: fd %d: %s\n", quic_fds[i], tern_strerror(rc));
+        return 1;
+      }
+      printf("fd %d quic listening on %d\n", quic_fds[i], bound);
     }
   }
   if (tls != NULL || log_opts.path != NULL) {

@@ -319,6 +319,19 @@ enum {
 TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
                                         size_t len);
 
+/* Rotation: the key set before (tern_tls_set_ticket_key's, on instances
+ * not yet given the new one), whose tickets still resume here while new
+ * sessions get tickets under the current key. Roll a new key out as the
+ * ticket key with the old one as this, on every instance; once no
+ * instance issues under the old key and its tickets have expired, drop
+ * it. A session that resumes with an old-key ticket is served under the
+ * old key, so its next ticket is an old-key one too (GnuTLS 3.7 holds one
+ * key per session): such a client moves to the new key at its next full
+ * handshake. Copied; same size, errors and timing as
+ * tern_tls_set_ticket_key (TERN_ENOTSUP on mbedTLS). */
+TERN_EXTERN int tern_tls_set_previous_ticket_key(tern_tls *tls, const void *key,
+                                                 size_t len);
+
 /* The lowest protocol version the set accepts (default TERN_TLS_1_2);
  * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
  * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
@@ -391,8 +404,9 @@ TERN_EXTERN int tern_listen_unix(tern_server *srv, const char *path,
  * close-on-exec. On success tern owns it (closed when the server is
  * freed) and stores a TCP socket's port in *bound_port if not NULL; on
  * error the caller keeps it. Errors: TERN_EINVAL (not a listening stream
- * socket: a UDP socket, or one that does not listen), TERN_ESTATE,
- * TERN_ENOMEM, TERN_EIO. Configuration time only. */
+ * socket: a UDP socket, which tern_listen_quic_fd serves, or one that
+ * does not listen; logged), TERN_ESTATE, TERN_ENOMEM, TERN_EIO.
+ * Configuration time only. */
 TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
                                const tern_listen_options *opts,
                                int *bound_port);
@@ -404,8 +418,27 @@ TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
  * environment so that children do not take them too. 0 when the
  * variables are absent or meant for another process. TERN_EINVAL (a
  * malformed LISTEN_FDS), TERN_ENOMEM (more than `max`). Pass each to
- * tern_listen_fd. Not thread-safe (it changes the environment). */
+ * tern_listen_fd, or a UDP one (getsockopt(fd, SOL_SOCKET, SO_TYPE)
+ * says SOCK_DGRAM) to tern_listen_quic_fd. Not thread-safe (it changes
+ * the environment). */
 TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
+
+/* The longest descriptor name (systemd's FileDescriptorName=), with its
+ * terminating NUL. */
+#define TERN_LISTEN_FD_NAME_MAX 256
+
+/* tern_listen_fds_from_env, and each descriptor's name from
+ * LISTEN_FDNAMES (colon-separated, one per descriptor, as systemd's
+ * FileDescriptorName= sets them) copied into names[i] as a C string;
+ * "unknown" for each when LISTEN_FDNAMES is absent (as
+ * sd_listen_fds_with_names). `names` holds `max` entries (NULL: names
+ * not wanted). Errors as tern_listen_fds_from_env, and TERN_EINVAL when
+ * LISTEN_FDNAMES does not name exactly LISTEN_FDS descriptors or a name
+ * is TERN_LISTEN_FD_NAME_MAX bytes or longer (the environment is then
+ * left as it was). */
+TERN_EXTERN int
+tern_listen_fds_from_env_named(int *fds, char (*names)[TERN_LISTEN_FD_NAME_MAX],
+                               size_t max);
 
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
@@ -434,7 +467,7 @@ enum {
   TERN_QUIC_RETRY_NEVER = 2,
 };
 
-#define TERN_QUIC_OPTIONS_VERSION 1
+#define TERN_QUIC_OPTIONS_VERSION 2
 
 /* A QUIC listener's options (versioned as the ABI rule at the top says:
  * fill with tern_quic_options_init, then change fields). */
@@ -453,6 +486,19 @@ typedef struct {
    * tokens and reset another's (or a previous run's) connections. */
   const void *secret;
   size_t secret_len;
+  /* Version 2. Rotation: the secret the fleet used before `secret`
+   * (16 to 64 bytes, copied; needs `secret`). Tokens made under it are
+   * still accepted (NEW_TOKEN tokens live an hour, Retry tokens 10 s),
+   * and a packet for a connection ID issued under it (a client of an
+   * instance still on the old secret) gets a stateless reset with that
+   * secret's token; everything new is made under `secret`. Each CID
+   * carries a tag byte naming its secret (from a hash, not the secret
+   * itself), which is how a reset finds the right one. Roll a new secret
+   * out as the new `secret` with the old one here, on every instance;
+   * once none runs the old one alone and an hour has passed, drop it.
+   * NULL (the default): none. */
+  const void *previous_secret;
+  size_t previous_secret_len;
 } tern_quic_options;
 
 /* The defaults, with version and size set. */
@@ -471,6 +517,25 @@ TERN_EXTERN void tern_quic_options_init(tern_quic_options *opts);
 TERN_EXTERN int tern_listen_quic(tern_server *srv, const char *host, int port,
                                  tern_tls *tls, const tern_quic_options *opts,
                                  int *bound_port);
+
+/* Serve HTTP/3 on `fd`, a UDP socket over IPv4 or IPv6 that the parent
+ * process bound (systemd's socket activation with ListenDatagram=, see
+ * tern_listen_fds_from_env, or any other supervisor), with `tls` and
+ * `opts` as tern_listen_quic. An IPv6 socket takes IPv4 too unless it is
+ * IPV6_V6ONLY (as the parent set it). It is made non-blocking and
+ * close-on-exec, and given the options QUIC needs (packet info, ECN,
+ * path MTU discovery, a larger receive buffer). One worker serves it
+ * (the workers take turns over such listeners: several sockets spread
+ * over several workers); a listener tern_listen_quic binds has one
+ * socket per worker instead. On success tern owns it (closed when the
+ * server is freed) and stores its port in *bound_port if not NULL; on
+ * error the caller keeps it. Errors: those of tern_listen_quic, and
+ * TERN_EINVAL for a descriptor that is not a UDP socket, not IPv4 or
+ * IPv6, or not bound to a port (logged with the reason). Configuration
+ * time only. */
+TERN_EXTERN int tern_listen_quic_fd(tern_server *srv, int fd, tern_tls *tls,
+                                    const tern_quic_options *opts,
+                                    int *bound_port);
 
 /* The Alt-Svc field that HTTP/1.1 and HTTP/2 responses over TLS carry, so
  * that clients learn of HTTP/3. NULL: automatic (the default): once a

@@ -240,8 +240,13 @@ static int listen_on(tern_server *srv, const char *host, int port,
     return TERN_ESTATE;
   if (given_fd >= 0) {
     int domain = given_domain(given_fd);
-    if (domain < 0)
+    if (domain < 0) {
+      tern__log(srv, TERN_LOG_ERROR,
+                "tern_listen_fd: fd %d is not a listening TCP or Unix stream "
+                "socket (a UDP one serves HTTP/3: tern_listen_quic_fd)",
+                given_fd);
       return domain;
+    }
     if (domain == AF_UNIX)
       unix_path = "@"; /* a Unix socket, bound by the parent */
   } else if (unix_path == NULL && (rc = tern__net_addr(host, port, &ss)) != 0) {
@@ -418,7 +423,36 @@ int tern_listen_fd(tern_server *srv, int fd, const tern_listen_options *opts,
                      bound_port);
 }
 
+/* LISTEN_FDNAMES into names[0 .. v): exactly v names, colon-separated,
+ * each shorter than TERN_LISTEN_FD_NAME_MAX; "unknown" for each when it
+ * is absent (as sd_listen_fds_with_names). */
+static int fd_names(const char *list, long v,
+                    char (*names)[TERN_LISTEN_FD_NAME_MAX]) {
+  long i;
+  if (list == NULL) {
+    for (i = 0; i < v; i++)
+      memcpy(names[i], "unknown", sizeof("unknown"));
+    return 0;
+  }
+  for (i = 0; i < v; i++) {
+    const char *colon = strchr(list, ':');
+    size_t len = colon != NULL ? (size_t)(colon - list) : strlen(list);
+    if (len >= TERN_LISTEN_FD_NAME_MAX || (colon == NULL) != (i == v - 1))
+      return TERN_EINVAL;
+    memcpy(names[i], list, len);
+    names[i][len] = '\0';
+    list += len + 1;
+  }
+  return v == 0 && *list != '\0' ? TERN_EINVAL : 0;
+}
+
 int tern_listen_fds_from_env(int *fds, size_t max) {
+  return tern_listen_fds_from_env_named(fds, NULL, max);
+}
+
+int tern_listen_fds_from_env_named(int *fds,
+                                   char (*names)[TERN_LISTEN_FD_NAME_MAX],
+                                   size_t max) {
   const char *pid = getenv("LISTEN_PID"), *n = getenv("LISTEN_FDS");
   char *end;
   long v, i;
@@ -435,6 +469,8 @@ int tern_listen_fds_from_env(int *fds, size_t max) {
     return TERN_EINVAL;
   if ((size_t)v > max)
     return TERN_ENOMEM;
+  if (names != NULL && fd_names(getenv("LISTEN_FDNAMES"), v, names) != 0)
+    return TERN_EINVAL;
   for (i = 0; i < v; i++) {
     fds[i] = 3 + (int)i; /* SD_LISTEN_FDS_START */
     fcntl(fds[i], F_SETFD, FD_CLOEXEC);

@@ -5,6 +5,7 @@
  * made ready leaves together (the owner writes from the check phase).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <string.h>
@@ -22,18 +23,10 @@
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
-int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
-  int one = 1, zero = 0, rcvbuf = 4 << 20, fd;
-  int v6 = addr->ss_family == AF_INET6;
-  socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-
-  fd = socket(addr->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return TERN_EIO;
-  /* Every worker's socket joins one group; the kernel spreads flows over
-   * them by 4-tuple, and a packet that lands on the wrong worker (a new
-   * path) is forwarded by connection ID (lib/quic). */
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+/* The options QUIC needs on a socket of family v6 or IPv4 (`dual`: an
+ * IPv6 socket that also takes IPv4). */
+static void quic_options(int fd, int v6, int dual) {
+  int one = 1, rcvbuf = 4 << 20;
   /* One socket takes every datagram of the worker's connections, and a
    * client's burst at a long round trip (a window's worth, sent at once)
    * overflows the system default of about 208 KiB: the losses then cut
@@ -42,7 +35,6 @@ int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   if (v6) {
     int pmtu = IPV6_PMTUDISC_DO;
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one));
     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
     setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
@@ -54,12 +46,59 @@ int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
     setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one));
     setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
   }
+}
+
+int tern__udp_socket(const struct sockaddr_storage *addr, int dual) {
+  int one = 1, fd;
+  int v6 = addr->ss_family == AF_INET6;
+  socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+
+  fd = socket(addr->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return TERN_EIO;
+  /* Every worker's socket joins one group; the kernel spreads flows over
+   * them by 4-tuple, and a packet that lands on the wrong worker (a new
+   * path) is forwarded by connection ID (lib/quic). */
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (v6) {
+    int zero = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
+  }
+  quic_options(fd, v6, dual);
   if (bind(fd, (const struct sockaddr *)addr, len) != 0) {
     int e = errno;
     close(fd);
     return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
   }
   return fd;
+}
+
+const char *tern__udp_adopt(int fd, struct sockaddr_storage *addr) {
+  socklen_t len = sizeof(int);
+  int type = 0, v6only = 1, flags;
+
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0)
+    return "not a socket";
+  if (type != SOCK_DGRAM)
+    return "not a datagram (UDP) socket";
+  len = sizeof(*addr);
+  memset(addr, 0, sizeof(*addr));
+  if (getsockname(fd, (struct sockaddr *)addr, &len) != 0 ||
+      (addr->ss_family != AF_INET && addr->ss_family != AF_INET6))
+    return "not an IPv4 or IPv6 socket";
+  if (tern__net_port(addr) == 0)
+    return "not bound to a port";
+  flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return "cannot be made non-blocking";
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (addr->ss_family == AF_INET6) {
+    len = sizeof(int);
+    if (getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &len) != 0)
+      v6only = 1;
+  }
+  quic_options(fd, addr->ss_family == AF_INET6, !v6only);
+  return NULL;
 }
 
 int tern__udp_start(tern__udp *u, tern__worker *w, int fd,

@@ -11,7 +11,12 @@
  * or is rebound by a NAT may land anywhere) is forwarded, copied, through
  * the owner's inbox. Client-chosen DCIDs (a first Initial's) are random
  * and never forwarded: the worker that gets a first Initial owns the
- * connection, and the kernel keeps that client's retransmits on it.
+ * connection, and the kernel keeps that client's retransmits on it. A
+ * socket the parent bound (tern_listen_quic_fd) is one socket, so one
+ * worker serves it and nothing is forwarded (two workers reading one
+ * socket would each take some of a client's first-flight retransmits).
+ * A CID's second byte tags the secret its stateless-reset token came
+ * from (the current one, or the previous one while a fleet rotates).
  *
  * Intake, per datagram: decode the version and CIDs; an unsupported
  * version gets Version Negotiation; a known DCID goes to its connection;
@@ -141,7 +146,15 @@ struct quic_listener {
    * without bound. */
   _Atomic uint32_t fwd_inflight;
   uint64_t hash_key;
-  uint8_t secret[QUIC_SECRET];
+  /* A socket the parent bound (tern_listen_quic_fd): the one worker that
+   * serves it; -1: every worker, each with its own socket. */
+  int only;
+  /* Token and reset keys: the current one, which makes every token and
+   * reset token, and the previous one (has_prev), still accepted and used
+   * for the CIDs it made, told apart by a tag byte in each CID. */
+  uint8_t secret[QUIC_SECRET], prev[QUIC_SECRET];
+  uint8_t tag, prev_tag;
+  int has_prev;
 };
 
 enum {
@@ -390,12 +403,25 @@ static void cid_remove_all(tern__quic *q) {
   }
 }
 
-/* A CID of ours: the worker's index first, the rest random. */
+/* A CID of ours: the worker's index first, then the tag of the key its
+ * reset token comes from, the rest random. */
 static void new_cid(const quic_wl *wl, ngtcp2_cid *cid) {
   uint8_t b[QUIC_CIDLEN];
   rand_bytes(b, sizeof(b));
   b[0] = (uint8_t)wl->w->id;
+  b[1] = wl->l->tag;
   ngtcp2_cid_init(cid, b, sizeof(b));
+}
+
+/* The key a CID's reset token was derived from: the previous one for a
+ * CID that carries its tag (and not the current one's: on a clash, the
+ * current key wins). */
+static const uint8_t *reset_key(const quic_listener *l, const uint8_t *cid,
+                                size_t len) {
+  if (l->has_prev && len == QUIC_CIDLEN && cid[1] == l->prev_tag &&
+      cid[1] != l->tag)
+    return l->prev;
+  return l->secret;
 }
 
 /* ---- Sending ----------------------------------------------------------- */
@@ -1109,8 +1135,9 @@ static void send_stateless_reset(quic_wl *wl, const ngtcp2_version_cid *vc,
   if (randlen < NGTCP2_MIN_STATELESS_RESET_RANDLEN)
     return;
   ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
-  if (ngtcp2_crypto_generate_stateless_reset_token(token, wl->l->secret,
-                                                   QUIC_SECRET, &cid) != 0)
+  if (ngtcp2_crypto_generate_stateless_reset_token(
+          token, reset_key(wl->l, vc->dcid, vc->dcidlen), QUIC_SECRET, &cid) !=
+      0)
     return;
   rand_bytes(rnd, randlen);
   n = ngtcp2_pkt_write_stateless_reset(buf, sizeof(buf), token, rnd, randlen);
@@ -1163,6 +1190,31 @@ static uint32_t win_start(uint32_t initial, uint32_t max) {
   return initial < max ? initial : max;
 }
 
+/* A client's token, made under the current key or the previous one. */
+static int verify_retry(const quic_listener *l, ngtcp2_cid *odcid,
+                        const ngtcp2_pkt_hd *hd, const tern__udp_path *path) {
+  int i;
+  for (i = 0; i < 1 + l->has_prev; i++)
+    if (ngtcp2_crypto_verify_retry_token(
+            odcid, hd->token.base, hd->token.len, i ? l->prev : l->secret,
+            QUIC_SECRET, hd->version, (const ngtcp2_sockaddr *)&path->remote,
+            path->remote_len, &hd->dcid, QUIC_RETRY_TIMEOUT, wall_ns()) == 0)
+      return 0;
+  return -1;
+}
+
+static int verify_regular(const quic_listener *l, const ngtcp2_pkt_hd *hd,
+                          const tern__udp_path *path) {
+  int i;
+  for (i = 0; i < 1 + l->has_prev; i++)
+    if (ngtcp2_crypto_verify_regular_token(
+            hd->token.base, hd->token.len, i ? l->prev : l->secret, QUIC_SECRET,
+            (const ngtcp2_sockaddr *)&path->remote, path->remote_len,
+            QUIC_TOKEN_TIMEOUT, wall_ns()) == 0)
+      return 0;
+  return -1;
+}
+
 /* A first Initial: validate the address where asked, then create. */
 static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
                            const tern__udp_path *path, unsigned ecn) {
@@ -1187,20 +1239,14 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
   }
   if (hd.token.len > 0) {
     if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
-      if (ngtcp2_crypto_verify_retry_token(
-              &odcid, hd.token.base, hd.token.len, l->secret, QUIC_SECRET,
-              hd.version, (const ngtcp2_sockaddr *)&path->remote,
-              path->remote_len, &hd.dcid, QUIC_RETRY_TIMEOUT, wall_ns()) != 0) {
+      if (verify_retry(l, &odcid, &hd, path) != 0) {
         /* RFC 9000 8.1.3: a bad Retry token ends the attempt. */
         send_refusal(wl, &hd, path, NGTCP2_INVALID_TOKEN);
         return;
       }
       validated = retried = 1;
     } else if (hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_REGULAR &&
-               ngtcp2_crypto_verify_regular_token(
-                   hd.token.base, hd.token.len, l->secret, QUIC_SECRET,
-                   (const ngtcp2_sockaddr *)&path->remote, path->remote_len,
-                   QUIC_TOKEN_TIMEOUT, wall_ns()) == 0) {
+               verify_regular(l, &hd, path) == 0) {
       validated = 1; /* a NEW_TOKEN token from an earlier connection */
     }
   }
@@ -1395,7 +1441,7 @@ static void dispatch(quic_wl *wl, uint8_t *p, size_t n,
   }
   /* A CID of ours names its worker; a client's first DCID is random and
    * stays where it landed. */
-  if (!forwarded && vc.dcidlen == QUIC_CIDLEN &&
+  if (!forwarded && wl->l->only < 0 && vc.dcidlen == QUIC_CIDLEN &&
       vc.dcid[0] < wl->l->srv->nworkers && vc.dcid[0] != wl->w->id &&
       (!is_long || !is_initial(p, vc.version))) {
     forward(wl, vc.dcid[0], p, n, path, ecn);
@@ -1634,6 +1680,8 @@ static int quic_start(tern__listener *base, tern__worker *w) {
   wl->l = l;
   wl->w = w;
   tern__list_init(&wl->blocked);
+  if (l->only >= 0 && (unsigned)l->only != w->id)
+    return 0; /* one socket, served by another worker */
   wl->reset_tokens = QUIC_RESET_BURST;
   wl->sbuf = tern__malloc(w->srv, (size_t)TERN__UDP_GSO_MAX * QUIC_MAX_UDP);
   if (wl->sbuf == NULL)
@@ -1693,6 +1741,7 @@ static void quic_free_listener(tern__listener *base, tern_server *srv) {
       gnutls_anti_replay_deinit(l->wls[i].ar);
   }
   gnutls_memset(l->secret, 0, sizeof(l->secret));
+  gnutls_memset(l->prev, 0, sizeof(l->prev));
   tern__free(srv, l->fds);
   tern__free(srv, l->wls);
   tern__free(srv, l);
@@ -1712,11 +1761,31 @@ static const tern__listener_ops quic_ops = {
 
 static const size_t quic_options_ends[] = {
     TERN__END(tern_quic_options, secret_len),
+    TERN__END(tern_quic_options, previous_secret_len),
 };
 
-int tern_listen_quic(tern_server *srv, const char *host, int port,
-                     tern_tls *tls, const tern_quic_options *opts,
-                     int *bound_port) {
+/* A key of the caller's, hashed to the key size; and its tag (the byte
+ * that marks the CIDs it makes), from a hash of its own so that the CIDs
+ * tell nothing of the key. */
+static int key_tag(const uint8_t *key, uint8_t *tag) {
+  uint8_t h[32];
+  if (gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, QUIC_SECRET, "tern cid tag", 12,
+                       h) != 0)
+    return -1;
+  *tag = h[0];
+  return 0;
+}
+
+static int take_key(const void *key, size_t len, uint8_t *out, uint8_t *tag) {
+  if (gnutls_hash_fast(GNUTLS_DIG_SHA256, key, len, out) != 0)
+    return -1;
+  return key_tag(out, tag);
+}
+
+/* tern_listen_quic (fd < 0: bind host:port) and tern_listen_quic_fd. */
+static int listen_quic(tern_server *srv, const char *what, const char *host,
+                       int port, int given_fd, tern_tls *tls,
+                       const tern_quic_options *opts, int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
   quic_listener *l;
@@ -1733,29 +1802,42 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
     return TERN_ENOTSUP; /* QUIC's TLS is GnuTLS's (ngtcp2's helper) */
   if (!tern__tls_ready(tls))
     return TERN_ESTATE;
-  if ((rc = tern__net_addr(host, port, &ss)) != 0)
+  if (given_fd < 0 && (rc = tern__net_addr(host, port, &ss)) != 0)
     return rc;
   l = tern__malloc(srv, sizeof(*l));
   if (l == NULL)
     return TERN_ENOMEM;
   memset(l, 0, sizeof(*l));
+  l->only = -1;
   tern_quic_options_init(&l->o);
   if (opts != NULL &&
-      tern__abi_read(&l->o, sizeof(l->o), opts, quic_options_ends, 1, why,
+      tern__abi_read(&l->o, sizeof(l->o), opts, quic_options_ends, 2, why,
                      sizeof(why)) != 0) {
-    tern__log(srv, TERN_LOG_ERROR, "tern_listen_quic: %s", why);
+    tern__log(srv, TERN_LOG_ERROR, "%s: %s", what, why);
     tern__free(srv, l);
     return TERN_EINVAL;
   }
   if (l->o.retry < TERN_QUIC_RETRY_LOAD || l->o.retry > TERN_QUIC_RETRY_NEVER ||
       (l->o.early_data != 0 && l->o.early_data != 1) || l->o.max_streams < 1 ||
       l->o.max_streams > 1000 ||
-      (l->o.secret != NULL && (l->o.secret_len < 16 || l->o.secret_len > 64))) {
-    tern__log(
-        srv, TERN_LOG_ERROR,
-        "tern_listen_quic: retry, early_data or max_streams out of range");
+      (l->o.secret != NULL && (l->o.secret_len < 16 || l->o.secret_len > 64)) ||
+      (l->o.previous_secret != NULL &&
+       (l->o.secret == NULL || l->o.previous_secret_len < 16 ||
+        l->o.previous_secret_len > 64))) {
+    tern__log(srv, TERN_LOG_ERROR,
+              "%s: retry, early_data, max_streams or a secret out of range "
+              "(a previous_secret needs a secret)",
+              what);
     tern__free(srv, l);
     return TERN_EINVAL;
+  }
+  if (given_fd >= 0) {
+    const char *bad = tern__udp_adopt(given_fd, &ss);
+    if (bad != NULL) {
+      tern__log(srv, TERN_LOG_ERROR, "%s: fd %d: %s", what, given_fd, bad);
+      tern__free(srv, l);
+      return TERN_EINVAL;
+    }
   }
   l->base.ops = &quic_ops;
   l->srv = srv;
@@ -1763,20 +1845,33 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   /* The server's secrets: the caller's, else the first QUIC listener's,
    * shared by the others, so that tokens and resets hold across its
    * ports. A caller's secret of any length is hashed to the key size. */
+  rc = 0;
   if (l->o.secret != NULL) {
-    rc = gnutls_hash_fast(GNUTLS_DIG_SHA256, l->o.secret, l->o.secret_len,
-                          l->secret);
-    l->o.secret = NULL; /* not the caller's memory past this call */
+    rc = take_key(l->o.secret, l->o.secret_len, l->secret, &l->tag);
+    if (rc == 0 && l->o.previous_secret != NULL) {
+      rc = take_key(l->o.previous_secret, l->o.previous_secret_len, l->prev,
+                    &l->prev_tag);
+      l->has_prev = 1;
+    }
   } else {
     for (i = 0; i < srv->nlisteners; i++)
       if (srv->listeners[i]->ops == &quic_ops)
         break;
-    if (i < srv->nlisteners)
-      memcpy(l->secret, ((quic_listener *)srv->listeners[i])->secret,
-             QUIC_SECRET);
-    else
+    if (i < srv->nlisteners) {
+      quic_listener *first = (quic_listener *)srv->listeners[i];
+      memcpy(l->secret, first->secret, QUIC_SECRET);
+      memcpy(l->prev, first->prev, QUIC_SECRET);
+      l->tag = first->tag;
+      l->prev_tag = first->prev_tag;
+      l->has_prev = first->has_prev;
+    } else {
       rc = gnutls_rnd(GNUTLS_RND_KEY, l->secret, QUIC_SECRET);
+      if (rc == 0)
+        rc = key_tag(l->secret, &l->tag);
+    }
   }
+  /* Not the caller's memory past this call. */
+  l->o.secret = l->o.previous_secret = NULL;
   if (rc != 0) {
     tern__free(srv, l);
     return TERN_ETLS;
@@ -1793,29 +1888,61 @@ int tern_listen_quic(tern_server *srv, const char *host, int port,
   memset(l->wls, 0, srv->nworkers * sizeof(quic_wl));
   for (i = 0; i < srv->nworkers; i++)
     l->fds[i] = -1;
-  rc = 0;
-  for (i = 0; i < srv->nworkers && rc == 0; i++) {
-    fd = tern__udp_socket(&ss, host == NULL);
-    if (fd < 0) {
-      rc = fd;
-      break;
-    }
-    l->fds[i] = fd;
-    if (i == 0) {
-      /* Port 0: the first bind picked it; the others join it. */
-      if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0)
-        rc = TERN_EIO;
-    }
-  }
-  if (rc == 0)
+  if (given_fd >= 0) {
+    /* One socket: one worker serves it (its connections all live there,
+     * so nothing is forwarded), the next one for each such listener. */
+    unsigned k = 0;
+    for (i = 0; i < srv->nlisteners; i++)
+      if (srv->listeners[i]->ops == &quic_ops &&
+          ((quic_listener *)srv->listeners[i])->only >= 0)
+        k++;
+    l->only = (int)(k % srv->nworkers);
+    l->fds[l->only] = given_fd;
     rc = tern__server_add_listener(srv, &l->base);
-  if (rc != 0) {
-    quic_free_listener(&l->base, srv);
-    return rc;
+    if (rc != 0) {
+      l->fds[l->only] = -1; /* the caller's again */
+      quic_free_listener(&l->base, srv);
+      return rc;
+    }
+  } else {
+    for (i = 0; i < srv->nworkers && rc == 0; i++) {
+      fd = tern__udp_socket(&ss, host == NULL);
+      if (fd < 0) {
+        rc = fd;
+        break;
+      }
+      l->fds[i] = fd;
+      if (i == 0) {
+        /* Port 0: the first bind picked it; the others join it. */
+        if (getsockname(fd, (struct sockaddr *)&ss, &slen) != 0)
+          rc = TERN_EIO;
+      }
+    }
+    if (rc == 0)
+      rc = tern__server_add_listener(srv, &l->base);
+    if (rc != 0) {
+      quic_free_listener(&l->base, srv);
+      return rc;
+    }
   }
   l->port = tern__net_port(&ss);
   if (bound_port != NULL)
     *bound_port = l->port;
   tern__server_quic_port(srv, l->port);
   return 0;
+}
+
+int tern_listen_quic(tern_server *srv, const char *host, int port,
+                     tern_tls *tls, const tern_quic_options *opts,
+                     int *bound_port) {
+  return listen_quic(srv, "tern_listen_quic", host, port, -1, tls, opts,
+                     bound_port);
+}
+
+int tern_listen_quic_fd(tern_server *srv, int fd, tern_tls *tls,
+                        const tern_quic_options *opts, int *bound_port) {
+  if (fd < 0)
+    return TERN_EINVAL;
+  return listen_quic(srv, "tern_listen_quic_fd", NULL, 0, fd, tls, opts,
+                     bound_port);
 }

@@ -12,17 +12,24 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include <gnutls/abstract.h>
+#include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "tls/hello.h"
 #include "tls/tls.h"
 
 /* Per tern_tls: the session ticket key (GnuTLS rotates the keys it
  * derives from it by itself). */
 typedef struct {
   gnutls_datum_t ticket_key;
+  /* tern_tls_set_previous_ticket_key: the key being rotated out (its
+   * data allocated by the first call), and whether it is set. */
+  gnutls_datum_t prev_key;
+  int has_prev;
 } gtls_state;
 
 /* A pair, parsed: its own credentials, chosen per session by SNI. */
@@ -96,12 +103,23 @@ static int gtls_tls_init(tern_tls *t, void **out) {
  * period and still accepted for the next): instances given the same
  * master key, with clocks that agree, derive the same keys. */
 static int gtls_set_ticket_key(tern_tls *t, void *state, const void *key,
-                               size_t len) {
+                               size_t len, int previous) {
   gtls_state *st = state;
   (void)t;
   if (st->ticket_key.size != len)
     return TERN_EINVAL;
-  memcpy(st->ticket_key.data, key, len);
+  if (!previous) {
+    memcpy(st->ticket_key.data, key, len);
+    return 0;
+  }
+  if (st->prev_key.data == NULL) {
+    st->prev_key.data = gnutls_malloc(len);
+    if (st->prev_key.data == NULL)
+      return TERN_ENOMEM;
+    st->prev_key.size = (unsigned)len;
+  }
+  memcpy(st->prev_key.data, key, len);
+  st->has_prev = 1;
   return 0;
 }
 
@@ -109,7 +127,77 @@ static void gtls_tls_free(tern_tls *t, void *state) {
   gtls_state *st = state;
   gnutls_memset(st->ticket_key.data, 0, st->ticket_key.size);
   gnutls_free(st->ticket_key.data);
+  if (st->prev_key.data != NULL) {
+    gnutls_memset(st->prev_key.data, 0, st->prev_key.size);
+    gnutls_free(st->prev_key.data);
+  }
   tern__free(t->srv, st);
+}
+
+/* Rotation. GnuTLS 3.7.9 takes one master key per session and derives
+ * the key that protects tickets from it and the time (lib/stek.c): the
+ * period is T = now / (3 x the cache expiration, 6 h by default), the key
+ * SHA3-512(T as 8 big-endian bytes || master key), and its first 16 bytes
+ * are the key name that starts every ticket it makes; a ticket of the
+ * current period or the previous one is accepted. The master key may be
+ * set again until the session first uses it, which is after the
+ * ClientHello arrives. So a hook before GnuTLS reads the ClientHello
+ * looks at the ticket it presents: when its name is one the previous
+ * master key gives for this period or the last, the session takes the
+ * previous master key instead (and so issues its next ticket under it:
+ * a client that keeps resuming keeps the old key alive until its ticket
+ * expires or the previous key is dropped). */
+static int prev_key_made(const gtls_state *st, const uint8_t *ticket,
+                         size_t len) {
+  uint8_t in[8 + TERN_TLS_TICKET_KEY_SIZE], out[64];
+  uint64_t t = (uint64_t)time(NULL) /
+               ((uint64_t)gnutls_db_get_default_cache_expiration() * 3);
+  int k, i;
+  if (len < 16 || st->prev_key.size != TERN_TLS_TICKET_KEY_SIZE)
+    return 0;
+  memcpy(in + 8, st->prev_key.data, TERN_TLS_TICKET_KEY_SIZE);
+  for (k = 0; k < 2 && t > 0; k++, t--) {
+    for (i = 0; i < 8; i++)
+      in[i] = (uint8_t)(t >> (56 - 8 * i));
+    if (gnutls_hash_fast(GNUTLS_DIG_SHA3_512, in, sizeof(in), out) == 0 &&
+        memcmp(out, ticket, 16) == 0) {
+      gnutls_memset(in, 0, sizeof(in));
+      gnutls_memset(out, 0, sizeof(out));
+      return 1;
+    }
+  }
+  gnutls_memset(in, 0, sizeof(in));
+  gnutls_memset(out, 0, sizeof(out));
+  return 0;
+}
+
+/* Both kinds of session carry their generation in the database pointer
+ * (see the QUIC part), which the hook reads. */
+static int on_hello_hook(gnutls_session_t s, unsigned htype, unsigned when,
+                         unsigned incoming, const gnutls_datum_t *msg) {
+  tern__tls_gen *g = gnutls_db_get_ptr(s);
+  const gtls_state *st;
+  const uint8_t *ticket;
+  size_t len;
+  if (htype != GNUTLS_HANDSHAKE_CLIENT_HELLO || when != GNUTLS_HOOK_PRE ||
+      !incoming || g == NULL || msg == NULL)
+    return 0;
+  st = g->tls->state[TERN__TLS_GNUTLS];
+  if (st->has_prev &&
+      tern__tls_hello_ticket(msg->data, msg->size, &ticket, &len) == 0 &&
+      prev_key_made(st, ticket, len))
+    /* Refused once the session has used its key (a second ClientHello
+     * after a HelloRetryRequest): it then keeps the current one. */
+    (void)gnutls_session_ticket_enable_server(s, &st->prev_key);
+  return 0;
+}
+
+static void watch_hello(gnutls_session_t s, const gtls_state *st,
+                        tern__tls_gen *g) {
+  gnutls_db_set_ptr(s, g);
+  if (st->has_prev)
+    gnutls_handshake_set_hook_function(s, GNUTLS_HANDSHAKE_CLIENT_HELLO,
+                                       GNUTLS_HOOK_PRE, on_hello_hook);
 }
 
 /* ---- Pairs --------------------------------------------------------- */
@@ -364,6 +452,7 @@ static int gtls_attach(void **st, tern__worker *w, void *cfg) {
     return rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
   }
   gnutls_session_set_ptr(c->s, c);
+  watch_hello(c->s, ts, c->gen);
   gnutls_handshake_set_post_client_hello_function(c->s, on_client_hello);
   /* tern's head timer bounds the handshake, not GnuTLS's clock. */
   gnutls_handshake_set_timeout(c->s, 0);
@@ -544,8 +633,8 @@ static const char *gtls_alpn(const void *st) {
 
 /* A QUIC session's pointer is ngtcp2's (its crypto helper finds the
  * connection through it), so the generation rides in the session's
- * database pointer, which tern uses for nothing else (tickets need no
- * session database). */
+ * database pointer (watch_hello sets it on every session), which tern
+ * uses for nothing else (tickets need no session database). */
 static int on_quic_client_hello(gnutls_session_t s) {
   return pick_credentials(s, gnutls_db_get_ptr(s));
 }
@@ -591,7 +680,7 @@ static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
     gnutls_anti_replay_enable(s, anti_replay);
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
   }
-  gnutls_db_set_ptr(s, g);
+  watch_hello(s, ts, g);
   gnutls_handshake_set_post_client_hello_function(s, on_quic_client_hello);
   /* ngtcp2's handshake timeout bounds the handshake. */
   gnutls_handshake_set_timeout(s, 0);

@@ -103,7 +103,8 @@ const char *tern_tls_engine_name(const tern_tls *t) {
   return t != NULL ? engine_of(t)->name : "none";
 }
 
-int tern_tls_set_ticket_key(tern_tls *t, const void *key, size_t len) {
+static int set_ticket_key(tern_tls *t, const void *key, size_t len,
+                          int previous) {
   const tern__tls_engine *e;
   if (t == NULL || key == NULL || len != TERN_TLS_TICKET_KEY_SIZE)
     return TERN_EINVAL;
@@ -112,7 +113,15 @@ int tern_tls_set_ticket_key(tern_tls *t, const void *key, size_t len) {
   e = engine_of(t);
   if (e->set_ticket_key == NULL)
     return TERN_ENOTSUP;
-  return e->set_ticket_key(t, t->state[e->id], key, len);
+  return e->set_ticket_key(t, t->state[e->id], key, len, previous);
+}
+
+int tern_tls_set_ticket_key(tern_tls *t, const void *key, size_t len) {
+  return set_ticket_key(t, key, len, 0);
+}
+
+int tern_tls_set_previous_ticket_key(tern_tls *t, const void *key, size_t len) {
+  return set_ticket_key(t, key, len, 1);
 }
 
 int tern_tls_set_min_version(tern_tls *t, int version) {

@@ -114,9 +114,11 @@ struct tern__tls_engine {
   int (*quic_session)(tern_tls *t, void **session, tern__tls_gen **gen,
                       const char *alpn, void *anti_replay);
   /* Replace the session ticket key with the application's `len` bytes
-   * (before the server runs). NULL: the engine cannot (mbedTLS 2.28 has
-   * no API to set its ticket keys). */
-  int (*set_ticket_key)(tern_tls *t, void *state, const void *key, size_t len);
+   * (before the server runs), or with `previous` set, the key tickets
+   * are still accepted under (rotation). NULL: the engine cannot
+   * (mbedTLS 2.28 has no API to set its ticket keys). */
+  int (*set_ticket_key)(tern_tls *t, void *state, const void *key, size_t len,
+                        int previous);
 };
 
 struct tern_tls {

@@ -34,11 +34,17 @@
  *                     STREAM and STOP_SENDING, H3_REQUEST_CANCELLED);
  *                     "stop" only sends STOP_SENDING; "close" closes the
  *                     whole QUIC connection (the client vanishes)
+ *   --token-file PATH a token from an earlier connection (NEW_TOKEN, the
+ *                     file's raw bytes) goes into the first Initial if
+ *                     the file is not empty; the token the server sends
+ *                     now replaces it
  *   --timeout-ms N    give up after N ms (default 15000; exit status 3)
  *   -v                ngtcp2's debug log on stderr
  *
  * Output, one fact a line, on stdout:
  *   connected
+ *   retry                     the server sent a Retry
+ *   new-token LEN             the server sent a NEW_TOKEN (--token-file)
  *   blocked after K           the first open refused with STREAM_ID_BLOCKED
  *   stream ID sent LEN sha256 HEX     (a POST's whole body)
  *   stream ID status CODE
@@ -159,6 +165,9 @@ static struct {
   int out_closed;  /* fd 1 is closed (or its reader left) */
   uint8_t *obuf;   /* bytes from the server: [ooff, olen) for fd 1 */
   size_t ooff, olen, ocap;
+  const char *token_file; /* --token-file */
+  uint8_t token[512];
+  size_t token_len;
 } cl;
 
 static uint8_t pattern[PATTERN_LEN];
@@ -947,6 +956,32 @@ static void log_cb(void *user, const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+static int retry_cb(ngtcp2_conn *conn, const ngtcp2_pkt_hd *hd, void *user) {
+  printf("retry\n");
+  return ngtcp2_crypto_recv_retry_cb(conn, hd, user);
+}
+
+static int new_token_cb(ngtcp2_conn *conn, const ngtcp2_vec *token,
+                        void *user) {
+  FILE *f = fopen(cl.token_file, "wb");
+  (void)conn;
+  (void)user;
+  if (f != NULL) {
+    fwrite(token->base, 1, token->len, f);
+    fclose(f);
+  }
+  printf("new-token %zu\n", token->len);
+  return 0;
+}
+
+static void read_token(void) {
+  FILE *f = fopen(cl.token_file, "rb");
+  if (f != NULL) {
+    cl.token_len = fread(cl.token, 1, sizeof(cl.token), f);
+    fclose(f);
+  }
+}
+
 static int setup_quic(void) {
   ngtcp2_callbacks cb;
   ngtcp2_settings st;
@@ -960,7 +995,9 @@ static int setup_quic(void) {
   cb.encrypt = ngtcp2_crypto_encrypt_cb;
   cb.decrypt = ngtcp2_crypto_decrypt_cb;
   cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
+  cb.recv_retry = retry_cb;
+  if (cl.token_file != NULL)
+    cb.recv_new_token = new_token_cb;
   cb.update_key = ngtcp2_crypto_update_key_cb;
   cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
   cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
@@ -982,6 +1019,11 @@ static int setup_quic(void) {
   st.initial_ts = now_ns();
   if (cl.verbose)
     st.log_printf = log_cb;
+  if (cl.token_file != NULL) {
+    read_token();
+    st.token.base = cl.token;
+    st.token.len = cl.token_len;
+  }
   ngtcp2_transport_params_default(&tp);
   tp.initial_max_streams_uni = 3;
   tp.initial_max_stream_data_bidi_local =
@@ -1085,6 +1127,8 @@ int main(int argc, char **argv) {
       cl.idle = 1;
     else if (strcmp(o, "-v") == 0)
       cl.verbose = 1;
+    else if (a + 1 < argc && strcmp(o, "--token-file") == 0)
+      cl.token_file = argv[++a];
     else if (a + 1 < argc && strcmp(o, "--tunnel") == 0)
       cl.tunnel = argv[++a];
     else if (a + 1 < argc && strcmp(o, "--omit") == 0) {

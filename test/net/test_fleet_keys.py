@@ -2,7 +2,9 @@
 """Fleet-wide TLS session tickets (tern_tls_set_ticket_key, hello
 --ticket-key): a client that got a ticket from one hello resumes its
 session on another given the same key (TLS 1.3 and 1.2), and does not on
-one with a different key. On the mbedTLS engine the call is refused."""
+one with a different key; rotation (--previous-ticket-key): a ticket under
+the previous key resumes, new tickets are under the current one. On the
+mbedTLS engine the calls are refused."""
 
 import os
 import re
@@ -31,9 +33,10 @@ def setup():
     cert, key = self_signed(tmp, "k")
 
 
-def start(ticket_key):
+def start(ticket_key, previous=None):
     s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
-                         "--key", key, "--ticket-key", ticket_key])
+                         "--key", key, "--ticket-key", ticket_key] +
+               (["--previous-ticket-key", previous] if previous else []))
     m = re.match(r"tls listening on (\d+)$", s.next_line())
     check(m is not None, "no tls port line")
     s.tls_port = int(m.group(1))
@@ -95,6 +98,41 @@ def tls12_resumes_across_instances():
     resumes(ssl.TLSVersion.TLSv1_2)
 
 
+def rotates(version):
+    """A (key 1) issues a ticket; B (key 2, previous key 1) resumes it, C
+    (key 2 alone) does not; a ticket from B's full handshake is a key-2
+    one: C resumes it, A does not."""
+    if os.environ.get("TERN_TEST_TLS_ENGINE") == "mbedtls":
+        raise Skip("mbedTLS cannot set ticket keys")
+    a, b, c = start(KEY1), start(KEY2, KEY1), start(KEY2)
+    try:
+        ctx = ctx_for(version)
+        sess, _ = fetch(a.tls_port, ctx)
+        _, reused = fetch(b.tls_port, ctx, sess)
+        eq(reused, True, "a previous-key ticket resumed on the rotated one")
+        _, reused = fetch(c.tls_port, ctx, sess)
+        eq(reused, False, "a previous-key ticket resumed without it")
+        sess, reused = fetch(b.tls_port, ctx)
+        eq(reused, False, "a full handshake on the rotated one")
+        _, reused = fetch(c.tls_port, ctx, sess)
+        eq(reused, True, "the rotated one's ticket under the new key")
+        _, reused = fetch(a.tls_port, ctx, sess)
+        eq(reused, False, "the rotated one's ticket under the old key")
+    finally:
+        for s in (a, b, c):
+            eq(s.stop(), 0, "hello exit status")
+
+
+@case
+def tls13_rotation():
+    rotates(ssl.TLSVersion.TLSv1_3)
+
+
+@case
+def tls12_rotation():
+    rotates(ssl.TLSVersion.TLSv1_2)
+
+
 @case
 def bad_keys_refused():
     for k, why in [("ab" * 63, "short"), ("zz" * 64, "not hex")]:
@@ -108,6 +146,13 @@ def bad_keys_refused():
                        capture_output=True, text=True, timeout=10)
     check(r.returncode != 0 and "not built" in r.stderr,  # TERN_ENOTSUP
           "mbedTLS with a ticket key: %d %r" % (r.returncode, r.stderr))
+    r = subprocess.run([binary("hello"), "--port", "0", "--tls-port", "0",
+                        "--tls-engine", "mbedtls", "--cert", cert, "--key",
+                        key, "--previous-ticket-key", KEY1],
+                       capture_output=True, text=True, timeout=10)
+    check(r.returncode != 0 and "not built" in r.stderr,
+          "mbedTLS with a previous ticket key: %d %r"
+          % (r.returncode, r.stderr))
     # The same without the key serves: the refusal was the key's.
     s = Server("hello", ["--workers", "1", "--tls-port", "0", "--tls-engine",
                          "mbedtls", "--cert", cert, "--key", key])

@@ -625,6 +625,85 @@ static void test_ws_options_v1(void) {
   T_ASSERT(((unsigned char)buf[head + 1] & 0x7F) < 32);
 }
 
+/* tern_quic_options as version 1 of the header had it (no
+ * previous_secret). */
+typedef struct {
+  int version;
+  uint32_t size;
+  int retry;
+  int early_data;
+  uint32_t max_streams;
+  const void *secret;
+  size_t secret_len;
+} quic_options_v1;
+_Static_assert(offsetof(quic_options_v1, secret_len) ==
+                   offsetof(tern_quic_options, secret_len),
+               "version 2 only appends");
+
+/* An ECDSA P-256 certificate for "localhost" and its key (the ones of
+ * test_tls_alloc.c), for a QUIC listener. */
+static const char quic_cert[] =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBkzCCATqgAwIBAgITamonVJJklx6yVDlD37n8EPvrBzAKBggqhkjOPQQDAjAU\n"
+    "MRIwEAYDVQQDDAlsb2NhbGhvc3QwIBcNMjYxMjAyMDMxOTI2WhgPMjEyNjExMDgw\n"
+    "MzE5MjZaMBQxEjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49\n"
+    "AwEHA0IABGZ+OjLpjD5rHy5583EhErrtR9kSJGg1AnFNJD6Fu77o4BHYgGMlb/0D\n"
+    "X+PX+jSrOsCwGZAvopk4Ds1rTJW0ZLWjaTBnMB0GA1UdDgQWBBRy3YYEdZKOeQF7\n"
+    "KIJVmXcGKmtXdzAfBgNVHSMEGDAWgBRy3YYEdZKOeQF7KIJVmXcGKmtXdzAPBgNV\n"
+    "HRMBAf8EBTADAQH/MBQGA1UdEQQNMAuCCWxvY2FsaG9zdDAKBggqhkjOPQQDAgNH\n"
+    "ADBEAiA/cum553DklMcm1qJcnZ2aqjuMsZ7oxJWfvaT3bfiz+QIgKrLl+KfNs59U\n"
+    "dxA96lTXSr1zOB+Qz49W7xBUCaryQVo=\n"
+    "-----END CERTIFICATE-----\n";
+static const char quic_key[] =
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgov1D2TlwChwI9JoB\n"
+    "NJb3jBgnOS2OrXafySoX7tuERHahRANCAARmfjoy6Yw+ax8uefNxIRK67UfZEiRo\n"
+    "NQJxTSQ+hbu+6OAR2IBjJW/9A1/j1/o0qzrAsBmQL6KZOA7Na0yVtGS1\n"
+    "-----END PRIVATE KEY-----\n";
+
+/* A version 1 caller's struct ends at a page end: reading version 2's
+ * previous_secret from it would fault. Version 2 with version 1's size
+ * is refused, as is a version this library does not know. */
+static void test_quic_options_v1(void) {
+  static const uint8_t secret[16] = {1, 2, 3};
+  quic_options_v1 *o = at_page_end(sizeof(*o));
+  tern_server *srv = NULL;
+  tern_tls *tls = NULL;
+  int port = 0, rc;
+
+  T_EQ_INT(tern_server_new(&srv, NULL), 0);
+  T_EQ_INT(tern_tls_new(srv, &tls), 0);
+  T_EQ_INT(tern_tls_add_cert_mem(tls, quic_cert, sizeof(quic_cert) - 1,
+                                 quic_key, sizeof(quic_key) - 1),
+           0);
+  T_EQ_INT(tern_tls_commit(tls), 0);
+  memset(o, 0, sizeof(*o));
+  o->version = 1;
+  o->size = sizeof(*o);
+  o->max_streams = 10;
+  o->secret = secret;
+  o->secret_len = sizeof(secret);
+  rc = tern_listen_quic(srv, "127.0.0.1", 0, tls,
+                        (const tern_quic_options *)(void *)o, &port);
+  if (rc == TERN_ENOTSUP) { /* no HTTP/3 or no GnuTLS in this build */
+    page_free(o);
+    tern_server_free(srv);
+    return;
+  }
+  T_EQ_INT(rc, 0);
+  T_ASSERT(port > 0);
+  o->version = 2; /* with version 1's size */
+  T_EQ_INT(tern_listen_quic(srv, "127.0.0.1", 0, tls,
+                            (const tern_quic_options *)(void *)o, NULL),
+           TERN_EINVAL);
+  o->version = 3;
+  T_EQ_INT(tern_listen_quic(srv, "127.0.0.1", 0, tls,
+                            (const tern_quic_options *)(void *)o, NULL),
+           TERN_EINVAL);
+  page_free(o);
+  tern_server_free(srv);
+}
+
 int main(void) {
   T_RUN(test_read_older_versions);
   T_RUN(test_write_older_versions);
@@ -634,5 +713,6 @@ int main(void) {
   T_RUN(test_route_options_v1);
   T_RUN(test_stats);
   T_RUN(test_ws_options_v1);
+  T_RUN(test_quic_options_v1);
   return T_DONE();
 }

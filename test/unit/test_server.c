@@ -433,6 +433,65 @@ static void test_access_hook(void) {
   T_EQ_INT(ca_live, 0);
 }
 
+/* systemd's LISTEN_FDS with LISTEN_FDNAMES (the descriptors are only
+ * numbered here, 3 and 4, and made close-on-exec: harmless in a test). */
+static void listen_env(const char *fds, const char *names) {
+  char pid[32];
+  snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+  setenv("LISTEN_PID", pid, 1);
+  setenv("LISTEN_FDS", fds, 1);
+  if (names != NULL)
+    setenv("LISTEN_FDNAMES", names, 1);
+  else
+    unsetenv("LISTEN_FDNAMES");
+}
+
+static void test_listen_fd_names(void) {
+  char names[2][TERN_LISTEN_FD_NAME_MAX], longname[300];
+  int fds[2];
+
+  listen_env("2", "web:quic");
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), 2);
+  T_EQ_INT(fds[0], 3);
+  T_EQ_INT(fds[1], 4);
+  T_EQ_STR(names[0], strlen(names[0]), "web");
+  T_EQ_STR(names[1], strlen(names[1]), "quic");
+  T_ASSERT(getenv("LISTEN_FDS") == NULL && getenv("LISTEN_PID") == NULL &&
+           getenv("LISTEN_FDNAMES") == NULL);
+  /* Gone from the environment: nothing the second time. */
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), 0);
+
+  listen_env("2", NULL);
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), 2);
+  T_EQ_STR(names[0], strlen(names[0]), "unknown");
+  T_EQ_STR(names[1], strlen(names[1]), "unknown");
+
+  /* Names that do not match the count, or too long, are refused, and
+   * the environment stays. */
+  listen_env("2", "web");
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), TERN_EINVAL);
+  T_ASSERT(getenv("LISTEN_FDS") != NULL);
+  listen_env("1", "web:quic");
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), TERN_EINVAL);
+  memset(longname, 'a', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  listen_env("1", longname);
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), TERN_EINVAL);
+  longname[TERN_LISTEN_FD_NAME_MAX - 1] = '\0'; /* 255: the longest */
+  listen_env("1", longname);
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), 1);
+  T_EQ_INT(strlen(names[0]), TERN_LISTEN_FD_NAME_MAX - 1);
+  /* More descriptors than room. */
+  listen_env("3", "a:b:c");
+  T_EQ_INT(tern_listen_fds_from_env_named(fds, names, 2), TERN_ENOMEM);
+  /* The unnamed call ignores the names, even malformed ones. */
+  listen_env("1", "a:b");
+  T_EQ_INT(tern_listen_fds_from_env(fds, 2), 1);
+  unsetenv("LISTEN_FDNAMES");
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_PID");
+}
+
 int main(void) {
   T_RUN(test_settings_out_of_range);
   T_RUN(test_settings_in_range);
@@ -441,5 +500,6 @@ int main(void) {
   T_RUN(test_stop_before_run);
   T_RUN(test_deadline_cuts_held_requests);
   T_RUN(test_access_hook);
+  T_RUN(test_listen_fd_names);
   return T_DONE();
 }
