@@ -601,6 +601,14 @@ class TLS:
         _check(lib.tern_tls_set_ticket_key(self._ptr, key, len(key)),
                "tern_tls_set_ticket_key")
 
+    def set_previous_ticket_key(self, key):
+        """The key the fleet used before (64 bytes): tickets made under it
+        still resume while new ones use set_ticket_key's (GnuTLS engine;
+        before the server runs)."""
+        key = bytes(key)
+        _check(lib.tern_tls_set_previous_ticket_key(self._ptr, key, len(key)),
+               "tern_tls_set_previous_ticket_key")
+
     @property
     def engine(self):
         return lib.tern_tls_engine_name(self._ptr).decode()

@@ -142,7 +142,10 @@ class WsOptions(Structure):
 class QuicOptions(Structure):
     _fields_ = [("version", c_int), ("size", c_uint32), ("retry", c_int),
                 ("early_data", c_int), ("max_streams", c_uint32),
-                ("secret", c_void_p), ("secret_len", c_size_t)]
+                ("secret", c_void_p), ("secret_len", c_size_t),
+                # version 2
+                ("previous_secret", c_void_p),
+                ("previous_secret_len", c_size_t)]
 
 
 _STATS_V1 = [("version", c_int), ("size", c_uint32), ("requests", c_uint64),
@@ -189,7 +192,7 @@ class Stats(Structure):
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
 VERSIONS = {"Settings": 2, "RouteOptions": 1, "WsOptions": 2,
-            "QuicOptions": 1, "Stats": 3}
+            "QuicOptions": 2, "Stats": 3}
 # Room for a newer library's _init to write into (see init_struct).
 _SCRATCH = 16384
 
@@ -319,6 +322,8 @@ FUNCTIONS = {
     "tern_ws_worker": (c_int, [_P], "lib"),
     "tern_metrics_handler": (None, [_P, _P], "lib"),
     "tern_tls_set_ticket_key": (c_int, [_P, c_char_p, c_size_t], "lib"),
+    "tern_tls_set_previous_ticket_key": (c_int, [_P, c_char_p, c_size_t],
+                                         "lib"),
     "tern_listen_unix": (c_int, [_P, c_char_p, _P], "lib"),
     "tern_listen_fd": (c_int, [_P, c_int, _P, _I], "lib"),
 }
@@ -354,6 +359,10 @@ LEFT_OUT = {
     "tern_listen_ex": "not yet bound (PROXY protocol listeners)",
     "tern_listen_fds_from_env": "os.environ's LISTEN_FDS can be read in "
                                 "Python; each descriptor goes to listen_fd",
+    "tern_listen_fds_from_env_named": "os.environ's LISTEN_FDS and "
+                                      "LISTEN_FDNAMES can be read in Python",
+    "tern_listen_quic_fd": "not yet bound: listen(quic=True) opens its own "
+                           "UDP socket (planned: listen_fd for UDP)",
     "tern_static_options_init": "not yet bound: the static-file handler "
                                 "has no Python API yet",
     "tern_static_new": "not yet bound (static files)",

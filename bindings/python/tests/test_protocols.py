@@ -158,6 +158,30 @@ def test_tls_with_curl(server, cert):
         assert out.stdout == want
 
 
+@pytest.mark.skipif(not shutil.which("curl"), reason="curl missing")
+def test_tls_fleet_ticket_keys(server, cert):
+    """set_ticket_key and set_previous_ticket_key take 64-byte keys (a
+    rotation: tickets under the previous key still resume; net_fleet_keys
+    checks that part) and refuse other sizes; the server then serves."""
+    app = server()
+    app.add_route("GET", "/k", lambda r: "keyed")
+    tls = app.tls(*cert)
+    if tls.engine != "gnutls":
+        pytest.skip("ticket keys are the GnuTLS engine's")
+    with pytest.raises(tern.TernError) as e:
+        tls.set_previous_ticket_key(b"k" * 32)
+    assert e.value.code == -1  # TERN_EINVAL
+    tls.set_ticket_key(bytes(range(64)))
+    tls.set_previous_ticket_key(bytes(range(64, 128)))
+    port = started(app, tls=tls)
+    out = subprocess.run(["curl", "-sS", "--cacert", cert[0],
+                          "https://localhost:%d/k" % port,
+                          "--resolve", "localhost:%d:127.0.0.1" % port],
+                         capture_output=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == b"keyed"
+
+
 def test_tls_bad_certificate(server, tmp_path):
     app = server()
     bad = tmp_path / "bad.pem"
