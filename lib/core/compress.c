@@ -1,0 +1,434 @@
+/* On-the-fly response compression for the routes that ask for it
+ * (tern_route_options.compress; docs/compression.md).
+ *
+ * The seam is the adapter's start, write and end: response.c sends a
+ * compressing route's responses through here, and only here is decided
+ * whether one is compressed (its status, type, length, fields and the
+ * client's Accept-Encoding) and is its head rewritten (Vary,
+ * Content-Encoding, a weak ETag). A whole body is compressed in one go
+ * and keeps an exact Content-Length; a streamed one gets a compressor of
+ * its own (r->comp) that flushes at every write, so that what the
+ * handler writes reaches the client when it writes it. Everything comes
+ * from the server's allocator, and only for a response being compressed.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "core/static.h"
+#include "internal.h"
+
+struct tern__compress_conf {
+  unsigned encodings; /* TERN_COMPRESS_* */
+  int level, wbits, memlevel;
+  uint32_t min_size;
+  size_t types_len;
+  char types[]; /* the type list, copied */
+};
+
+struct tern__compress {
+  z_stream z;
+};
+
+enum { ENC_NONE = 0, ENC_GZIP = 1 };
+
+/* Text and the text-like application types; images, audio, video, fonts
+ * and archives are compressed already. */
+static const char default_types[] =
+    "text/*, application/json, application/javascript, application/xml, "
+    "application/wasm, image/svg+xml, application/manifest+json, "
+    "application/ld+json";
+
+#define MAX_TYPES 1024
+
+static const size_t compress_ends[] = {TERN__END(tern_compress_options, types)};
+_Static_assert(sizeof(compress_ends) / sizeof(compress_ends[0]) ==
+                   TERN_COMPRESS_OPTIONS_VERSION,
+               "one end per tern_compress_options version");
+
+void tern_compress_options_init(tern_compress_options *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->version = TERN_COMPRESS_OPTIONS_VERSION;
+  o->size = sizeof(*o);
+  o->encodings = TERN_COMPRESS_GZIP;
+  o->gzip_level = 5;
+  o->gzip_window_bits = 15;
+  o->gzip_mem_level = 8;
+  o->min_size = 1024;
+  o->types = NULL;
+}
+
+int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
+                            const char *what, tern__compress_conf **out) {
+  tern_compress_options o;
+  tern__compress_conf *c;
+  const char *types, *why = NULL;
+  char abi[160];
+  size_t tl;
+
+  tern_compress_options_init(&o);
+  if (tern__abi_read(&o, sizeof(o), in, compress_ends,
+                     TERN_COMPRESS_OPTIONS_VERSION, abi, sizeof(abi)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "%s: tern_compress_options %s", what, abi);
+    return TERN_EINVAL;
+  }
+  types = o.types != NULL ? o.types : default_types;
+  tl = strnlen(types, MAX_TYPES + 1);
+  if (o.encodings == 0 || (o.encodings & ~(unsigned)TERN_COMPRESS_GZIP))
+    why = "encodings: no TERN_COMPRESS_* bit, or an unknown one";
+  else if (o.gzip_level < 1 || o.gzip_level > 9)
+    why = "gzip_level outside 1 to 9";
+  else if (o.gzip_window_bits < 9 || o.gzip_window_bits > 15)
+    why = "gzip_window_bits outside 9 to 15";
+  else if (o.gzip_mem_level < 1 || o.gzip_mem_level > 9)
+    why = "gzip_mem_level outside 1 to 9";
+  else if (tl > MAX_TYPES)
+    why = "types longer than 1024 bytes";
+  else if (tl == 0)
+    why = "types is empty";
+  if (why != NULL) {
+    tern__log(srv, TERN_LOG_ERROR, "%s: tern_compress_options %s", what, why);
+    return TERN_EINVAL;
+  }
+  c = tern__malloc(srv, sizeof(*c) + tl + 1);
+  if (c == NULL)
+    return TERN_ENOMEM;
+  c->encodings = o.encodings;
+  c->level = o.gzip_level;
+  c->wbits = o.gzip_window_bits;
+  c->memlevel = o.gzip_mem_level;
+  c->min_size = o.min_size;
+  c->types_len = tl;
+  memcpy(c->types, types, tl);
+  c->types[tl] = '\0';
+  *out = c;
+  return 0;
+}
+
+void tern__compress_conf_free(tern_server *srv, tern__compress_conf *c) {
+  tern__free(srv, c);
+}
+
+/* ---- The decision ---------------------------------------------------- */
+
+static const tern_header *field(const tern_header *h, size_t n,
+                                const char *lower) {
+  for (size_t i = 0; i < n; i++)
+    if (tern__ieq_lit(h[i].name, h[i].name_len, lower))
+      return &h[i];
+  return NULL;
+}
+
+/* Is the media type of Content-Type value `v` in the route's list? */
+static int type_listed(const tern__compress_conf *c, const char *v, size_t n) {
+  const char *semi = memchr(v, ';', n), *e;
+  size_t pos = 0, elen;
+  if (semi != NULL)
+    n = (size_t)(semi - v);
+  while (n > 0 && (*v == ' ' || *v == '\t')) {
+    v++;
+    n--;
+  }
+  while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+    n--;
+  if (n == 0)
+    return 0;
+  while (tern__list_next(c->types, c->types_len, &pos, &e, &elen)) {
+    if (elen >= 2 && e[elen - 1] == '*' && e[elen - 2] == '/') {
+      if (n > elen - 1 && tern__ieq(v, e, elen - 1))
+        return 1;
+    } else if (elen == n && tern__ieq(v, e, n)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The coding this response goes out in (ENC_*). `length` is the body's,
+ * or -1 when unknown. */
+static int wanted(tern_request *r, const tern__compress_conf *c, int status,
+                  const tern_header *h, size_t n, int64_t length) {
+  const tern_header *f;
+  const char *ae;
+  size_t ae_len;
+  int q[TERN__ENC_N];
+
+  /* No body (HEAD, 204, 304), or a part of one (206): a Content-Encoding
+   * would describe bytes that are not sent, or not these. */
+  if (status < 200 || status == 204 || status == 206 || status == 304 ||
+      (r->flags & TERN__RQ_HEAD))
+    return ENC_NONE;
+  if (length >= 0 && (uint64_t)length < c->min_size)
+    return ENC_NONE;
+  if (field(h, n, "content-encoding") != NULL ||
+      field(h, n, "content-range") != NULL)
+    return ENC_NONE;
+  f = field(h, n, "cache-control");
+  if (f != NULL && tern__has_token(f->value, f->value_len, "no-transform", 12))
+    return ENC_NONE;
+  f = field(h, n, "content-type");
+  if (f == NULL || !type_listed(c, f->value, f->value_len))
+    return ENC_NONE;
+  /* The static handler's Accept-Encoding parser: the same q-values and
+   * the same "*" rule for both. A coding at q=0, or absent without "*",
+   * is refused. */
+  ae = tern_request_header(r, "accept-encoding", 15, &ae_len);
+  if (ae == NULL)
+    return ENC_NONE;
+  tern__static_accept(ae, ae_len, q);
+  if ((c->encodings & TERN_COMPRESS_GZIP) && q[TERN__ENC_GZIP] > 0)
+    return ENC_GZIP;
+  return ENC_NONE;
+}
+
+/* The head: the caller's fields, Vary for every answer of the route
+ * (caches must key on Accept-Encoding, compressed or not), and when
+ * compressing Content-Encoding, no Content-Length (tern computes its own
+ * or sends none) and a weak ETag. */
+static int build_head(tern_request *r, const tern_header *h, size_t n, int enc,
+                      tern__compress_head *o) {
+  const size_t room = sizeof(o->local) / sizeof(o->local[0]);
+  const tern_header *vary;
+  tern_header *d = o->local;
+  size_t i, k = 0;
+
+  o->heap = NULL;
+  if (n + 2 > room) {
+    d = tern__malloc(r->w->srv, (n + 2) * sizeof(*d));
+    if (d == NULL)
+      return TERN_ENOMEM;
+    o->heap = d;
+  }
+  for (i = 0; i < n; i++) {
+    /* Ranges of the compressed bytes are not offered: a Range request
+     * is answered from the identity representation (206 is never
+     * compressed). */
+    if (enc != ENC_NONE &&
+        (tern__ieq_lit(h[i].name, h[i].name_len, "content-length") ||
+         tern__ieq_lit(h[i].name, h[i].name_len, "accept-ranges")))
+      continue;
+    d[k] = h[i];
+    if (enc != ENC_NONE && tern__ieq_lit(h[i].name, h[i].name_len, "etag") &&
+        h[i].value_len > 0 && h[i].value[0] == '"') {
+      /* A strong validator promises these exact bytes; the compressed
+       * ones are another representation, equivalent only weakly. */
+      if (h[i].value_len + 2 > sizeof(o->etag))
+        continue;
+      memcpy(o->etag, "W/", 2);
+      memcpy(o->etag + 2, h[i].value, h[i].value_len);
+      d[k].value = o->etag;
+      d[k].value_len = h[i].value_len + 2;
+    }
+    k++;
+  }
+  vary = field(h, n, "vary");
+  if (vary == NULL ||
+      (!tern__has_token(vary->value, vary->value_len, "accept-encoding", 15) &&
+       !tern__has_token(vary->value, vary->value_len, "*", 1))) {
+    d[k].name = "vary";
+    d[k].name_len = 4;
+    d[k].value = "Accept-Encoding";
+    d[k++].value_len = 15;
+  }
+  if (enc == ENC_GZIP) {
+    d[k].name = "content-encoding";
+    d[k].name_len = 16;
+    d[k].value = "gzip";
+    d[k++].value_len = 4;
+  }
+  o->h = d;
+  o->n = k;
+  return 0;
+}
+
+void tern__compress_head_done(tern_request *r, tern__compress_head *head) {
+  tern__free(r->w->srv, head->heap);
+  head->heap = NULL;
+}
+
+/* ---- zlib through the server's allocator ------------------------------ */
+
+static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
+  return tern__malloc(opaque, (size_t)items * size);
+}
+
+static void z_free(voidpf opaque, voidpf p) {
+  tern__free(opaque, p);
+}
+
+static int z_open(tern_server *srv, const tern__compress_conf *c, z_stream *z) {
+  memset(z, 0, sizeof(*z));
+  z->zalloc = z_alloc;
+  z->zfree = z_free;
+  z->opaque = srv;
+  /* windowBits + 16: the gzip wrapper (RFC 1952). */
+  return deflateInit2(z, c->level, Z_DEFLATED, c->wbits + 16, c->memlevel,
+                      Z_DEFAULT_STRATEGY) == Z_OK
+             ? 0
+             : TERN_ENOMEM;
+}
+
+/* Deflate `len` bytes of `in` and then `flush` (Z_SYNC_FLUSH: all of it
+ * decodable now; Z_FINISH: the stream's end) into a buffer from the
+ * allocator, *out (`*out_len` bytes). 0, or TERN_ENOMEM with nothing
+ * allocated. */
+static int z_run(tern_server *srv, z_stream *z, const void *in, size_t len,
+                 int flush, char **out, size_t *out_len) {
+  const unsigned char *p = in;
+  size_t left = len, used = 0, cap = deflateBound(z, (uLong)len) + 64;
+  char *buf = tern__malloc(srv, cap);
+
+  if (buf == NULL)
+    return TERN_ENOMEM;
+  for (;;) {
+    int f, rc;
+    size_t avail;
+    if (z->avail_in == 0 && left > 0) {
+      uInt take = left > UINT_MAX ? UINT_MAX : (uInt)left;
+      z->next_in = (Bytef *)(uintptr_t)p;
+      z->avail_in = take;
+      p += take;
+      left -= take;
+    }
+    if (cap - used < 64) {
+      char *nb = tern__realloc(srv, buf, cap * 2);
+      if (nb == NULL) {
+        tern__free(srv, buf);
+        return TERN_ENOMEM;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    avail = cap - used > UINT_MAX ? UINT_MAX : cap - used;
+    z->next_out = (Bytef *)buf + used;
+    z->avail_out = (uInt)avail;
+    f = left > 0 || z->avail_in > 0 ? Z_NO_FLUSH : flush;
+    rc = deflate(z, f);
+    used = (size_t)((char *)z->next_out - buf);
+    if (rc == Z_STREAM_ERROR) {
+      tern__free(srv, buf);
+      return TERN_ENOMEM;
+    }
+    if (f == Z_FINISH ? rc == Z_STREAM_END
+                      : f == flush && z->avail_out > 0 && z->avail_in == 0)
+      break;
+  }
+  *out = buf;
+  *out_len = used;
+  return 0;
+}
+
+void tern__compress_buf_free(void *data, void *user) {
+  tern__free(user, data);
+}
+
+/* ---- Responses -------------------------------------------------------- */
+
+int tern__compress_whole(tern_request *r, int status, const tern_header *h,
+                         size_t n, const void *body, size_t len,
+                         tern__compress_head *head, void **out,
+                         size_t *out_len) {
+  tern_server *srv = r->w->srv;
+  const tern__compress_conf *c = r->route->compress;
+  int enc = wanted(r, c, status, h, n, (int64_t)len);
+  char *buf = NULL;
+
+  if (enc != ENC_NONE) {
+    z_stream z;
+    /* No memory for the compressor: the answer goes out as it is. */
+    if (z_open(srv, c, &z) != 0)
+      enc = ENC_NONE;
+    else {
+      if (z_run(srv, &z, body, len, Z_FINISH, &buf, out_len) != 0)
+        enc = ENC_NONE;
+      deflateEnd(&z);
+    }
+  }
+  if (build_head(r, h, n, enc, head) != 0) {
+    tern__free(srv, buf);
+    return TERN_ENOMEM;
+  }
+  *out = buf;
+  return 0;
+}
+
+int tern__compress_start(tern_request *r, int status, const tern_header *h,
+                         size_t n, int64_t content_length) {
+  tern_server *srv = r->w->srv;
+  const tern__compress_conf *c = r->route->compress;
+  int enc = wanted(r, c, status, h, n, content_length);
+  tern__compress_head head;
+  int rc;
+
+  if (enc != ENC_NONE) {
+    tern__compress *z = tern__malloc(srv, sizeof(*z));
+    if (z == NULL || z_open(srv, c, &z->z) != 0) {
+      tern__free(srv, z);
+      enc = ENC_NONE;
+    } else {
+      r->comp = z;
+    }
+  }
+  rc = build_head(r, h, n, enc, &head);
+  if (rc != 0) {
+    tern__compress_free(r);
+    return rc;
+  }
+  rc = r->ops->start(r, status, head.h, head.n,
+                     enc != ENC_NONE ? -1 : content_length);
+  tern__compress_head_done(r, &head);
+  return rc;
+}
+
+int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
+                         tern_write_fn done, void *duser,
+                         tern_release_fn release, void *ruser) {
+  tern_server *srv = r->w->srv;
+  char *out;
+  size_t n;
+  int rc;
+
+  if (len == 0)
+    return r->ops->write(r, p, len, copy, done, duser, release, ruser);
+  rc = z_run(srv, &r->comp->z, p, len, Z_SYNC_FLUSH, &out, &n);
+  if (rc != 0)
+    return rc;
+  rc = r->ops->write(r, out, n, 0, done, duser, tern__compress_buf_free, srv);
+  if (rc != 0) {
+    tern__free(srv, out);
+    return rc;
+  }
+  /* The input is in the compressor now. */
+  if (release != NULL)
+    release((void *)(uintptr_t)p, ruser);
+  return 0;
+}
+
+int tern__compress_end(tern_request *r, const tern_header *t, size_t n) {
+  tern_server *srv = r->w->srv;
+  char *out;
+  size_t len;
+  int rc = z_run(srv, &r->comp->z, NULL, 0, Z_FINISH, &out, &len);
+
+  tern__compress_free(r);
+  if (rc != 0)
+    return rc;
+  rc = r->ops->write(r, out, len, 0, NULL, NULL, tern__compress_buf_free, srv);
+  if (rc != 0) {
+    tern__free(srv, out);
+    return rc;
+  }
+  return r->ops->end(r, t, n);
+}
+
+void tern__compress_free(tern_request *r) {
+  tern__compress *c = r->comp;
+  if (c == NULL)
+    return;
+  deflateEnd(&c->z);
+  tern__free(r->w->srv, c);
+  r->comp = NULL;
+}
