@@ -69,8 +69,9 @@
  *   GET  /db-blocking/:key  the same on the blocking lane (synchronous
  *                       hiredis, a connection per pool thread); both 501
  *                       without --redis or hiredis (examples/hello_db.c)
- *   GET  /compress      (--compress) a route that compresses (gzip,
- *                       tern_compress_options' defaults): bytes=N of
+ *   GET  /compress      (--compress) a route that compresses (gzip, br
+ *                       and zstd where built, tern_compress_options'
+ *                       defaults): bytes=N of
  *                       text (default 4096, at most 1 MiB); type=json,
  *                       png or none instead of text/plain; ce=1 says
  *                       Content-Encoding: gzip itself (the bytes are not

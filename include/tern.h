@@ -509,8 +509,9 @@ enum {
 /* ---- Response compression (docs/compression.md) ----
  *
  * A route whose options point to a tern_compress_options compresses its
- * responses on the fly when the client's Accept-Encoding accepts a coding
- * the options enable (q-values honoured, q=0 refuses; "*" counts). It
+ * responses on the fly (gzip or zstd) when the client's
+ * Accept-Encoding accepts a coding the options enable (q-values
+ * honoured, q=0 refuses; "*" counts). It
  * compresses only a response that:
  * - has status 200..599 other than 204, 206 and 304, and is not a HEAD
  *   answer (the head then announces the uncompressed length);
@@ -531,9 +532,8 @@ enum {
  * response still arrives piece by piece, and the write's `done` runs
  * when its compressed bytes are written.
  *
- * Memory: the compressor (zlib's deflate state, about
- * 2^(gzip_window_bits + 2) + 2^(gzip_mem_level + 9) bytes: 256 KiB with
- * the defaults) and its output buffers come from the server's allocator
+ * Memory: the compressor (see tern_compress_options) and its output
+ * buffers come from the server's allocator
  * only for a response being compressed, and go back when it ends; a
  * response that is not compressed allocates nothing (one array beyond 32
  * caller fields excepted). A compressor that cannot be allocated leaves
@@ -546,19 +546,32 @@ enum {
 
 enum {
   TERN_COMPRESS_GZIP = 1u << 0, /* gzip (RFC 9110 8.4.1.3), by zlib */
+  TERN_COMPRESS_ZSTD = 1u << 1, /* zstd (RFC 8878), by libzstd */
+  TERN_COMPRESS_ALL = 3u,
 };
 
 #define TERN_COMPRESS_OPTIONS_VERSION 1
 
 /* Versions (see ABI above), each ending with the field named: 1 with
- * types. The library copies what it needs when the route is added. */
+ * types. The library copies what it needs when the route is added.
+ * Memory per compressed stream with the defaults (docs/compression.md):
+ * gzip about 256 KiB, zstd up to about 1.8 MiB; smaller windows take
+ * less.
+ * (br is not offered: Debian 12's libbrotlienc 1.0.9 ends the process
+ * when an allocation fails.) */
 typedef struct {
   int version;          /* TERN_COMPRESS_OPTIONS_VERSION */
   uint32_t size;        /* sizeof(tern_compress_options) */
-  unsigned encodings;   /* TERN_COMPRESS_* (default: all, i.e. gzip) */
+  unsigned encodings;   /* TERN_COMPRESS_* the route may use (default: those
+                           built: gzip always, br and zstd when the library
+                           was built with them; a coding not built is
+                           TERN_ENOTSUP). The client's highest q-value
+                           wins; ties go to br, then zstd, then gzip. */
   int gzip_level;       /* 1 (fast) to 9 (small); default 5 */
   int gzip_window_bits; /* 9 to 15: a 2^bits byte window (default 15) */
   int gzip_mem_level;   /* 1 to 9: zlib's memLevel (default 8) */
+  int zstd_level;       /* 1 to 19 (default 3) */
+  int zstd_window_log;  /* 10 to 27: a 2^log byte window (default 18) */
   uint32_t min_size;    /* smallest known length compressed (1024) */
   /* The media types compressed: a C string, a comma-separated list of
    * "type/subtype" (exact, ASCII case-insensitive, parameters such as

@@ -15,6 +15,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <zlib.h>
+#ifdef TERN_HAVE_ZSTD
+/* ZSTD_createCCtx_advanced (the allocator hook) is in the part of zstd.h
+ * marked experimental; libzstd 1.5 exports it. */
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+#endif
 
 #include "core/static.h"
 #include "internal.h"
@@ -22,16 +28,31 @@
 struct tern__compress_conf {
   unsigned encodings; /* TERN_COMPRESS_* */
   int level, wbits, memlevel;
+  int zstd_level, zstd_wlog;
   uint32_t min_size;
   size_t types_len;
   char types[]; /* the type list, copied */
 };
 
+/* One coding's compressor. */
 struct tern__compress {
-  z_stream z;
+  int enc; /* ENC_* */
+  union {
+    z_stream z;
+#ifdef TERN_HAVE_ZSTD
+    ZSTD_CCtx *zs;
+#endif
+  } u;
 };
 
-enum { ENC_NONE = 0, ENC_GZIP = 1 };
+enum { ENC_NONE = 0, ENC_GZIP = 1, ENC_ZSTD = 2 };
+
+/* The codings this build has. */
+static const unsigned built = TERN_COMPRESS_GZIP
+#ifdef TERN_HAVE_ZSTD
+                              | TERN_COMPRESS_ZSTD
+#endif
+    ;
 
 /* Text and the text-like application types; images, audio, video, fonts
  * and archives are compressed already. */
@@ -53,10 +74,12 @@ void tern_compress_options_init(tern_compress_options *o) {
   memset(o, 0, sizeof(*o));
   o->version = TERN_COMPRESS_OPTIONS_VERSION;
   o->size = sizeof(*o);
-  o->encodings = TERN_COMPRESS_GZIP;
+  o->encodings = built;
   o->gzip_level = 5;
   o->gzip_window_bits = 15;
   o->gzip_mem_level = 8;
+  o->zstd_level = 3;
+  o->zstd_window_log = 18;
   o->min_size = 1024;
   o->types = NULL;
 }
@@ -77,7 +100,15 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
   }
   types = o.types != NULL ? o.types : default_types;
   tl = strnlen(types, MAX_TYPES + 1);
-  if (o.encodings == 0 || (o.encodings & ~(unsigned)TERN_COMPRESS_GZIP))
+  if ((o.encodings & ~(unsigned)TERN_COMPRESS_ALL) == 0 &&
+      (o.encodings & ~built) != 0) {
+    tern__log(srv, TERN_LOG_ERROR,
+              "%s: tern_compress_options encodings: a coding not built "
+              "into this library",
+              what);
+    return TERN_ENOTSUP;
+  }
+  if (o.encodings == 0 || (o.encodings & ~(unsigned)TERN_COMPRESS_ALL))
     why = "encodings: no TERN_COMPRESS_* bit, or an unknown one";
   else if (o.gzip_level < 1 || o.gzip_level > 9)
     why = "gzip_level outside 1 to 9";
@@ -85,6 +116,10 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
     why = "gzip_window_bits outside 9 to 15";
   else if (o.gzip_mem_level < 1 || o.gzip_mem_level > 9)
     why = "gzip_mem_level outside 1 to 9";
+  else if (o.zstd_level < 1 || o.zstd_level > 19)
+    why = "zstd_level outside 1 to 19";
+  else if (o.zstd_window_log < 10 || o.zstd_window_log > 27)
+    why = "zstd_window_log outside 10 to 27";
   else if (tl > MAX_TYPES)
     why = "types longer than 1024 bytes";
   else if (tl == 0)
@@ -100,6 +135,8 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
   c->level = o.gzip_level;
   c->wbits = o.gzip_window_bits;
   c->memlevel = o.gzip_mem_level;
+  c->zstd_level = o.zstd_level;
+  c->zstd_wlog = o.zstd_window_log;
   c->min_size = o.min_size;
   c->types_len = tl;
   memcpy(c->types, types, tl);
@@ -179,9 +216,23 @@ static int wanted(tern_request *r, const tern__compress_conf *c, int status,
   if (ae == NULL)
     return ENC_NONE;
   tern__static_accept(ae, ae_len, q);
-  if ((c->encodings & TERN_COMPRESS_GZIP) && q[TERN__ENC_GZIP] > 0)
-    return ENC_GZIP;
-  return ENC_NONE;
+  /* The highest q-value among the route's codings; ties go to zstd,
+   * then gzip, as for the static handler's siblings. br is not built:
+   * libbrotlienc 1.0 calls exit() when an allocation fails. */
+  {
+    static const struct {
+      int idx, enc;
+      unsigned bit;
+    } order[] = {{TERN__ENC_ZSTD, ENC_ZSTD, TERN_COMPRESS_ZSTD},
+                 {TERN__ENC_GZIP, ENC_GZIP, TERN_COMPRESS_GZIP}};
+    int best = ENC_NONE, bq = 0;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+      if ((c->encodings & order[i].bit) && q[order[i].idx] > bq) {
+        bq = q[order[i].idx];
+        best = order[i].enc;
+      }
+    return best;
+  }
 }
 
 /* The head: the caller's fields, Vary for every answer of the route
@@ -233,11 +284,12 @@ static int build_head(tern_request *r, const tern_header *h, size_t n, int enc,
     d[k].value = "Accept-Encoding";
     d[k++].value_len = 15;
   }
-  if (enc == ENC_GZIP) {
+  if (enc != ENC_NONE) {
+    static const char *const names[] = {"", "gzip", "zstd"};
     d[k].name = "content-encoding";
     d[k].name_len = 16;
-    d[k].value = "gzip";
-    d[k++].value_len = 4;
+    d[k].value = names[enc];
+    d[k++].value_len = strlen(names[enc]);
   }
   o->h = d;
   o->n = k;
@@ -249,7 +301,7 @@ void tern__compress_head_done(tern_request *r, tern__compress_head *head) {
   head->heap = NULL;
 }
 
-/* ---- zlib through the server's allocator ------------------------------ */
+/* ---- The compressors, through the server's allocator ----------------- */
 
 static voidpf z_alloc(voidpf opaque, uInt items, uInt size) {
   return tern__malloc(opaque, (size_t)items * size);
@@ -259,40 +311,132 @@ static void z_free(voidpf opaque, voidpf p) {
   tern__free(opaque, p);
 }
 
-static int z_open(tern_server *srv, const tern__compress_conf *c, z_stream *z) {
-  memset(z, 0, sizeof(*z));
-  z->zalloc = z_alloc;
-  z->zfree = z_free;
-  z->opaque = srv;
-  /* windowBits + 16: the gzip wrapper (RFC 1952). */
-  return deflateInit2(z, c->level, Z_DEFLATED, c->wbits + 16, c->memlevel,
-                      Z_DEFAULT_STRATEGY) == Z_OK
-             ? 0
-             : TERN_ENOMEM;
+#ifdef TERN_HAVE_ZSTD
+static void *any_alloc(void *opaque, size_t size) {
+  return tern__malloc(opaque, size);
 }
 
-/* Deflate `len` bytes of `in` and then `flush` (Z_SYNC_FLUSH: all of it
- * decodable now; Z_FINISH: the stream's end) into a buffer from the
- * allocator, *out (`*out_len` bytes). 0, or TERN_ENOMEM with nothing
- * allocated. */
-static int z_run(tern_server *srv, z_stream *z, const void *in, size_t len,
-                 int flush, char **out, size_t *out_len) {
-  const unsigned char *p = in;
-  size_t left = len, used = 0, cap = deflateBound(z, (uLong)len) + 64;
+static void any_free(void *opaque, void *p) {
+  tern__free(opaque, p);
+}
+#endif
+
+/* Make a compressor for `enc`, for a body of `size` bytes (-1: not
+ * known): 0, or TERN_ENOMEM with nothing held. */
+static int c_open(tern_server *srv, const tern__compress_conf *c, int enc,
+                  int64_t size, tern__compress *z) {
+  memset(z, 0, sizeof(*z));
+  z->enc = enc;
+  (void)size; /* only zstd uses it */
+  switch (enc) {
+  case ENC_GZIP:
+    z->u.z.zalloc = z_alloc;
+    z->u.z.zfree = z_free;
+    z->u.z.opaque = srv;
+    /* windowBits + 16: the gzip wrapper (RFC 1952). */
+    return deflateInit2(&z->u.z, c->level, Z_DEFLATED, c->wbits + 16,
+                        c->memlevel, Z_DEFAULT_STRATEGY) == Z_OK
+               ? 0
+               : TERN_ENOMEM;
+#ifdef TERN_HAVE_ZSTD
+  case ENC_ZSTD: {
+    ZSTD_customMem mem = {any_alloc, any_free, srv};
+    z->u.zs = ZSTD_createCCtx_advanced(mem);
+    if (z->u.zs == NULL)
+      return TERN_ENOMEM;
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(z->u.zs, ZSTD_c_compressionLevel,
+                                            c->zstd_level)) ||
+        ZSTD_isError(
+            ZSTD_CCtx_setParameter(z->u.zs, ZSTD_c_windowLog, c->zstd_wlog)) ||
+        /* A known size lets zstd fit its tables and window to the body
+         * (and puts the size in the frame). */
+        (size >= 0 && ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(
+                          z->u.zs, (unsigned long long)size)))) {
+      ZSTD_freeCCtx(z->u.zs);
+      return TERN_ENOMEM;
+    }
+    return 0;
+  }
+#endif
+  }
+  return TERN_ENOMEM;
+}
+
+static void c_close(tern__compress *z) {
+  switch (z->enc) {
+  case ENC_GZIP:
+    deflateEnd(&z->u.z);
+    break;
+#ifdef TERN_HAVE_ZSTD
+  case ENC_ZSTD:
+    ZSTD_freeCCtx(z->u.zs);
+    break;
+#endif
+  }
+  z->enc = ENC_NONE;
+}
+
+/* One step of `z` from *in (*il bytes) to *out (*ol bytes), both moved
+ * on: 1 when all the input is consumed and flushed (`finish`: the
+ * stream ended), 0 when it needs more room, -1 on an error. */
+static int c_step(tern__compress *z, const uint8_t **in, size_t *il,
+                  uint8_t **out, size_t *ol, int finish) {
+  switch (z->enc) {
+  case ENC_GZIP: {
+    z_stream *s = &z->u.z;
+    uInt ai = *il > UINT_MAX ? UINT_MAX : (uInt)*il;
+    uInt ao = *ol > UINT_MAX ? UINT_MAX : (uInt)*ol;
+    int f = *il > ai ? Z_NO_FLUSH : finish ? Z_FINISH : Z_SYNC_FLUSH, rc;
+    s->next_in = (Bytef *)(uintptr_t)*in;
+    s->avail_in = ai;
+    s->next_out = *out;
+    s->avail_out = ao;
+    rc = deflate(s, f);
+    *in += ai - s->avail_in;
+    *il -= ai - s->avail_in;
+    *out += ao - s->avail_out;
+    *ol -= ao - s->avail_out;
+    if (rc == Z_STREAM_ERROR)
+      return -1;
+    if (f == Z_FINISH)
+      return rc == Z_STREAM_END;
+    /* A sync flush is complete once it leaves room unused. */
+    return f == Z_SYNC_FLUSH && s->avail_out > 0;
+  }
+#ifdef TERN_HAVE_ZSTD
+  case ENC_ZSTD: {
+    ZSTD_inBuffer ib = {*in, *il, 0};
+    ZSTD_outBuffer ob = {*out, *ol, 0};
+    size_t left = ZSTD_compressStream2(z->u.zs, &ob, &ib,
+                                       finish ? ZSTD_e_end : ZSTD_e_flush);
+    if (ZSTD_isError(left))
+      return -1;
+    *in += ib.pos;
+    *il -= ib.pos;
+    *out += ob.pos;
+    *ol -= ob.pos;
+    return left == 0 && *il == 0;
+  }
+#endif
+  }
+  return -1;
+}
+
+/* Compress `len` bytes of `in` and flush them (`finish`: end the stream)
+ * into a buffer from the allocator, *out (`*out_len` bytes). 0, or
+ * TERN_ENOMEM with nothing allocated. */
+static int c_run(tern_server *srv, tern__compress *z, const void *in,
+                 size_t len, int finish, char **out, size_t *out_len) {
+  const uint8_t *ip = in;
+  size_t il = len, used = 0, cap = len + (len >> 4) + 256;
   char *buf = tern__malloc(srv, cap);
 
   if (buf == NULL)
     return TERN_ENOMEM;
   for (;;) {
-    int f, rc;
-    size_t avail;
-    if (z->avail_in == 0 && left > 0) {
-      uInt take = left > UINT_MAX ? UINT_MAX : (uInt)left;
-      z->next_in = (Bytef *)(uintptr_t)p;
-      z->avail_in = take;
-      p += take;
-      left -= take;
-    }
+    uint8_t *op;
+    size_t ol;
+    int rc;
     if (cap - used < 64) {
       char *nb = tern__realloc(srv, buf, cap * 2);
       if (nb == NULL) {
@@ -302,18 +446,15 @@ static int z_run(tern_server *srv, z_stream *z, const void *in, size_t len,
       buf = nb;
       cap *= 2;
     }
-    avail = cap - used > UINT_MAX ? UINT_MAX : cap - used;
-    z->next_out = (Bytef *)buf + used;
-    z->avail_out = (uInt)avail;
-    f = left > 0 || z->avail_in > 0 ? Z_NO_FLUSH : flush;
-    rc = deflate(z, f);
-    used = (size_t)((char *)z->next_out - buf);
-    if (rc == Z_STREAM_ERROR) {
+    op = (uint8_t *)buf + used;
+    ol = cap - used;
+    rc = c_step(z, &ip, &il, &op, &ol, finish);
+    used = (size_t)((char *)op - buf);
+    if (rc < 0) {
       tern__free(srv, buf);
       return TERN_ENOMEM;
     }
-    if (f == Z_FINISH ? rc == Z_STREAM_END
-                      : f == flush && z->avail_out > 0 && z->avail_in == 0)
+    if (rc == 1)
       break;
   }
   *out = buf;
@@ -337,14 +478,14 @@ int tern__compress_whole(tern_request *r, int status, const tern_header *h,
   char *buf = NULL;
 
   if (enc != ENC_NONE) {
-    z_stream z;
+    tern__compress z;
     /* No memory for the compressor: the answer goes out as it is. */
-    if (z_open(srv, c, &z) != 0)
+    if (c_open(srv, c, enc, (int64_t)len, &z) != 0)
       enc = ENC_NONE;
     else {
-      if (z_run(srv, &z, body, len, Z_FINISH, &buf, out_len) != 0)
+      if (c_run(srv, &z, body, len, 1, &buf, out_len) != 0)
         enc = ENC_NONE;
-      deflateEnd(&z);
+      c_close(&z);
     }
   }
   if (build_head(r, h, n, enc, head) != 0) {
@@ -365,7 +506,7 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
 
   if (enc != ENC_NONE) {
     tern__compress *z = tern__malloc(srv, sizeof(*z));
-    if (z == NULL || z_open(srv, c, &z->z) != 0) {
+    if (z == NULL || c_open(srv, c, enc, -1, z) != 0) {
       tern__free(srv, z);
       enc = ENC_NONE;
     } else {
@@ -393,7 +534,7 @@ int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
 
   if (len == 0)
     return r->ops->write(r, p, len, copy, done, duser, release, ruser);
-  rc = z_run(srv, &r->comp->z, p, len, Z_SYNC_FLUSH, &out, &n);
+  rc = c_run(srv, r->comp, p, len, 0, &out, &n);
   if (rc != 0)
     return rc;
   rc = r->ops->write(r, out, n, 0, done, duser, tern__compress_buf_free, srv);
@@ -411,7 +552,7 @@ int tern__compress_end(tern_request *r, const tern_header *t, size_t n) {
   tern_server *srv = r->w->srv;
   char *out;
   size_t len;
-  int rc = z_run(srv, &r->comp->z, NULL, 0, Z_FINISH, &out, &len);
+  int rc = c_run(srv, r->comp, NULL, 0, 1, &out, &len);
 
   tern__compress_free(r);
   if (rc != 0)
@@ -428,7 +569,7 @@ void tern__compress_free(tern_request *r) {
   tern__compress *c = r->comp;
   if (c == NULL)
     return;
-  deflateEnd(&c->z);
+  c_close(c);
   tern__free(r->w->srv, c);
   r->comp = NULL;
 }

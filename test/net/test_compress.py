@@ -1,10 +1,11 @@
 """On-the-fly response compression (tern_route_options.compress; hello
 --compress: /compress, /ctick and, with --static, /cstatic/) over real
 sockets: raw HTTP/1.1, curl over HTTP/1.1 and HTTP/2 (h2c), and tern's own
-HTTP/3 client.
+HTTP/3 client; gzip and zstd.
 
 Every compressed body is decompressed and compared byte for byte with what
-the handler wrote; every answer of a compressing route must carry
+the handler wrote (gzip by Python's zlib, zstd by the zstd tool; curl
+--compressed agrees); every answer of a compressing route must carry
 Vary: Accept-Encoding, compressed or not.
 """
 
@@ -58,13 +59,28 @@ def gz(**hs):
     return h
 
 
-def compressed(r, want, what):
-    """r is a gzip answer whose decompressed body is `want`."""
-    eq(r.headers.get("content-encoding"), "gzip", what + ": coding")
+def unzstd(data):
+    out = subprocess.run(["zstd", "-dcq"], input=data, capture_output=True,
+                         timeout=10)
+    check(out.returncode == 0, "zstd -d: %r" % out.stderr)
+    return out.stdout
+
+
+def decode(coding, data):
+    if coding == "gzip":
+        return gzip.decompress(data)
+    if coding == "zstd":
+        return unzstd(data)
+    raise AssertionError("unknown coding %r" % coding)
+
+
+def compressed(r, want, what, coding="gzip"):
+    """r is an answer in `coding` whose decompressed body is `want`."""
+    eq(r.headers.get("content-encoding"), coding, what + ": coding")
     eq(r.headers.get("vary"), "Accept-Encoding", what + ": vary")
     check(r.headers.get("accept-ranges") is None,
           what + ": no ranges of the compressed bytes")
-    body = gzip.decompress(r.body)
+    body = decode(coding, r.body)
     eq(body, want, what + ": decompressed body")
     check(len(r.body) < len(want), what + ": smaller")
 
@@ -78,15 +94,24 @@ def identity(r, want, what):
 @suite.case
 def q_values():
     want = text(4096)
-    for ae in ["gzip", "GZIP", "x-gzip", "*", "br;q=1, gzip;q=0.5",
-               "deflate, gzip;q=0.001", "identity;q=0.5, *;q=0.2"]:
+    # The highest q-value wins; ties go to zstd, then gzip (br is not
+    # built: see docs/compression.md).
+    for ae, coding in [
+            ("gzip", "gzip"), ("GZIP", "gzip"), ("x-gzip", "gzip"),
+            ("*", "zstd"), ("br;q=1, gzip;q=0.5", "gzip"),
+            ("zstd;q=0.5, gzip", "gzip"), ("zstd", "zstd"),
+            ("gzip;q=0.8, zstd;q=0.9, br;q=1", "zstd"),
+            ("gzip, deflate, br, zstd", "zstd"), ("gzip, zstd", "zstd"),
+            ("deflate, gzip;q=0.001", "gzip"),
+            ("identity;q=0.5, *;q=0.2", "zstd"), ("zstd;q=0, *", "gzip")]:
         r = get(port(), "/compress", headers={"Accept-Encoding": ae})
         eq(r.status, 200, ae)
-        compressed(r, want, ae)
+        compressed(r, want, ae, coding)
         eq(int(r.headers["content-length"]), len(r.body),
            ae + ": a whole body keeps an exact length")
-    for ae in ["gzip;q=0", "gzip;q=0.000", "*;q=0", "identity", "br",
-               "br, *;q=0", "gzip;q=0, *", "", "gzip;q=x"]:
+    for ae in ["gzip;q=0", "gzip;q=0.000", "*;q=0", "identity", "deflate",
+               "compress", "br", "br, zstd;q=0, *;q=0",
+               "gzip;q=0, br;q=0, zstd;q=0, *", "", "gzip;q=x"]:
         r = get(port(), "/compress", headers={"Accept-Encoding": ae})
         identity(r, want, "refused %r" % ae)
         eq(r.headers["content-length"], "4096", ae + ": length")
@@ -183,6 +208,18 @@ def streamed():
     eq(r.headers.get("content-length"), "100", "its length")
 
 
+@suite.case
+def streamed_codings():
+    for coding in ["zstd"]:
+        r = get(port(), "/compress?stream=1&bytes=50000",
+                headers={"Accept-Encoding": coding})
+        compressed(r, text(50000), coding + " streamed", coding)
+        r = get(port(), "/compress?bytes=50000",
+                headers={"Accept-Encoding": coding})
+        compressed(r, text(50000), coding + " whole", coding)
+        eq(int(r.headers["content-length"]), len(r.body), coding + " length")
+
+
 @suite.case(timeout=20)
 def streamed_in_pieces():
     # Another thread writes "tick I" every 300 ms: each must be
@@ -249,15 +286,17 @@ def curl_h1_h2():
                            ("/compress?stream=1&bytes=20000", text(20000)),
                            ("/ctick?n=3&ms=10", b"tick 0\ntick 1\ntick 2\n"),
                            ("/cstatic/f.txt", FILE)]:
-            what = "%s %s" % (name, path)
-            line, hs, body = curl(v + ["-H", "Accept-Encoding: gzip"], path)
-            check(line.startswith(name), "%s: version %r" % (what, line))
-            eq(hs.get("content-encoding"), "gzip", what + ": coding")
-            eq(hs.get("vary"), "Accept-Encoding", what + ": vary")
-            eq(gzip.decompress(body), want, what + ": decompressed")
-            # curl's own decoder agrees.
-            _, _, body = curl(v + ["--compressed"], path)
-            eq(body, want, what + ": curl --compressed")
+            for coding in ["gzip", "zstd"]:
+                what = "%s %s %s" % (name, coding, path)
+                ae = ["-H", "Accept-Encoding: " + coding]
+                line, hs, body = curl(v + ae, path)
+                check(line.startswith(name), "%s: version %r" % (what, line))
+                eq(hs.get("content-encoding"), coding, what + ": coding")
+                eq(hs.get("vary"), "Accept-Encoding", what + ": vary")
+                eq(decode(coding, body), want, what + ": decompressed")
+                # curl's own decoder agrees.
+                _, _, body = curl(v + ae + ["--compressed"], path)
+                eq(body, want, what + ": curl --compressed")
             _, hs, body = curl(v, path)
             eq(body, want, what + ": identity")
             check("content-encoding" not in hs, what + ": identity coding")
