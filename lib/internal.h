@@ -516,37 +516,21 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
                             const char *what, tern__compress_conf **out);
 void tern__compress_conf_free(tern_server *srv, tern__compress_conf *c);
 
-/* A response head as a compressing route sends it: the caller's fields
- * with Vary added and, when compressing, Content-Encoding added,
- * Content-Length dropped and a strong ETag made weak. `h` points to
- * `local` or, beyond its room, to an array from the allocator that
- * tern__compress_head_done frees. */
-#define TERN__COMPRESS_FIELDS 32
-typedef struct {
-  const tern_header *h;
-  size_t n;
-  tern_header *heap;
-  tern_header local[TERN__COMPRESS_FIELDS + 3];
-  char etag[260];
-} tern__compress_head;
-
 /* Start a response on a compressing route: decide, rewrite the head and
  * call the adapter's start (with an unknown length when compressing).
  * When it compresses, r->comp holds the compressor until the request is
  * released. Returns what the adapter's start returns, or TERN_ENOMEM. */
 int tern__compress_start(tern_request *r, int status, const tern_header *h,
                          size_t n, int64_t content_length);
-/* A whole body on a compressing route (tern_respond*): fill `head`; when
- * the response is compressed, *out and *out_len are the compressed body
- * (from the allocator: free it with tern__compress_buf_free, the release
- * function that tern__compress_write's buffers use too), else *out is
- * NULL. Returns 0 or TERN_ENOMEM (only when the head cannot be built). */
-int tern__compress_whole(tern_request *r, int status, const tern_header *h,
-                         size_t n, const void *body, size_t len,
-                         tern__compress_head *head, void **out,
-                         size_t *out_len);
-void tern__compress_head_done(tern_request *r, tern__compress_head *head);
-void tern__compress_buf_free(void *data, void *user);
+/* A whole answer (tern_respond*, tern's own) on a compressing route:
+ * compressed at once when it qualifies, so that it keeps an exact
+ * Content-Length, and sent through tern__respond_whole (arguments and
+ * *took as there; the caller's body is released once the compressed one
+ * is queued). Returns 0 or the adapter's error, or TERN_ENOMEM when the
+ * head cannot be built. */
+int tern__compress_respond(tern_request *r, int status, const tern_header *h,
+                           size_t n, const void *body, size_t len, int copy,
+                           tern_release_fn release, void *ruser, int *took);
 /* A body piece of a compressed streamed response: compressed, flushed
  * and handed to the adapter; on success `release` (if any) has run,
  * since the input was consumed, and `done` runs when the compressed
@@ -558,6 +542,13 @@ int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
 int tern__compress_end(tern_request *r, const tern_header *t, size_t n);
 /* Free the compressor, if any (the request is released or aborted). */
 void tern__compress_free(tern_request *r);
+/* Start, write and end a whole answer through the adapter
+ * (lib/core/response.c); *took (if not NULL) is set once the adapter
+ * took `release` on, to be called when the bytes are written or dropped,
+ * even when a later step fails. Returns 0 or the adapter's error. */
+int tern__respond_whole(tern_request *r, int status, const tern_header *h,
+                        size_t n, const void *body, size_t len, int copy,
+                        tern_release_fn release, void *ruser, int *took);
 
 /* ---- The inbound window policy (lib/core/window.c) ------------------ */
 

@@ -47,6 +47,20 @@ struct tern__compress {
 
 enum { ENC_NONE = 0, ENC_GZIP = 1, ENC_ZSTD = 2 };
 
+/* A response head as a compressing route sends it: the caller's fields
+ * with Vary added and, when compressing, Content-Encoding added,
+ * Content-Length and Accept-Ranges dropped and a strong ETag made weak.
+ * `h` points to `local` or, for more than FIELDS caller fields, to an
+ * array from the allocator that head_done frees. */
+#define FIELDS 32
+typedef struct {
+  const tern_header *h;
+  size_t n;
+  tern_header *heap;
+  tern_header local[FIELDS + 2];
+  char etag[260];
+} comp_head;
+
 /* The codings this build has. */
 static const unsigned built = TERN_COMPRESS_GZIP
 #ifdef TERN_HAVE_ZSTD
@@ -240,14 +254,13 @@ static int wanted(tern_request *r, const tern__compress_conf *c, int status,
  * compressing Content-Encoding, no Content-Length (tern computes its own
  * or sends none) and a weak ETag. */
 static int build_head(tern_request *r, const tern_header *h, size_t n, int enc,
-                      tern__compress_head *o) {
-  const size_t room = sizeof(o->local) / sizeof(o->local[0]);
+                      comp_head *o) {
   const tern_header *vary;
   tern_header *d = o->local;
   size_t i, k = 0;
 
   o->heap = NULL;
-  if (n + 2 > room) {
+  if (n > FIELDS) {
     d = tern__malloc(r->w->srv, (n + 2) * sizeof(*d));
     if (d == NULL)
       return TERN_ENOMEM;
@@ -296,7 +309,7 @@ static int build_head(tern_request *r, const tern_header *h, size_t n, int enc,
   return 0;
 }
 
-void tern__compress_head_done(tern_request *r, tern__compress_head *head) {
+static void head_done(tern_request *r, comp_head *head) {
   tern__free(r->w->srv, head->heap);
   head->heap = NULL;
 }
@@ -462,16 +475,21 @@ static int c_run(tern_server *srv, tern__compress *z, const void *in,
   return 0;
 }
 
-void tern__compress_buf_free(void *data, void *user) {
+/* The release function of the compressed buffers handed to the
+ * adapter. */
+static void buf_free(void *data, void *user) {
   tern__free(user, data);
 }
 
 /* ---- Responses -------------------------------------------------------- */
 
-int tern__compress_whole(tern_request *r, int status, const tern_header *h,
-                         size_t n, const void *body, size_t len,
-                         tern__compress_head *head, void **out,
-                         size_t *out_len) {
+/* A whole body: fill `head`; when the answer is compressed, *out and
+ * *out_len are the compressed body (free it with buf_free), else *out
+ * is NULL. Returns 0 or TERN_ENOMEM (only when the head cannot be
+ * built). */
+static int compress_whole(tern_request *r, int status, const tern_header *h,
+                          size_t n, const void *body, size_t len,
+                          comp_head *head, void **out, size_t *out_len) {
   tern_server *srv = r->w->srv;
   const tern__compress_conf *c = r->route->compress;
   int enc = wanted(r, c, status, h, n, (int64_t)len);
@@ -496,12 +514,45 @@ int tern__compress_whole(tern_request *r, int status, const tern_header *h,
   return 0;
 }
 
+int tern__compress_respond(tern_request *r, int status, const tern_header *h,
+                           size_t n, const void *body, size_t len, int copy,
+                           tern_release_fn release, void *ruser, int *took) {
+  tern_server *srv = r->w->srv;
+  comp_head head;
+  void *z = NULL;
+  size_t zlen = 0;
+  int rc = compress_whole(r, status, h, n, body, len, &head, &z, &zlen);
+
+  if (rc != 0)
+    return rc;
+  if (z == NULL) {
+    rc = tern__respond_whole(r, status, head.h, head.n, body, len, copy,
+                             release, ruser, took);
+  } else {
+    int zt = 0;
+    rc = tern__respond_whole(r, status, head.h, head.n, z, zlen, 0, buf_free,
+                             srv, &zt);
+    if (!zt)
+      buf_free(z, srv);
+    /* The caller's body was consumed: it is released now, as once
+     * written. */
+    if (rc == 0) {
+      if (release != NULL)
+        release((void *)(uintptr_t)body, ruser);
+      if (took != NULL)
+        *took = 1;
+    }
+  }
+  head_done(r, &head);
+  return rc;
+}
+
 int tern__compress_start(tern_request *r, int status, const tern_header *h,
                          size_t n, int64_t content_length) {
   tern_server *srv = r->w->srv;
   const tern__compress_conf *c = r->route->compress;
   int enc = wanted(r, c, status, h, n, content_length);
-  tern__compress_head head;
+  comp_head head;
   int rc;
 
   if (enc != ENC_NONE) {
@@ -520,7 +571,7 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
   }
   rc = r->ops->start(r, status, head.h, head.n,
                      enc != ENC_NONE ? -1 : content_length);
-  tern__compress_head_done(r, &head);
+  head_done(r, &head);
   return rc;
 }
 
@@ -537,7 +588,7 @@ int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
   rc = c_run(srv, r->comp, p, len, 0, &out, &n);
   if (rc != 0)
     return rc;
-  rc = r->ops->write(r, out, n, 0, done, duser, tern__compress_buf_free, srv);
+  rc = r->ops->write(r, out, n, 0, done, duser, buf_free, srv);
   if (rc != 0) {
     tern__free(srv, out);
     return rc;
@@ -557,7 +608,7 @@ int tern__compress_end(tern_request *r, const tern_header *t, size_t n) {
   tern__compress_free(r);
   if (rc != 0)
     return rc;
-  rc = r->ops->write(r, out, len, 0, NULL, NULL, tern__compress_buf_free, srv);
+  rc = r->ops->write(r, out, len, 0, NULL, NULL, buf_free, srv);
   if (rc != 0) {
     tern__free(srv, out);
     return rc;
