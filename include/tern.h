@@ -524,7 +524,7 @@ enum {
  * (compressed or not). A compressed one has Content-Encoding, no
  * Content-Length of the caller's, and its strong ETag made weak
  * ("x" becomes W/"x": the bytes differ from the identity ones); an ETag
- * longer than 256 bytes is dropped. A whole body (tern_respond*) is
+ * longer than 258 bytes is dropped. A whole body (tern_respond*) is
  * compressed at once and sent with its compressed Content-Length; a
  * streamed one (tern_response_start with any length) is sent without
  * one (chunked on HTTP/1.1, closed-delimited on HTTP/1.0) and each
