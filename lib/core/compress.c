@@ -440,7 +440,10 @@ static int c_step(tern__compress *z, const uint8_t **in, size_t *il,
  * TERN_ENOMEM with nothing allocated. */
 static int c_run(tern_server *srv, tern__compress *z, const void *in,
                  size_t len, int finish, char **out, size_t *out_len) {
-  const uint8_t *ip = in;
+  /* The end of a stream has no input: point at something all the same,
+   * since moving a null pointer on, even by 0, is undefined. */
+  static const uint8_t none[1];
+  const uint8_t *ip = in != NULL ? in : none;
   size_t il = len, used = 0, cap = len + (len >> 4) + 256;
   char *buf = tern__malloc(srv, cap);
 
