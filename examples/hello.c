@@ -79,7 +79,9 @@
  *                       Cache-Control: no-transform; etag=1 a strong
  *                       ETag "v1"; code=N the status; stream=1 answers
  *                       with tern_response_start (its length, or -1 with
- *                       cl=-1) and one write instead of tern_respond
+ *                       cl=-1) and one write instead of tern_respond;
+ *                       with over=1 a first write one byte past the
+ *                       length must be refused (else "OVERRUN" is sent)
  *   GET  /ctick?n=N&ms=M  /tick on a compressing route: another thread
  *                       streams N chunks, one per M ms
  *   GET  /cstatic/...   (--compress with --static DIR) DIR's files on a
@@ -608,6 +610,10 @@ static void compress_route(tern_request *r, void *user) {
   if (query_num(r, "stream") == 1) {
     tern_response_start(r, (int)code, h, n,
                         query_num(r, "cl") == -1 ? -1 : (int64_t)bytes);
+    if (query_num(r, "over") == 1 &&
+        tern_response_write(r, ctext, (size_t)bytes + 1, NULL, NULL) !=
+            TERN_EINVAL)
+      tern_response_write(r, "OVERRUN", 7, NULL, NULL);
     tern_response_write(r, ctext, (size_t)bytes, NULL, NULL);
     tern_response_end(r, NULL, 0);
     return;

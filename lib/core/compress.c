@@ -36,7 +36,8 @@ struct tern__compress_conf {
 
 /* One coding's compressor. */
 struct tern__compress {
-  int enc; /* ENC_* */
+  int enc;      /* ENC_* */
+  int64_t left; /* of the length the handler declared; -1: none */
   union {
     z_stream z;
 #ifdef TERN_HAVE_ZSTD
@@ -564,6 +565,7 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
       tern__free(srv, z);
       enc = ENC_NONE;
     } else {
+      z->left = content_length;
       r->comp = z;
     }
   }
@@ -588,6 +590,13 @@ int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
 
   if (len == 0)
     return r->ops->write(r, p, len, copy, done, duser, release, ruser);
+  /* The adapter sees no length, so the declared one is held here: a
+   * write past it is refused as it would be uncompressed. */
+  if (r->comp->left >= 0) {
+    if ((uint64_t)r->comp->left < len)
+      return TERN_EINVAL;
+    r->comp->left -= (int64_t)len;
+  }
   rc = c_run(srv, r->comp, p, len, 0, &out, &n);
   if (rc != 0)
     return rc;

@@ -206,6 +206,10 @@ def streamed():
     r = get(port(), "/compress?stream=1&bytes=100", headers=gz())
     identity(r, text(100), "streamed, known length below the threshold")
     eq(r.headers.get("content-length"), "100", "its length")
+    # The declared length still bounds the writes (the adapter sees
+    # none): one byte past it is refused, as without compression.
+    r = get(port(), "/compress?stream=1&bytes=3000&over=1", headers=gz())
+    compressed(r, text(3000), "a write past the declared length refused")
 
 
 @suite.case
