@@ -614,8 +614,9 @@ TERN_EXTERN void tern_route_options_init(tern_route_options *o);
  * not for this method gets 405 with an Allow header. A GET route answers
  * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
  * method, a parameter name used twice as in "/q/:x/:x", bad options:
- * each with a log line saying what is wrong), TERN_EEXIST, TERN_ESTATE
- * (running), TERN_ENOMEM. */
+ * each with a log line saying what is wrong), TERN_ENOTSUP (options
+ * that ask for a compression coding this library was built without,
+ * logged), TERN_EEXIST, TERN_ESTATE (running), TERN_ENOMEM. */
 TERN_EXTERN int tern_route(tern_server *srv, const char *method,
                            const char *pattern, tern_handler handler,
                            void *user);
@@ -629,7 +630,8 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
  * `opts` may be NULL. The handler tells the two cases apart with
  * tern_request_route_status() and answers a 405 with the Allow list of
  * tern_request_allow(). Errors: TERN_EINVAL (bad options, logged),
- * TERN_ESTATE (running). */
+ * TERN_ENOTSUP (a compression coding not built, logged), TERN_ESTATE
+ * (running), TERN_ENOMEM (the compression options' copy). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);
