@@ -71,6 +71,23 @@
  *   GET  /db-blocking/:key  the same on the blocking lane (synchronous
  *                       hiredis, a connection per pool thread); both 501
  *                       without --redis or hiredis (examples/hello_db.c)
+ *   GET  /compress      (--compress) a route that compresses (gzip, br
+ *                       and zstd where built, tern_compress_options'
+ *                       defaults): bytes=N of
+ *                       text (default 4096, at most 1 MiB); type=json,
+ *                       png or none instead of text/plain; ce=1 says
+ *                       Content-Encoding: gzip itself (the bytes are not
+ *                       gzip: tern must leave them alone); nt=1 adds
+ *                       Cache-Control: no-transform; etag=1 a strong
+ *                       ETag "v1"; code=N the status; stream=1 answers
+ *                       with tern_response_start (its length, or -1 with
+ *                       cl=-1) and one write instead of tern_respond;
+ *                       with over=1 a first write one byte past the
+ *                       length must be refused (else "OVERRUN" is sent)
+ *   GET  /ctick?n=N&ms=M  /tick on a compressing route: another thread
+ *                       streams N chunks, one per M ms
+ *   GET  /cstatic/...   (--compress with --static DIR) DIR's files on a
+ *                       compressing route (no precompressed siblings)
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -119,6 +136,7 @@
  * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
  * instance of a fleet; --previous-ticket-key HEX the one being rotated
  * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
+ * --compress adds the compressing routes above (docs/compression.md).
  * SIGINT/SIGTERM stop gracefully (5 s deadline).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -598,6 +616,49 @@ static void tick(tern_request *r, void *user) {
   hand_off(r, tick_thread);
 }
 
+/* /compress: text that compresses well, the same bytes every time. */
+static char ctext[1 << 20];
+
+static void compress_route(tern_request *r, void *user) {
+  tern_header h[4];
+  size_t n = 0, tl;
+  long bytes = query_num(r, "bytes"), code = query_num(r, "code");
+  const char *type = query_value(r, "type", &tl);
+  (void)user;
+  if (query_value(r, "bytes", &tl) == NULL)
+    bytes = 4096;
+  if (bytes < 0 || bytes > (long)sizeof(ctext))
+    bytes = sizeof(ctext);
+  if (code < 200 || code > 599)
+    code = 200;
+  type = query_value(r, "type", &tl);
+  if (type == NULL || tl == 0) {
+    h[n++] = (tern_header){"Content-Type", 12, "text/plain; charset=utf-8", 25};
+  } else if (tl == 4 && memcmp(type, "json", 4) == 0) {
+    h[n++] = (tern_header){"Content-Type", 12, "application/json", 16};
+  } else if (tl == 3 && memcmp(type, "png", 3) == 0) {
+    h[n++] = (tern_header){"Content-Type", 12, "image/png", 9};
+  }
+  if (query_num(r, "ce") == 1)
+    h[n++] = (tern_header){"Content-Encoding", 16, "gzip", 4};
+  if (query_num(r, "nt") == 1)
+    h[n++] = (tern_header){"Cache-Control", 13, "no-transform", 12};
+  if (query_num(r, "etag") == 1)
+    h[n++] = (tern_header){"ETag", 4, "\"v1\"", 4};
+  if (query_num(r, "stream") == 1) {
+    tern_response_start(r, (int)code, h, n,
+                        query_num(r, "cl") == -1 ? -1 : (int64_t)bytes);
+    if (query_num(r, "over") == 1 &&
+        tern_response_write(r, ctext, (size_t)bytes + 1, NULL, NULL) !=
+            TERN_EINVAL)
+      tern_response_write(r, "OVERRUN", 7, NULL, NULL);
+    tern_response_write(r, ctext, (size_t)bytes, NULL, NULL);
+    tern_response_end(r, NULL, 0);
+    return;
+  }
+  tern_respond(r, (int)code, h, n, ctext, (size_t)bytes);
+}
+
 /* A buggy handler: another thread announces 5 bytes and writes 10. The
  * write is accepted when posted; the worker then finds it past the length
  * and aborts this request alone (HTTP/2 resets its stream; HTTP/1.1 must
@@ -1033,7 +1094,9 @@ static int hex_secret(const char *opt, const char *hx, unsigned char *out,
 
 int main(int argc, char **argv) {
   tern_settings s;
-  tern_route_options stream_opts, blocking_opts;
+  tern_route_options stream_opts, blocking_opts, compress_opts;
+  tern_compress_options compress;
+  int want_compress = 0;
   tern_access_log_options log_opts;
   const char *host = "127.0.0.1", *redis_path = NULL;
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
@@ -1161,6 +1224,10 @@ int main(int argc, char **argv) {
       quic_opts.early_data = 1;
       continue;
     }
+    if (strcmp(argv[i], "--compress") == 0) {
+      want_compress = 1;
+      continue;
+    }
     if (strcmp(argv[i], "--static") == 0 && i + 1 < argc) {
       static_dir = argv[++i];
       continue;
@@ -1268,6 +1335,30 @@ int main(int argc, char **argv) {
       fprintf(stderr, "--static %s: %s\n", static_dir, tern_strerror(rc));
       return 1;
     }
+  }
+  if (want_compress) {
+    size_t off = 0;
+    long line = 0;
+    while (off < sizeof(ctext)) {
+      char l[80];
+      int len = snprintf(l, sizeof(l),
+                         "line %06ld: the quick brown fox jumps over the "
+                         "lazy dog\n",
+                         line++);
+      size_t take =
+          (size_t)len < sizeof(ctext) - off ? (size_t)len : sizeof(ctext) - off;
+      memcpy(ctext + off, l, take);
+      off += take;
+    }
+    tern_compress_options_init(&compress);
+    tern_route_options_init(&compress_opts);
+    compress_opts.compress = &compress;
+    tern_route_with(server, "GET", "/compress", compress_route, NULL,
+                    &compress_opts);
+    tern_route_with(server, "GET", "/ctick", tick, NULL, &compress_opts);
+    if (files != NULL)
+      tern_route_with(server, "GET", "/cstatic/*", tern_static_handler, files,
+                      &compress_opts);
   }
   tern_route(server, "GET", "/fields", fields, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);

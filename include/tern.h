@@ -571,19 +571,104 @@ enum {
 /* A route with both flags is refused (TERN_EINVAL): a blocking handler
  * cannot pace a streamed body from its thread. So is any other bit. */
 
-#define TERN_ROUTE_OPTIONS_VERSION 1
+/* ---- Response compression (docs/compression.md) ----
+ *
+ * A route whose options point to a tern_compress_options compresses its
+ * responses on the fly (gzip or zstd) when the client's
+ * Accept-Encoding accepts a coding the options enable (q-values
+ * honoured, q=0 refuses; "*" counts). It
+ * compresses only a response that:
+ * - has status 200..599 other than 204, 206 and 304, and is not a HEAD
+ *   answer (the head then announces the uncompressed length);
+ * - has a Content-Type in the options' list, and no Content-Encoding,
+ *   Content-Range, or Cache-Control with no-transform;
+ * - is at least min_size bytes long, when its length is known up front
+ *   (tern_respond, tern_respond_ref, tern_response_start with a length);
+ *   a streamed body of unknown length is always compressed.
+ * Every response of such a route carries `Vary: Accept-Encoding`
+ * (compressed or not). A compressed one has Content-Encoding, no
+ * Content-Length of the caller's, and its strong ETag made weak
+ * ("x" becomes W/"x": the bytes differ from the identity ones); an ETag
+ * longer than 258 bytes is dropped. A whole body (tern_respond*) is
+ * compressed at once and sent with its compressed Content-Length; a
+ * streamed one (tern_response_start with any length) is sent without
+ * one (chunked on HTTP/1.1, closed-delimited on HTTP/1.0) and each
+ * tern_response_write is compressed and flushed at once, so a streamed
+ * response still arrives piece by piece, and the write's `done` runs
+ * when its compressed bytes are written.
+ *
+ * Memory: the compressor (see tern_compress_options) and its output
+ * buffers come from the server's allocator
+ * only for a response being compressed, and go back when it ends; a
+ * response that is not compressed allocates nothing (one array beyond 32
+ * caller fields excepted). A compressor that cannot be allocated leaves
+ * the response uncompressed; it never fails the request.
+ *
+ * BREACH: compressing a response that holds a secret (a CSRF token, a
+ * session id) next to text an attacker can make it reflect lets the
+ * attacker learn the secret from the compressed lengths over TLS. Leave
+ * compression off for such routes, or mask the secret per response. */
+
+enum {
+  TERN_COMPRESS_GZIP = 1u << 0, /* gzip (RFC 9110 8.4.1.3), by zlib */
+  TERN_COMPRESS_ZSTD = 1u << 1, /* zstd (RFC 8878), by libzstd */
+  TERN_COMPRESS_ALL = 3u,
+};
+
+#define TERN_COMPRESS_OPTIONS_VERSION 1
 
 /* Versions (see ABI above), each ending with the field named: 1 with
- * max_body_size. */
+ * types. The library copies what it needs when the route is added.
+ * Memory per compressed stream with the defaults (docs/compression.md):
+ * gzip about 256 KiB, zstd up to about 1.8 MiB; smaller windows take
+ * less.
+ * (br is not offered: Debian 12's libbrotlienc 1.0.9 ends the process
+ * when an allocation fails.) */
+typedef struct {
+  int version;          /* TERN_COMPRESS_OPTIONS_VERSION */
+  uint32_t size;        /* sizeof(tern_compress_options) */
+  unsigned encodings;   /* TERN_COMPRESS_* the route may use (default: those
+                           built: gzip always, br and zstd when the library
+                           was built with them; a coding not built is
+                           TERN_ENOTSUP). The client's highest q-value
+                           wins; ties go to br, then zstd, then gzip. */
+  int gzip_level;       /* 1 (fast) to 9 (small); default 5 */
+  int gzip_window_bits; /* 9 to 15: a 2^bits byte window (default 15) */
+  int gzip_mem_level;   /* 1 to 9: zlib's memLevel (default 8) */
+  int zstd_level;       /* 1 to 19 (default 3) */
+  int zstd_window_log;  /* 10 to 27: a 2^log byte window (default 18) */
+  uint32_t min_size;    /* smallest known length compressed (1024) */
+  /* The media types compressed: a C string, a comma-separated list of
+   * "type/subtype" (exact, ASCII case-insensitive, parameters such as
+   * "; charset" ignored on the response's side) and "type/" + "*" (any
+   * subtype). NULL: the default list, text/ + "*", application/json,
+   * application/javascript, application/xml, application/wasm,
+   * image/svg+xml, application/manifest+json and application/ld+json. At
+   * most 1024 bytes. */
+  const char *types;
+} tern_compress_options;
+
+/* Fill `o` with the defaults above, its version and its size. */
+TERN_EXTERN void tern_compress_options_init(tern_compress_options *o);
+
+#define TERN_ROUTE_OPTIONS_VERSION 2
+
+/* Versions (see ABI above), each ending with the field named: 1 with
+ * max_body_size, 2 with compress. */
 typedef struct {
   int version;            /* TERN_ROUTE_OPTIONS_VERSION */
   uint32_t size;          /* sizeof(tern_route_options) */
   unsigned flags;         /* TERN_ROUTE_* */
   uint64_t max_body_size; /* collected-body limit; 0 = the server's */
+  /* Version 2: compress the route's responses with these options (see
+   * Response compression above; read and copied when the route is added,
+   * a bad field is TERN_EINVAL with a log line). NULL (the default): no
+   * compression. */
+  const tern_compress_options *compress;
 } tern_route_options;
 
-/* Fill `o` with defaults (no flags, the server's body limit), its version
- * and its size. */
+/* Fill `o` with defaults (no flags, the server's body limit, no
+ * compression), its version and its size. */
 TERN_EXTERN void tern_route_options_init(tern_route_options *o);
 
 /* Add a route. `method` is a C string token ("GET") or NULL / "*" for any
@@ -594,8 +679,9 @@ TERN_EXTERN void tern_route_options_init(tern_route_options *o);
  * not for this method gets 405 with an Allow header. A GET route answers
  * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
  * method, a parameter name used twice as in "/q/:x/:x", bad options:
- * each with a log line saying what is wrong), TERN_EEXIST, TERN_ESTATE
- * (running), TERN_ENOMEM. */
+ * each with a log line saying what is wrong), TERN_ENOTSUP (options
+ * that ask for a compression coding this library was built without,
+ * logged), TERN_EEXIST, TERN_ESTATE (running), TERN_ENOMEM. */
 TERN_EXTERN int tern_route(tern_server *srv, const char *method,
                            const char *pattern, tern_handler handler,
                            void *user);
@@ -609,7 +695,8 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
  * `opts` may be NULL. The handler tells the two cases apart with
  * tern_request_route_status() and answers a 405 with the Allow list of
  * tern_request_allow(). Errors: TERN_EINVAL (bad options, logged),
- * TERN_ESTATE (running). */
+ * TERN_ENOTSUP (a compression coding not built, logged), TERN_ESTATE
+ * (running), TERN_ENOMEM (the compression options' copy). */
 TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
                                          void *user,
                                          const tern_route_options *opts);

@@ -295,11 +295,15 @@ void tern__outq_free(tern__worker *w, tern__outq *q);
 
 /* ---- Requests ----------------------------------------------------- */
 
+typedef struct tern__compress_conf tern__compress_conf;
+typedef struct tern__compress tern__compress;
+
 typedef struct {
   tern_handler handler;
   void *user;
   unsigned flags;
   uint64_t max_body;
+  tern__compress_conf *compress; /* the route's compression, or NULL */
 } tern__route;
 
 enum {
@@ -383,10 +387,11 @@ struct tern_request {
   void *gone_user;
 
   /* Response. */
-  int64_t resp_left; /* declared length still to write; -1 unknown */
-  tern__outq out;    /* pending output while not at the queue head */
-  void *data;        /* tern_request_set_data */
-  void *proto_data;  /* adapter state (chunked decoder, h2 stream) */
+  int64_t resp_left;    /* declared length still to write; -1 unknown */
+  tern__outq out;       /* pending output while not at the queue head */
+  void *data;           /* tern_request_set_data */
+  void *proto_data;     /* adapter state (chunked decoder, h2 stream) */
+  tern__compress *comp; /* the compressor of a compressed streamed body */
 
   /* Operations (lib/core/access.c): the status sent, body bytes both
    * ways, and monotonic times (ns; 0: not reached). t_handler and
@@ -515,6 +520,49 @@ void tern__request_gone(tern_request *r);
 /* Answer an error status on behalf of tern (small text body). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
+
+/* ---- Response compression (lib/core/compress.c) -------------------- */
+
+/* Read the caller's tern_compress_options into a route's configuration
+ * (allocated, with its own copy of the type list): 0, TERN_EINVAL (a bad
+ * field, logged naming `what`, the route) or TERN_ENOMEM. */
+int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
+                            const char *what, tern__compress_conf **out);
+void tern__compress_conf_free(tern_server *srv, tern__compress_conf *c);
+
+/* Start a response on a compressing route: decide, rewrite the head and
+ * call the adapter's start (with an unknown length when compressing).
+ * When it compresses, r->comp holds the compressor until the request is
+ * released. Returns what the adapter's start returns, or TERN_ENOMEM. */
+int tern__compress_start(tern_request *r, int status, const tern_header *h,
+                         size_t n, int64_t content_length);
+/* A whole answer (tern_respond*, tern's own) on a compressing route:
+ * compressed at once when it qualifies, so that it keeps an exact
+ * Content-Length, and sent through tern__respond_whole (arguments and
+ * *took as there; the caller's body is released once the compressed one
+ * is queued). Returns 0 or the adapter's error, or TERN_ENOMEM when the
+ * head cannot be built. */
+int tern__compress_respond(tern_request *r, int status, const tern_header *h,
+                           size_t n, const void *body, size_t len, int copy,
+                           tern_release_fn release, void *ruser, int *took);
+/* A body piece of a compressed streamed response: compressed, flushed
+ * and handed to the adapter; on success `release` (if any) has run,
+ * since the input was consumed, and `done` runs when the compressed
+ * bytes are written. */
+int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
+                         tern_write_fn done, void *duser,
+                         tern_release_fn release, void *ruser);
+/* Finish the compressed stream, then the adapter's end. */
+int tern__compress_end(tern_request *r, const tern_header *t, size_t n);
+/* Free the compressor, if any (the request is released or aborted). */
+void tern__compress_free(tern_request *r);
+/* Start, write and end a whole answer through the adapter
+ * (lib/core/response.c); *took (if not NULL) is set once the adapter
+ * took `release` on, to be called when the bytes are written or dropped,
+ * even when a later step fails. Returns 0 or the adapter's error. */
+int tern__respond_whole(tern_request *r, int status, const tern_header *h,
+                        size_t n, const void *body, size_t len, int copy,
+                        tern_release_fn release, void *ruser, int *took);
 
 /* ---- The inbound window policy (lib/core/window.c) ------------------ */
 

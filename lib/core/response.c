@@ -95,13 +95,61 @@ int tern__request_fail(tern_request *r, int rc) {
   return rc;
 }
 
+/* The adapter's start, write and end, through the compressor for a
+ * route that compresses (lib/core/compress.c); straight to the adapter
+ * otherwise. */
+static int resp_start(tern_request *r, int status, const tern_header *h,
+                      size_t n, int64_t content_length) {
+  if (r->route != NULL && r->route->compress != NULL)
+    return tern__compress_start(r, status, h, n, content_length);
+  return r->ops->start(r, status, h, n, content_length);
+}
+
+static int resp_write(tern_request *r, const void *p, size_t len, int copy,
+                      tern_write_fn done, void *duser, tern_release_fn release,
+                      void *ruser) {
+  if (r->comp != NULL)
+    return tern__compress_write(r, p, len, copy, done, duser, release, ruser);
+  return r->ops->write(r, p, len, copy, done, duser, release, ruser);
+}
+
+static int resp_end(tern_request *r, const tern_header *t, size_t n) {
+  if (r->comp != NULL)
+    return tern__compress_end(r, t, n);
+  return r->ops->end(r, t, n);
+}
+
+/* tern__respond_whole's body, inline in respond_now: the answer of every
+ * request that is not compressed goes through it. */
+static inline int respond_whole(tern_request *r, int status,
+                                const tern_header *h, size_t n,
+                                const void *body, size_t len, int copy,
+                                tern_release_fn release, void *ruser,
+                                int *took) {
+  const tern__req_ops *p = r->ops;
+  int rc = p->start(r, status, h, n, (int64_t)len);
+  if (rc == 0 && (len > 0 || release != NULL)) {
+    rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
+    if (rc == 0 && took != NULL)
+      *took = 1;
+  }
+  if (rc == 0)
+    rc = p->end(r, NULL, 0);
+  return rc;
+}
+
+int tern__respond_whole(tern_request *r, int status, const tern_header *h,
+                        size_t n, const void *body, size_t len, int copy,
+                        tern_release_fn release, void *ruser, int *took) {
+  return respond_whole(r, status, h, n, body, len, copy, release, ruser, took);
+}
+
 /* Respond on the worker. *took (if not NULL) says whether the adapter
  * took `release` on, to be called when the bytes are written or dropped:
  * even when a later step fails. */
 static int respond_now(tern_request *r, int status, const tern_header *h,
                        size_t n, const void *body, size_t len, int copy,
                        tern_release_fn release, void *ruser, int *took) {
-  const tern__req_ops *p = r->ops;
   int rc;
 
   if (is_gone(r)) {
@@ -112,14 +160,13 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
     return TERN_ESTATE;
   tern__request_started(r, status);
   r->bytes_out += len;
-  rc = p->start(r, status, h, n, (int64_t)len);
-  if (rc == 0 && (len > 0 || release != NULL)) {
-    rc = p->write(r, body, len, copy, NULL, NULL, release, ruser);
-    if (rc == 0 && took != NULL)
-      *took = 1;
-  }
-  if (rc == 0)
-    rc = p->end(r, NULL, 0);
+  /* A compressing route's answer goes through compress.c, out of line,
+   * so that the others pay one test for it. */
+  if (r->route != NULL && r->route->compress != NULL)
+    rc = tern__compress_respond(r, status, h, n, body, len, copy, release,
+                                ruser, took);
+  else
+    rc = respond_whole(r, status, h, n, body, len, copy, release, ruser, took);
   if (rc != 0)
     return tern__request_fail(r, rc);
   finish_user(r);
@@ -479,7 +526,7 @@ static void msg_apply(tern__msg *base) {
       break;
     }
     tern__request_started(r, m->status);
-    rc = p->start(r, m->status, m->headers, m->nheaders, m->content_length);
+    rc = resp_start(r, m->status, m->headers, m->nheaders, m->content_length);
     if (rc != 0) {
       posted_failed(r, "tern_response_start", rc);
       r->ops->abort(r);
@@ -496,11 +543,11 @@ static void msg_apply(tern__msg *base) {
     } else if (!is_gone(r)) {
       r->bytes_out += m->len;
       if (m->copy) {
-        rc = p->write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
+        rc = resp_write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
         if (rc == 0)
           return;
       } else {
-        rc = p->write(r, m->body, m->len, 0, m->done, m->duser, NULL, NULL);
+        rc = resp_write(r, m->body, m->len, 0, m->done, m->duser, NULL, NULL);
         if (rc == 0)
           break;
       }
@@ -542,7 +589,7 @@ static void msg_apply(tern__msg *base) {
                 "tern_response_end from another thread found no started "
                 "response; the request is aborted");
       tern__request_fail(r, 0);
-    } else if ((rc = p->end(r, m->headers, m->nheaders)) != 0) {
+    } else if ((rc = resp_end(r, m->headers, m->nheaders)) != 0) {
       posted_failed(r, "tern_response_end", rc);
       tern__request_fail(r, 0);
     } else {
@@ -678,7 +725,7 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
       return TERN_ESTATE;
     tern__request_started(r, status);
-    return r->ops->start(r, status, headers, nheaders, content_length);
+    return resp_start(r, status, headers, nheaders, content_length);
   }
   m = msg_new(r, M_START, headers, nheaders, NULL, 0);
   if (m == NULL)
@@ -692,7 +739,8 @@ int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
                                 size_t max) {
   int64_t n;
 
-  if (r->ops->sendfile == NULL)
+  /* A compressed body's bytes go through its compressor. */
+  if (r->ops->sendfile == NULL || r->comp != NULL)
     return TERN_ENOTSUP;
   if (is_gone(r))
     return TERN_ECLOSED;
@@ -718,7 +766,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
     r->bytes_out += len;
-    return r->ops->write(r, data, len, done == NULL, done, user, NULL, NULL);
+    return resp_write(r, data, len, done == NULL, done, user, NULL, NULL);
   }
   m = msg_new(r, M_WRITE, NULL, 0, done == NULL ? data : NULL,
               done == NULL ? len : 0);
@@ -745,7 +793,7 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
   }
   if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
     return TERN_ESTATE;
-  rc = r->ops->end(r, trailers, ntrailers);
+  rc = resp_end(r, trailers, ntrailers);
   if (rc != 0)
     return tern__request_fail(r, rc);
   finish_user(r);

@@ -91,7 +91,8 @@ static const size_t settings_ends[] = {
     TERN__END(tern_settings, log_level),
     TERN__END(tern_settings, max_conn_window)};
 static const size_t route_ends[] = {
-    TERN__END(tern_route_options, max_body_size)};
+    TERN__END(tern_route_options, max_body_size),
+    TERN__END(tern_route_options, compress)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
                                     TERN__END(tern_stats, access_log_dropped)};
@@ -427,8 +428,11 @@ void tern_server_free(tern_server *srv) {
   for (i = 0; i < srv->nlisteners; i++)
     srv->listeners[i]->ops->free(srv->listeners[i], srv);
   tern__free(srv, srv->listeners);
-  for (i = 0; i < srv->nroutes; i++)
+  for (i = 0; i < srv->nroutes; i++) {
+    tern__compress_conf_free(srv, srv->route_ptrs[i]->compress);
     tern__free(srv, srv->route_ptrs[i]);
+  }
+  tern__compress_conf_free(srv, srv->default_route.compress);
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
   if (srv->tls_free != NULL)
@@ -541,12 +545,28 @@ static int route_opts_read(tern_server *srv, const char *method,
   return 1;
 }
 
+/* The route's compression, read from its options (logged when they are
+ * bad). */
+static int route_compress(tern_server *srv, const char *method,
+                          const char *pattern, const tern_route_options *o,
+                          tern__compress_conf **out) {
+  char what[160];
+  *out = NULL;
+  if (o->compress == NULL)
+    return 0;
+  snprintf(what, sizeof(what), "route %s %s", method ? method : "*",
+           pattern ? pattern : "(default)");
+  return tern__compress_conf_new(srv, o->compress, what, out);
+}
+
 static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
-                       void *user, const tern_route_options *o) {
+                       void *user, const tern_route_options *o,
+                       tern__compress_conf *compress) {
   r->handler = h;
   r->user = user;
   r->flags = o->flags;
   r->max_body = o->max_body_size ? o->max_body_size : srv->s.max_body_size;
+  r->compress = compress;
 }
 
 static void note_method(tern_server *srv, const char *method) {
@@ -581,6 +601,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
                     const tern_route_options *opts) {
   tern__route *r, **ptrs;
   tern_route_options o;
+  tern__compress_conf *comp;
   const char *why;
   int rc;
 
@@ -603,12 +624,17 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
     srv->route_ptrs = ptrs;
     srv->routes_cap = cap;
   }
+  if ((rc = route_compress(srv, method, pattern, &o, &comp)) != 0)
+    return rc;
   r = tern__malloc(srv, sizeof(*r));
-  if (r == NULL)
+  if (r == NULL) {
+    tern__compress_conf_free(srv, comp);
     return TERN_ENOMEM;
-  fill_route(srv, r, handler, user, &o);
+  }
+  fill_route(srv, r, handler, user, &o, comp);
   rc = tern__router_add(srv->router, method, pattern, r);
   if (rc != 0) {
+    tern__compress_conf_free(srv, comp);
     tern__free(srv, r);
     return rc;
   }
@@ -625,13 +651,19 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
 int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
                              const tern_route_options *opts) {
   tern_route_options o;
+  tern__compress_conf *comp;
+  int rc;
   if (srv == NULL || handler == NULL)
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE)
     return TERN_ESTATE;
   if (route_opts_read(srv, NULL, NULL, opts, &o))
     return TERN_EINVAL;
-  fill_route(srv, &srv->default_route, handler, user, &o);
+  if ((rc = route_compress(srv, NULL, NULL, &o, &comp)) != 0)
+    return rc;
+  /* A later call replaces the handler, and its compression. */
+  tern__compress_conf_free(srv, srv->default_route.compress);
+  fill_route(srv, &srv->default_route, handler, user, &o, comp);
   srv->has_default = 1;
   return 0;
 }

@@ -35,7 +35,10 @@
  * POST /up (a streamed body counted), GET /later (answered on a later loop
  * turn, so that pipelined answers finish out of order), GET /chunks (a
  * streamed answer with trailers), GET /ws (a WebSocket echo, deflate
- * allowed). Limits are small so that inputs reach them.
+ * allowed), and on a compressing route (tern_compress_options' defaults)
+ * GET /z (1500 bytes of text, compressed whole when Accept-Encoding
+ * allows) and GET /zchunks (/chunks compressed as it streams). Limits are small
+ * so that inputs reach them.
  *
  * Build (test/fuzz/run.sh does this): clang -fsanitize=fuzzer,address,
  * undefined -Iinclude -Ilib -DTERN_HAVE_HTTP2, the library sources,
@@ -129,6 +132,16 @@ static void chunks(tern_request *r, void *u) {
   tern_response_end(r, trailer, 1);
 }
 
+/* On the compressing route: above its 1 KiB threshold. */
+static void zipped(tern_request *r, void *u) {
+  static char body[1500];
+  (void)u;
+  if (body[0] == 0)
+    for (size_t i = 0; i < sizeof(body); i++)
+      body[i] = "compressible text\n"[i % 18];
+  tern_respond(r, 200, text, 1, body, sizeof(body));
+}
+
 static void ws_message(tern_ws *ws, int type, const char *d, size_t n, int fin,
                        void *u) {
   (void)fin;
@@ -168,6 +181,7 @@ static void answer_held(void) {
 static void start_server(void) {
   tern_settings s;
   tern_route_options ro;
+  tern_compress_options co;
   tern_tls *tls;
 
   tern_settings_init(&s);
@@ -192,6 +206,11 @@ static void start_server(void) {
   CHECK(tern_route(srv, "GET", "/later", answer_later, NULL) == 0);
   CHECK(tern_route(srv, "GET", "/chunks", chunks, NULL) == 0);
   CHECK(tern_route(srv, "GET", "/ws", ws, NULL) == 0);
+  tern_compress_options_init(&co);
+  tern_route_options_init(&ro);
+  ro.compress = &co;
+  CHECK(tern_route_with(srv, "GET", "/z", zipped, NULL, &ro) == 0);
+  CHECK(tern_route_with(srv, "GET", "/zchunks", chunks, NULL, &ro) == 0);
   /* Every request (hostile heads, aborts, tern's own answers) goes
    * through the access log's counting and JSON formatting; the lines go
    * to /dev/null through the writer thread. */

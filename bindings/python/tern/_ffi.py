@@ -123,8 +123,10 @@ SETTINGS_FIELDS = ("workers", "max_head_size", "max_header_count",
 
 
 class RouteOptions(Structure):
+    # version 2 added compress (a tern_compress_options *; NULL here: the
+    # binding does not compress yet)
     _fields_ = [("version", c_int), ("size", c_uint32), ("flags", c_uint),
-                ("max_body_size", c_uint64)]
+                ("max_body_size", c_uint64), ("compress", c_void_p)]
 
 
 class WsOptions(Structure):
@@ -191,7 +193,7 @@ class Stats(Structure):
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"Settings": 2, "RouteOptions": 1, "WsOptions": 2,
+VERSIONS = {"Settings": 2, "RouteOptions": 2, "WsOptions": 2,
             "QuicOptions": 2, "Stats": 3}
 # Room for a newer library's _init to write into (see init_struct).
 _SCRATCH = 16384
@@ -369,6 +371,9 @@ LEFT_OUT = {
     "tern_static_free": "not yet bound (static files)",
     "tern_static_handler": "not yet bound (static files)",
     "tern_static_mount": "not yet bound (static files)",
+    "tern_compress_options_init": "not yet bound: routes of the binding "
+                                  "do not compress (RouteOptions.compress "
+                                  "stays NULL)",
 }
 
 
