@@ -312,10 +312,12 @@ enum {
  * GnuTLS derives the keys it encrypts tickets with from this one and the
  * time, and rotates them by itself (a ticket stays valid through the next
  * period): instances' clocks must agree. Change the key (a restart with a
- * new one) to invalidate every ticket issued. Before tern_run only (also
- * on QUIC connections of the set). Errors: TERN_EINVAL (a NULL key or
- * another size), TERN_ESTATE (running), TERN_ENOTSUP (the mbedTLS engine,
- * whose 2.28 API cannot set ticket keys). */
+ * new one) to invalidate every ticket issued. On mbedTLS (no API for it
+ * in 2.28) tern fills its ticket context's slots itself: bytes 0-3 name
+ * the key in each ticket, bytes 32-63 are its AES-256-GCM key, and
+ * tickets resume for 24 hours. Before tern_run only (also on QUIC
+ * connections of the set). Errors: TERN_EINVAL (a NULL key or another
+ * size), TERN_ESTATE (running), TERN_ETLS (the engine refused the key). */
 TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
                                         size_t len);
 
@@ -327,8 +329,8 @@ TERN_EXTERN int tern_tls_set_ticket_key(tern_tls *tls, const void *key,
  * it. A session that resumes with an old-key ticket is served under the
  * old key, so its next ticket is an old-key one too (GnuTLS 3.7 holds one
  * key per session): such a client moves to the new key at its next full
- * handshake. Copied; same size, errors and timing as
- * tern_tls_set_ticket_key (TERN_ENOTSUP on mbedTLS). */
+ * handshake (on mbedTLS too). Copied; same size, errors and timing as
+ * tern_tls_set_ticket_key. */
 TERN_EXTERN int tern_tls_set_previous_ticket_key(tern_tls *tls, const void *key,
                                                  size_t len);
 

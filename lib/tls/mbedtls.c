@@ -4,6 +4,7 @@
  * turn's output still leaves in one write.
  */
 #include <string.h>
+#include <time.h>
 
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
@@ -22,6 +23,10 @@ typedef struct {
   mbedtls_ctr_drbg_context drbg;
   mbedtls_ssl_ticket_context ticket;
 } mbed_state;
+
+/* How long a ticket resumes (and, with mbedTLS's own keys, how long each
+ * key is used before the next is drawn). */
+#define TICKET_LIFETIME 86400
 
 /* A pair, parsed. */
 typedef struct {
@@ -86,7 +91,8 @@ static int mbed_tls_init(tern_tls *t, void **out) {
                              (const unsigned char *)pers, sizeof(pers) - 1);
   if (rc == 0)
     rc = mbedtls_ssl_ticket_setup(&st->ticket, mbedtls_ctr_drbg_random,
-                                  &st->drbg, MBEDTLS_CIPHER_AES_256_GCM, 86400);
+                                  &st->drbg, MBEDTLS_CIPHER_AES_256_GCM,
+                                  TICKET_LIFETIME);
   if (rc != 0) {
     mbed_error(t, rc, "random generator or ticket keys", NULL);
     mbedtls_ssl_ticket_free(&st->ticket);
@@ -105,6 +111,56 @@ static void mbed_tls_free(tern_tls *t, void *state) {
   mbedtls_ctr_drbg_free(&st->drbg);
   mbedtls_entropy_free(&st->entropy);
   tern__free(t->srv, st);
+}
+
+/* Fleet ticket keys. mbedTLS 2.28 has no call to set them, but its
+ * ticket context is a public struct: two slots, each a 4-byte name that
+ * every ticket carries in the clear (so a ticket finds its slot) and an
+ * AES-256-GCM context. The application's 64 bytes give the name (bytes
+ * 0-3) and the AES key (bytes 32-63); the current key goes in the active
+ * slot, the previous one in the other. mbedTLS would replace a slot with
+ * a random key once its lifetime ran out, which would split the fleet, so
+ * its own rotation is switched off (lifetime 0) and the callbacks below
+ * keep the 24-hour lifetime instead: the hint sent with each ticket and
+ * the refusal of an older one. */
+static int mbed_set_ticket_key(tern_tls *t, void *state, const void *key,
+                               size_t len, int previous) {
+  mbed_state *st = state;
+  const unsigned char *k = key;
+  mbedtls_ssl_ticket_key *slot;
+  int rc;
+
+  if (len != TERN_TLS_TICKET_KEY_SIZE)
+    return TERN_EINVAL;
+  slot = &st->ticket.keys[previous ? 1 - st->ticket.active : st->ticket.active];
+  rc = mbedtls_cipher_setkey(&slot->ctx, k + 32, 256, MBEDTLS_ENCRYPT);
+  if (rc != 0)
+    return mbed_error(t, rc, "ticket key", NULL);
+  memcpy(slot->name, k, sizeof(slot->name));
+  slot->generation_time = (uint32_t)time(NULL);
+  st->ticket.ticket_lifetime = 0; /* also: keys are the application's */
+  return 0;
+}
+
+static int ticket_write(void *p, const mbedtls_ssl_session *s,
+                        unsigned char *start, const unsigned char *end,
+                        size_t *tlen, uint32_t *lifetime) {
+  mbedtls_ssl_ticket_context *ctx = p;
+  int rc = mbedtls_ssl_ticket_write(p, s, start, end, tlen, lifetime);
+  if (rc == 0 && ctx->ticket_lifetime == 0)
+    *lifetime = TICKET_LIFETIME;
+  return rc;
+}
+
+static int ticket_parse(void *p, mbedtls_ssl_session *s, unsigned char *buf,
+                        size_t len) {
+  mbedtls_ssl_ticket_context *ctx = p;
+  int rc = mbedtls_ssl_ticket_parse(p, s, buf, len);
+  time_t now = time(NULL);
+  if (rc == 0 && ctx->ticket_lifetime == 0 &&
+      (now < s->start || now - s->start > TICKET_LIFETIME))
+    return MBEDTLS_ERR_SSL_SESSION_TICKET_EXPIRED;
+  return rc;
 }
 
 /* ---- Pairs --------------------------------------------------------- */
@@ -200,8 +256,8 @@ static int mbed_gen_build(tern_tls *t, tern__tls_gen *g) {
   mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
   mbedtls_ssl_conf_curves(&c->conf, curves);
   mbedtls_ssl_conf_alpn_protocols(&c->conf, (const char **)tern__tls_alpn);
-  mbedtls_ssl_conf_session_tickets_cb(&c->conf, mbedtls_ssl_ticket_write,
-                                      mbedtls_ssl_ticket_parse, &st->ticket);
+  mbedtls_ssl_conf_session_tickets_cb(&c->conf, ticket_write, ticket_parse,
+                                      &st->ticket);
   mbedtls_ssl_conf_sni(&c->conf, on_sni, g);
   for (i = 0; i < g->npairs; i++) {
     mbed_pair *m = g->pairs[i].eng[TERN__TLS_MBEDTLS];
@@ -426,4 +482,5 @@ const tern__tls_engine tern__tls_mbedtls = {
     .gen_build = mbed_gen_build,
     .gen_free = mbed_gen_free,
     .filter = &tern__tls_mbedtls_filter,
+    .set_ticket_key = mbed_set_ticket_key,
 };

@@ -115,8 +115,7 @@ struct tern__tls_engine {
                       const char *alpn, void *anti_replay);
   /* Replace the session ticket key with the application's `len` bytes
    * (before the server runs), or with `previous` set, the key tickets
-   * are still accepted under (rotation). NULL: the engine cannot
-   * (mbedTLS 2.28 has no API to set its ticket keys). */
+   * are still accepted under (rotation). NULL: the engine cannot. */
   int (*set_ticket_key)(tern_tls *t, void *state, const void *key, size_t len,
                         int previous);
 };

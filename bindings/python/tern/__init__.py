@@ -595,16 +595,16 @@ class TLS:
 
     def set_ticket_key(self, key):
         """The session-ticket key (64 bytes), the same on every instance
-        of a fleet so that a client resumes on any (GnuTLS engine; before
-        the server runs)."""
+        of a fleet so that a client resumes on any (before the server
+        runs; both engines)."""
         key = bytes(key)
         _check(lib.tern_tls_set_ticket_key(self._ptr, key, len(key)),
                "tern_tls_set_ticket_key")
 
     def set_previous_ticket_key(self, key):
         """The key the fleet used before (64 bytes): tickets made under it
-        still resume while new ones use set_ticket_key's (GnuTLS engine;
-        before the server runs)."""
+        still resume while new ones use set_ticket_key's (before the
+        server runs)."""
         key = bytes(key)
         _check(lib.tern_tls_set_previous_ticket_key(self._ptr, key, len(key)),
                "tern_tls_set_previous_ticket_key")
