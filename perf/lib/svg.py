@@ -144,6 +144,11 @@ def chart(title, subtitle, panels, footer):
                              esc(fmt(e["median"], panel["fmt"]))))
         y = grid_bot + 14
     y += 24
+    return _finish(parts, y, footer)
+
+
+def _finish(parts, y, footer):
+    """The footer lines from y down, then the whole document."""
     for line in [x for f in footer for x in textwrap.wrap(f, 128)]:
         parts.append('<text x="%d" y="%d" font-size="10.5" fill="#868e96">%s</text>'
                      % (LEFT, y, esc(line)))
@@ -229,13 +234,4 @@ def lines(title, subtitle, series, xlabel, ylabel, footer=()):
         parts.append('<text x="%d" y="%d" font-size="11.5" fill="#212529">%s</text>'
                      % (px0 + pw + 40, ly + 4, esc(s["label"])))
         ly += 18
-    y = py0 + ph + 50
-    for line in [x for f in footer for x in textwrap.wrap(f, 128)]:
-        parts.append('<text x="%d" y="%d" font-size="10.5" fill="#868e96">%s</text>'
-                     % (LEFT, y, esc(line)))
-        y += 14
-    h = y + 4
-    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
-            'viewBox="0 0 %d %d" font-family="%s">\n'
-            '<rect width="100%%" height="100%%" fill="#ffffff"/>\n%s\n</svg>\n' % (
-                W, h, W, h, esc(FONT), "\n".join(parts)))
+    return _finish(parts, py0 + ph + 50, footer)

@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "capture_log.h"
 #include "t.h"
+#include "test_cert.h"
 
 /* ---- Layouts from "older" and "newer" headers ---------------------- */
 
@@ -640,27 +641,6 @@ _Static_assert(offsetof(quic_options_v1, secret_len) ==
                    offsetof(tern_quic_options, secret_len),
                "version 2 only appends");
 
-/* An ECDSA P-256 certificate for "localhost" and its key (the ones of
- * test_tls_alloc.c), for a QUIC listener. */
-static const char quic_cert[] =
-    "-----BEGIN CERTIFICATE-----\n"
-    "MIIBkzCCATqgAwIBAgITamonVJJklx6yVDlD37n8EPvrBzAKBggqhkjOPQQDAjAU\n"
-    "MRIwEAYDVQQDDAlsb2NhbGhvc3QwIBcNMjYxMjAyMDMxOTI2WhgPMjEyNjExMDgw\n"
-    "MzE5MjZaMBQxEjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49\n"
-    "AwEHA0IABGZ+OjLpjD5rHy5583EhErrtR9kSJGg1AnFNJD6Fu77o4BHYgGMlb/0D\n"
-    "X+PX+jSrOsCwGZAvopk4Ds1rTJW0ZLWjaTBnMB0GA1UdDgQWBBRy3YYEdZKOeQF7\n"
-    "KIJVmXcGKmtXdzAfBgNVHSMEGDAWgBRy3YYEdZKOeQF7KIJVmXcGKmtXdzAPBgNV\n"
-    "HRMBAf8EBTADAQH/MBQGA1UdEQQNMAuCCWxvY2FsaG9zdDAKBggqhkjOPQQDAgNH\n"
-    "ADBEAiA/cum553DklMcm1qJcnZ2aqjuMsZ7oxJWfvaT3bfiz+QIgKrLl+KfNs59U\n"
-    "dxA96lTXSr1zOB+Qz49W7xBUCaryQVo=\n"
-    "-----END CERTIFICATE-----\n";
-static const char quic_key[] =
-    "-----BEGIN PRIVATE KEY-----\n"
-    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgov1D2TlwChwI9JoB\n"
-    "NJb3jBgnOS2OrXafySoX7tuERHahRANCAARmfjoy6Yw+ax8uefNxIRK67UfZEiRo\n"
-    "NQJxTSQ+hbu+6OAR2IBjJW/9A1/j1/o0qzrAsBmQL6KZOA7Na0yVtGS1\n"
-    "-----END PRIVATE KEY-----\n";
-
 /* A version 1 caller's struct ends at a page end: reading version 2's
  * previous_secret from it would fault. Version 2 with version 1's size
  * is refused, as is a version this library does not know. */
@@ -673,8 +653,8 @@ static void test_quic_options_v1(void) {
 
   T_EQ_INT(tern_server_new(&srv, NULL), 0);
   T_EQ_INT(tern_tls_new(srv, &tls), 0);
-  T_EQ_INT(tern_tls_add_cert_mem(tls, quic_cert, sizeof(quic_cert) - 1,
-                                 quic_key, sizeof(quic_key) - 1),
+  T_EQ_INT(tern_tls_add_cert_mem(tls, cert_pem, sizeof(cert_pem) - 1, key_pem,
+                                 sizeof(key_pem) - 1),
            0);
   T_EQ_INT(tern_tls_commit(tls), 0);
   memset(o, 0, sizeof(*o));
