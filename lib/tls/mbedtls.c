@@ -22,6 +22,7 @@ typedef struct {
   mbedtls_entropy_context entropy;
   mbedtls_ctr_drbg_context drbg;
   mbedtls_ssl_ticket_context ticket;
+  int fleet; /* the ticket keys are the application's */
 } mbed_state;
 
 /* How long a ticket resumes (and, with mbedTLS's own keys, how long each
@@ -118,11 +119,11 @@ static void mbed_tls_free(tern_tls *t, void *state) {
  * every ticket carries in the clear (so a ticket finds its slot) and an
  * AES-256-GCM context. The application's 64 bytes give the name (bytes
  * 0-3) and the AES key (bytes 32-63); the current key goes in the active
- * slot, the previous one in the other. mbedTLS would replace a slot with
- * a random key once its lifetime ran out, which would split the fleet, so
- * its own rotation is switched off (lifetime 0) and the callbacks below
- * keep the 24-hour lifetime instead: the hint sent with each ticket and
- * the refusal of an older one. */
+ * slot, the previous one in the other. Tickets still expire after
+ * TICKET_LIFETIME (mbedTLS checks each one's age against it), but
+ * mbedTLS would also replace the active key with a random one once the
+ * key is that old, which would split the fleet: the callbacks below keep
+ * the application's key young instead. */
 static int mbed_set_ticket_key(tern_tls *t, void *state, const void *key,
                                size_t len, int previous) {
   mbed_state *st = state;
@@ -138,29 +139,41 @@ static int mbed_set_ticket_key(tern_tls *t, void *state, const void *key,
     return mbed_error(t, rc, "ticket key", NULL);
   memcpy(slot->name, k, sizeof(slot->name));
   slot->generation_time = (uint32_t)time(NULL);
-  st->ticket.ticket_lifetime = 0; /* also: keys are the application's */
+  st->fleet = 1;
   return 0;
+}
+
+static mbed_state *state_of_ticket(void *p) {
+  return (mbed_state *)(void *)((char *)p - offsetof(mbed_state, ticket));
+}
+
+/* Before mbedTLS looks at its keys (it rotates inside write and parse,
+ * under the context's lock): the application's key is never a lifetime
+ * old, so it stays the active one. */
+static void keep_fleet_key(mbed_state *st) {
+  if (!st->fleet)
+    return;
+#if defined(MBEDTLS_THREADING_C)
+  if (mbedtls_mutex_lock(&st->ticket.mutex) != 0)
+    return;
+#endif
+  st->ticket.keys[st->ticket.active].generation_time = (uint32_t)time(NULL);
+#if defined(MBEDTLS_THREADING_C)
+  mbedtls_mutex_unlock(&st->ticket.mutex);
+#endif
 }
 
 static int ticket_write(void *p, const mbedtls_ssl_session *s,
                         unsigned char *start, const unsigned char *end,
                         size_t *tlen, uint32_t *lifetime) {
-  mbedtls_ssl_ticket_context *ctx = p;
-  int rc = mbedtls_ssl_ticket_write(p, s, start, end, tlen, lifetime);
-  if (rc == 0 && ctx->ticket_lifetime == 0)
-    *lifetime = TICKET_LIFETIME;
-  return rc;
+  keep_fleet_key(state_of_ticket(p));
+  return mbedtls_ssl_ticket_write(p, s, start, end, tlen, lifetime);
 }
 
 static int ticket_parse(void *p, mbedtls_ssl_session *s, unsigned char *buf,
                         size_t len) {
-  mbedtls_ssl_ticket_context *ctx = p;
-  int rc = mbedtls_ssl_ticket_parse(p, s, buf, len);
-  time_t now = time(NULL);
-  if (rc == 0 && ctx->ticket_lifetime == 0 &&
-      (now < s->start || now - s->start > TICKET_LIFETIME))
-    return MBEDTLS_ERR_SSL_SESSION_TICKET_EXPIRED;
-  return rc;
+  keep_fleet_key(state_of_ticket(p));
+  return mbedtls_ssl_ticket_parse(p, s, buf, len);
 }
 
 /* ---- Pairs --------------------------------------------------------- */

@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -139,6 +140,19 @@ def mbedtls_resumes_and_rotates():
     the previous key's tickets still resume after a rotation."""
     resumes(ssl.TLSVersion.TLSv1_2, "mbedtls")
     rotates(ssl.TLSVersion.TLSv1_2, "mbedtls")
+    # A ticket keeps resuming in later seconds (its age is checked against
+    # the 24-hour lifetime, which must not be 0: then every ticket older
+    # than the second it was made in had expired).
+    a, b = start(KEY1, engine="mbedtls"), start(KEY1, engine="mbedtls")
+    try:
+        ctx = ctx_for(ssl.TLSVersion.TLSv1_2)
+        sess, _ = fetch(a.tls_port, ctx)
+        time.sleep(1.2)
+        _, reused = fetch(b.tls_port, ctx, sess)
+        eq(reused, True, "resumed a second later on the other instance")
+    finally:
+        for s in (a, b):
+            eq(s.stop(), 0, "hello exit status")
 
 
 @case
