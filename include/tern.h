@@ -576,7 +576,7 @@ enum {
 /* ---- Response compression (docs/compression.md) ----
  *
  * A route whose options point to a tern_compress_options compresses its
- * responses on the fly (gzip or zstd) when the client's
+ * responses on the fly (gzip, zstd or br) when the client's
  * Accept-Encoding accepts a coding the options enable (q-values
  * honoured, q=0 refuses; "*" counts). It
  * compresses only a response that:
@@ -614,18 +614,17 @@ enum {
 enum {
   TERN_COMPRESS_GZIP = 1u << 0, /* gzip (RFC 9110 8.4.1.3), by zlib */
   TERN_COMPRESS_ZSTD = 1u << 1, /* zstd (RFC 8878), by libzstd */
-  TERN_COMPRESS_ALL = 3u,
+  TERN_COMPRESS_BR = 1u << 2,   /* brotli (RFC 7932), by libbrotlienc */
+  TERN_COMPRESS_ALL = 7u,
 };
 
-#define TERN_COMPRESS_OPTIONS_VERSION 1
+#define TERN_COMPRESS_OPTIONS_VERSION 2
 
 /* Versions (see ABI above), each ending with the field named: 1 with
- * types. The library copies what it needs when the route is added.
- * Memory per compressed stream with the defaults (docs/compression.md):
- * gzip about 256 KiB, zstd up to about 1.8 MiB; smaller windows take
- * less.
- * (br is not offered: Debian 12's libbrotlienc 1.0.9 ends the process
- * when an allocation fails.) */
+ * types, 2 with br_window. The library copies what it needs when the
+ * route is added. Memory per compressed stream with the defaults
+ * (docs/compression.md): gzip about 256 KiB, zstd up to about 1.8 MiB,
+ * br at quality 4 up to about 2 MiB; smaller windows take less. */
 typedef struct {
   int version;          /* TERN_COMPRESS_OPTIONS_VERSION */
   uint32_t size;        /* sizeof(tern_compress_options) */
@@ -648,6 +647,13 @@ typedef struct {
    * image/svg+xml, application/manifest+json and application/ld+json. At
    * most 1024 bytes. */
   const char *types;
+  /* Version 2. */
+  int br_quality; /* 0 (fast) to 11 (small); default 4. Above 9 brotli
+                     spends many times the CPU: for precompressed files,
+                     not for answers made per request. */
+  int br_window;  /* 10 to 24: a 2^window byte window (default 18); a
+                     body of known length gets no larger a window than
+                     it fills */
 } tern_compress_options;
 
 /* Fill `o` with the defaults above, its version and its size. */

@@ -12,12 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-test}
-# libzstd-dev: zstd, the content coding browsers now send beside gzip,
-# for on-the-fly response compression (docs/compression.md); zlib1g-dev
-# gives gzip.
+# libzstd-dev and libbrotli-dev: zstd and br, the content codings
+# browsers send beside gzip, for on-the-fly response compression
+# (docs/compression.md); zlib1g-dev gives gzip.
 build=(build-essential meson ninja-build pkg-config
   libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev
-  libzstd-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev)
+  libzstd-dev libbrotli-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev)
 case "$what" in
 demo) pkgs=("${build[@]}" openssl) ;;
 # The tests: clang and its runtime for the fuzz targets, the real clients
@@ -30,13 +30,13 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # pytest and venv for the Python binding's tests (bindings/python/tests:
 # test_install.py installs the package into a fresh venv); haproxy as the
 # real load balancer in front of hello (test_haproxy.py, test_fleet.py);
-# the zstd tool decodes compressed answers (test_compress.py).
+# the zstd and brotli tools decode compressed answers (test_compress.py).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
     valgrind libhiredis-dev redis-server python3-pytest python3-venv
-    haproxy zstd)
+    haproxy zstd brotli)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

@@ -38,6 +38,8 @@
  *                     file's raw bytes) goes into the first Initial if
  *                     the file is not empty; the token the server sends
  *                     now replaces it
+ *   --body-out PATH   write the response bodies' bytes to PATH, as they
+ *                     come (one stream's body, with the default -n 1)
  *   --timeout-ms N    give up after N ms (default 15000; exit status 3)
  *   -v                ngtcp2's debug log on stderr
  *
@@ -155,6 +157,7 @@ static struct {
   int omit_path, omit_scheme;
   /* --tunnel: the relay's state (see "Tunnel mode" at the top). */
   const char *tunnel;
+  FILE *body_out; /* --body-out */
   int on_eof;
   uint8_t *ring;   /* RING bytes; index = count % RING */
   uint64_t filled; /* bytes read from fd 0; r->sent / r->acked follow */
@@ -391,6 +394,8 @@ static int h3_recv_data(nghttp3_conn *c, int64_t id, const uint8_t *data,
   if (r != NULL) {
     gnutls_hash(r->hash, data, len);
     r->got += len;
+    if (cl.body_out != NULL && fwrite(data, 1, len, cl.body_out) != len)
+      return NGHTTP3_ERR_CALLBACK_FAILURE;
   }
   /* The connection's window always moves; the stream's does not under
    * --no-read, which is the point of that option. */
@@ -1080,7 +1085,7 @@ static int usage(void) {
       "  [--headers N] [--reset-mid-body K] [--no-read] [--stall-ms N]\n"
       "  [--idle]\n"
       "  [--header 'N: V']... [--tunnel PROTO] [--omit :path|:scheme]\n"
-      "  [--on-eof fin|reset|stop|close]\n"
+      "  [--on-eof fin|reset|stop|close] [--body-out PATH]\n"
       "  [--timeout-ms N] [-v] GET|POST|CONNECT https://HOST:PORT/PATH\n");
   return 2;
 }
@@ -1131,7 +1136,13 @@ int main(int argc, char **argv) {
       cl.token_file = argv[++a];
     else if (a + 1 < argc && strcmp(o, "--tunnel") == 0)
       cl.tunnel = argv[++a];
-    else if (a + 1 < argc && strcmp(o, "--omit") == 0) {
+    else if (a + 1 < argc && strcmp(o, "--body-out") == 0) {
+      cl.body_out = fopen(argv[++a], "wb");
+      if (cl.body_out == NULL) {
+        perror(argv[a]);
+        return 2;
+      }
+    } else if (a + 1 < argc && strcmp(o, "--omit") == 0) {
       const char *f = argv[++a];
       if (strcmp(f, ":path") == 0)
         cl.omit_path = 1;
@@ -1383,5 +1394,7 @@ end:
   free(cl.obuf);
   free(cl.big);
   free(cl.extra);
+  if (cl.body_out != NULL && fclose(cl.body_out) != 0 && rc == 0)
+    rc = 1;
   return rc;
 }

@@ -1,11 +1,11 @@
 """On-the-fly response compression (tern_route_options.compress; hello
 --compress: /compress, /ctick and, with --static, /cstatic/) over real
 sockets: raw HTTP/1.1, curl over HTTP/1.1 and HTTP/2 (h2c), and tern's own
-HTTP/3 client; gzip and zstd.
+HTTP/3 client; gzip, zstd and br.
 
 Every compressed body is decompressed and compared byte for byte with what
-the handler wrote (gzip by Python's zlib, zstd by the zstd tool; curl
---compressed agrees); every answer of a compressing route must carry
+the handler wrote (gzip by Python's zlib, zstd and br by the zstd and
+brotli tools; curl --compressed agrees); every answer of a compressing route must carry
 Vary: Accept-Encoding, compressed or not.
 """
 
@@ -59,10 +59,9 @@ def gz(**hs):
     return h
 
 
-def unzstd(data):
-    out = subprocess.run(["zstd", "-dcq"], input=data, capture_output=True,
-                         timeout=10)
-    check(out.returncode == 0, "zstd -d: %r" % out.stderr)
+def tool(argv, data):
+    out = subprocess.run(argv, input=data, capture_output=True, timeout=10)
+    check(out.returncode == 0, "%s: %r" % (" ".join(argv), out.stderr))
     return out.stdout
 
 
@@ -70,7 +69,9 @@ def decode(coding, data):
     if coding == "gzip":
         return gzip.decompress(data)
     if coding == "zstd":
-        return unzstd(data)
+        return tool(["zstd", "-dcq"], data)
+    if coding == "br":
+        return tool(["brotli", "-dc"], data)
     raise AssertionError("unknown coding %r" % coding)
 
 
@@ -94,23 +95,26 @@ def identity(r, want, what):
 @suite.case
 def q_values():
     want = text(4096)
-    # The highest q-value wins; ties go to zstd, then gzip (br is not
-    # built: see docs/compression.md).
+    # The highest q-value wins; ties go to br, then zstd, then gzip.
     for ae, coding in [
             ("gzip", "gzip"), ("GZIP", "gzip"), ("x-gzip", "gzip"),
-            ("*", "zstd"), ("br;q=1, gzip;q=0.5", "gzip"),
+            ("*", "br"), ("br;q=1, gzip;q=0.5", "br"), ("br", "br"),
+            ("BR", "br"), ("br;q=0.5, gzip", "gzip"),
             ("zstd;q=0.5, gzip", "gzip"), ("zstd", "zstd"),
-            ("gzip;q=0.8, zstd;q=0.9, br;q=1", "zstd"),
-            ("gzip, deflate, br, zstd", "zstd"), ("gzip, zstd", "zstd"),
+            ("gzip;q=0.8, zstd;q=0.9, br;q=1", "br"),
+            ("gzip;q=0.8, zstd;q=0.9, br;q=0.7", "zstd"),
+            ("gzip, deflate, br, zstd", "br"), ("gzip, zstd", "zstd"),
+            ("gzip, deflate, br", "br"),
             ("deflate, gzip;q=0.001", "gzip"),
-            ("identity;q=0.5, *;q=0.2", "zstd"), ("zstd;q=0, *", "gzip")]:
+            ("identity;q=0.5, *;q=0.2", "br"), ("zstd;q=0, *", "br"),
+            ("br;q=0, *", "zstd"), ("br;q=0, zstd;q=0, *", "gzip")]:
         r = get(port(), "/compress", headers={"Accept-Encoding": ae})
         eq(r.status, 200, ae)
         compressed(r, want, ae, coding)
         eq(int(r.headers["content-length"]), len(r.body),
            ae + ": a whole body keeps an exact length")
     for ae in ["gzip;q=0", "gzip;q=0.000", "*;q=0", "identity", "deflate",
-               "compress", "br", "br, zstd;q=0, *;q=0",
+               "compress", "br;q=0, zstd;q=0, *;q=0",
                "gzip;q=0, br;q=0, zstd;q=0, *", "", "gzip;q=x"]:
         r = get(port(), "/compress", headers={"Accept-Encoding": ae})
         identity(r, want, "refused %r" % ae)
@@ -214,7 +218,7 @@ def streamed():
 
 @suite.case
 def streamed_codings():
-    for coding in ["zstd"]:
+    for coding in ["zstd", "br"]:
         r = get(port(), "/compress?stream=1&bytes=50000",
                 headers={"Accept-Encoding": coding})
         compressed(r, text(50000), coding + " streamed", coding)
@@ -290,7 +294,7 @@ def curl_h1_h2():
                            ("/compress?stream=1&bytes=20000", text(20000)),
                            ("/ctick?n=3&ms=10", b"tick 0\ntick 1\ntick 2\n"),
                            ("/cstatic/f.txt", FILE)]:
-            for coding in ["gzip", "zstd"]:
+            for coding in ["gzip", "zstd", "br"]:
                 what = "%s %s %s" % (name, coding, path)
                 ae = ["-H", "Accept-Encoding: " + coding]
                 line, hs, body = curl(v + ae, path)
@@ -343,6 +347,20 @@ def http3():
         eq((int(m.group(1)), m.group(2)),
            (len(body), hashlib.sha256(body).hexdigest()),
            "HTTP/3 body %s" % ("gzip" if hs else "identity"))
+    # zstd and br: the body as it came, decompressed by the tools.
+    for coding in ["zstd", "br"]:
+        path = os.path.join(S["dir"], "h3." + coding)
+        out = subprocess.run(
+            [client, "--timeout-ms", "10000", "--header",
+             "accept-encoding: " + coding, "--body-out", path,
+             "GET", "https://127.0.0.1:%d/compress?bytes=20000" % qport],
+            capture_output=True, timeout=20, text=True)
+        check("stream 0 status 200" in out.stdout,
+              "h3client %s: %r %r" % (coding, out.stdout, out.stderr[-500:]))
+        with open(path, "rb") as f:
+            got = f.read()
+        check(len(got) < len(want), "HTTP/3 %s: smaller" % coding)
+        eq(decode(coding, got), want, "HTTP/3 body %s" % coding)
 
 
 try:
