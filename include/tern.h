@@ -1640,7 +1640,9 @@ TERN_EXTERN int tern_server_access_log(tern_server *srv,
                                        const tern_access_log_options *o);
 
 /* Reopen the built-in writer's file by its path (after log rotation
- * renamed it): lines queued from now on go to the new file. Any thread;
+ * renamed it): lines queued from now on go to the new file (the writer
+ * thread opens it before it writes them; the call does not wait for
+ * that). Any thread;
  * not from a signal handler (set a flag there and call this from a
  * thread). Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (no built-in
  * writer). A file that cannot be opened is logged and the old one kept. */
