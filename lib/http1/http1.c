@@ -326,8 +326,7 @@ static int64_t h1_sendfile(tern_request *r, int fd, uint64_t *off, size_t max) {
     max = (size_t)1 << 30;
   if (max == 0 || *off > (uint64_t)INT64_MAX - max)
     return TERN_ESTATE;
-  if (uv_fileno((const uv_handle_t *)&c->io.tcp, &sock) != 0)
-    return TERN_ENOTSUP;
+  sock = tern__stream_fd(c);
   o = (off_t)*off;
   do
     n = sendfile(sock, fd, &o, max);
@@ -526,7 +525,7 @@ static int replace_answer(tern__stream *c, tern_request *r, int status) {
     /* Bytes handed to the kernel (or to TLS, which has encrypted them)
      * cannot be taken back. */
     q = &c->out;
-    left = q->consumed + (c->filter == NULL ? tern__stream_writing(c) : 0);
+    left = q->consumed;
     if (left > state(r)->out_start)
       return -1;
     keep = (size_t)(state(r)->out_start - q->consumed);

@@ -2,7 +2,13 @@
  * and output queue, the filter between them (TLS), and lingering close.
  * Input is read into refcounted buffers that requests may keep viewing;
  * output is gathered through the loop turn and written at once.
+ *
+ * libuv watches the socket (a uv_poll_t: readable, and writable while
+ * output waits); tern reads and writes it with recv and sendmsg itself.
  */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,7 +16,8 @@
 #include "net/proxy.h"
 #include "net/stream.h"
 
-static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf);
+static void on_poll(uv_poll_t *h, int status, int events);
+static void on_read(tern__stream *s, ssize_t nread, const uv_buf_t *buf);
 
 static void on_handle_closed(uv_handle_t *h) {
   tern__stream *s = h->data;
@@ -29,64 +36,77 @@ static void on_rejected_closed(uv_handle_t *h) {
   tern__conn_discard(&s->head);
 }
 
-/* No memory for the connection. libuv has accepted the socket already
- * and holds it for uv_accept, which needs a handle there is no memory
- * for; until then it stops watching the listener. Close that socket, so
- * that the client sees a close instead of a hang and the listener goes
- * on accepting. accepted_fd is where libuv's Unix streams keep it
- * (uv/unix.h, the same since libuv 1.0); tern runs on Unix only. */
-static void reject_pending(uv_stream_t *l) {
-  if (l->accepted_fd >= 0) {
-    close(l->accepted_fd);
-    l->accepted_fd = -1;
-  }
+/* Refuse a connection whose poll handle is open: it closes, then the
+ * connection goes back unstarted. */
+static void reject(tern__stream *s) {
+  int fd = tern__stream_fd(s);
+  uv_close((uv_handle_t *)&s->io, on_rejected_closed);
+  close(fd);
+}
+
+/* The socket libuv accepted for the listener's connection callback.
+ * libuv's Unix streams accept before calling it and keep the descriptor
+ * in accepted_fd for uv_accept (uv/unix.h, the same since libuv 1.0;
+ * tern runs on Unix only); taking it from there, and leaving -1, is what
+ * uv_accept does, and libuv goes on accepting. The descriptor is
+ * non-blocking and close-on-exec (accept4). */
+static int take_accepted(uv_stream_t *l) {
+  int fd = l->accepted_fd;
+  l->accepted_fd = -1;
+  return fd;
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
                          const tern__filter *filter, void *cfg,
                          const tern__proxy_cfg *proxy) {
   tern_server *srv = w->srv;
-  tern__conn *c = tern__conn_new(w, &tern__stream_transport);
+  int fd = take_accepted(l), unix_socket = l->type == UV_NAMED_PIPE;
+  tern__conn *c;
   tern__stream *s;
 
-  if (c == NULL) {
-    reject_pending(l);
+  if (fd < 0)
+    return;
+  /* No memory for the connection: the client sees a close instead of a
+   * hang, and the listener goes on accepting. */
+  if ((c = tern__conn_new(w, &tern__stream_transport)) == NULL) {
+    close(fd);
     return;
   }
   s = tern__stream_of(c);
   memset((char *)s + sizeof(s->head), 0, sizeof(*s) - sizeof(s->head));
-  if (l->type == UV_NAMED_PIPE)
-    uv_pipe_init(w->loop, &s->io.pipe, 0);
-  else
-    uv_tcp_init(w->loop, &s->io.tcp);
-  s->io.tcp.data = s;
-  if (uv_accept(l, (uv_stream_t *)&s->io.tcp) != 0 || w->stopping ||
+  if (uv_poll_init(w->loop, &s->io, fd) != 0) {
+    close(fd);
+    tern__conn_discard(c);
+    return;
+  }
+  s->io.data = s;
+  if (w->stopping ||
       atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
           w->max_conns) {
-    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
+    reject(s);
     return;
   }
   /* A Unix socket's client has no IP address: its peer stays unknown
    * (family 0) until a PROXY header names it. */
-  if (l->type != UV_NAMED_PIPE) {
+  if (!unix_socket) {
     struct sockaddr_storage ss;
-    int len = sizeof(ss);
+    socklen_t len = sizeof(ss);
+    int one = 1;
     if (srv->s.tcp_nodelay)
-      uv_tcp_nodelay(&s->io.tcp, 1);
-    if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
+      (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->peer, (struct sockaddr *)&ss);
     len = sizeof(ss);
-    if (uv_tcp_getsockname(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0)
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->local, (struct sockaddr *)&ss);
   }
   /* PROXY: only a trusted balancer may name the client; anyone else is
    * refused before a byte is read. On a Unix socket the socket file's
    * permissions decide who may connect. */
   if (proxy != NULL) {
-    if (l->type != UV_NAMED_PIPE &&
-        !tern__proxy_trusted(proxy->nets, proxy->nnets, c->peer.family,
-                             c->peer.addr)) {
-      uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
+    if (!unix_socket && !tern__proxy_trusted(proxy->nets, proxy->nnets,
+                                             c->peer.family, c->peer.addr)) {
+      reject(s);
       return;
     }
     s->proxy_wait = 1;
@@ -94,7 +114,7 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->filter = filter;
   if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
-    uv_close((uv_handle_t *)&s->io.tcp, on_rejected_closed);
+    reject(s);
     return;
   }
   tern__outq_init(&s->out);
@@ -143,31 +163,63 @@ char *tern__stream_rbuf_room(tern__stream *s, size_t *room) {
   return b->data + s->rlen;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  tern__stream *s = h->data;
+/* Where the next read goes: the filter's ciphertext buffer under TLS,
+ * else the read buffer. A length of 0: no room (the adapter has not
+ * consumed), or with a NULL base no memory for a buffer. */
+static void read_room(tern__stream *s, uv_buf_t *buf) {
   size_t room;
   char *p;
-
-  (void)suggested;
   if (s->filter != NULL && !s->proxy_wait) {
     s->filter->read_buf(s->filt, s->head.w, buf);
     return;
   }
   p = tern__stream_rbuf_room(s, &room);
-  *buf = uv_buf_init(p, (unsigned)room); /* 0: read_cb gets UV_ENOBUFS */
+  *buf = uv_buf_init(p, (unsigned)room);
+}
+
+/* Watch for what the connection waits for: input while it reads (and
+ * while it lingers), the socket draining while output waits. */
+static void poll_update(tern__stream *s, unsigned want) {
+  tern__conn *c = &s->head;
+  unsigned have = c->flags & (TERN__C_POLL_IN | TERN__C_POLL_OUT);
+  int ev = 0;
+  if (want == have)
+    return;
+  c->flags =
+      (c->flags & ~(unsigned)(TERN__C_POLL_IN | TERN__C_POLL_OUT)) | want;
+  if (want == 0) {
+    uv_poll_stop(&s->io);
+    return;
+  }
+  if (want & TERN__C_POLL_IN)
+    ev |= UV_READABLE;
+  if (want & TERN__C_POLL_OUT)
+    ev |= UV_WRITABLE;
+  if (uv_poll_start(&s->io, ev, on_poll) != 0)
+    tern__conn_close(c);
+}
+
+/* The watch the flags ask for; `lazy`: keep watching input that nobody
+ * reads until it arrives (read_stop then read_start costs nothing). */
+static void poll_sync(tern__stream *s, int lazy) {
+  unsigned f = s->head.flags, want = 0;
+  if (f & TERN__C_CLOSING)
+    return;
+  if ((f & TERN__C_READING) || (lazy && (f & TERN__C_POLL_IN)))
+    want |= TERN__C_POLL_IN;
+  if (f & TERN__C_WRITING)
+    want |= TERN__C_POLL_OUT;
+  poll_update(s, want);
 }
 
 void tern__stream_read_start(tern__stream *s) {
   if (s->head.flags & (TERN__C_READING | TERN__C_CLOSING | TERN__C_EOF))
     return;
-  if (uv_read_start((uv_stream_t *)&s->io.tcp, on_alloc, on_read) == 0)
-    s->head.flags |= TERN__C_READING;
+  s->head.flags |= TERN__C_READING;
+  poll_sync(s, 1);
 }
 
 void tern__stream_read_stop(tern__stream *s) {
-  if (!(s->head.flags & TERN__C_READING))
-    return;
-  uv_read_stop((uv_stream_t *)&s->io.tcp);
   s->head.flags &= ~(unsigned)TERN__C_READING;
 }
 
@@ -374,8 +426,7 @@ static int proxy_input(tern__stream *s) {
   return 0;
 }
 
-static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
-  tern__stream *s = h->data;
+static void on_read(tern__stream *s, ssize_t nread, const uv_buf_t *buf) {
   tern__conn *c = &s->head;
 
   if (nread > 0) {
@@ -408,8 +459,10 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
       tern__conn_close(c);
       return;
     }
-    /* No room: the adapter cannot consume now. It restarts reading. */
+    /* No room: the adapter cannot consume now. It restarts reading; until
+     * then the socket is not watched for input. */
     tern__stream_read_stop(s);
+    poll_sync(s, 0);
     return;
   }
   if (nread == UV_EOF && s->proxy_wait) {
@@ -426,21 +479,57 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf) {
   tern__conn_close(c);
 }
 
-/* ---- Writing ------------------------------------------------------- */
-
-/* A write the socket could not take at once, and its length. */
-typedef struct tern__swrite {
-  uv_write_t req; /* data: the stream */
-  size_t len;
-} tern__swrite;
-
-size_t tern__stream_writing(const tern__stream *s) {
-  return s->wr != NULL ? s->wr->len : 0;
+/* Read while the socket has input and the adapter reads: at most 32
+ * times in one go (as libuv's streams), so that one busy client does
+ * not hold the worker; a short read means the socket is drained. */
+static void read_some(tern__stream *s) {
+  tern__conn *c = &s->head;
+  int fd = tern__stream_fd(s);
+  for (int k = 0; k < 32; k++) {
+    uv_buf_t b;
+    ssize_t n;
+    read_room(s, &b);
+    if (b.len == 0) {
+      on_read(s, UV_ENOBUFS, &b);
+      return;
+    }
+    do
+      n = recv(fd, b.base, b.len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    on_read(s, n > 0 ? n : n == 0 ? UV_EOF : UV_ECONNRESET, &b);
+    if ((size_t)n < b.len || (c->flags & TERN__C_CLOSING) ||
+        !(c->flags & (TERN__C_READING | TERN__C_LINGER)))
+      return;
+  }
 }
 
-static void on_shutdown(uv_shutdown_t *req, int status) {
-  (void)status;
-  tern__small_free(req->data, req); /* data: the worker */
+static void write_ready(tern__stream *s);
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  tern__stream *s = h->data;
+  tern__conn *c = &s->head;
+  if (status < 0) {
+    /* A socket error (libuv reports EPOLLERR so, and stops the handle):
+     * the peer reset it, or it failed. */
+    tern__conn_close(c);
+    return;
+  }
+  if ((events & UV_WRITABLE) && (c->flags & TERN__C_WRITING)) {
+    write_ready(s);
+    if (c->flags & TERN__C_CLOSING)
+      return;
+  }
+  if (events & UV_READABLE) {
+    if (c->flags & (TERN__C_READING | TERN__C_LINGER))
+      read_some(s);
+    if (c->flags & TERN__C_CLOSING)
+      return;
+  }
+  /* Input nobody reads stops being watched now (see poll_sync); what the
+   * flags ask for otherwise is watched already. */
+  poll_sync(s, 0);
 }
 
 /* Close after the last byte has been written: shut down our side and drain
@@ -449,15 +538,8 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
  * the client has read it. */
 static void linger(tern__stream *s) {
   tern__conn *c = &s->head;
-  uv_shutdown_t *sr;
   if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
-      (sr = tern__small_malloc(c->w, sizeof(*sr))) == NULL) {
-    tern__conn_close(c);
-    return;
-  }
-  sr->data = c->w;
-  if (uv_shutdown(sr, (uv_stream_t *)&s->io.tcp, on_shutdown) != 0) {
-    tern__small_free(c->w, sr);
+      shutdown(tern__stream_fd(s), SHUT_WR) != 0) {
     tern__conn_close(c);
     return;
   }
@@ -471,7 +553,23 @@ static void linger(tern__stream *s) {
 
 #define TERN__IOV_MAX 64
 
-static void on_write(uv_write_t *req, int status);
+/* Write what the socket takes of `iov`: the bytes written, 0 when it is
+ * full, -1 when it failed. sendmsg, for MSG_NOSIGNAL: a closed peer is
+ * an error, not a SIGPIPE. uv_buf_t is laid out as struct iovec on Unix
+ * (libuv's uv-unix.h says so), which is what lets it through. */
+static ssize_t write_iov(int fd, uv_buf_t *iov, size_t n) {
+  struct msghdr m;
+  ssize_t r;
+  memset(&m, 0, sizeof(m));
+  m.msg_iov = (struct iovec *)(void *)iov;
+  m.msg_iovlen = n;
+  do
+    r = sendmsg(fd, &m, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  if (r >= 0)
+    return r;
+  return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+}
 
 /* The queue the socket writes from: ciphertext when TLS filters the
  * connection (after encrypting what the adapter produced), else the
@@ -489,7 +587,8 @@ static void stream_flush(tern__conn *c) {
   uv_buf_t iov[TERN__IOV_MAX];
   size_t n, i, total;
   tern__outq *q;
-  int r, err;
+  ssize_t r;
+  int err;
 
   if (c->flags & (TERN__C_CLOSING | TERN__C_WRITING | TERN__C_LINGER))
     return;
@@ -508,37 +607,32 @@ static void stream_flush(tern__conn *c) {
       tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
-    r = uv_try_write((uv_stream_t *)&s->io.tcp, iov, (unsigned)n);
+    r = write_iov(tern__stream_fd(s), iov, n);
     if (r > 0) {
       TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
+      s->wr_left -= (size_t)r < s->wr_left ? (size_t)r : s->wr_left;
       tern__outq_consume(w, q, (size_t)r);
       if (c->flags & TERN__C_CLOSING)
         return;
       continue;
     }
-    if (r != UV_EAGAIN) {
+    if (r < 0) {
       tern__conn_close(c);
       return;
     }
-    for (i = 0, total = 0; i < n; i++)
-      total += iov[i].len;
-    if ((s->wr = tern__small_malloc(w, sizeof(*s->wr))) == NULL) {
-      tern__conn_close(c);
-      return;
-    }
-    s->wr->req.data = s;
-    s->wr->len = total;
-    if (uv_write(&s->wr->req, (uv_stream_t *)&s->io.tcp, iov, (unsigned)n,
-                 on_write) != 0) {
-      tern__small_free(w, s->wr);
-      s->wr = NULL;
-      tern__conn_close(c);
-      return;
+    /* Full: wait for it to drain. A new batch starts the write timer; a
+     * batch still being written keeps the deadline it had. */
+    if (s->wr_left == 0) {
+      for (i = 0, total = 0; i < n; i++)
+        total += iov[i].len;
+      s->wr_left = total;
+      tern__conn_timer(c, TERN__T_WRITE);
     }
     c->flags |= TERN__C_WRITING;
-    tern__conn_timer(c, TERN__T_WRITE);
+    poll_sync(s, 1);
     return;
   }
+  s->wr_left = 0;
   if (s->out.count == 0 && tern__conn_done(c)) {
     /* Over TLS, the close_notify alert goes out before our FIN. */
     if (s->filter != NULL && s->filter->shutdown(s->filt)) {
@@ -551,26 +645,14 @@ static void stream_flush(tern__conn *c) {
   }
 }
 
-static void on_write(uv_write_t *req, int status) {
-  tern__stream *s = req->data;
+/* The socket has room again: write on (what queued meanwhile too). */
+static void write_ready(tern__stream *s) {
   tern__conn *c = &s->head;
-  tern__worker *w = c->w;
-  size_t len = s->wr->len;
-
-  tern__small_free(w, s->wr);
-  s->wr = NULL;
   c->flags &= ~(unsigned)TERN__C_WRITING;
-  if (status < 0 || (c->flags & TERN__C_CLOSING)) {
-    tern__conn_close(c);
-    return;
-  }
-  TERN__STAT_ADD(w->stats.bytes_out, len);
-  tern__outq_consume(w, s->filter != NULL ? s->filter->wire(s->filt) : &s->out,
-                     len);
-  if (c->flags & TERN__C_CLOSING)
-    return;
-  tern__conn_timer(c, TERN__T_NONE);
   stream_flush(c);
+  if (!(c->flags & (TERN__C_CLOSING | TERN__C_WRITING)) &&
+      c->timer.kind == TERN__T_WRITE)
+    tern__conn_timer(c, TERN__T_NONE); /* drained, and nothing re-armed */
 }
 
 /* ---- Timers, closing ---------------------------------------------- */
@@ -580,10 +662,15 @@ static void stream_timeout(tern__conn *c, int kind) {
   tern__conn_close(c);
 }
 
+/* uv_close stops the poll (the descriptor leaves epoll) before the
+ * descriptor closes. */
 static void stream_close(tern__conn *c) {
   tern__stream *s = tern__stream_of(c);
+  int fd = tern__stream_fd(s);
   tern__stream_read_stop(s);
-  uv_close((uv_handle_t *)&s->io.tcp, on_handle_closed);
+  c->flags &= ~(unsigned)(TERN__C_POLL_IN | TERN__C_POLL_OUT);
+  uv_close((uv_handle_t *)&s->io, on_handle_closed);
+  close(fd);
 }
 
 static void stream_free(tern__conn *c) {

@@ -12,42 +12,51 @@
 
 /* The transport's flags, in the head's flags word. */
 enum {
-  TERN__C_READING = TERN__C_TRANSPORT << 0, /* uv_read_start active */
-  TERN__C_WRITING = TERN__C_TRANSPORT << 1, /* a uv_write is in flight */
+  TERN__C_READING = TERN__C_TRANSPORT << 0, /* the adapter wants input */
+  TERN__C_WRITING = TERN__C_TRANSPORT << 1, /* the socket is full: output
+                                               waits for it to drain */
   TERN__C_LINGER = TERN__C_TRANSPORT << 2,  /* shut down, draining */
+  /* What the poll handle watches now. Reading stops lazily: a socket
+   * that turns readable while nobody reads is dropped from the poll
+   * then, so a stop followed by a start costs no system call. */
+  TERN__C_POLL_IN = TERN__C_TRANSPORT << 3,
+  TERN__C_POLL_OUT = TERN__C_TRANSPORT << 4,
 };
 
+/* The socket (TCP or a Unix socket) is the connection's own descriptor,
+ * watched by a uv_poll_t and read and written by tern directly: a
+ * uv_tcp_t carries a stream's write queues, connect and shutdown
+ * requests and accept state that an accepted connection never uses
+ * (248 bytes against 160), and an idle connection is mostly this
+ * struct. */
 typedef struct tern__stream {
   tern__conn head; /* first: the core's part */
-  union {
-    uv_tcp_t tcp;   /* from a TCP listener */
-    uv_pipe_t pipe; /* from a Unix-socket listener */
-  } io;
+  uv_poll_t io;    /* its io_watcher.fd is the socket */
 
   /* Plaintext input, consumed from rpos, filled up to rlen. */
   tern__rbuf *rbuf;
   size_t rpos, rlen;
 
-  /* A PROXY protocol header is still awaited: the socket's bytes go
-   * into the read buffer until it is whole, before the filter or the
-   * adapter sees any. */
-  int proxy_wait;
   const tern__filter *filter; /* NULL on plain TCP */
   void *filt;                 /* the filter's state */
   tern__outq out;             /* plaintext from the adapter */
-  /* The uv_write in flight (NULL: none). Most writes finish at once in
-   * uv_try_write; only one the socket could not take needs a request,
-   * taken from the worker's small blocks then, so an idle connection
-   * does not carry one (nor a uv_shutdown_t, taken at linger). */
-  struct tern__swrite *wr;
+  /* While TERN__C_WRITING: what is left of the bytes the socket could
+   * not take when it filled. The write timer runs until they are all
+   * written, so a client that reads a byte now and then cannot hold the
+   * connection for longer than one write timeout per batch. */
+  size_t wr_left;
 
   /* The HTTP/1.1 adapter's state, in place: every connection starts
    * with it. */
   tern_request *q_head, *q_tail; /* in-flight requests, in order */
-  size_t nq;
-  tern_request *body_req; /* request whose body is arriving */
+  tern_request *body_req;        /* request whose body is arriving */
   size_t head_scanned;
-  int not_h2; /* the first bytes were not the HTTP/2 preface */
+  uint32_t nq; /* at most max_pipeline (1024) */
+  /* A PROXY protocol header is still awaited: the socket's bytes go
+   * into the read buffer until it is whole, before the filter or the
+   * adapter sees any. */
+  uint8_t proxy_wait;
+  uint8_t not_h2; /* the first bytes were not the HTTP/2 preface */
 
   /* The HTTP/2 adapter's state once it has the connection. */
   void *h2;
@@ -67,8 +76,9 @@ static inline const tern__stream *tern__stream_cof(const tern__conn *c) {
 char *tern__stream_rbuf_room(tern__stream *s, size_t *room);
 void tern__stream_read_start(tern__stream *s);
 void tern__stream_read_stop(tern__stream *s);
-/* Bytes of the uv_write in flight (0: none). */
-size_t tern__stream_writing(const tern__stream *s);
+static inline int tern__stream_fd(const tern__stream *s) {
+  return s->io.io_watcher.fd;
+}
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
 /* Accept a connection from TCP listener `l` on worker `w` through
