@@ -198,12 +198,22 @@ static int put(tern_ws *ws, const void *p, size_t n) {
   return r->ops->write(r, p, n, 1, NULL, NULL, NULL, NULL);
 }
 
+/* A frame whose payload is at most this long goes to the adapter in one
+ * write with its header: one copy into the output queue, not two. */
+#define SMALL_FRAME 512
+
 static int put_frame(tern_ws *ws, int opcode, int fin, int rsv1, const void *p,
                      size_t n) {
-  unsigned char hdr[TERN__WS_MAX_HEADER];
-  size_t hl = tern__ws_frame_header(hdr, opcode, fin, rsv1, n);
-  int rc = put(ws, hdr, hl);
-  if (rc == 0 && n > 0)
+  unsigned char f[TERN__WS_MAX_HEADER + SMALL_FRAME];
+  size_t hl = tern__ws_frame_header(f, opcode, fin, rsv1, n);
+  int rc;
+  if (n <= SMALL_FRAME) {
+    if (n > 0)
+      memcpy(f + hl, p, n);
+    return put(ws, f, hl + n);
+  }
+  rc = put(ws, f, hl);
+  if (rc == 0)
     rc = put(ws, p, n);
   return rc;
 }
