@@ -1113,7 +1113,12 @@ typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
 
 /* Write a piece of a streamed response. `data` is referenced, not copied,
  * until `done` runs; with `done` NULL it is copied now. Writing more than
- * the declared Content-Length is TERN_EINVAL. */
+ * the declared Content-Length is TERN_EINVAL. A piece that cannot be
+ * queued for lack of memory (TERN_ENOMEM) aborts the response: the client
+ * sees the connection close (HTTP/1.1) or the stream reset (HTTP/2,
+ * HTTP/3), never a response that ends cleanly with a piece missing; call
+ * tern_response_end all the same. So does a tern_response_start that
+ * failed for lack of memory, once tern_response_end is called. */
 TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
                                     size_t len, tern_write_fn done, void *user);
 

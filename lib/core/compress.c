@@ -743,6 +743,8 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
   rc = r->ops->start(r, status, head.h, head.n,
                      enc != ENC_NONE ? -1 : content_length);
   head_done(r, &head);
+  if (rc != 0)
+    tern__compress_free(r); /* nothing will be compressed */
   return rc;
 }
 

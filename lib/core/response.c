@@ -766,7 +766,14 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
     r->bytes_out += len;
-    return resp_write(r, data, len, done == NULL, done, user, NULL, NULL);
+    rc = resp_write(r, data, len, done == NULL, done, user, NULL, NULL);
+    /* Bytes that could not be queued leave a hole in the body: the client
+     * must see the response cut (the adapter's abort), never one that
+     * ends cleanly without them. A write past the declared length
+     * (TERN_EINVAL) leaves the body as declared, and goes on. */
+    if (rc == TERN_ENOMEM)
+      r->ops->abort(r);
+    return rc;
   }
   m = msg_new(r, M_WRITE, NULL, 0, done == NULL ? data : NULL,
               done == NULL ? len : 0);
@@ -791,8 +798,14 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
     finish_user(r);
     return TERN_ECLOSED;
   }
-  if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
+  if (r->flags & TERN__RQ_ENDED)
     return TERN_ESTATE;
+  /* The user started a response, but its start failed (no memory for the
+   * head): nothing was sent, and the request can only be aborted, as a
+   * finishing call that cannot queue its bytes is (and as the posted end
+   * from another thread does). */
+  if (!(r->flags & TERN__RQ_STARTED))
+    return tern__request_fail(r, TERN_ENOMEM);
   rc = resp_end(r, trailers, ntrailers);
   if (rc != 0)
     return tern__request_fail(r, rc);

@@ -44,6 +44,22 @@ static void text(tern_request *r, void *user) {
   tern_respond(r, 200, h, 1, body, sizeof(body));
 }
 
+/* The same body streamed in three writes of unknown total length: each
+ * is compressed and flushed on its own, so an allocation can fail in
+ * the middle of the compressed stream. After an error the handler still
+ * ends the response, as tern.h asks. */
+static void text_streamed(tern_request *r, void *user) {
+  static const tern_header h[] = {{"Content-Type", 12, "text/plain", 10}};
+  size_t third = sizeof(body) / 3;
+  (void)user;
+  tern_response_start(r, 200, h, 1, -1);
+  tern_response_write(r, body, third, NULL, NULL);
+  tern_response_write(r, body + third, third, NULL, NULL);
+  tern_response_write(r, body + 2 * third, sizeof(body) - 2 * third, NULL,
+                      NULL);
+  tern_response_end(r, NULL, 0);
+}
+
 /* ---- Options --------------------------------------------------------- */
 
 static int add(tern_server *s, const char *path, tern_compress_options *c) {
@@ -158,6 +174,7 @@ static void test_options(void) {
 /* ---- The allocation-failure sweep ---------------------------------- */
 
 static const char *coding = "gzip"; /* the client's Accept-Encoding */
+static const char *target = "/t";   /* what the client asks for */
 
 static void *client(void *arg) {
   char req[128];
@@ -165,9 +182,9 @@ static void *client(void *arg) {
   ssize_t n;
   (void)arg;
   len = snprintf(req, sizeof(req),
-                 "GET /t HTTP/1.1\r\nHost: x\r\nAccept-Encoding: %s\r\n"
+                 "GET %s HTTP/1.1\r\nHost: x\r\nAccept-Encoding: %s\r\n"
                  "Connection: close\r\n\r\n",
-                 coding);
+                 target, coding);
   reply_len = 0;
   if (fd >= 0 && write(fd, req, (size_t)len) == (ssize_t)len)
     while ((n = read(fd, reply + reply_len, sizeof(reply) - 1 - reply_len)) > 0)
@@ -230,6 +247,74 @@ static int served(void) {
   return 1;
 }
 
+/* The body `p` (n bytes) in coding `enc` ("" for identity) decodes to
+ * `body`. */
+static void check_decoded(const char *enc, const uint8_t *p, size_t n) {
+  static uint8_t out[sizeof(body) + 1];
+  size_t olen = sizeof(out);
+  if (strcmp(enc, "gzip") == 0) {
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    T_ASSERT(inflateInit2(&z, 16 + 15) == Z_OK);
+    z.next_in = (Bytef *)(uintptr_t)p;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = sizeof(out);
+    T_EQ_INT(inflate(&z, Z_FINISH), Z_STREAM_END);
+    olen = z.total_out;
+    inflateEnd(&z);
+#ifdef TERN_TEST_BROTLIDEC
+  } else if (strcmp(enc, "br") == 0) {
+    T_EQ_INT(BrotliDecoderDecompress(n, p, &olen, out),
+             BROTLI_DECODER_RESULT_SUCCESS);
+#endif
+  } else {
+    T_EQ_INT(enc[0], '\0');
+    T_ASSERT(n <= sizeof(out));
+    memcpy(out, p, n);
+    olen = n;
+  }
+  T_EQ_INT((long)olen, (long)sizeof(body));
+  T_ASSERT(memcmp(out, body, sizeof(body)) == 0);
+}
+
+/* A streamed answer: chunked, and whole only with its last chunk; then
+ * it must decode to the body. One cut short (the request aborted when
+ * the compressor failed mid-stream) counts as refused. */
+static int served_streamed(void) {
+  static uint8_t raw[sizeof(reply)];
+  char *end = strstr(reply, "\r\n\r\n"), *p, *ce;
+  char enc[16] = "";
+  size_t n = 0;
+  if (reply_len < 13 || memcmp(reply, "HTTP/1.1 200 ", 13) != 0 || !end)
+    return 0;
+  *end = '\0';
+  T_ASSERT(strstr(reply, "vary: Accept-Encoding") != NULL);
+  T_ASSERT(strstr(reply, "Transfer-Encoding: chunked") != NULL);
+  if ((ce = strstr(reply, "content-encoding: ")) != NULL)
+    sscanf(ce + 18, "%15[a-z]", enc);
+  for (p = end + 4;;) {
+    char *q;
+    unsigned long k = strtoul(p, &q, 16);
+    if (q == p || (size_t)(q - reply) + 2 > reply_len || q[0] != '\r')
+      return 0; /* cut short */
+    p = q + 2;
+    if (k == 0)
+      break;
+    if ((size_t)(p - reply) + k + 2 > reply_len)
+      return 0;
+    memcpy(raw + n, p, k);
+    n += k;
+    p += k + 2;
+  }
+  check_decoded(enc, raw, n);
+  if (enc[0] != '\0')
+    coded_answers++;
+  else
+    identity_answers++;
+  return 1;
+}
+
 static int setup(tern_server **out, const tern_settings *s, uv_loop_t *loop,
                  void *user) {
   tern_compress_options c;
@@ -242,14 +327,19 @@ static int setup(tern_server **out, const tern_settings *s, uv_loop_t *loop,
   if (rc == 0)
     rc = tern_route_with(*out, "GET", "/t", text, NULL, &o);
   if (rc == 0)
+    rc = tern_route_with(*out, "GET", "/s", text_streamed, NULL, &o);
+  if (rc == 0)
     rc = tern_listen(*out, "127.0.0.1", 0, &port);
   if (rc == 0)
     rc = tern_attach(*out, loop);
   return rc;
 }
 
-static void sweep_coding(const char *c) {
+static void sweep_coding(const char *c, int streamed) {
   sweep sw = {.what = c, .setup = setup, .client = client, .served = served};
+  if (streamed)
+    sw.served = served_streamed;
+  target = streamed ? "/s" : "/t";
   coding = c;
   coded_answers = identity_answers = 0;
   sweep_run(&sw, &srv, 400);
@@ -257,18 +347,21 @@ static void sweep_coding(const char *c) {
    * identity, never fail it. */
   T_ASSERT(coded_answers > 0);
   T_ASSERT(identity_answers > 0);
-  printf("# %s: %ld answers compressed, %ld in identity\n", c, coded_answers,
-         identity_answers);
+  printf("# %s%s: %ld answers compressed, %ld in identity\n", c,
+         streamed ? " streamed" : "", coded_answers, identity_answers);
 }
 
 static void test_every_allocation_may_fail(void) {
   tern_compress_options c;
-  sweep_coding("gzip");
+  sweep_coding("gzip", 0);
+  sweep_coding("gzip", 1);
   tern_compress_options_init(&c);
   if (c.encodings & TERN_COMPRESS_ZSTD)
-    sweep_coding("zstd");
-  if (c.encodings & TERN_COMPRESS_BR)
-    sweep_coding("br");
+    sweep_coding("zstd", 0);
+  if (c.encodings & TERN_COMPRESS_BR) {
+    sweep_coding("br", 0);
+    sweep_coding("br", 1);
+  }
 }
 
 int main(void) {
