@@ -510,6 +510,7 @@ static void write_ready(tern__stream *s);
 static void on_poll(uv_poll_t *h, int status, int events) {
   tern__stream *s = h->data;
   tern__conn *c = &s->head;
+  int read = 1;
   if (status < 0) {
     /* A socket error (libuv reports EPOLLERR so, and stops the handle):
      * the peer reset it, or it failed. */
@@ -522,14 +523,18 @@ static void on_poll(uv_poll_t *h, int status, int events) {
       return;
   }
   if (events & UV_READABLE) {
-    if (c->flags & (TERN__C_READING | TERN__C_LINGER))
+    read = (c->flags & (TERN__C_READING | TERN__C_LINGER)) != 0;
+    if (read)
       read_some(s);
     if (c->flags & TERN__C_CLOSING)
       return;
   }
-  /* Input nobody reads stops being watched now (see poll_sync); what the
-   * flags ask for otherwise is watched already. */
-  poll_sync(s, 0);
+  /* Input that arrived while nobody reads stops being watched now (see
+   * poll_sync), or it would wake the loop at every turn. Input this call
+   * read is kept watched lazily even if reading stopped since: at the
+   * client's FIN the connection usually closes within this loop turn,
+   * and the poll goes with it. */
+  poll_sync(s, read);
 }
 
 /* Close after the last byte has been written: shut down our side and drain
