@@ -45,7 +45,7 @@ struct tern__compress_conf {
  * allocator returns NULL (BROTLI_ENCODER_EXIT_ON_OOM, the default), and
  * a library must not end its host's process. So its allocator never
  * returns NULL: a failed allocation longjmps back to the call into
- * brotli (the setjmp in br_open and in c_step), which then frees every
+ * brotli (the setjmp in br_open and in br_step), which then frees every
  * block the encoder holds, found on this list, and drops the encoder
  * without calling into it again. Brotli keeps no state outside these
  * blocks and holds no lock, so nothing else is left behind. */

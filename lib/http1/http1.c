@@ -513,7 +513,6 @@ static int replace_answer(tern__stream *c, tern_request *r, int status) {
   tern__worker *w = c->head.w;
   tern__outq *q = &r->out;
   size_t keep = 0, ncut;
-  uint64_t left;
   tern__seg *cut;
   char body[64];
   int len, rc;
@@ -525,8 +524,7 @@ static int replace_answer(tern__stream *c, tern_request *r, int status) {
     /* Bytes handed to the kernel (or to TLS, which has encrypted them)
      * cannot be taken back. */
     q = &c->out;
-    left = q->consumed;
-    if (left > state(r)->out_start)
+    if (q->consumed > state(r)->out_start)
       return -1;
     keep = (size_t)(state(r)->out_start - q->consumed);
   }
