@@ -331,6 +331,9 @@ enum {
                                      it is replayable (HTTP/3) */
   TERN__RQ_SELF = 1u << 18,       /* tern answered it (respond_status) */
   TERN__RQ_LOGGED = 1u << 19,     /* counted and logged (access.c) */
+  TERN__RQ_PEER_CLOSE = 1u << 20, /* the client said it sends no more
+                                     (HTTP/1.1 Connection: close, or 1.0
+                                     without keep-alive) */
 };
 
 /* The user's side of a request, in tern_request.ustate: what the response

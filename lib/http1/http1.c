@@ -126,6 +126,11 @@ static void advance(tern__stream *c) {
     int last = (r->flags & TERN__RQ_CLOSE) || body_unread(r);
     if (last)
       c->head.flags |= TERN__C_CLOSE_AFTER;
+    if (last &&
+        (r->flags & (TERN__RQ_PEER_CLOSE | TERN__RQ_ABORT)) ==
+            TERN__RQ_PEER_CLOSE &&
+        !body_unread(r))
+      c->head.flags |= TERN__C_PEER_DONE;
     tern__request_unref(r);
     if (last) {
       drop_queue(c);
@@ -821,7 +826,7 @@ static void start_request(tern__stream *c, size_t head_len) {
   if (method_is(r, "HEAD"))
     r->flags |= TERN__RQ_HEAD;
   if (h.flags & TERN__H1_F_CLOSE) {
-    r->flags |= TERN__RQ_CLOSE;
+    r->flags |= TERN__RQ_CLOSE | TERN__RQ_PEER_CLOSE;
     c->head.flags |= TERN__C_CLOSE_AFTER; /* nothing follows this request */
   }
   if ((h.flags & TERN__H1_F_EXPECT100) && h.version_minor == 1)

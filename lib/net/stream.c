@@ -543,7 +543,12 @@ static void on_poll(uv_poll_t *h, int status, int events) {
  * the client has read it. */
 static void linger(tern__stream *s) {
   tern__conn *c = &s->head;
-  if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) ||
+  /* Not over TLS: a client may answer our close_notify with its own,
+   * and a reset for those bytes could destroy the end of the response
+   * before the client has read it. */
+  int peer_done =
+      (c->flags & TERN__C_PEER_DONE) && s->filter == NULL && s->rpos == s->rlen;
+  if (c->flags & (TERN__C_EOF | TERN__C_STOPPING) || peer_done ||
       shutdown(tern__stream_fd(s), SHUT_WR) != 0) {
     tern__conn_close(c);
     return;

@@ -21,6 +21,11 @@ enum {
    * then, so a stop followed by a start costs no system call. */
   TERN__C_POLL_IN = TERN__C_TRANSPORT << 3,
   TERN__C_POLL_OUT = TERN__C_TRANSPORT << 4,
+  /* The connection ends at the client's own word (its last request said
+   * Connection: close, and its body was read whole): lingering waits for
+   * bytes the client said it will not send, so on plain TCP with nothing
+   * left unread it closes at once, as nginx does. */
+  TERN__C_PEER_DONE = TERN__C_TRANSPORT << 5,
 };
 
 /* The socket (TCP or a Unix socket) is the connection's own descriptor,

@@ -383,6 +383,36 @@ def client_reset_mid_response():
 
 
 @case(timeout=30)
+def client_close_is_not_lingered():
+    # A client that says "Connection: close" sends nothing more: once its
+    # answer is written the server closes at once, without waiting for
+    # the client's FIN (nginx does the same). These clients keep their
+    # sockets open; lingering would hold each connection until the 2 s
+    # limit.
+    with Conn(srv.port) as st:
+        before = stats_from(st)["active_connections"]
+        held = []
+        try:
+            for _ in range(20):
+                s = connect(srv.port)
+                held.append(s)
+                s.sendall(build_request("GET", "/", {"Connection": "close"}))
+                data, how = recv_until_close(s, 5)
+                check(b"Hello, World!" in data and how == "eof",
+                      "response, %s" % how)
+            deadline = time.monotonic() + 0.5
+            while stats_from(st)["active_connections"] > before:
+                check(time.monotonic() < deadline,
+                      "%d connections lingering though their clients said "
+                      "close" % (stats_from(st)["active_connections"] -
+                                 before))
+                time.sleep(0.02)
+        finally:
+            for s in held:
+                s.close()
+
+
+@case(timeout=30)
 def closed_connections_end_at_the_client_fin():
     # After "Connection: close" the server shuts down its side and drains
     # the client until its FIN; that must end the connection at once, not
