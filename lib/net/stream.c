@@ -540,7 +540,8 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 /* Close after the last byte has been written: shut down our side and drain
  * what the client still sends for a while. Closing with unread input would
  * make the kernel answer with a reset that can destroy the response before
- * the client has read it. */
+ * the client has read it. Not when the client said it sends no more
+ * (TERN__C_PEER_DONE) and left nothing unread: then it closes at once. */
 static void linger(tern__stream *s) {
   tern__conn *c = &s->head;
   /* Not over TLS: a client may answer our close_notify with its own,
