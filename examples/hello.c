@@ -13,6 +13,7 @@
  *   GET  /big?bytes=N   N bytes of 'x' (at most 64 MiB; 1 MiB without
  *                       bytes=), referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
+ *   GET  /block-runs    how many /block handlers have started
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
  *                       address and port as tern_request_peer gives them
  *   GET  /peer          the client's address and port as tern_request_peer
@@ -142,6 +143,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,8 +446,20 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
+/* How many /block handlers have started: a request whose client left
+ * while it waited for a pool thread never runs. */
+static atomic_long block_runs;
+
+static void block_count(tern_request *r, void *user) {
+  char body[32];
+  int n = snprintf(body, sizeof(body), "%ld", atomic_load(&block_runs));
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
 static void block(tern_request *r, void *user) {
   (void)user;
+  atomic_fetch_add(&block_runs, 1);
   sleep_ms(query_num(r, "ms"));
   tern_respond(r, 200, text_plain, 1, "blocked", 7);
 }
@@ -1368,6 +1382,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/big", big_body, NULL);
   tern_route(server, "GET", "/trailers", trailers_route, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
+  tern_route(server, "GET", "/block-runs", block_count, NULL);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
   tern_route(server, "GET", "/peer", peer, NULL);

@@ -64,10 +64,23 @@ void tern__request_unref(tern_request *r) {
   tern__conn_unref(c);
 }
 
+static int pool_unqueue(tern_request *r);
+
 void tern__request_gone(tern_request *r) {
   tern_gone_fn fn = r->gone_fn;
   atomic_store_explicit(&r->gone, 1, memory_order_release);
   r->gone_fn = NULL; /* at most once */
+  /* A blocking request still waiting for a pool thread is dropped from
+   * the queue: running it would answer nobody, and a client that sends
+   * and leaves would keep every thread busy for clients that stay. No
+   * handler ever saw it, so it ends like an unhandled request. */
+  if ((r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED)) == TERN__RQ_HANDLED &&
+      (r->route->flags & TERN_ROUTE_BLOCKING) && pool_unqueue(r)) {
+    tern__request_unhold(r);
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+    return;
+  }
   /* A request that became a WebSocket was finished by tern_ws_accept;
    * its socket reports the end through on_close instead. */
   if (fn == NULL || (r->flags & (TERN__RQ_ENDED | TERN__RQ_TUNNEL)))

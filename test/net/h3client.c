@@ -17,6 +17,9 @@
  *   --reset-mid-body K  POST sending K body bytes, reset the stream once
  *                     the server acknowledged them (H3_REQUEST_CANCELLED),
  *                     then GET / on the same connection
+ *   --cancel-all      reset every request's stream (H3_REQUEST_CANCELLED,
+ *                     both directions) as soon as the server acknowledged
+ *                     its head: a client that asks and leaves at once
  *   --no-read         a 1 KiB stream window that is never extended for
  *                     response bodies (ACKs still flow)
  *   --stall-ms N      as --no-read for the first N ms, then the stream
@@ -116,16 +119,17 @@ enum { EOF_FIN, EOF_RESET, EOF_STOP, EOF_CLOSE };
 typedef struct {
   int64_t id;
   int is_post;
-  int cancel;     /* --reset-mid-body: this one is reset by us */
-  int opened;     /* a QUIC stream exists */
-  int finished;   /* nothing more is expected on it */
-  int closed;     /* ngtcp2 closed it */
-  int status;     /* :status, 0 before the head */
-  uint64_t sent;  /* body bytes handed to nghttp3 */
-  uint64_t acked; /* body bytes the server acknowledged */
-  uint64_t limit; /* body bytes to send */
-  uint64_t got;   /* response body bytes */
-  uint64_t owed;  /* --stall-ms: window credit held back while stalled */
+  int cancel;          /* --reset-mid-body: this one is reset by us */
+  int opened;          /* a QUIC stream exists */
+  int finished;        /* nothing more is expected on it */
+  int closed;          /* ngtcp2 closed it */
+  int status;          /* :status, 0 before the head */
+  uint64_t sent;       /* body bytes handed to nghttp3 */
+  uint64_t acked;      /* body bytes the server acknowledged */
+  uint64_t head_acked; /* stream bytes (head first) acknowledged */
+  uint64_t limit;      /* body bytes to send */
+  uint64_t got;        /* response body bytes */
+  uint64_t owed;       /* --stall-ms: window credit held back while stalled */
   const char *path;
   gnutls_hash_hd_t hash;
 } req;
@@ -145,7 +149,7 @@ static struct {
   req *reqs;
   size_t nreqs, next, finished, open_now, max_open;
   uint64_t body_size, header_bytes, nheaders, reset_k;
-  int no_read, idle, verbose, connected, blocked_seen, closed;
+  int no_read, idle, verbose, connected, blocked_seen, closed, cancel_all;
   uint64_t stall_ms;
   ngtcp2_tstamp stall_until; /* --stall-ms: 0 once the stall is over */
   int want_open;             /* more streams may be opened now */
@@ -284,10 +288,11 @@ static int recv_stream_cb(ngtcp2_conn *conn, uint32_t flags, int64_t id,
 
 static int acked_cb(ngtcp2_conn *conn, int64_t id, uint64_t offset,
                     uint64_t len, void *user, void *sdata) {
+  req *r = sdata;
   (void)conn;
-  (void)offset;
   (void)user;
-  (void)sdata;
+  if (r != NULL && offset + len > r->head_acked)
+    r->head_acked = offset + len; /* the server has read this far */
   return cl.h3 != NULL && nghttp3_conn_add_ack_offset(cl.h3, id, len) != 0
              ? NGTCP2_ERR_CALLBACK_FAILURE
              : 0;
@@ -1128,6 +1133,8 @@ int main(int argc, char **argv) {
       dst = &cl.stall_ms;
     else if (strcmp(o, "--no-read") == 0)
       cl.no_read = 1;
+    else if (strcmp(o, "--cancel-all") == 0)
+      cl.cancel_all = 1;
     else if (strcmp(o, "--idle") == 0)
       cl.idle = 1;
     else if (strcmp(o, "-v") == 0)
@@ -1271,6 +1278,25 @@ int main(int argc, char **argv) {
     if (write_all() != 0) {
       rc = 1;
       goto end;
+    }
+    if (cl.cancel_all) {
+      /* A head the server has acknowledged was read: reset it now. */
+      for (i = 0; i < cl.next; i++) {
+        req *q = &cl.reqs[i];
+        if (q->finished || q->head_acked == 0)
+          continue;
+        if (ngtcp2_conn_shutdown_stream(cl.conn, q->id,
+                                        NGHTTP3_H3_REQUEST_CANCELLED) != 0) {
+          rc = 1;
+          goto end;
+        }
+        out("stream %lld cancelled", (long long)q->id);
+        finish(q);
+      }
+      if (write_all() != 0) {
+        rc = 1;
+        goto end;
+      }
     }
     if (cl.reset_k > 0 && cl.next >= 1 && !cl.reqs[0].finished &&
         cl.reqs[0].acked >= cl.reset_k) {

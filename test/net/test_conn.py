@@ -715,6 +715,29 @@ def blocking_route_does_not_stall():
         check(t_block >= 0.95, "block answered after %.3f s" % t_block)
 
 
+@case(timeout=60)
+def blocking_queue_drops_departed_clients():
+    """2,000 clients each send GET /block?ms=20 and close at once: the
+    requests still waiting for a pool thread are dropped when their client
+    leaves, so a client that stays is answered next instead of after every
+    departed one's 20 ms (the pool once ran them all: 10 s of sleeping)."""
+    with Server("hello", ["--workers", "1"]) as s:
+        req = build_request("GET", "/block?ms=20")
+        for _ in range(2000):
+            a = socket.create_connection((HOST, s.port))
+            a.sendall(req)
+            a.close()
+        with Conn(s.port, timeout=20) as c:
+            r = c.request("GET", "/block?ms=0")
+            eq((r.status, r.body), (200, b"blocked"), "the staying client")
+            runs = int(c.request("GET", "/block-runs").body)
+        suite.note("%d of 2000 departed clients' handlers ran" % (runs - 1))
+        # Four pool threads at 20 ms each run a few while the clients
+        # connect; the rest must never start.
+        check(runs <= 400, "%d /block handlers ran for 2000 departed "
+              "clients" % (runs - 1))
+
+
 @case(timeout=30)
 def peer_address_after_client_left():
     """A blocking handler reads its client's address after the client has

@@ -731,6 +731,31 @@ def deferred_and_blocking_concurrently():
         eq(curl([url(srv.port, path)])[:2], (want, 200), path)
 
 
+@case(timeout=60)
+def blocking_queue_drops_reset_streams():
+    """Blocking requests whose streams the client resets while they wait
+    for a pool thread are dropped, not run for nobody: 300 of
+    /block?ms=20 reset at once leave the pool free for the next stream."""
+    with Server("hello", ["--workers", "1"]) as s:
+        with H2(s.port) as conn:
+            sid = 1
+            for _ in range(3):
+                out = b""
+                for _ in range(100):
+                    out += headers(sid, request_block("GET", "/block?ms=20"))
+                    out += rst_stream(sid)
+                    sid += 2
+                conn.send(out)
+            conn.send(headers(sid, request_block("GET", "/block?ms=0")))
+            got = collect_streams(conn, [sid], timeout=30)
+            eq(got[sid][0], b"blocked", "the stream that stayed")
+            conn.send(headers(sid + 2, request_block("GET", "/block-runs")))
+            runs = int(collect_streams(conn, [sid + 2])[sid + 2][0])
+        suite.note("%d of 300 reset streams' handlers ran" % (runs - 1))
+        check(runs <= 100, "%d /block handlers ran for 300 reset streams"
+              % (runs - 1))
+
+
 @case
 def errors_head_and_params():
     body, status, _ = curl([url(srv.port, "/nope")])

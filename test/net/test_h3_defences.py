@@ -333,6 +333,32 @@ def idle_connection_closed_by_server():
         shared_hello_teardown(s)
 
 
+@case(timeout=60)
+def blocking_queue_drops_cancelled_streams():
+    """Blocking requests whose streams the client cancels while they wait
+    for a pool thread are dropped, not run for nobody: 300 of
+    /block?ms=20 cancelled at once leave the pool free for the next
+    request."""
+    need()
+    s = start()
+    try:
+        for _ in range(3):
+            r = h3("GET", s.quic_port, "/block?ms=20", "-n", "100",
+                   "--cancel-all")
+            eq(r.rc, 0, "exit status (%r)" % r)
+            eq(sum(1 for x in r.lines if x.endswith(" cancelled")), 100,
+               "streams cancelled (%r)" % r)
+        r = h3("GET", s.quic_port, "/block?ms=0")
+        eq(r.status.get(0), 200, "the request that stayed (%r)" % r)
+        with Conn(s.port) as c:
+            runs = int(c.request("GET", "/block-runs").body)
+        suite.note("%d of 300 cancelled streams' handlers ran" % (runs - 1))
+        check(runs <= 100, "%d /block handlers ran for 300 cancelled "
+              "streams" % (runs - 1))
+    finally:
+        shared_hello_teardown(s)
+
+
 def teardown():
     if srv is not None:
         shared_hello_teardown(srv)
