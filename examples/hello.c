@@ -759,7 +759,8 @@ static void stats(tern_request *r, void *user) {
       "{\"requests\":%llu,\"connections\":%llu,"
       "\"active_connections\":%llu,\"bytes_in\":%llu,"
       "\"bytes_out\":%llu,\"allocations\":%llu,"
-      "\"bytes_allocated\":%llu,\"frees\":%llu,\"gone\":%lu,"
+      "\"bytes_allocated\":%llu,\"frees\":%llu,\"reallocations\":%llu,"
+      "\"gone\":%lu,"
       "\"gone_eclosed\":%lu,\"quic_forwarded\":%llu,\"quic_retries\":%llu,"
       "\"quic_resets\":%llu,\"quic_version_negotiations\":%llu,"
       "\"quic_refused\":%llu}\n",
@@ -767,9 +768,9 @@ static void stats(tern_request *r, void *user) {
       (unsigned long long)s.active_connections, (unsigned long long)s.bytes_in,
       (unsigned long long)s.bytes_out, (unsigned long long)s.allocations,
       (unsigned long long)s.bytes_allocated, (unsigned long long)s.frees,
-      (unsigned long)gone_seen, (unsigned long)gone_eclosed,
-      (unsigned long long)s.quic_forwarded, (unsigned long long)s.quic_retries,
-      (unsigned long long)s.quic_resets,
+      (unsigned long long)s.reallocations, (unsigned long)gone_seen,
+      (unsigned long)gone_eclosed, (unsigned long long)s.quic_forwarded,
+      (unsigned long long)s.quic_retries, (unsigned long long)s.quic_resets,
       (unsigned long long)s.quic_version_negotiations,
       (unsigned long long)s.quic_refused);
   tern_respond(r, 200, json, 1, body, (size_t)n);

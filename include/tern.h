@@ -1426,7 +1426,7 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 3
+#define TERN_STATS_VERSION 4
 
 /* Version 3's arrays: by protocol (index TERN_STATS_H1 for HTTP/1.0 and
  * 1.1, TERN_STATS_H2, TERN_STATS_H3), by status class (index 0: no
@@ -1445,7 +1445,9 @@ enum {
 /* Server counters, filled by tern_server_stats(). Initialise with
  * tern_stats_init() (or set version and size); a call leaves both valid
  * for the next. Versions (see ABI above), each ending with the field
- * named: 1 with frees, 2 with quic_refused, 3 with access_log_dropped. */
+ * named: 1 with frees, 2 with quic_refused, 3 with access_log_dropped, 4
+ * with reallocations. allocations - frees is the number of blocks tern
+ * holds from the allocator now. */
 typedef struct {
   int version;          /* TERN_STATS_VERSION */
   uint32_t size;        /* sizeof(tern_stats) */
@@ -1454,8 +1456,9 @@ typedef struct {
   uint64_t active_connections;
   uint64_t bytes_in;
   uint64_t bytes_out;
-  uint64_t allocations;     /* calls to malloc/realloc that allocated */
-  uint64_t bytes_allocated; /* bytes asked for by those calls */
+  uint64_t allocations;     /* new blocks: malloc, realloc of NULL */
+  uint64_t bytes_allocated; /* bytes asked for by those calls and by
+                               reallocations */
   uint64_t frees;
   /* Version 2: QUIC datagrams tern answered or moved without a
    * connection of their own on the worker that read them. */
@@ -1497,6 +1500,10 @@ typedef struct {
   uint64_t rejected_protocol;      /* answered 400 by tern (malformed) */
   uint64_t access_log_lines;       /* lines the built-in writer queued */
   uint64_t access_log_dropped;     /* lines dropped: its queue was full */
+  /* Version 4. */
+  uint64_t reallocations; /* blocks resized by realloc (a resize is not
+                             an allocation: it leaves the count of blocks
+                             held as it was) */
 } tern_stats;
 
 /* The upper bound in nanoseconds of duration bucket `i` (0 ..

@@ -1059,7 +1059,7 @@ struct tern_server {
   _Atomic uint32_t stop_deadline_ms;
   _Atomic int stop_wanted; /* tern_stop was called (in any state) */
 
-  _Atomic uint64_t allocs, alloc_bytes, frees;
+  _Atomic uint64_t allocs, alloc_bytes, frees, reallocs;
   /* The Alt-Svc line of responses over TLS ("Alt-Svc: VALUE\r\n"; empty:
    * none), and whether the user set it (tern_server_set_alt_svc). */
   char alt_svc[280];

@@ -17,10 +17,13 @@ void *tern__malloc(tern_server *srv, size_t size) {
   return p;
 }
 
+/* A resize counts apart from new blocks, so that allocs - frees stays
+ * the number of blocks held. */
 void *tern__realloc(tern_server *srv, void *p, size_t size) {
   void *q = srv->s.allocator.realloc(p, size, srv->s.allocator.user);
   if (q != NULL) {
-    atomic_fetch_add_explicit(&srv->allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(p != NULL ? &srv->reallocs : &srv->allocs, 1,
+                              memory_order_relaxed);
     atomic_fetch_add_explicit(&srv->alloc_bytes, size, memory_order_relaxed);
   }
   return q;

@@ -200,8 +200,11 @@ static void format_all(text_t *t, const tern_stats *st) {
   sample(t, "tern_rejected_total", "reason=\"protocol\"",
          st->rejected_protocol);
   family(t, "tern_allocations_total", "counter",
-         "Calls to the allocator that allocated.");
+         "New blocks from the allocator (not resizes).");
   sample(t, "tern_allocations_total", NULL, st->allocations);
+  family(t, "tern_reallocations_total", "counter",
+         "Blocks the allocator resized.");
+  sample(t, "tern_reallocations_total", NULL, st->reallocations);
   family(t, "tern_allocated_bytes_total", "counter",
          "Bytes asked of the allocator.");
   sample(t, "tern_allocated_bytes_total", NULL, st->bytes_allocated);

@@ -95,7 +95,8 @@ static const size_t route_ends[] = {
     TERN__END(tern_route_options, compress)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
-                                    TERN__END(tern_stats, access_log_dropped)};
+                                    TERN__END(tern_stats, access_log_dropped),
+                                    TERN__END(tern_stats, reallocations)};
 #define NVERSIONS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 _Static_assert(NVERSIONS(settings_ends) == TERN_SETTINGS_VERSION,
                "one end per tern_settings version");
@@ -887,6 +888,7 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
   st.allocations = atomic_load(&srv->allocs);
   st.bytes_allocated = atomic_load(&srv->alloc_bytes);
   st.frees = atomic_load(&srv->frees);
+  st.reallocations = atomic_load(&srv->reallocs);
   if (tern__abi_write(out, &st, stats_ends, NVERSIONS(stats_ends), why,
                       sizeof(why)) != 0) {
     tern__log((tern_server *)srv, TERN_LOG_ERROR, "tern_server_stats: %s", why);

@@ -13,7 +13,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, Conn, Server, Suite, build_request, check,
-                     chunked, eq, shared_hello_teardown)
+                     chunked, eq, shared_hello_teardown, stats_from)
 
 suite = Suite()
 case = suite.case
@@ -384,6 +384,37 @@ def body_then_pipelined_request():
             r = c.response()
             eq((r.status, r.body), (200, w), "response %d" % i)
         check(c.still_open(0.1), "extra bytes or close")
+
+
+@case(timeout=60)
+def collected_bodies_hold_no_blocks():
+    """allocations - frees is the number of blocks tern holds: collecting
+    300 chunked bodies (each grown by realloc) leaves it where it was. It
+    once counted every resize as an allocation, so it climbed by one to
+    four per body with nothing held: a false leak."""
+    with Server("hello", ["--workers", "1"]) as s, Conn(s.port) as c:
+        body = os.urandom(40000)
+        req = build_request("POST", "/collect", [("Transfer-Encoding",
+                                                  "chunked")],
+                            chunked([body[i:i + 1000]
+                                     for i in range(0, len(body), 1000)]))
+
+        def held():
+            st = stats_from(c)
+            return st["allocations"] - st["frees"], st["reallocations"]
+        for _ in range(20):  # pools and buffers at their working size
+            c.send(req)
+            eq(c.response().body, body, "collected body")
+        before, re0 = held()
+        for _ in range(300):
+            c.send(req)
+            eq(c.response().body, body, "collected body")
+        after, re1 = held()
+        suite.note("blocks held %d before, %d after; %d resizes"
+                   % (before, after, re1 - re0))
+        check(re1 - re0 >= 300, "resizes counted: %d" % (re1 - re0))
+        check(after - before <= 20, "blocks held grew from %d to %d over "
+              "300 collected bodies" % (before, after))
 
 
 def teardown():

@@ -107,13 +107,21 @@ typedef struct {
 /* Version 3 added the operations counters (a block of uint64_t). */
 typedef struct {
   stats_v2 v2;
-  uint64_t ops[(sizeof(tern_stats) - sizeof(stats_v2)) / sizeof(uint64_t)];
+  uint64_t ops[(offsetof(tern_stats, access_log_dropped) + sizeof(uint64_t) -
+                sizeof(stats_v2)) /
+               sizeof(uint64_t)];
 } stats_v3;
 
+/* Version 4 counted resizes apart. */
 typedef struct {
   stats_v3 v3;
-  uint64_t future;
+  uint64_t reallocations;
 } stats_v4;
+
+typedef struct {
+  stats_v4 v4;
+  uint64_t future;
+} stats_v5;
 
 /* The old layouts are the current header's prefixes, field for field. */
 _Static_assert(offsetof(settings_v1, log_level) ==
@@ -134,12 +142,14 @@ _Static_assert(offsetof(stats_v1, frees) == offsetof(tern_stats, frees),
 _Static_assert(offsetof(stats_v2, quic_refused) ==
                    offsetof(tern_stats, quic_refused),
                "stats v2");
-_Static_assert(sizeof(stats_v3) == sizeof(tern_stats) &&
-                   offsetof(tern_stats, requests_by_class) ==
-                       sizeof(stats_v2) &&
+_Static_assert(offsetof(tern_stats, requests_by_class) == sizeof(stats_v2) &&
                    offsetof(tern_stats, access_log_dropped) ==
-                       sizeof(tern_stats) - sizeof(uint64_t),
+                       sizeof(stats_v3) - sizeof(uint64_t),
                "stats v3");
+_Static_assert(sizeof(stats_v4) == sizeof(tern_stats) &&
+                   offsetof(stats_v4, reallocations) ==
+                       offsetof(tern_stats, reallocations),
+               "stats v4");
 
 /* `n` bytes whose end is the start of a PROT_NONE page. */
 static void *at_page_end(size_t n) {
@@ -449,6 +459,10 @@ static void test_stats(void) {
     stats_v4 s;
     unsigned char b[sizeof(stats_v4) + 32];
   } v4;
+  union {
+    stats_v5 s;
+    unsigned char b[sizeof(stats_v5) + 32];
+  } v5;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
@@ -509,18 +523,28 @@ static void test_stats(void) {
   T_ASSERT(tern_stats_bucket_le(TERN_STATS_BUCKETS - 1) == UINT64_MAX);
   T_EQ_INT(tern_stats_bucket_le(TERN_STATS_BUCKETS), 0);
 
-  /* From a newer header: this library's fields, the version it filled
-   * written back, the newer field and what follows untouched. */
+  /* Version 4: resizes counted apart from new blocks. */
   memset(&v4, 0xAB, sizeof(v4));
   v4.s.v3.v2.v1.version = 4;
   v4.s.v3.v2.v1.size = sizeof(v4.s);
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v4), 0);
-  T_EQ_INT(v4.s.v3.v2.v1.version, 3);
-  T_EQ_INT(v4.s.v3.v2.v1.size, sizeof(stats_v4));
-  T_EQ_INT(v4.s.v3.v2.v1.frees, v1.s.frees);
-  T_EQ_INT(v4.s.v3.v2.quic_resets, 0);
-  for (i = sizeof(stats_v3); i < sizeof(v4.b); i++)
+  T_EQ_INT(v4.s.v3.v2.v1.version, 4);
+  T_ASSERT(v4.s.reallocations != 0xABABABABABABABABu);
+  for (i = sizeof(stats_v4); i < sizeof(v4.b); i++)
     T_EQ_INT(v4.b[i], 0xAB);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v5, 0xAB, sizeof(v5));
+  v5.s.v4.v3.v2.v1.version = 5;
+  v5.s.v4.v3.v2.v1.size = sizeof(v5.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v5), 0);
+  T_EQ_INT(v5.s.v4.v3.v2.v1.version, 4);
+  T_EQ_INT(v5.s.v4.v3.v2.v1.size, sizeof(stats_v5));
+  T_EQ_INT(v5.s.v4.v3.v2.v1.frees, v1.s.frees);
+  T_EQ_INT(v5.s.v4.v3.v2.quic_resets, 0);
+  for (i = sizeof(stats_v4); i < sizeof(v5.b); i++)
+    T_EQ_INT(v5.b[i], 0xAB);
   tern_server_free(srv);
 }
 

@@ -189,12 +189,14 @@ class Stats(Structure):
         ("ws_messages_in", c_uint64), ("ws_messages_out", c_uint64),
         ("rejected_limit", c_uint64), ("rejected_timeout", c_uint64),
         ("rejected_protocol", c_uint64), ("access_log_lines", c_uint64),
-        ("access_log_dropped", c_uint64)]
+        ("access_log_dropped", c_uint64),
+        # version 4
+        ("reallocations", c_uint64)]
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
 VERSIONS = {"Settings": 2, "RouteOptions": 2, "WsOptions": 2,
-            "QuicOptions": 2, "Stats": 3}
+            "QuicOptions": 2, "Stats": 4}
 # Room for a newer library's _init to write into (see init_struct).
 _SCRATCH = 16384
 
