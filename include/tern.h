@@ -220,15 +220,16 @@ TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
  * TERN_ECLOSED), every request a handler still holds without having
  * started its response is answered 503, every connection still open is
  * closed (a started response is cut off: the client sees the close or a
- * stream reset), a warning is logged with the number of requests cut, and
- * tern_run() returns, even while handlers (blocking ones included) still
- * hold requests. Such a cut request stays valid for its holder, the
- * strings its accessors returned included: tern_response_start/write
- * return TERN_ECLOSED, and the finishing call returns TERN_ECLOSED and
- * frees it, also after tern_server_free() (which then leaves the server's
- * own block to the last such call). A request that is never finished
- * keeps its memory (its head, body and a few KiB) and the server's
- * allocated for good.
+ * stream reset), a warning is logged per worker with the connections
+ * closed and why each was still open (output its client was not reading,
+ * a request body that stopped coming, requests in flight) and the number
+ * of requests cut, and tern_run() returns, even while handlers (blocking ones
+ * included) still hold requests. Such a cut request stays valid for its holder,
+ * the strings its accessors returned included: tern_response_start/write return
+ * TERN_ECLOSED, and the finishing call returns TERN_ECLOSED and frees it, also
+ * after tern_server_free() (which then leaves the server's own block to the
+ * last such call). A request that is never finished keeps its memory (its head,
+ * body and a few KiB) and the server's allocated for good.
  *
  * Callable from any thread and from a signal handler (it only sets flags
  * and wakes the loops). A stop is never lost: called before tern_run() or

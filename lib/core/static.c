@@ -253,6 +253,13 @@ static void work_cb(uv_work_t *req) {
                     : J_NOTFOUND;
     return;
   }
+  if (j->dir && !S_ISDIR(sb.st_mode)) {
+    /* "a.txt/" names a directory that is not there (nginx answers the
+     * same): the file is served under its own name only. */
+    close(fd);
+    j->result = J_NOTFOUND;
+    return;
+  }
   if (S_ISDIR(sb.st_mode)) {
     close(fd);
     if (st->index == NULL) {

@@ -260,11 +260,20 @@ void tern__worker_maybe_done(tern__worker *w) {
 static void on_deadline_close(uv_timer_t *t) {
   tern__worker *w = t->data;
   tern__list *l;
-  uint32_t nconns = 0;
+  uint32_t nconns = 0, unread = 0, body = 0, busy = 0;
   while (!tern__list_empty(&w->conns)) {
+    tern__conn *c;
     l = w->conns.next;
     tern__list_remove(l);
-    tern__conn_close(TERN__CONTAINER_OF(l, tern__conn, all_link));
+    c = TERN__CONTAINER_OF(l, tern__conn, all_link);
+    /* Why it was still open: its timer says what it waited for. */
+    if (c->timer.kind == TERN__T_WRITE)
+      unread++; /* output the client was not reading */
+    else if (c->timer.kind == TERN__T_BODY)
+      body++; /* a request body the client was not sending */
+    else if (c->refs > 1)
+      busy++; /* requests in flight (a handler's, or a WebSocket's) */
+    tern__conn_close(c);
     nconns++;
   }
   /* Closing ended every WebSocket and failed every queued request; what
@@ -274,10 +283,13 @@ static void on_deadline_close(uv_timer_t *t) {
         TERN__CONTAINER_OF(w->held.next, tern_request, held_link));
   if (w->cut_total > 0 || nconns > 0)
     tern__log(w->srv, TERN_LOG_WARN,
-              "worker %u: stop deadline passed: %u connections closed, %u "
+              "worker %u: stop deadline passed: %u connections closed (%u "
+              "with output their clients were not reading, %u waiting for "
+              "a request body, %u with requests in flight, %u other), %u "
               "requests cut (%u answered 503); their handlers' finishing "
               "calls will return TERN_ECLOSED",
-              w->id, nconns, w->cut_total, w->cut_answered);
+              w->id, nconns, unread, body, busy, nconns - unread - body - busy,
+              w->cut_total, w->cut_answered);
   tern__worker_maybe_done(w);
 }
 

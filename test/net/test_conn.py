@@ -560,6 +560,38 @@ def stop_deadline_cuts_unanswered():
         s.kill()
 
 
+@case(timeout=30)
+def stop_deadline_says_why():
+    """Clients that do not read their answers hold a graceful stop to its
+    deadline: the log line then says so, connection by connection kind,
+    instead of leaving an operator to guess why the stop took that long."""
+    s = Server("hello", ["--workers", "1"])
+    try:
+        conns = []
+        for _ in range(2):
+            c = connect(s.port)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.sendall(build_request("GET", "/big?bytes=%d" % (32 << 20)))
+            conns.append(c)
+        u = connect(s.port)  # an upload that stops halfway
+        u.sendall(b"POST /collect HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 1000\r\n\r\nxx")
+        conns.append(u)
+        time.sleep(0.3)
+        s.signal(signal.SIGTERM)
+        rc = s.wait(7.0)
+        check(rc is not None, "still running 7 s after SIGTERM")
+        err = s.stderr_text(20000)
+        check("3 connections closed (2 with output their clients were not "
+              "reading, 1 waiting for a request body, 0 with requests in "
+              "flight, 0 other)" in err, "no reason in the deadline line: "
+              "%r" % err[-600:])
+        for c in conns:
+            c.close()
+    finally:
+        s.kill()
+
+
 @case(timeout=40)
 def stop_deadline_cuts_stalled_stream():
     """A streamed echo whose client stops reading is still in flight at the

@@ -109,6 +109,12 @@ def directories():
     eq((r.status, r.body), (200, b"<h1>sub</h1>"), "index")
     eq(get(port(), "/static/noindex/").status, 404, "no listing")
     eq(get(port(), "/static/nope.txt").status, 404, "missing")
+    # A file named as a directory is not there (nginx's answer too), on
+    # every carrier, and the file itself is still served afterwards.
+    for t in ("/static/a.txt/", "/static/in/", "/static/sub/index.html/"):
+        eq(get(port(), t).status, 404, t)
+        eq(curl_h2(t)[0], 404, t + " over HTTP/2")
+    eq(get(port(), "/static/a.txt").body, BODY, "a.txt after a.txt/")
 
 
 @suite.case
