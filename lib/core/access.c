@@ -399,6 +399,102 @@ static void put_clf(out_t *o, const char *s, size_t n) {
   }
 }
 
+/* ---- Fields cut to fit a line ------------------------------------------
+ *
+ * A line has LINE_MAX_BYTES (or the buffer's size, if smaller). Its fixed
+ * part (time, address, numbers, names) always fits; the client's strings
+ * (method, target, authority, referer, user agent) share the rest. When
+ * they do not all fit, each gets an equal share, a short one giving what
+ * it leaves to the others, and a field over its share is cut between two
+ * escapes and ends with "...": the line stays one valid JSON object (or
+ * one parsable combined line), with every field present. */
+
+#define NVAR 5
+/* The most the fixed part of a line takes, its syntax included. */
+#define FIXED_JSON 640
+#define FIXED_COMBINED 256
+
+/* Escaped width of byte `ch`: JSON (1 or 2 or 6) or combined (1 or 4). */
+static size_t esc_width(unsigned char ch, int json) {
+  if (ch == '"' || ch == '\\')
+    return json ? 2 : 4;
+  if (ch < 0x20 || ch > 0x7e)
+    return json ? 6 : 4;
+  return 1;
+}
+
+static size_t esc_len(const char *s, size_t n, int json) {
+  size_t i, len = 0;
+  for (i = 0; i < n; i++)
+    len += esc_width((unsigned char)s[i], json);
+  return len;
+}
+
+/* Equal shares of `room` for the fields' escaped lengths `need`: a field
+ * that needs less than its share keeps only what it needs. */
+static void share(size_t room, const size_t *need, size_t *give) {
+  int done[NVAR] = {0}, rest = NVAR, i, changed = 1;
+  while (changed && rest > 0) {
+    changed = 0;
+    for (i = 0; i < NVAR; i++)
+      if (!done[i] && need[i] <= room / (size_t)rest) {
+        give[i] = need[i];
+        room -= need[i];
+        done[i] = 1;
+        rest--;
+        changed = 1;
+      }
+  }
+  for (i = 0; i < NVAR; i++)
+    if (!done[i])
+      give[i] = room / (size_t)rest;
+}
+
+/* A field escaped into at most `budget` bytes: whole if it fits, else
+ * the escapes that fit before "..." and then "...". */
+static void put_cut(out_t *o, const char *s, size_t n, size_t need,
+                    size_t budget, int json) {
+  size_t i, used = 0, dots;
+  if (need <= budget) {
+    if (json)
+      put_json(o, s, n);
+    else
+      put_clf(o, s, n);
+    return;
+  }
+  dots = budget < 3 ? budget : 3;
+  budget -= dots;
+  for (i = 0; i < n; i++) {
+    size_t wdt = esc_width((unsigned char)s[i], json);
+    if (used + wdt > budget)
+      break;
+    used += wdt;
+  }
+  if (json)
+    put_json(o, s, i);
+  else
+    put_clf(o, s, i);
+  put(o, "...", dots);
+}
+
+enum { V_METHOD, V_TARGET, V_AUTHORITY, V_REFERER, V_AGENT };
+
+/* The budget of each client string in a line of `max` bytes. */
+static void budgets(const tern_access_entry *e, size_t max, int json,
+                    size_t *need, size_t *give) {
+  size_t fixed = json ? FIXED_JSON : FIXED_COMBINED;
+  need[V_METHOD] = esc_len(e->method, e->method_len, json);
+  need[V_TARGET] = esc_len(e->target, e->target_len, json);
+  need[V_AUTHORITY] =
+      e->authority != NULL ? esc_len(e->authority, e->authority_len, json) : 0;
+  need[V_REFERER] =
+      e->referer != NULL ? esc_len(e->referer, e->referer_len, json) : 0;
+  need[V_AGENT] = e->user_agent != NULL
+                      ? esc_len(e->user_agent, e->user_agent_len, json)
+                      : 0;
+  share(max > fixed ? max - fixed : 0, need, give);
+}
+
 static const char *proto_text(int p) {
   return p == TERN_PROTO_HTTP10  ? "HTTP/1.0"
          : p == TERN_PROTO_HTTP2 ? "HTTP/2.0"
@@ -422,12 +518,15 @@ static void time_texts(tern__worker *w, int64_t sec) {
            tm.tm_sec);
 }
 
-static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e) {
+static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e,
+                        size_t max) {
   int64_t sec = e->start_unix_us / 1000000;
   char us[8];
   int i;
   uint64_t frac = (uint64_t)(e->start_unix_us % 1000000);
+  size_t need[NVAR], give[NVAR];
 
+  budgets(e, max, 1, need, give);
   time_texts(w, sec);
   for (i = 5; i >= 0; i--, frac /= 10)
     us[i] = (char)('0' + frac % 10);
@@ -449,13 +548,14 @@ static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e) {
   else
     PUT_LIT(o, "null");
   PUT_LIT(o, ",\"method\":\"");
-  put_json(o, e->method, e->method_len);
+  put_cut(o, e->method, e->method_len, need[V_METHOD], give[V_METHOD], 1);
   PUT_LIT(o, "\",\"target\":\"");
-  put_json(o, e->target, e->target_len);
+  put_cut(o, e->target, e->target_len, need[V_TARGET], give[V_TARGET], 1);
   PUT_LIT(o, "\",\"authority\":");
   if (e->authority != NULL) {
     put_c(o, '"');
-    put_json(o, e->authority, e->authority_len);
+    put_cut(o, e->authority, e->authority_len, need[V_AUTHORITY],
+            give[V_AUTHORITY], 1);
     put_c(o, '"');
   } else {
     PUT_LIT(o, "null");
@@ -490,7 +590,7 @@ static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e) {
   PUT_LIT(o, ",\"referer\":");
   if (e->referer != NULL) {
     put_c(o, '"');
-    put_json(o, e->referer, e->referer_len);
+    put_cut(o, e->referer, e->referer_len, need[V_REFERER], give[V_REFERER], 1);
     put_c(o, '"');
   } else {
     PUT_LIT(o, "null");
@@ -498,7 +598,8 @@ static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e) {
   PUT_LIT(o, ",\"user_agent\":");
   if (e->user_agent != NULL) {
     put_c(o, '"');
-    put_json(o, e->user_agent, e->user_agent_len);
+    put_cut(o, e->user_agent, e->user_agent_len, need[V_AGENT], give[V_AGENT],
+            1);
     put_c(o, '"');
   } else {
     PUT_LIT(o, "null");
@@ -506,16 +607,18 @@ static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e) {
 }
 
 static void format_combined(tern__worker *w, out_t *o,
-                            const tern_access_entry *e) {
+                            const tern_access_entry *e, size_t max) {
+  size_t need[NVAR], give[NVAR];
+  budgets(e, max, 0, need, give);
   time_texts(w, e->start_unix_us / 1000000);
   put(o, e->peer, strlen(e->peer));
   PUT_LIT(o, " - - [");
   put(o, w->log_clf, strlen(w->log_clf));
   PUT_LIT(o, "] \"");
   if (e->method_len > 0) {
-    put_clf(o, e->method, e->method_len);
+    put_cut(o, e->method, e->method_len, need[V_METHOD], give[V_METHOD], 0);
     put_c(o, ' ');
-    put_clf(o, e->target, e->target_len);
+    put_cut(o, e->target, e->target_len, need[V_TARGET], give[V_TARGET], 0);
     put_c(o, ' ');
     put(o, proto_text(e->protocol), 8);
   }
@@ -525,12 +628,13 @@ static void format_combined(tern__worker *w, out_t *o,
   put_u64(o, e->bytes_out);
   PUT_LIT(o, " \"");
   if (e->referer != NULL)
-    put_clf(o, e->referer, e->referer_len);
+    put_cut(o, e->referer, e->referer_len, need[V_REFERER], give[V_REFERER], 0);
   else
     put_c(o, '-');
   PUT_LIT(o, "\" \"");
   if (e->user_agent != NULL)
-    put_clf(o, e->user_agent, e->user_agent_len);
+    put_cut(o, e->user_agent, e->user_agent_len, need[V_AGENT], give[V_AGENT],
+            0);
   else
     put_c(o, '-');
   put_c(o, '"');
@@ -587,10 +691,11 @@ static void log_entry(tern__worker *w, const tern_access_entry *e) {
   o.p = b->data + b->len;
   o.end = o.p + max - 1; /* room for the newline */
   if (al->format == TERN_ACCESS_LOG_COMBINED) {
-    format_combined(w, &o, e);
+    format_combined(w, &o, e, max - 1);
   } else {
-    format_json(w, &o, e);
-    /* A cut line still closes its object. */
+    format_json(w, &o, e, max - 1);
+    /* The fields were cut to leave room for the object's end; a buffer
+     * too small even for the fixed part still closes it. */
     if (o.end - o.p < 1)
       o.p = o.end - 1;
     put_c(&o, '}');

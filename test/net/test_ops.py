@@ -375,6 +375,60 @@ def access_log_combined():
 
 
 @suite.case(timeout=20)
+def access_log_long_fields_cut():
+    """A 5 KB User-Agent and Referer and a 3 KB target do not fit a 4 KB
+    line: the fields are cut (ending with "..."), never the line, which
+    stays valid JSON or a parsable combined line with every field."""
+    ua = ("agent \xe9\"quoted\" " * 300)[:5000]
+    ref = "http://ref/" + "r" * 5000
+    target = "/?q=" + "t" * 3000
+    for fmt in ("json", "combined"):
+        path = os.path.join(tmp, "long-%s.log" % fmt)
+        with Server("hello", ["--access-log", path, "--access-log-format",
+                              fmt, "--workers", "1"]) as s:
+            with Conn(s.port) as c:
+                c.send(("GET %s HTTP/1.1\r\nHost: x\r\nUser-Agent: %s\r\n"
+                        "Referer: %s\r\n\r\n" % (target, ua, ref))
+                       .encode("latin-1"))
+                eq(c.response().status, 200, "long GET (%s)" % fmt)
+                eq(c.request("GET", "/after", headers=[
+                    ("User-Agent", "short")]).status, 404, "short GET")
+            lines = read_lines(path, 2)
+        eq(len(lines), 2, "two lines (%s): %r" % (fmt, lines))
+        check(all(len(x) < 4096 for x in lines), "line lengths %r"
+              % [len(x) for x in lines])
+        if fmt == "json":
+            e, e2 = json.loads(lines[0]), json.loads(lines[1])
+            for k in ("status", "bytes_out", "handler_ns", "websocket",
+                      "referer", "user_agent", "target", "authority"):
+                check(k in e, "%s missing from the cut line" % k)
+            eq(e["status"], 200, "status of the cut line")
+            got = {"target": target, "referer": ref,
+                   "user_agent": ua.encode("latin-1").decode("latin-1")}
+            for k, full in got.items():
+                check(e[k].endswith("...") and full.startswith(e[k][:-3]) and
+                      len(e[k]) > 300, "%s cut to a prefix: %r" % (k, e[k]))
+            eq((e["method"], e["authority"]), ("GET", "x"), "short fields")
+            eq((e2["target"], e2["user_agent"]), ("/after", "short"),
+               "the next line is whole")
+        else:
+            pat = re.compile(
+                rb'^127\.0\.0\.1 - - \[[^\]]+\] "GET (\S+) HTTP/1\.1" '
+                rb'(\d{3}) (\d+) "((?:[^"\\]|\\x[0-9a-f]{2})*)" '
+                rb'"((?:[^"\\]|\\x[0-9a-f]{2})*)"$')
+            m = pat.match(lines[0])
+            check(m is not None, "combined line: %r" % lines[0][-300:])
+            tgt, status, _, r, a = m.groups()
+            eq(status, b"200", "status")
+            for got, full in ((tgt, target), (r, ref)):
+                check(got.endswith(b"...") and
+                      full.encode().startswith(got[:-3]), "cut %r" % got)
+            check(a.endswith(b"...") and a.startswith(b"agent \\xe9\\x22"),
+                  "user agent cut between escapes: %r" % a[:40])
+            check(pat.match(lines[1]) is not None, "next line %r" % lines[1])
+
+
+@suite.case(timeout=20)
 def access_log_sighup_reopen():
     """After a rename, SIGHUP makes new lines go to a new file."""
     path = os.path.join(tmp, "rot.log")
