@@ -1631,10 +1631,11 @@ typedef struct {
   /* Each worker formats lines into a buffer of buffer_size bytes (default
    * 64 KiB, at least 1 KiB; a longer line is cut) and hands it to the
    * writer thread when full or at the worker's next tick; queue_buffers
-   * buffers exist in all (default 4 per worker, at least workers + 1).
-   * When none is free (the disk is slower than the requests), lines are
-   * dropped and counted (tern_stats.access_log_dropped), never waited
-   * for. */
+   * buffers exist from the start (default 4 per worker, at least workers
+   * + 1). When none is free (a disk that stalls, a burst), up to 8 times
+   * as many are allocated and kept, so that a stall of a second or so
+   * loses no line; past that, lines are dropped and counted
+   * (tern_stats.access_log_dropped), never waited for. */
   uint32_t buffer_size;
   uint32_t queue_buffers;
 } tern_access_log_options;

@@ -299,6 +299,7 @@ int tern_server_time_requests(tern_server *srv, int on) {
 
 typedef struct tern__logbuf {
   struct tern__logbuf *next;
+  struct tern__logbuf *extra; /* the next one allocated on demand */
   size_t len;
   char data[];
 } tern__logbuf;
@@ -309,8 +310,10 @@ typedef struct tern__accesslog {
   int fd;
   int format;
   size_t bufsize;
-  unsigned nbufs;
-  char *block; /* all buffers, one allocation */
+  unsigned nbufs;      /* buffers now: queue_buffers, then grown */
+  unsigned max_bufs;   /* what a slow disk may grow them to */
+  char *block;         /* the first queue_buffers, one allocation */
+  tern__logbuf *extra; /* those allocated on demand (freed at the end) */
   uv_mutex_t lock;
   uv_cond_t cond;
   tern__logbuf *free_list;
@@ -640,14 +643,31 @@ static void format_combined(tern__worker *w, out_t *o,
   put_c(o, '"');
 }
 
-/* The next free buffer, or NULL (the caller drops the line). */
+/* The next free buffer, or NULL (the caller drops the line). When none
+ * is free, the writer is behind (a disk that stalls, a burst): up to
+ * max_bufs more are allocated, so that a stall of a second or so loses
+ * no line; they are kept for the next one. */
 static tern__logbuf *buf_take(tern__accesslog *al) {
   tern__logbuf *b;
+  int grow = 0;
   uv_mutex_lock(&al->lock);
   b = al->free_list;
   if (b != NULL)
     al->free_list = b->next;
+  else if (al->nbufs < al->max_bufs)
+    grow = 1, al->nbufs++;
   uv_mutex_unlock(&al->lock);
+  if (grow) {
+    b = tern__malloc(al->srv, sizeof(*b) + al->bufsize);
+    uv_mutex_lock(&al->lock);
+    if (b != NULL) {
+      b->extra = al->extra;
+      al->extra = b;
+    } else {
+      al->nbufs--;
+    }
+    uv_mutex_unlock(&al->lock);
+  }
   if (b != NULL) {
     b->len = 0;
     b->next = NULL;
@@ -852,6 +872,7 @@ int tern_server_access_log(tern_server *srv,
   al->format = o.format;
   al->bufsize = o.buffer_size;
   al->nbufs = o.queue_buffers;
+  al->max_bufs = o.queue_buffers * 8;
   for (i = 0; i < al->nbufs; i++) {
     tern__logbuf *b = (tern__logbuf *)(void *)(al->block + stride * i);
     b->len = 0;
@@ -905,6 +926,11 @@ void tern__access_log_free(tern_server *srv) {
   uv_thread_join(&al->thread);
   uv_cond_destroy(&al->cond);
   uv_mutex_destroy(&al->lock);
+  while (al->extra != NULL) {
+    tern__logbuf *b = al->extra;
+    al->extra = b->extra;
+    tern__free(srv, b);
+  }
   close(al->fd);
   tern__free(srv, al->path);
   tern__free(srv, al->block);

@@ -501,6 +501,48 @@ def access_log_full_queue_drops():
         os.close(rfd)
 
 
+@suite.case(timeout=40)
+def access_log_writer_stall_loses_nothing():
+    """A writer that stalls for a second (here a FIFO its reader leaves
+    unread; a fresh machine's disk did the same to the fleet test) while
+    3,000 requests are answered, then a graceful stop: every request is in
+    the log. The fixed queue once dropped all but some 900 of them."""
+    fifo = os.path.join(tmp, "stall.log")
+    os.mkfifo(fifo)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    drained = []
+    try:
+        s = Server("hello", ["--access-log", fifo, "--workers", "1"])
+        n = 0
+        with Conn(s.port) as c:
+            for batch in range(30):
+                c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 100)
+                for i in range(100):
+                    r = c.response(timeout=5)
+                    eq((r.status, r.body), (200, HELLO_BODY), "answered")
+                    n += 1
+
+        def drain():
+            fl = __import__("fcntl")
+            fl.fcntl(rfd, fl.F_SETFL, 0)  # blocking now
+            while True:
+                b = os.read(rfd, 65536)
+                if not b:
+                    break
+                drained.append(b)
+        time.sleep(1.0)  # the stall
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        rc = s.stop()
+        eq(rc, 0, "hello exits cleanly once the FIFO drains")
+        t.join(5)
+        lines = b"".join(drained).splitlines()
+        got = sum(1 for x in lines if b'"target":"/"' in x)
+        eq(got, n, "requests in the log")
+    finally:
+        os.close(rfd)
+
+
 # ---------------------------------------------------------------------------
 # Metrics
 
