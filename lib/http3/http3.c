@@ -1421,6 +1421,18 @@ static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
   h->rx_early = early != 0;
   rv = nghttp3_conn_read_stream(h->ng, id, p, n, fin);
   h->rx_early = 0;
+  if (rv == NGHTTP3_ERR_MALFORMED_HTTP_MESSAGING && is_bidi(id) && !h->dead) {
+    /* A malformed request (its DATA does not match its Content-Length,
+     * RFC 9114 4.1.2) is a stream error: that stream is reset with
+     * H3_MESSAGE_ERROR both ways, its later bytes are dropped like a
+     * refused stream's (and credited), and the connection's other
+     * requests go on. */
+    h->refused[(uint64_t)id / 4 % H3_REFUSED] = id;
+    (void)tern__quic_credit(q, -1, n);
+    (void)tern__quic_shut(q, id, NGHTTP3_H3_MESSAGE_ERROR);
+    conn_unref(h);
+    return 0;
+  }
   if (rv < 0) {
     int e = fail(h, (int)rv);
     conn_unref(h);

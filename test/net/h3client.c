@@ -26,7 +26,11 @@
  *                     windows open by what came meanwhile and move on as
  *                     usual: a reader that pauses, then resumes
  *   --idle            after the requests, stay idle until the server closes
- *   --header 'N: V'   an extra request field (repeatable)
+ *   --header 'N: V'   an extra request field (repeatable); the name may
+ *                     start with ':' (a pseudo-field), and the value may
+ *                     hold escapes \r, \n, \0 (a field nghttp3 sends as
+ *                     it is, however invalid)
+ *   --first-header 'N: V'  the same, on the first request only
  *   --tunnel PROTO    one extended CONNECT (RFC 9220 / 8441, :protocol
  *                     PROTO, METHOD must be CONNECT), then relay bytes:
  *                     fd 0 -> the stream's DATA, DATA -> fd 1 (below)
@@ -156,7 +160,8 @@ static struct {
   char *big;
   nghttp3_nv *extra;
   size_t nextra;
-  nghttp3_nv fields[MAX_FIELDS]; /* --header */
+  nghttp3_nv fields[MAX_FIELDS]; /* --header, --first-header */
+  int first_only[MAX_FIELDS];    /* --first-header: the first request's */
   size_t nfields;
   int omit_path, omit_scheme;
   /* --tunnel: the relay's state (see "Tunnel mode" at the top). */
@@ -675,7 +680,8 @@ static int open_one(void) {
   if ((!connect || cl.tunnel != NULL) && !cl.omit_path)
     hd[n++] = nv(":path", r->path, strlen(r->path));
   for (i = 0; i < cl.nfields; i++)
-    hd[n++] = cl.fields[i];
+    if (!cl.first_only[i] || r == &cl.reqs[0])
+      hd[n++] = cl.fields[i];
   if (r == &cl.reqs[0]) {
     if (cl.big != NULL)
       hd[n++] = nv("x-big", cl.big, (size_t)cl.header_bytes);
@@ -1106,6 +1112,26 @@ static int num(const char *s, uint64_t *v) {
   return 0;
 }
 
+/* A --header value with \r, \n and \0 made the bytes they name (kept
+ * for the whole run). */
+static uint8_t *unescape(const char *v, size_t *len) {
+  size_t n = strlen(v), i, k = 0;
+  uint8_t *out = malloc(n + 1);
+  if (out == NULL)
+    exit(1);
+  for (i = 0; i < n; i++) {
+    if (v[i] == '\\' && i + 1 < n &&
+        (v[i + 1] == 'r' || v[i + 1] == 'n' || v[i + 1] == '0')) {
+      i++;
+      out[k++] = v[i] == 'r' ? '\r' : v[i] == 'n' ? '\n' : 0;
+    } else {
+      out[k++] = (uint8_t)v[i];
+    }
+  }
+  *len = k;
+  return out;
+}
+
 int main(int argc, char **argv) {
   uint64_t n = 1, timeout_ms = 15000;
   char host[256], port[16];
@@ -1166,19 +1192,20 @@ int main(int argc, char **argv) {
       if (k == 4)
         return usage();
       cl.on_eof = (int)k;
-    } else if (a + 1 < argc && strcmp(o, "--header") == 0) {
-      const char *f = argv[++a], *colon = strchr(f, ':');
+    } else if (a + 1 < argc && (strcmp(o, "--header") == 0 ||
+                                strcmp(o, "--first-header") == 0)) {
+      const char *f = argv[++a], *colon = strchr(f + 1, ':');
       nghttp3_nv *x;
-      if (colon == NULL || colon == f || cl.nfields == MAX_FIELDS)
+      if (colon == NULL || cl.nfields == MAX_FIELDS)
         return usage();
+      cl.first_only[cl.nfields] = o[2] == 'f';
       x = &cl.fields[cl.nfields++];
       x->name = (uint8_t *)(uintptr_t)f;
       x->namelen = (size_t)(colon - f);
       colon++;
       while (*colon == ' ')
         colon++;
-      x->value = (uint8_t *)(uintptr_t)colon;
-      x->valuelen = strlen(colon);
+      x->value = unescape(colon, &x->valuelen);
       x->flags = NGHTTP3_NV_FLAG_NONE;
     } else if (posargs == 0 && o[0] != '-') {
       cl.method = o;

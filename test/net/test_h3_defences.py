@@ -333,6 +333,23 @@ def idle_connection_closed_by_server():
         shared_hello_teardown(s)
 
 
+@case
+def length_mismatch_resets_only_its_stream():
+    """A request whose DATA runs past its Content-Length is malformed: a
+    stream error (RFC 9114 4.1.2), H3_MESSAGE_ERROR on that stream, while
+    the connection's next request is answered (it once closed the whole
+    connection with H3_MESSAGE_ERROR)."""
+    need()
+    for declared, sent in ((10, 1000), (5000, 1000)):
+        r = h3("POST", srv.quic_port, "/upload", "--body-size", str(sent),
+               "--first-header", "content-length: %d" % declared, "-n", "2")
+        eq(r.reset.get(0, (None,))[0], 0x10e,
+           "stream 0 reset with H3_MESSAGE_ERROR (%r)" % r)
+        eq(r.status.get(4), 200, "the next request (%r)" % r)
+        check(not r.has("closed"), "the connection was closed (%r)" % r)
+        eq(r.rc, 0, "exit status (%r)" % r)
+
+
 @case(timeout=60)
 def blocking_queue_drops_cancelled_streams():
     """Blocking requests whose streams the client cancels while they wait
