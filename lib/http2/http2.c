@@ -208,7 +208,8 @@ struct h2_conn {
   uint8_t scan_have;  /* bytes of scan_hd (then of a PRIORITY's first 4) */
   uint8_t scan_pri;   /* the current frame is a PRIORITY on a stream */
   uint8_t scan_check; /* check_stream_frame is due before more input */
-  uint8_t scan_type;  /* the current frame's type and stream */
+  uint8_t scan_type;  /* the current frame's type, flags and stream */
+  uint8_t scan_flags;
   int32_t scan_id;
   tern__window rwin;   /* our receive window for the connection */
   uint32_t stream_win; /* the largest window a stream here grew to */
@@ -1003,8 +1004,20 @@ static void check_stream_frame(h2_conn *h) {
 
   if (h->urgent || h->finished ||
       nghttp2_session_find_stream(h->ng, id) != NULL ||
-      !id_bit(h, id, &word, &bit) || (h->quiet[word] & bit))
+      !id_bit(h, id, &word, &bit))
     return;
+  if (h->quiet[word] & bit) {
+    /* We reset it (after answering, with NO_ERROR): its frames are
+     * ignored, but a second HEADERS without END_STREAM is a malformed
+     * trailer section, and its stream error is owed whatever our side's
+     * state (RFC 9113 8.1; h2spec 8.1/1 once lost the race to our
+     * answer). */
+    if (h->scan_type == NGHTTP2_HEADERS &&
+        !(h->scan_flags & NGHTTP2_FLAG_END_STREAM))
+      (void)nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, id,
+                                      NGHTTP2_PROTOCOL_ERROR);
+    return;
+  }
   if (!(h->opened[word] & bit) && h->scan_type == NGHTTP2_HEADERS) {
     /* RFC 9113 5.1.1: a new stream's id must be above all used ones. */
     (void)conn_error(h, NGHTTP2_PROTOCOL_ERROR);
@@ -1083,6 +1096,7 @@ static size_t scan_input(h2_conn *h, const uint8_t *p, size_t n) {
       h->scan_left = len;
       h->scan_id = id;
       h->scan_type = type;
+      h->scan_flags = h->scan_hd[4];
       block_frame(h, type, h->scan_hd[4], len);
       if (type == NGHTTP2_PRIORITY && id != 0 && len == 5) {
         h->scan_pri = 1;

@@ -1629,6 +1629,39 @@ def finish(h, sid, path="/"):
 
 
 @case
+def second_headers_after_answer_reset():
+    """HEADERS, DATA, then a second HEADERS without END_STREAM (h2spec
+    8.1/1): a malformed trailer section. When tern has already answered
+    and reset the stream (NO_ERROR) before the DATA arrives, the stream
+    error is still owed: RST_STREAM PROTOCOL_ERROR (under load the answer
+    won the race and the client got none). A valid trailer section (with
+    END_STREAM) stays ignored, and the connection serves on."""
+    resets = {}
+
+    def reset_of(h, sid):
+        while sid not in resets:
+            f = h.read_frame()
+            check(f is not None, "closed; resets %r" % resets)
+            check(f[0] != GOAWAY, "GOAWAY %r" % (f,))
+            if f[0] == SETTINGS and not f[1] & ACK:
+                h.send(frame(SETTINGS, ACK, 0))
+            if f[0] == RST_STREAM:
+                resets.setdefault(f[2], []).append(
+                    struct.unpack(">I", f[3])[0])
+        return resets.pop(sid)
+    with H2(srv.port) as h:
+        for sid, end in ((1, False), (3, True)):
+            h.send(headers(sid, request_block("GET", "/nowhere"),
+                           end_stream=False))
+            eq(reset_of(h, sid), [NO_ERROR], "reset after the answer")
+            h.send(frame(DATA, 0, sid, b"test") +
+                   headers(sid, hpack_literal("x-t", "1"), end_stream=end))
+        eq(reset_of(h, 1), [PROTOCOL_ERROR], "second HEADERS")
+        finish(h, 5)
+        check(3 not in resets, "a valid trailer section was reset")
+
+
+@case
 def bad_preface_goaway():
     """A wrong connection preface after the "PRI * HTTP/2.0" line gets
     GOAWAY PROTOCOL_ERROR (it was taken for HTTP/1.1 and closed)."""
