@@ -112,7 +112,9 @@
  * --workers N, and the limits: --max-head, --max-headers, --max-uri,
  * --max-body, --head-timeout-ms, --idle-timeout-ms, --body-timeout-ms,
  * --max-conns, --max-stream-window, --max-conn-window (the largest HTTP/2
- * and HTTP/3 receive windows, per stream and per connection, in bytes).
+ * and HTTP/3 receive windows, per stream and per connection, in bytes),
+ * --max-compressors, --max-compressors-per-conn (streamed responses
+ * compressed at once, in the server and on one connection).
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
  * 400, ...) with hello's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
@@ -1317,6 +1319,10 @@ int main(int argc, char **argv) {
       s.max_stream_window = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else if (option(argc, argv, &i, "--max-conn-window", &v))
       s.max_conn_window = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-compressors", &v))
+      s.max_compressors = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-compressors-per-conn", &v))
+      s.max_compressors_per_conn = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else {
       fprintf(stderr, "hello: unknown option %s\n", argv[i]);
       return 2;

@@ -112,12 +112,12 @@ enum {
  * a trailing newline. Called from any thread that tern runs on. */
 typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 
-#define TERN_SETTINGS_VERSION 2
+#define TERN_SETTINGS_VERSION 3
 
 /* Server settings. Initialise with tern_settings_init(), change what you
  * need, pass to tern_server_new(). Every limit has a safe default.
  * Versions (see ABI above), each ending with the field named: 1 with
- * log_level, 2 with max_conn_window. */
+ * log_level, 2 with max_conn_window, 3 with max_compressors_per_conn. */
 typedef struct {
   int version;               /* TERN_SETTINGS_VERSION */
   uint32_t size;             /* sizeof(tern_settings) */
@@ -152,6 +152,15 @@ typedef struct {
    * max_conn_window keeps it at 65535. */
   uint32_t max_stream_window;
   uint32_t max_conn_window;
+  /* Version 3. Streamed responses compressed at once (routes with
+   * tern_compress_options; each holds its compressor, up to about 2 MiB
+   * with the default windows, until it ends): at most max_compressors in
+   * the whole server (0 = 64) and max_compressors_per_conn on one
+   * connection (0 = 4), 1 to 65536. A response past either goes out
+   * uncompressed (identity), never refused. A whole body (tern_respond)
+   * is compressed within the call and counts only during it. */
+  uint32_t max_compressors;
+  uint32_t max_compressors_per_conn;
 } tern_settings;
 
 /* Fill `s` with the defaults above, its version and its size. */

@@ -848,8 +848,9 @@ struct tern__conn {
   tern__timer timer; /* the kind its adapter chooses (timer.c) */
   tern__list dirty_link;
   tern__list all_link;
-  int tls_version;   /* TERN_TLS_1_2 / _1_3 once a handshake finished */
-  int counted_proto; /* its index in the open-connection counts, or -1 */
+  int tls_version;      /* TERN_TLS_1_2 / _1_3 once a handshake finished */
+  uint32_t compressors; /* its streamed compressors open (compress.c) */
+  int counted_proto;    /* its index in the open-connection counts, or -1 */
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;
@@ -1060,6 +1061,7 @@ struct tern_server {
   _Atomic int stop_wanted; /* tern_stop was called (in any state) */
 
   _Atomic uint64_t allocs, alloc_bytes, frees, reallocs;
+  _Atomic uint32_t compressors; /* streamed compressors open (compress.c) */
   /* The Alt-Svc line of responses over TLS ("Alt-Svc: VALUE\r\n"; empty:
    * none), and whether the user set it (tern_server_set_alt_svc). */
   char alt_svc[280];

@@ -717,6 +717,26 @@ int tern__compress_respond(tern_request *r, int status, const tern_header *h,
   return rc;
 }
 
+/* A streamed compressor holds its memory until its response ends, so
+ * their number is bounded per connection and per server (tern_settings):
+ * 1 and a place taken, or 0 past a bound. */
+static int compressor_take(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  if (r->conn->compressors >= srv->s.max_compressors_per_conn)
+    return 0;
+  if (atomic_fetch_add(&srv->compressors, 1) >= srv->s.max_compressors) {
+    atomic_fetch_sub(&srv->compressors, 1);
+    return 0;
+  }
+  r->conn->compressors++;
+  return 1;
+}
+
+static void compressor_give(tern_request *r) {
+  r->conn->compressors--;
+  atomic_fetch_sub(&r->w->srv->compressors, 1);
+}
+
 int tern__compress_start(tern_request *r, int status, const tern_header *h,
                          size_t n, int64_t content_length) {
   tern_server *srv = r->w->srv;
@@ -725,10 +745,13 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
   comp_head head;
   int rc;
 
+  if (enc != ENC_NONE && !compressor_take(r))
+    enc = ENC_NONE; /* past a bound: identity */
   if (enc != ENC_NONE) {
     tern__compress *z = tern__malloc(srv, sizeof(*z));
     if (z == NULL || c_open(srv, c, enc, -1, z) != 0) {
       tern__free(srv, z);
+      compressor_give(r);
       enc = ENC_NONE;
     } else {
       z->left = content_length;
@@ -803,4 +826,5 @@ void tern__compress_free(tern_request *r) {
   c_close(c);
   tern__free(r->w->srv, c);
   r->comp = NULL;
+  compressor_give(r);
 }

@@ -89,7 +89,8 @@ SAME_HEAD(tern_stats);
  * structs). A new field gets a new entry here, never a longer old one. */
 static const size_t settings_ends[] = {
     TERN__END(tern_settings, log_level),
-    TERN__END(tern_settings, max_conn_window)};
+    TERN__END(tern_settings, max_conn_window),
+    TERN__END(tern_settings, max_compressors_per_conn)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size),
     TERN__END(tern_route_options, compress)};
@@ -240,6 +241,10 @@ static void router_free(void *p, void *u) {
 #define CONN_WINDOW_DEFAULT (16u << 20)
 #define WINDOW_MIN (16u << 10)
 #define WINDOW_MAX (1u << 30)
+/* max_compressors and max_compressors_per_conn: defaults and ceiling. */
+#define COMPRESSORS_DEFAULT 64
+#define COMPRESSORS_PER_CONN_DEFAULT 4
+#define COMPRESSORS_MAX 65536
 
 /* A log line before a server exists: through the settings' callback. */
 static void settings_log(const tern_settings *s, const char *fmt, ...)
@@ -323,6 +328,15 @@ static int settings_problem(const tern_settings *s) {
       return 1;
     }
   }
+  for (i = 0; i < 2; i++) {
+    uint32_t v = i == 0 ? s->max_compressors : s->max_compressors_per_conn;
+    if (v > COMPRESSORS_MAX) {
+      settings_log(s, "settings: %s = %lu is outside 1..%u (or 0)",
+                   i == 0 ? "max_compressors" : "max_compressors_per_conn",
+                   (unsigned long)v, COMPRESSORS_MAX);
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -381,6 +395,10 @@ int tern_server_new(tern_server **out, const tern_settings *caller) {
     srv->s.max_stream_window = STREAM_WINDOW_DEFAULT;
   if (srv->s.max_conn_window == 0)
     srv->s.max_conn_window = CONN_WINDOW_DEFAULT;
+  if (srv->s.max_compressors == 0)
+    srv->s.max_compressors = COMPRESSORS_DEFAULT;
+  if (srv->s.max_compressors_per_conn == 0)
+    srv->s.max_compressors_per_conn = COMPRESSORS_PER_CONN_DEFAULT;
   atomic_store(&srv->allocs, 1);
   atomic_store(&srv->alloc_bytes, sizeof(*srv));
   ra.malloc = router_malloc;

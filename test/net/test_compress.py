@@ -363,6 +363,48 @@ def http3():
         eq(decode(coding, got), want, "HTTP/3 body %s" % coding)
 
 
+@suite.case(timeout=60)
+def compressor_bounds():
+    """10 h2c connections x 100 slow compressed streams: at most
+    max_compressors_per_conn (4) compressors on each connection and
+    max_compressors (here 25) in the server; every other answer goes out
+    in identity, and every body is whole. Each compressor holds up to 2
+    MiB, and a burst like this one once grew RSS by 796 MB."""
+    import test_h2 as h2
+    want = b"tick 0\ntick 1\ntick 2\n"
+    with Server("hello", ["--compress", "--workers", "1",
+                          "--max-compressors", "25"]) as s:
+        conns = [h2.H2(s.port) for _ in range(10)]
+        try:
+            sids = list(range(1, 201, 2))
+            block = h2.request_block("GET", "/ctick?n=3&ms=300",
+                                     [("accept-encoding", "zstd")])
+            for c in conns:
+                c.send(b"".join(h2.headers(sid, block) for sid in sids))
+            per_conn = []
+            for c in conns:
+                got = h2.collect_streams(c, sids, timeout=30)
+                n = 0
+                for sid in sids:
+                    body, rst = got[sid]
+                    eq(rst, None, "stream %d reset" % sid)
+                    if body.startswith(b"\x28\xb5\x2f\xfd"):
+                        n += 1
+                        body = decode("zstd", body)
+                    eq(body, want, "stream %d's body" % sid)
+                per_conn.append(n)
+            suite.note("compressed per connection: %r" % per_conn)
+            check(max(per_conn) <= 4, "per connection: %r" % per_conn)
+            eq(sum(per_conn), 25, "compressed in all (%r)" % per_conn)
+            # The places come back: a new stream is compressed again.
+            conns[0].send(h2.headers(201, block))
+            body = h2.collect_streams(conns[0], [201])[201][0]
+            eq(decode("zstd", body), want, "compressed after the burst")
+        finally:
+            for c in conns:
+                c.close()
+
+
 try:
     setup()
     suite.main()

@@ -54,11 +54,21 @@ typedef struct {
   uint32_t max_conn_window;
 } settings_v2;
 
+/* Version 3 bounded the streamed compressors (flat: version 2's tail
+ * padding holds them). */
+typedef struct {
+  SETTINGS_V1_FIELDS
+  uint32_t max_stream_window;
+  uint32_t max_conn_window;
+  uint32_t max_compressors;
+  uint32_t max_compressors_per_conn;
+} settings_v3;
+
 /* A header one version ahead of this library's. */
 typedef struct {
-  settings_v2 v2;
+  settings_v3 v3;
   uint64_t future;
-} settings_v3;
+} settings_v4;
 
 typedef struct {
   int version;
@@ -127,9 +137,12 @@ typedef struct {
 _Static_assert(offsetof(settings_v1, log_level) ==
                    offsetof(tern_settings, log_level),
                "settings v1");
-_Static_assert(sizeof(settings_v2) == sizeof(tern_settings) &&
-                   offsetof(settings_v2, max_conn_window) ==
-                       offsetof(tern_settings, max_conn_window),
+_Static_assert(sizeof(settings_v3) == sizeof(tern_settings) &&
+                   offsetof(settings_v3, max_compressors_per_conn) ==
+                       offsetof(tern_settings, max_compressors_per_conn),
+               "settings v3");
+_Static_assert(offsetof(settings_v2, max_conn_window) ==
+                   offsetof(tern_settings, max_conn_window),
                "settings v2");
 _Static_assert(offsetof(route_options_v1, max_body_size) ==
                    offsetof(tern_route_options, max_body_size),
@@ -370,23 +383,67 @@ static void test_settings_v2(void) {
   }
 }
 
+/* Version 3's compressor bounds: 0 asks for the defaults, more than
+ * 65536 is refused with a log line naming the field. */
+static void test_settings_v3(void) {
+  static const struct {
+    uint32_t all, conn;
+    int rc;
+    const char *logged;
+  } cases[] = {
+      {0, 0, 0, NULL},
+      {1, 1, 0, NULL},
+      {65536, 65536, 0, NULL},
+      {65537, 0, TERN_EINVAL, "max_compressors = 65537 is outside"},
+      {0, UINT32_MAX, TERN_EINVAL, "max_compressors_per_conn"},
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    settings_v3 *o = at_page_end(sizeof(settings_v3));
+    tern_server *srv = NULL;
+    int rc;
+    old_settings((settings_v1 *)(void *)o);
+    o->max_stream_window = o->max_conn_window = 0;
+    o->version = 3;
+    o->size = sizeof(*o);
+    o->max_compressors = cases[i].all;
+    o->max_compressors_per_conn = cases[i].conn;
+    rc = tern_server_new(&srv, (const tern_settings *)(void *)o);
+    T_EQ_INT(rc, cases[i].rc);
+    if (rc != 0) {
+      T_ASSERT(srv == NULL);
+      T_EQ_INT(nlogs, 1);
+      T_LOGGED(cases[i].logged);
+    } else {
+      T_EQ_INT(nlogs, 0);
+      T_EQ_INT(srv->s.max_compressors, cases[i].all ? cases[i].all : 64);
+      T_EQ_INT(srv->s.max_compressors_per_conn,
+               cases[i].conn ? cases[i].conn : 4);
+      tern_server_free(srv);
+    }
+    page_free(o);
+  }
+}
+
 static void test_settings_refused(void) {
-  settings_v3 n;
+  settings_v4 n;
   settings_v1 o;
   tern_server *srv = NULL;
 
   /* From a header newer than the library: its new field would be
    * ignored, so it is refused, logged through its own callback. */
-  old_settings((settings_v1 *)(void *)&n.v2);
-  n.v2.max_stream_window = n.v2.max_conn_window = 0;
-  n.v2.version = 3;
-  n.v2.size = sizeof(n);
+  old_settings((settings_v1 *)(void *)&n.v3);
+  n.v3.max_stream_window = n.v3.max_conn_window = 0;
+  n.v3.max_compressors = n.v3.max_compressors_per_conn = 0;
+  n.v3.version = 4;
+  n.v3.size = sizeof(n);
   n.future = 1;
   T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&n),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 1);
-  T_LOGGED("version 3 is unknown");
+  T_LOGGED("version 4 is unknown");
 
   /* Version 1 but smaller than its layout (a size set by hand): its log
    * callback cannot be trusted to be where version 1 has it, so the line
@@ -713,6 +770,7 @@ int main(void) {
   T_RUN(test_write_older_versions);
   T_RUN(test_settings_v1);
   T_RUN(test_settings_v2);
+  T_RUN(test_settings_v3);
   T_RUN(test_settings_refused);
   T_RUN(test_route_options_v1);
   T_RUN(test_stats);

@@ -110,16 +110,20 @@ class SettingsV1(Structure):
 
 class Settings(Structure):
     _fields_ = _SETTINGS_V1 + [("max_stream_window", c_uint32),
-                               ("max_conn_window", c_uint32)]
+                               ("max_conn_window", c_uint32),
+                               # version 3
+                               ("max_compressors", c_uint32),
+                               ("max_compressors_per_conn", c_uint32)]
 
 
-SETTINGS_VERSION = 2
+SETTINGS_VERSION = 3
 # The settings a Server takes as keyword arguments (tern.h documents each).
 SETTINGS_FIELDS = ("workers", "max_head_size", "max_header_count",
                    "max_uri_length", "max_body_size", "head_timeout_ms",
                    "idle_timeout_ms", "body_timeout_ms", "max_connections",
                    "max_pipeline", "tcp_nodelay", "read_buffer_size",
-                   "log_level", "max_stream_window", "max_conn_window")
+                   "log_level", "max_stream_window", "max_conn_window",
+                   "max_compressors", "max_compressors_per_conn")
 
 
 class RouteOptions(Structure):
@@ -195,7 +199,7 @@ class Stats(Structure):
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"Settings": 2, "RouteOptions": 2, "WsOptions": 2,
+VERSIONS = {"Settings": 3, "RouteOptions": 2, "WsOptions": 2,
             "QuicOptions": 2, "Stats": 4}
 # Room for a newer library's _init to write into (see init_struct).
 _SCRATCH = 16384
