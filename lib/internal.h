@@ -85,6 +85,13 @@ typedef struct {
       &(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n),    \
       memory_order_relaxed)
 
+/* The default allocator's three calls (tern_settings_init). */
+void *tern__std_malloc(size_t n, void *u);
+void *tern__std_realloc(void *p, size_t n, void *u);
+void tern__std_free(void *p, void *u);
+/* Worker 0's tick, after the pools were trimmed: hand what malloc keeps
+ * free back to the system (alloc.c). */
+void tern__allocator_release(tern_server *srv);
 void *tern__malloc(tern_server *srv, size_t size);
 void *tern__realloc(tern_server *srv, void *p, size_t size);
 void tern__free(tern_server *srv, void *p);
@@ -151,13 +158,19 @@ int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
  * tick, frees what sat on the free list the whole time since the trim
  * before (its low-water mark), down to no fewer than max_free: under
  * steady load nothing moves, and within two seconds of a burst a pool is
- * back to its floor. */
+ * back to its floor. Objects that stayed unused through TERN__POOL_IDLE
+ * trims in a row go even below the floor: a quiet server does not keep a
+ * busy one's working set (after a burst, with malloc_trim, RSS returns to
+ * near its start), while a pool in use keeps what it used within the
+ * last seconds. */
+#define TERN__POOL_IDLE 2
 typedef struct {
   size_t size; /* object size */
   void *free;  /* singly linked through the first word */
   size_t nfree;
   size_t max_free; /* the floor; 0 under AddressSanitizer: no free list */
   size_t low;      /* fewest free since the last trim */
+  unsigned idle;   /* trims in a row that found objects unused */
 } tern__pool;
 
 void tern__pool_init(tern__pool *p, size_t size, size_t max_free);
@@ -1062,6 +1075,7 @@ struct tern_server {
 
   _Atomic uint64_t allocs, alloc_bytes, frees, reallocs;
   _Atomic uint32_t compressors; /* streamed compressors open (compress.c) */
+  _Atomic uint64_t trims;       /* malloc_trim calls (alloc.c) */
   /* The Alt-Svc line of responses over TLS ("Alt-Svc: VALUE\r\n"; empty:
    * none), and whether the user set it (tern_server_set_alt_svc). */
   char alt_svc[280];

@@ -6,7 +6,55 @@
  * request allocates nothing, so the locked add costs nothing where it
  * matters.
  */
+#include <stdlib.h>
+#if defined(__GLIBC__) &&                                                      \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#include <malloc.h>
+#define TERN__GLIBC_TRIM 1
+#endif
+
 #include "internal.h"
+
+/* The default allocator (tern_settings_init). */
+void *tern__std_malloc(size_t n, void *u) {
+  (void)u;
+  return malloc(n);
+}
+void *tern__std_realloc(void *p, size_t n, void *u) {
+  (void)u;
+  return realloc(p, n);
+}
+void tern__std_free(void *p, void *u) {
+  (void)u;
+  free(p);
+}
+
+/* Free memory glibc's malloc keeps inside its heaps above which it is
+ * handed back to the system. */
+#define TRIM_ABOVE ((size_t)8 << 20)
+
+/* After a burst, what tern freed stays inside malloc's heaps: glibc gives
+ * back only the free top of a heap, and a heap whose top is still in use
+ * keeps every freed page resident (a process would hold its peak for
+ * ever, which operators of long-running servers report as a leak).
+ * Once a second, after the pools gave back what they did not need,
+ * worker 0 looks at what malloc holds free and, past TRIM_ABOVE, asks it
+ * to release the free pages of every heap (malloc_trim). Only with the
+ * default allocator: an embedder's own is its own business. */
+void tern__allocator_release(tern_server *srv) {
+#ifdef TERN__GLIBC_TRIM
+  struct mallinfo2 mi;
+  if (srv->s.allocator.malloc != tern__std_malloc)
+    return;
+  mi = mallinfo2();
+  if (mi.fordblks < TRIM_ABOVE)
+    return;
+  malloc_trim(0);
+  atomic_fetch_add_explicit(&srv->trims, 1, memory_order_relaxed);
+#else
+  (void)srv;
+#endif
+}
 
 void *tern__malloc(tern_server *srv, size_t size) {
   void *p = srv->s.allocator.malloc(size, srv->s.allocator.user);

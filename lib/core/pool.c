@@ -13,6 +13,7 @@ void tern__pool_init(tern__pool *p, size_t size, size_t max_free) {
   p->free = NULL;
   p->nfree = 0;
   p->low = 0;
+  p->idle = 0;
 #ifdef TERN__ASAN
   (void)max_free;
   p->max_free = 0;
@@ -46,7 +47,9 @@ void tern__pool_put(tern__worker *w, tern__pool *p, void *obj) {
 void tern__pool_trim(tern__worker *w, tern__pool *p) {
   size_t idle = p->low; /* free all along: not needed this round */
 
-  if (p->nfree - idle < p->max_free)
+  p->idle = idle > 0 ? p->idle + 1 : 0;
+  /* Below the floor only what stayed unused for a while. */
+  if (p->idle < TERN__POOL_IDLE && p->nfree - idle < p->max_free)
     idle = p->nfree > p->max_free ? p->nfree - p->max_free : 0;
   while (idle-- > 0) {
     void *obj = p->free;

@@ -53,19 +53,6 @@ const char *tern_strerror(int err) {
   }
 }
 
-static void *std_malloc(size_t n, void *u) {
-  (void)u;
-  return malloc(n);
-}
-static void *std_realloc(void *p, size_t n, void *u) {
-  (void)u;
-  return realloc(p, n);
-}
-static void std_free(void *p, void *u) {
-  (void)u;
-  free(p);
-}
-
 /* ---- Versioned structs ------------------------------------------- */
 
 /* Every versioned public struct begins like this, so that its version
@@ -194,9 +181,9 @@ void tern_settings_init(tern_settings *s) {
   s->max_pipeline = 32;
   s->tcp_nodelay = 1;
   s->read_buffer_size = 16384;
-  s->allocator.malloc = std_malloc;
-  s->allocator.realloc = std_realloc;
-  s->allocator.free = std_free;
+  s->allocator.malloc = tern__std_malloc;
+  s->allocator.realloc = tern__std_realloc;
+  s->allocator.free = tern__std_free;
   s->log_level = TERN_LOG_WARN;
 }
 

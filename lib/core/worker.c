@@ -447,6 +447,8 @@ static void on_tick(uv_timer_t *t) {
   if (now - w->pools_trimmed >= 1000) {
     w->pools_trimmed = now;
     trim_pools(w);
+    if (w->id == 0)
+      tern__allocator_release(w->srv);
   }
   tern__date_update(w);
   tern__access_flush(w, 0);
