@@ -25,7 +25,9 @@
  * out (tern_settings, tern_route_options, tern_ws_options and the output
  * struct tern_stats) only grow at their end. Each begins with `version`
  * and `size`, which its _init function sets to the header's
- * TERN_*_VERSION and sizeof. The rule: every field added bumps the
+ * TERN_*_VERSION and sizeof (each _init is inline below, so that the
+ * library writes no more than this header's sizeof: see
+ * TERN__INIT_BY_SIZE). The rule: every field added bumps the
  * struct's version, and each version ends with a known field (listed
  * beside each struct), so that a program built against an older header
  * keeps working with a newer library. The library starts from its own
@@ -62,6 +64,32 @@ extern "C" {
 
 /* The library's version as "MAJOR.MINOR.PATCH" (a static C string). */
 TERN_EXTERN const char *tern_version(void);
+
+/* The same as a number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100), to compare with TERN_VERSION_NUMBER, the header's. A program may
+ * require at least the version its header names: a library older than
+ * the header refuses structs of versions it does not know. */
+#define TERN_VERSION_NUMBER                                                    \
+  (TERN_VERSION_MAJOR * 10000 + TERN_VERSION_MINOR * 100 + TERN_VERSION_PATCH)
+TERN_EXTERN unsigned tern_version_number(void);
+
+/* Each versioned struct's _init (tern_settings_init, ...) is an inline
+ * function here that passes the struct's size, as this header lays it
+ * out, to the library's X_init_size(o, size): the library writes the
+ * newest version that fits in `size` and nothing past it, so a program
+ * built against an older header never has a newer library write past its
+ * struct (FFI callers: call X_init_size with the size of the struct they
+ * lay out). The library also exports X_init itself, for programs built
+ * against headers that declared it as a function: it writes version 1's
+ * fields only, the one layout every such program has. */
+#ifdef TERN__LEGACY_INIT /* lib/core/abi_legacy.c, which defines them */
+#define TERN__INIT_BY_SIZE(type, name) TERN_EXTERN void name(type *o);
+#else
+#define TERN__INIT_BY_SIZE(type, name)                                         \
+  static inline void name(type *o) {                                           \
+    name##_size(o, sizeof(*o));                                                \
+  }
+#endif
 
 /* ---------------------------------------------------------------------
  * Errors
@@ -164,7 +192,8 @@ typedef struct {
 } tern_settings;
 
 /* Fill `s` with the defaults above, its version and its size. */
-TERN_EXTERN void tern_settings_init(tern_settings *s);
+TERN_EXTERN void tern_settings_init_size(tern_settings *s, size_t size);
+TERN__INIT_BY_SIZE(tern_settings, tern_settings_init)
 
 /* ---------------------------------------------------------------------
  * Server lifecycle
@@ -384,7 +413,9 @@ typedef struct {
 } tern_listen_options;
 
 /* The defaults, with version and size set. */
-TERN_EXTERN void tern_listen_options_init(tern_listen_options *opts);
+TERN_EXTERN void tern_listen_options_init_size(tern_listen_options *opts,
+                                               size_t size);
+TERN__INIT_BY_SIZE(tern_listen_options, tern_listen_options_init)
 
 /* Listen like tern_listen() (TLS when opts->tls is set, as
  * tern_listen_tls()) with the options `opts` (NULL: the defaults, which
@@ -514,7 +545,9 @@ typedef struct {
 } tern_quic_options;
 
 /* The defaults, with version and size set. */
-TERN_EXTERN void tern_quic_options_init(tern_quic_options *opts);
+TERN_EXTERN void tern_quic_options_init_size(tern_quic_options *opts,
+                                             size_t size);
+TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
 
 /* Serve HTTP/3 on UDP `host`:`port` (host and port as tern_listen; NULL
  * host: every IPv6 and IPv4 address; port 0: the kernel picks one, stored
@@ -667,7 +700,9 @@ typedef struct {
 } tern_compress_options;
 
 /* Fill `o` with the defaults above, its version and its size. */
-TERN_EXTERN void tern_compress_options_init(tern_compress_options *o);
+TERN_EXTERN void tern_compress_options_init_size(tern_compress_options *o,
+                                                 size_t size);
+TERN__INIT_BY_SIZE(tern_compress_options, tern_compress_options_init)
 
 #define TERN_ROUTE_OPTIONS_VERSION 2
 
@@ -687,7 +722,9 @@ typedef struct {
 
 /* Fill `o` with defaults (no flags, the server's body limit, no
  * compression), its version and its size. */
-TERN_EXTERN void tern_route_options_init(tern_route_options *o);
+TERN_EXTERN void tern_route_options_init_size(tern_route_options *o,
+                                              size_t size);
+TERN__INIT_BY_SIZE(tern_route_options, tern_route_options_init)
 
 /* Add a route. `method` is a C string token ("GET") or NULL / "*" for any
  * method; `pattern` is a C string path of segments: literals, ":name"
@@ -1203,7 +1240,9 @@ typedef struct {
 
 /* Fill `o` with defaults (index "index.html", no Cache-Control, no flags,
  * 256 KiB blocks), its version and its size. */
-TERN_EXTERN void tern_static_options_init(tern_static_options *o);
+TERN_EXTERN void tern_static_options_init_size(tern_static_options *o,
+                                               size_t size);
+TERN__INIT_BY_SIZE(tern_static_options, tern_static_options_init)
 
 /* Create a file server for `o->root` (opened now; the strings of `o` are
  * copied). Errors: TERN_EINVAL (NULL, bad version or size, unknown flag,
@@ -1345,7 +1384,8 @@ typedef struct {
 } tern_ws_options;
 
 /* Fill `o` with the defaults above, its version and its size. */
-TERN_EXTERN void tern_ws_options_init(tern_ws_options *o);
+TERN_EXTERN void tern_ws_options_init_size(tern_ws_options *o, size_t size);
+TERN__INIT_BY_SIZE(tern_ws_options, tern_ws_options_init)
 
 /* Is `r` a WebSocket handshake (HTTP/1.1 Upgrade: websocket or an HTTP/2
  * or HTTP/3 extended CONNECT)? Only looks; tern_ws_accept() validates. 1
@@ -1525,7 +1565,8 @@ typedef struct {
 TERN_EXTERN uint64_t tern_stats_bucket_le(unsigned i);
 
 /* Zero `st` and set its version and size. */
-TERN_EXTERN void tern_stats_init(tern_stats *st);
+TERN_EXTERN void tern_stats_init_size(tern_stats *st, size_t size);
+TERN__INIT_BY_SIZE(tern_stats, tern_stats_init)
 
 /* Sum the workers' counters into *out (any thread, any time; the figures
  * of a running server are a consistent-enough snapshot, not atomic).
@@ -1650,7 +1691,9 @@ typedef struct {
 } tern_access_log_options;
 
 /* Fill `o` with the defaults above, its version and its size. */
-TERN_EXTERN void tern_access_log_options_init(tern_access_log_options *o);
+TERN_EXTERN void tern_access_log_options_init_size(tern_access_log_options *o,
+                                                   size_t size);
+TERN__INIT_BY_SIZE(tern_access_log_options, tern_access_log_options_init)
 
 /* Log every finished request to a file through the built-in writer: the
  * worker formats the line into its buffer (no allocation, no lock per

@@ -120,6 +120,15 @@ void tern__log(tern_server *srv, int level, const char *fmt, ...)
  * become the library's, and 0 is returned. Otherwise `dst` is untouched,
  * `why` (`why_len` bytes) says what is wrong, and -1 is returned. Every
  * such struct starts with `int version; uint32_t size;`. */
+/* An _init for the caller's struct of `size` bytes (its sizeof): `def`
+ * holds the library's defaults, version and size aside; the caller gets
+ * the newest version that fits in `size` (its fields, that version and
+ * `size`), nothing written past `size`. Smaller than version 1: left as
+ * it is. */
+void tern__abi_init(void *dst, size_t size, void *def, const size_t *ends,
+                    int nversions);
+/* tern_quic_options' version ends, shared by server.c's _init and quic.c. */
+extern const size_t tern__quic_options_ends[];
 int tern__abi_read(void *dst, size_t dst_size, const void *src,
                    const size_t *ends, int nversions, char *why,
                    size_t why_len);

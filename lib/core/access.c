@@ -797,9 +797,13 @@ static void writer_thread(void *arg) {
   }
   uv_mutex_unlock(&al->lock);
 }
+static const size_t alog_ends[] = {
+    TERN__END(tern_access_log_options, queue_buffers)};
 
-void tern_access_log_options_init(tern_access_log_options *o) {
-  if (o == NULL)
+void tern_access_log_options_init_size(tern_access_log_options *out,
+                                       size_t size) {
+  tern_access_log_options d, *o = &d;
+  if (out == NULL)
     return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_ACCESS_LOG_OPTIONS_VERSION;
@@ -807,10 +811,8 @@ void tern_access_log_options_init(tern_access_log_options *o) {
   o->format = TERN_ACCESS_LOG_JSON;
   o->buffer_size = 64 * 1024;
   o->queue_buffers = 0; /* 4 per worker */
+  tern__abi_init(out, size, &d, alog_ends, TERN_ACCESS_LOG_OPTIONS_VERSION);
 }
-
-static const size_t alog_ends[] = {
-    TERN__END(tern_access_log_options, queue_buffers)};
 
 int tern_server_access_log(tern_server *srv,
                            const tern_access_log_options *in) {
@@ -824,7 +826,7 @@ int tern_server_access_log(tern_server *srv,
     return TERN_EINVAL;
   if (atomic_load(&srv->state) != TERN__S_IDLE || srv->alog != NULL)
     return TERN_ESTATE;
-  tern_access_log_options_init(&o);
+  tern_access_log_options_init_size(&o, sizeof(o));
   if (tern__abi_read(&o, sizeof(o), in, alog_ends,
                      (int)(sizeof(alog_ends) / sizeof(alog_ends[0])), why,
                      sizeof(why)) != 0) {

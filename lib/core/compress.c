@@ -121,8 +121,9 @@ _Static_assert(sizeof(compress_ends) / sizeof(compress_ends[0]) ==
                    TERN_COMPRESS_OPTIONS_VERSION,
                "one end per tern_compress_options version");
 
-void tern_compress_options_init(tern_compress_options *o) {
-  if (o == NULL)
+void tern_compress_options_init_size(tern_compress_options *out, size_t size) {
+  tern_compress_options d, *o = &d;
+  if (out == NULL)
     return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_COMPRESS_OPTIONS_VERSION;
@@ -137,6 +138,7 @@ void tern_compress_options_init(tern_compress_options *o) {
   o->br_window = 18;
   o->min_size = 1024;
   o->types = NULL;
+  tern__abi_init(out, size, &d, compress_ends, TERN_COMPRESS_OPTIONS_VERSION);
 }
 
 int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
@@ -147,7 +149,7 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
   char abi[160];
   size_t tl;
 
-  tern_compress_options_init(&o);
+  tern_compress_options_init_size(&o, sizeof(o));
   if (tern__abi_read(&o, sizeof(o), in, compress_ends,
                      TERN_COMPRESS_OPTIONS_VERSION, abi, sizeof(abi)) != 0) {
     tern__log(srv, TERN_LOG_ERROR, "%s: tern_compress_options %s", what, abi);

@@ -229,7 +229,7 @@ void tern_metrics_handler(tern_request *r, void *user) {
     return;
   memset(&t, 0, sizeof(t));
   t.srv = r->w->srv;
-  tern_stats_init(&st);
+  tern_stats_init_size(&st, sizeof(st));
   if (tern_server_stats(t.srv, &st) != 0) {
     tern_respond(r, 500, NULL, 0, NULL, 0);
     return;

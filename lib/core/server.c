@@ -18,6 +18,10 @@ const char *tern_version(void) {
       TERN_VERSION_PATCH);
 }
 
+unsigned tern_version_number(void) {
+  return TERN_VERSION_NUMBER;
+}
+
 const char *tern_strerror(int err) {
   switch (err) {
   case TERN_OK:
@@ -85,6 +89,9 @@ static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
                                     TERN__END(tern_stats, access_log_dropped),
                                     TERN__END(tern_stats, reallocations)};
+const size_t tern__quic_options_ends[TERN_QUIC_OPTIONS_VERSION] = {
+    TERN__END(tern_quic_options, secret_len),
+    TERN__END(tern_quic_options, previous_secret_len)};
 #define NVERSIONS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 _Static_assert(NVERSIONS(settings_ends) == TERN_SETTINGS_VERSION,
                "one end per tern_settings version");
@@ -138,6 +145,23 @@ int tern__abi_read(void *dst, size_t dst_size, const void *src,
   return 0;
 }
 
+void tern__abi_init(void *dst, size_t size, void *def, const size_t *ends,
+                    int nversions) {
+  int version = nversions;
+  uint32_t sz = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
+  while (version > 0 && ends[version - 1] > size)
+    version--;
+  if (version == 0)
+    return;
+  memcpy((char *)def + offsetof(abi_head, version), &version, sizeof(version));
+  memcpy((char *)def + offsetof(abi_head, size), &sz, sizeof(sz));
+  memcpy(dst, def, ends[version - 1]);
+  /* A newer header's fields, and any padding: zero, as its _init's memset
+   * would leave them. */
+  if (size > ends[version - 1])
+    memset((char *)dst + ends[version - 1], 0, size - ends[version - 1]);
+}
+
 /* The caller's struct may be an older, shorter one: nothing past the end
  * of its version is ours to write. A newer caller gets what this library
  * has and learns which part from the version written back, which an
@@ -165,7 +189,10 @@ int tern__abi_write(void *dst, void *src, const size_t *ends, int nversions,
   return 0;
 }
 
-void tern_settings_init(tern_settings *s) {
+void tern_settings_init_size(tern_settings *out, size_t size) {
+  tern_settings d, *s = &d;
+  if (out == NULL)
+    return;
   memset(s, 0, sizeof(*s));
   s->version = TERN_SETTINGS_VERSION;
   s->size = sizeof(*s);
@@ -185,18 +212,24 @@ void tern_settings_init(tern_settings *s) {
   s->allocator.realloc = tern__std_realloc;
   s->allocator.free = tern__std_free;
   s->log_level = TERN_LOG_WARN;
+  tern__abi_init(out, size, &d, settings_ends, NVERSIONS(settings_ends));
 }
 
-void tern_route_options_init(tern_route_options *o) {
+void tern_route_options_init_size(tern_route_options *out, size_t size) {
+  tern_route_options d, *o = &d;
+  if (out == NULL)
+    return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_ROUTE_OPTIONS_VERSION;
   o->size = sizeof(*o);
+  tern__abi_init(out, size, &d, route_ends, NVERSIONS(route_ends));
 }
 
 /* Here, not in lib/quic, so that a build without QUIC fills in the same
  * defaults. */
-void tern_quic_options_init(tern_quic_options *o) {
-  if (o == NULL)
+void tern_quic_options_init_size(tern_quic_options *out, size_t size) {
+  tern_quic_options d, *o = &d;
+  if (out == NULL)
     return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_QUIC_OPTIONS_VERSION;
@@ -204,12 +237,18 @@ void tern_quic_options_init(tern_quic_options *o) {
   o->retry = TERN_QUIC_RETRY_LOAD;
   o->early_data = 0;
   o->max_streams = 100;
+  tern__abi_init(out, size, &d, tern__quic_options_ends,
+                 TERN_QUIC_OPTIONS_VERSION);
 }
 
-void tern_stats_init(tern_stats *st) {
+void tern_stats_init_size(tern_stats *out, size_t size) {
+  tern_stats d, *st = &d;
+  if (out == NULL)
+    return;
   memset(st, 0, sizeof(*st));
   st->version = TERN_STATS_VERSION;
   st->size = sizeof(*st);
+  tern__abi_init(out, size, &d, stats_ends, NVERSIONS(stats_ends));
 }
 
 static void *router_malloc(size_t n, void *u) {
@@ -342,7 +381,7 @@ static void settings_refused(const tern_settings *caller, const char *why) {
   tern_settings l;
   int version;
   uint32_t size;
-  tern_settings_init(&l);
+  tern_settings_init_size(&l, sizeof(l));
   read_head(caller, &version, &size);
   if (version >= 1 && size >= settings_ends[0])
     memcpy(&l, caller, settings_ends[0]);
@@ -361,7 +400,7 @@ int tern_server_new(tern_server **out, const tern_settings *caller) {
     return TERN_EINVAL;
   /* The caller's struct may be shorter or longer than ours: it is read
    * into the defaults, and only the library's copy is used after. */
-  tern_settings_init(&def);
+  tern_settings_init_size(&def, sizeof(def));
   if (caller != NULL &&
       tern__abi_read(&def, sizeof(def), caller, settings_ends,
                      NVERSIONS(settings_ends), why, sizeof(why)) != 0) {
@@ -530,7 +569,7 @@ static int route_opts_read(tern_server *srv, const char *method,
   const unsigned known = TERN_ROUTE_BLOCKING | TERN_ROUTE_STREAM_BODY;
   const char *why = NULL;
   char abi[160];
-  tern_route_options_init(o);
+  tern_route_options_init_size(o, sizeof(*o));
   if (in == NULL)
     return 0;
   if (tern__abi_read(o, sizeof(*o), in, route_ends, NVERSIONS(route_ends), abi,

@@ -108,14 +108,19 @@ typedef struct {
   char path[PATH_CAP];
 } job;
 
-void tern_static_options_init(tern_static_options *o) {
-  if (o == NULL)
+static const size_t static_ends[] = {
+    TERN__END(tern_static_options, block_size)};
+
+void tern_static_options_init_size(tern_static_options *out, size_t size) {
+  tern_static_options d, *o = &d;
+  if (out == NULL)
     return;
   memset(o, 0, sizeof *o);
   o->version = TERN_STATIC_OPTIONS_VERSION;
   o->size = sizeof *o;
   o->index = "index.html";
   o->block_size = 256 * 1024;
+  tern__abi_init(out, size, &d, static_ends, TERN_STATIC_OPTIONS_VERSION);
 }
 
 int tern_static_new(const tern_static_options *o, tern_static **out) {

@@ -359,18 +359,20 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
   return listen_on(srv, host, port, NULL, -1, tern__tls_filter_of(tls), tls,
                    NULL, bound_port);
 }
+static const size_t listen_options_ends[] = {
+    TERN__END(tern_listen_options, proxy_trusted),
+};
 
-void tern_listen_options_init(tern_listen_options *o) {
-  if (o == NULL)
+void tern_listen_options_init_size(tern_listen_options *out, size_t size) {
+  tern_listen_options d, *o = &d;
+  if (out == NULL)
     return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_LISTEN_OPTIONS_VERSION;
   o->size = sizeof(*o);
+  tern__abi_init(out, size, &d, listen_options_ends,
+                 TERN_LISTEN_OPTIONS_VERSION);
 }
-
-static const size_t listen_options_ends[] = {
-    TERN__END(tern_listen_options, proxy_trusted),
-};
 
 /* tern_listen_ex and tern_listen_unix: the options read and checked. */
 static int listen_opts(tern_server *srv, const char *what, const char *host,
@@ -381,7 +383,7 @@ static int listen_opts(tern_server *srv, const char *what, const char *host,
 
   if (srv == NULL)
     return TERN_EINVAL;
-  tern_listen_options_init(&o);
+  tern_listen_options_init_size(&o, sizeof(o));
   if (opts != NULL && tern__abi_read(&o, sizeof(o), opts, listen_options_ends,
                                      1, why, sizeof(why)) != 0) {
     tern__log(srv, TERN_LOG_ERROR, "%s: %s", what, why);

@@ -1759,11 +1759,6 @@ static const tern__listener_ops quic_ops = {
     .free = quic_free_listener,
 };
 
-static const size_t quic_options_ends[] = {
-    TERN__END(tern_quic_options, secret_len),
-    TERN__END(tern_quic_options, previous_secret_len),
-};
-
 /* A key of the caller's, hashed to the key size; and its tag (the byte
  * that marks the CIDs it makes), from a hash of its own so that the CIDs
  * tell nothing of the key. */
@@ -1809,9 +1804,9 @@ static int listen_quic(tern_server *srv, const char *what, const char *host,
     return TERN_ENOMEM;
   memset(l, 0, sizeof(*l));
   l->only = -1;
-  tern_quic_options_init(&l->o);
+  tern_quic_options_init_size(&l->o, sizeof(l->o));
   if (opts != NULL &&
-      tern__abi_read(&l->o, sizeof(l->o), opts, quic_options_ends, 2, why,
+      tern__abi_read(&l->o, sizeof(l->o), opts, tern__quic_options_ends, 2, why,
                      sizeof(why)) != 0) {
     tern__log(srv, TERN_LOG_ERROR, "%s: %s", what, why);
     tern__free(srv, l);

@@ -683,8 +683,14 @@ static void on_body(tern_request *r, int event, const char *data, size_t len,
 }
 
 /* ---- The handshake ------------------------------------------------------ */
+static const size_t options_ends[] = {
+    TERN__END(tern_ws_options, subprotocol_len),
+    TERN__END(tern_ws_options, deflate_level)};
 
-void tern_ws_options_init(tern_ws_options *o) {
+void tern_ws_options_init_size(tern_ws_options *out, size_t size) {
+  tern_ws_options d, *o = &d;
+  if (out == NULL)
+    return;
   memset(o, 0, sizeof(*o));
   o->version = TERN_WS_OPTIONS_VERSION;
   o->size = sizeof(*o);
@@ -696,6 +702,7 @@ void tern_ws_options_init(tern_ws_options *o) {
   o->deflate_mem_level = 8;
   o->deflate_level = 1;
   o->close_timeout_ms = 5000;
+  tern__abi_init(out, size, &d, options_ends, TERN_WS_OPTIONS_VERSION);
 }
 
 static int header_has_token(const tern_request *r, const char *name,
@@ -793,9 +800,6 @@ static int validate(const tern_request *r, char *accept, size_t *accept_len) {
 /* Where each version of tern_ws_options ends (tern.h lists them): 2
  * added deflate_level. A new field gets a new entry, never a longer old
  * one. */
-static const size_t options_ends[] = {
-    TERN__END(tern_ws_options, subprotocol_len),
-    TERN__END(tern_ws_options, deflate_level)};
 _Static_assert(sizeof(options_ends) / sizeof(options_ends[0]) ==
                    TERN_WS_OPTIONS_VERSION,
                "one end per tern_ws_options version");
@@ -806,7 +810,7 @@ _Static_assert(sizeof(options_ends) / sizeof(options_ends[0]) ==
 static int read_options(tern_server *srv, const tern_ws_options *in,
                         tern_ws_options *o) {
   char why[160];
-  tern_ws_options_init(o);
+  tern_ws_options_init_size(o, sizeof(*o));
   if (in == NULL)
     return 1;
   if (tern__abi_read(o, sizeof(*o), in, options_ends, TERN_WS_OPTIONS_VERSION,

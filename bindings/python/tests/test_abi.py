@@ -42,28 +42,43 @@ def test_structs_match_the_header_sizes():
                       (_ffi.WsOptions, "tern_ws_options_init"),
                       (_ffi.QuicOptions, "tern_quic_options_init"),
                       (_ffi.Stats, "tern_stats_init")):
-        # the library's _init writes its own layout: into room enough
+        # the sized _init with room to spare: the library's own layout,
+        # nothing written past it but zeros within the size given
         scratch = (ctypes.c_ubyte * 16384)()
-        getattr(_ffi.lib, init)(ctypes.byref(scratch))
+        ctypes.memset(scratch, 0xAB, len(scratch))
+        getattr(_ffi.lib, init + "_size")(ctypes.byref(scratch), 8192)
         lib_version = ctypes.c_int.from_buffer(scratch, 0).value
-        lib_size = ctypes.c_uint32.from_buffer(scratch, 4).value
-        assert lib_size == ctypes.sizeof(cls), cls.__name__
         assert lib_version == _ffi.VERSIONS[cls.__name__], cls.__name__
+        assert ctypes.c_uint32.from_buffer(scratch, 4).value == 8192
+        assert bytes(scratch[8192:]) == b"\xab" * 8192, cls.__name__
+        # exactly the binding's size: the same version
+        obj = _ffi.init_struct(cls, init)
+        assert (obj.version, obj.size) == (lib_version, ctypes.sizeof(cls))
+
+
+def test_unsized_init_writes_version_1_only():
+    """X_init without a size, as a program built against a 0.1 header
+    calls it: version 1's fields and nothing past them, whatever the
+    struct has grown to since (it once wrote 872 bytes of tern_stats into
+    a program's 112)."""
+    for cls, init in ((_ffi.SettingsV1, "tern_settings_init"),
+                      (_ffi.StatsV1, "tern_stats_init")):
+        buf = (ctypes.c_ubyte * 16384)()
+        ctypes.memset(buf, 0xAB, len(buf))
+        getattr(_ffi.lib, init)(ctypes.byref(buf))
+        end = ctypes.c_uint32.from_buffer(buf, 4).value
+        assert ctypes.c_int.from_buffer(buf, 0).value == 1
+        assert end <= ctypes.sizeof(cls)
+        assert bytes(buf[end:]) == b"\xab" * (len(buf) - end), cls.__name__
 
 
 def test_init_struct_keeps_the_binding_layout():
     """A binding older than the library gets the library's defaults for
     the fields it knows, with its own version and size, and the library
-    takes that (here: a version-2 tern_stats from a version-3 library)."""
+    takes that (here: a version-2 tern_stats from a newer library)."""
     class StatsV2(ctypes.Structure):
         _fields_ = _ffi.StatsV2._fields_
-    saved = dict(_ffi.VERSIONS)
-    _ffi.VERSIONS["StatsV2"] = 2
-    try:
-        st = _ffi.init_struct(StatsV2, "tern_stats_init")
-    finally:
-        _ffi.VERSIONS.clear()
-        _ffi.VERSIONS.update(saved)
+    st = _ffi.init_struct(StatsV2, "tern_stats_init")
     assert (st.version, st.size) == (2, ctypes.sizeof(StatsV2))
     app = tern.Server(workers=1)
     try:
@@ -77,8 +92,7 @@ def test_older_settings_layout_accepted():
     """A client built against version 1 of tern_settings (no window
     fields: a smaller struct) is served with the defaults for what it
     lacks; a struct smaller than its version's layout is refused."""
-    full = _ffi.Settings()
-    _ffi.lib.tern_settings_init(ctypes.byref(full))
+    full = _ffi.init_struct(_ffi.Settings, "tern_settings_init")
     old = _ffi.SettingsV1()
     ctypes.memmove(ctypes.byref(old), ctypes.byref(full),
                    ctypes.sizeof(_ffi.SettingsV1))

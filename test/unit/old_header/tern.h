@@ -1,0 +1,1014 @@
+/* include/tern.h as it was at d8ae9ce~1 (2026-12, library version 0.1.0,
+ * tern_stats version 2 of 112 bytes), kept as it was below this comment
+ * for test_old_header.c: a program built against it must run against the
+ * library of today. Never edit it. */
+/* tern: an embeddable HTTP server library.
+ *
+ * This header is the API reference. Conventions that hold for every
+ * function below unless its comment says otherwise:
+ *
+ * - Errors are negative int codes (TERN_E*); tern_strerror() names them.
+ *   Zero means success. Out of memory is TERN_ENOMEM, never an abort.
+ * - A function that takes a callback and returns an error never calls that
+ *   callback.
+ * - On failure an out-parameter is left untouched.
+ * - Strings are passed as pointer + length and need not be NUL-terminated,
+ *   except where a parameter is documented as a C string.
+ * - Every callback receives the `void *user` pointer given with it.
+ * - Objects are opaque and created by *_new, destroyed by *_free.
+ *
+ * Threads: a server runs `workers` event loops, one per thread. Request
+ * handlers run on the worker that owns the connection. The response
+ * functions (tern_respond* and tern_response_*) may be called from any
+ * thread; calls from a thread other than the owning worker are posted to
+ * it. Configuration functions (settings, routes, listen) are called before
+ * tern_run() or tern_attach(), from one thread.
+ *
+ * ABI: the shared library's soname carries TERN_VERSION_MAJOR. Within one
+ * major version functions are only added, and the structs a caller lays
+ * out (tern_settings, tern_route_options, tern_ws_options and the output
+ * struct tern_stats) only grow at their end. Each begins with `version`
+ * and `size`, which its _init function sets to the header's
+ * TERN_*_VERSION and sizeof. The rule: every field added bumps the
+ * struct's version, and each version ends with a known field (listed
+ * beside each struct), so that a program built against an older header
+ * keeps working with a newer library. The library starts from its own
+ * defaults and reads only the fields of the caller's version: a field the
+ * caller's header did not have keeps its default. It refuses (TERN_EINVAL,
+ * with a log line) a version below 1 or above its own, and a size smaller
+ * than the caller's version's layout (a struct not filled by its _init).
+ * An output struct is written only up to the end of the caller's version.
+ * A struct nested by value is part of its container's layout and can
+ * never grow, so nested structs go by pointer; the one exception is
+ * tern_settings' allocator, which is version 1's and stays. tern_header
+ * (passed in arrays) never changes; tern_error_info is laid out by the
+ * library and only read.
+ */
+#ifndef TERN_H
+#define TERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TERN_BUILDING) && defined(__GNUC__)
+#define TERN_EXTERN __attribute__((visibility("default")))
+#else
+#define TERN_EXTERN
+#endif
+
+#define TERN_VERSION_MAJOR 0
+#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH" (a static C string). */
+TERN_EXTERN const char *tern_version(void);
+
+/* ---------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------ */
+
+enum {
+  TERN_OK = 0,
+  TERN_EINVAL = -1,      /* an argument is invalid */
+  TERN_ENOMEM = -2,      /* an allocation failed */
+  TERN_ESTATE = -3,      /* not allowed in the object's current state */
+  TERN_EEXIST = -4,      /* already exists (duplicate route) */
+  TERN_EADDRINUSE = -5,  /* address already in use */
+  TERN_EADDR = -6,       /* address cannot be parsed or bound */
+  TERN_ECLOSED = -7,     /* the peer went away; the request is finished */
+  TERN_EIO = -8,         /* a system call failed (see the log) */
+  TERN_ETOOBIG = -9,     /* a limit was exceeded */
+  TERN_ENOTFOUND = -10,  /* no such item (header, parameter) */
+  TERN_ETLS = -11,       /* a TLS certificate, key or handshake problem */
+  TERN_EHANDSHAKE = -12, /* not a valid WebSocket handshake (answered) */
+  TERN_ENOTSUP = -13,    /* not built into this library */
+};
+
+/* A static, human-readable message for an error code; never NULL. */
+TERN_EXTERN const char *tern_strerror(int err);
+
+/* ---------------------------------------------------------------------
+ * Settings
+ * ------------------------------------------------------------------ */
+
+/* Allocator hook. All memory tern allocates goes through these three
+ * functions (realloc(NULL, n) must behave as malloc; free(NULL) is a
+ * no-op). They may be called from any worker thread at once. */
+typedef struct {
+  void *(*malloc)(size_t size, void *user);
+  void *(*realloc)(void *ptr, size_t size, void *user);
+  void (*free)(void *ptr, void *user);
+  void *user;
+} tern_allocator;
+
+enum {
+  TERN_LOG_ERROR = 0,
+  TERN_LOG_WARN = 1,
+  TERN_LOG_INFO = 2,
+  TERN_LOG_DEBUG = 3,
+};
+
+/* Log callback: `msg` is `len` bytes, valid only during the call, without
+ * a trailing newline. Called from any thread that tern runs on. */
+typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
+
+#define TERN_SETTINGS_VERSION 1
+
+/* Server settings. Initialise with tern_settings_init(), change what you
+ * need, pass to tern_server_new(). Every limit has a safe default.
+ * Versions (see ABI above), each ending with the field named: 1 with
+ * log_level. */
+typedef struct {
+  int version;               /* TERN_SETTINGS_VERSION */
+  uint32_t size;             /* sizeof(tern_settings) */
+  unsigned workers;          /* worker threads; 0 = CPU count */
+  uint32_t max_head_size;    /* request head bytes (16384): 431 */
+  uint32_t max_header_count; /* header fields (100): 431 */
+  uint32_t max_uri_length;   /* request-target bytes (8192): 414 */
+  uint64_t max_body_size;    /* collected body bytes (8 MiB): 413 */
+  uint32_t head_timeout_ms;  /* a whole head must arrive (10000) */
+  uint32_t idle_timeout_ms;  /* keep-alive idle (60000) */
+  uint32_t body_timeout_ms;  /* between body reads (30000) */
+  uint32_t max_connections;  /* per worker; beyond: closed (10000);
+                              lowered to fit RLIMIT_NOFILE, whose soft
+                              limit tern_run raises to the hard one */
+  uint32_t max_pipeline;     /* requests in flight per conn (32) */
+  int tcp_nodelay;           /* 1 = set TCP_NODELAY (default 1) */
+  uint32_t read_buffer_size; /* per connection while busy (16384) */
+  tern_allocator allocator;  /* malloc/realloc/free by default (nested by
+                                value: version 1's, it never grows) */
+  tern_log_fn log;           /* NULL: errors and warnings to stderr */
+  void *log_user;
+  int log_level; /* most verbose level passed (WARN) */
+} tern_settings;
+
+/* Fill `s` with the defaults above, its version and its size. */
+TERN_EXTERN void tern_settings_init(tern_settings *s);
+
+/* ---------------------------------------------------------------------
+ * Server lifecycle
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_server tern_server;
+typedef struct tern_request tern_request;
+
+/* Create a server. `settings` may be NULL for the defaults; it is copied.
+ * Every field is checked: TERN_EINVAL, with a log line (through the
+ * settings' log callback, or stderr) naming the field, for a version or
+ * size refused by the ABI rule (see the top) or a field outside its
+ * range: max_head_size 64 to 16 MiB, max_header_count 1 to 65535,
+ * max_uri_length 1 to 16 MiB, max_body_size at least 1, every timeout at
+ * least 1 ms, max_connections 1 to 2^24, max_pipeline 1 to 1024,
+ * read_buffer_size 1 KiB to 16 MiB, workers at most 1024, tcp_nodelay 0
+ * or 1, log_level TERN_LOG_ERROR to TERN_LOG_DEBUG, and an allocator with
+ * all three functions. */
+TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
+
+/* Free a server that is not running (never ran, or tern_run() returned, or
+ * after tern_attach() its loop closed every handle). NULL is a no-op. */
+TERN_EXTERN void tern_server_free(tern_server *srv);
+
+/* Listen on `host` (a C string: an IPv4 or IPv6 literal, "localhost", or
+ * NULL for every IPv6 and IPv4 address) and `port` (0: the kernel picks a
+ * free port). One listening socket serves the address, shared by every
+ * worker; it does not set SO_REUSEPORT, so no other socket or process can
+ * bind the port while tern serves it (TERN_EADDRINUSE). On success the
+ * bound port is stored in *bound_port if it is not NULL. May be called
+ * several times for several addresses. Errors: TERN_EADDR,
+ * TERN_EADDRINUSE, TERN_ESTATE (server already running), TERN_ENOMEM. */
+TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
+                            int *bound_port);
+
+/* Run the server: start the worker threads and block until the server has
+ * stopped (tern_stop). Returns 0, or an error if the threads or loops could
+ * not be started (then nothing is running). If SIGPIPE has its default
+ * action, tern_run and tern_attach set it to be ignored, so that a client
+ * resetting its connection cannot kill the process. Worker 0 runs on the
+ * calling thread. After tern_stop it returns once every request is
+ * finished, or at the stop deadline, whichever comes first (see
+ * tern_stop). */
+TERN_EXTERN int tern_run(tern_server *srv);
+
+/* Attach the server to the caller's libuv loop (a `uv_loop_t *`, passed as
+ * void * so that this header needs no libuv) instead of starting threads:
+ * one worker, on that loop. Call it from the thread that runs the loop.
+ * Returns at once; the caller runs its loop. After tern_stop() the server
+ * closes its handles and the loop may return once the caller's own handles
+ * are closed too; then tern_server_free(). On failure (TERN_ENOMEM,
+ * TERN_EIO, TERN_ESTATE, TERN_EINVAL for a server of several workers)
+ * nothing stays on the loop: closing what was opened may run the loop's
+ * closing phase once before this returns. */
+TERN_EXTERN int tern_attach(tern_server *srv, void *uv_loop);
+
+/* Stop gracefully: stop accepting, let requests in flight finish, close
+ * idle connections. After `deadline_ms` milliseconds the stop is a hard
+ * one: calls from other threads are no longer taken (they return
+ * TERN_ECLOSED), every request a handler still holds without having
+ * started its response is answered 503, every connection still open is
+ * closed (a started response is cut off: the client sees the close or a
+ * stream reset), a warning is logged with the number of requests cut, and
+ * tern_run() returns, even while handlers (blocking ones included) still
+ * hold requests. Such a cut request stays valid for its holder, the
+ * strings its accessors returned included: tern_response_start/write
+ * return TERN_ECLOSED, and the finishing call returns TERN_ECLOSED and
+ * frees it, also after tern_server_free() (which then leaves the server's
+ * own block to the last such call). A request that is never finished
+ * keeps its memory (its head, body and a few KiB) and the server's
+ * allocated for good.
+ *
+ * Callable from any thread and from a signal handler (it only sets flags
+ * and wakes the loops). A stop is never lost: called before tern_run() or
+ * tern_attach(), or while they are still starting, it is remembered and
+ * carried out as soon as the server runs (tern_run then returns after the
+ * graceful stop). Called again before the stop began, the shorter
+ * deadline counts; once stopping, another call changes nothing. Returns
+ * 0, or TERN_ESTATE once the server has stopped (tern_run returned). */
+TERN_EXTERN int tern_stop(tern_server *srv, uint32_t deadline_ms);
+
+/* ---------------------------------------------------------------------
+ * TLS (HTTP/1.1 over TLS; ALPN offers h2 where HTTP/2 is built)
+ *
+ * A tern_tls is a set of certificates for one or more TLS listeners. Add
+ * certificate/key pairs, then commit them: the committed set serves new
+ * handshakes. Committing again later (after adding a fresh set of pairs)
+ * replaces the certificates at run time: new handshakes use the new set,
+ * live connections keep theirs and are never dropped. With several pairs,
+ * SNI picks the first certificate whose subjectAltName (or subject CN)
+ * names the requested host ("*.example.com" wildcards match one label);
+ * without SNI, or with no match, the first pair whose key suits the
+ * client's cipher suites serves. ECDHE (X25519, P-256, P-384) with AES-GCM
+ * or ChaCha20-Poly1305, ECDSA or RSA keys, session tickets on.
+ *
+ * Two TLS engines may be built in: GnuTLS (TLS 1.3 and 1.2, and the
+ * faster one) and mbedTLS (TLS 1.2 only, small). A tern_tls uses GnuTLS
+ * when the library has it, unless tern_tls_set_engine says otherwise;
+ * both pick certificates by the same rules.
+ *
+ * Every bad certificate, bad key, mismatched pair or unreadable file is
+ * found when it is added: TERN_ETLS, with a log line naming the file and
+ * the reason. The add and commit calls of one tern_tls must not run
+ * concurrently with each other; they may run while the server runs.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_tls tern_tls;
+
+/* Create an empty certificate set owned by the server (freed with it).
+ * Errors: TERN_EINVAL, TERN_ENOMEM, TERN_ETLS (no entropy source). */
+TERN_EXTERN int tern_tls_new(tern_server *srv, tern_tls **out);
+
+/* Add a PEM certificate chain and its private key from files (C strings:
+ * paths). The pair joins the set at the next tern_tls_commit(). */
+TERN_EXTERN int tern_tls_add_cert_file(tern_tls *tls, const char *cert_file,
+                                       const char *key_file);
+
+/* The same from memory: PEM text, `*_len` bytes, copied. */
+TERN_EXTERN int tern_tls_add_cert_mem(tern_tls *tls, const char *cert_pem,
+                                      size_t cert_len, const char *key_pem,
+                                      size_t key_len);
+
+/* Make the pairs added since the last commit the live set. Errors:
+ * TERN_ESTATE (nothing added), TERN_ETLS, TERN_ENOMEM. */
+TERN_EXTERN int tern_tls_commit(tern_tls *tls);
+
+enum {
+  TERN_TLS_ENGINE_AUTO = 0,    /* GnuTLS where built, else mbedTLS */
+  TERN_TLS_ENGINE_MBEDTLS = 1, /* TLS 1.2 */
+  TERN_TLS_ENGINE_GNUTLS = 2,  /* TLS 1.3 and 1.2 */
+};
+
+/* Choose the engine that serves this set's connections. Only before the
+ * first tern_tls_commit (TERN_ESTATE after). Errors: TERN_EINVAL (an
+ * unknown engine), TERN_ENOTSUP (not built into this library). */
+TERN_EXTERN int tern_tls_set_engine(tern_tls *tls, int engine);
+
+/* The engine serving this set: "gnutls" or "mbedtls"; never NULL. */
+TERN_EXTERN const char *tern_tls_engine_name(const tern_tls *tls);
+
+enum {
+  TERN_TLS_1_2 = 0x0303,
+  TERN_TLS_1_3 = 0x0304,
+};
+
+/* The lowest protocol version the set accepts (default TERN_TLS_1_2);
+ * it applies from the next tern_tls_commit. Errors: TERN_EINVAL (not one
+ * of the above), TERN_ENOTSUP (the engine does not speak it: mbedTLS and
+ * TLS 1.3). */
+TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
+
+/* Listen like tern_listen(), speaking TLS with `tls` (committed already).
+ * Errors as tern_listen(), and TERN_ESTATE if `tls` has no committed set. */
+TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
+                                tern_tls *tls, int *bound_port);
+
+/* ---------------------------------------------------------------------
+ * HTTP/3 over QUIC
+ *
+ * A QUIC listener serves HTTP/3 on a UDP port with the certificates of a
+ * tern_tls (the same set may serve a TLS listener too: one certificate
+ * configuration for both). QUIC's TLS is TLS 1.3 from GnuTLS (through
+ * ngtcp2's crypto helper), so the set must use the GnuTLS engine. Each
+ * worker has its own UDP socket on the port (SO_REUSEPORT), and every
+ * connection stays on the worker that took its first packet: a packet
+ * that reaches another worker (a client that moved to a new address or
+ * port) is handed to the owner. The same handlers serve HTTP/3 as
+ * HTTP/1.1 and HTTP/2; tern_request_protocol says TERN_PROTO_HTTP3.
+ * ------------------------------------------------------------------ */
+
+enum {
+  /* Address validation (RFC 9000 8.1): a stateless Retry proves that a
+   * new client owns its address before the server spends a handshake on
+   * it. LOAD: only while a worker has many handshakes in progress (the
+   * default); ALWAYS: every new connection (one more round trip); NEVER:
+   * none (the 3x amplification limit still holds until the handshake
+   * proves the address). A client that brings a token from an earlier
+   * connection (NEW_TOKEN) is spared it. */
+  TERN_QUIC_RETRY_LOAD = 0,
+  TERN_QUIC_RETRY_ALWAYS = 1,
+  TERN_QUIC_RETRY_NEVER = 2,
+};
+
+#define TERN_QUIC_OPTIONS_VERSION 1
+
+/* A QUIC listener's options (versioned as the ABI rule at the top says:
+ * fill with tern_quic_options_init, then change fields). */
+typedef struct {
+  int version;
+  uint32_t size;
+  int retry;            /* TERN_QUIC_RETRY_* (default LOAD) */
+  int early_data;       /* 1: accept 0-RTT requests (replayable; default 0) */
+  uint32_t max_streams; /* concurrent requests per connection, 1 to 1000
+                           (default 100) */
+  /* The secret that Retry and NEW_TOKEN tokens and stateless-reset
+   * tokens are derived from: `secret_len` bytes (16 to 64), copied; NULL
+   * (the default) draws one at random, shared by the server's QUIC
+   * listeners. Give every process behind one address the same secret,
+   * and keep it across restarts, so that one can validate another's
+   * tokens and reset another's (or a previous run's) connections. */
+  const void *secret;
+  size_t secret_len;
+} tern_quic_options;
+
+/* The defaults, with version and size set. */
+TERN_EXTERN void tern_quic_options_init(tern_quic_options *opts);
+
+/* Serve HTTP/3 on UDP `host`:`port` (host and port as tern_listen; NULL
+ * host: every IPv6 and IPv4 address; port 0: the kernel picks one, stored
+ * in *bound_port) with the certificates of `tls` (committed already, on
+ * the GnuTLS engine). `opts` may be NULL for the defaults. The first QUIC
+ * listener also makes HTTP/1.1 and HTTP/2 responses over TLS advertise
+ * it (Alt-Svc; see tern_server_set_alt_svc). Errors: TERN_EINVAL (an
+ * option out of range, logged), TERN_ESTATE (running, or `tls` has no
+ * committed set), TERN_ENOTSUP (no GnuTLS in this build, or `tls` uses
+ * mbedTLS), TERN_EADDR, TERN_EADDRINUSE, TERN_ENOMEM. Configuration
+ * time only, like tern_listen. */
+TERN_EXTERN int tern_listen_quic(tern_server *srv, const char *host, int port,
+                                 tern_tls *tls, const tern_quic_options *opts,
+                                 int *bound_port);
+
+/* The Alt-Svc field that HTTP/1.1 and HTTP/2 responses over TLS carry, so
+ * that clients learn of HTTP/3. NULL: automatic (the default): once a
+ * QUIC listener exists, h3=":PORT" with its port, else none. "": none.
+ * Otherwise the value given (a C string, copied, at most 255 bytes, no
+ * CR or LF: TERN_EINVAL). Before tern_run only (TERN_ESTATE). */
+TERN_EXTERN int tern_server_set_alt_svc(tern_server *srv, const char *value);
+
+/* ---------------------------------------------------------------------
+ * Routing
+ * ------------------------------------------------------------------ */
+
+/* A request handler. It runs on the worker (or on the blocking pool for
+ * TERN_ROUTE_BLOCKING routes) and must eventually finish the response,
+ * now or later, from any thread: tern_respond(), tern_respond_ref(), or
+ * tern_response_start() ... tern_response_end(). The request stays valid
+ * until then, even if the client goes away or the stop deadline cuts it
+ * (see tern_stop). */
+typedef void (*tern_handler)(tern_request *req, void *user);
+
+enum {
+  /* Run the handler on a thread pool so that it may block: tern's own
+   * threads, started on demand, at most UV_THREADPOOL_SIZE (read when the
+   * server is created; 4 by default, at most 1024). They belong to no
+   * loop, so a handler still blocking at the stop deadline does not hold
+   * up tern_run. The body is collected before the handler runs. */
+  TERN_ROUTE_BLOCKING = 1u << 0,
+  /* Call the handler as soon as the head has arrived and stream the body to
+   * it (tern_request_read) instead of collecting it first. */
+  TERN_ROUTE_STREAM_BODY = 1u << 1,
+};
+
+/* A route with both flags is refused (TERN_EINVAL): a blocking handler
+ * cannot pace a streamed body from its thread. So is any other bit. */
+
+#define TERN_ROUTE_OPTIONS_VERSION 1
+
+/* Versions (see ABI above), each ending with the field named: 1 with
+ * max_body_size. */
+typedef struct {
+  int version;            /* TERN_ROUTE_OPTIONS_VERSION */
+  uint32_t size;          /* sizeof(tern_route_options) */
+  unsigned flags;         /* TERN_ROUTE_* */
+  uint64_t max_body_size; /* collected-body limit; 0 = the server's */
+} tern_route_options;
+
+/* Fill `o` with defaults (no flags, the server's body limit), its version
+ * and its size. */
+TERN_EXTERN void tern_route_options_init(tern_route_options *o);
+
+/* Add a route. `method` is a C string token ("GET") or NULL / "*" for any
+ * method; `pattern` is a C string path of segments: literals, ":name"
+ * parameters (one segment) and a trailing "*" (the rest). The most
+ * specific route wins: literal over parameter over wildcard, exact method
+ * over any. A path that matches no route gets 404; a path that matches but
+ * not for this method gets 405 with an Allow header. A GET route answers
+ * HEAD too (the body is not sent). Errors: TERN_EINVAL (bad pattern or
+ * method, a parameter name used twice as in "/q/:x/:x", bad options:
+ * each with a log line saying what is wrong), TERN_EEXIST, TERN_ESTATE
+ * (running), TERN_ENOMEM. */
+TERN_EXTERN int tern_route(tern_server *srv, const char *method,
+                           const char *pattern, tern_handler handler,
+                           void *user);
+
+/* tern_route with options (`opts` may be NULL for the defaults). */
+TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
+                                const char *pattern, tern_handler handler,
+                                void *user, const tern_route_options *opts);
+
+/* Handler for requests no route matches, instead of the 404/405 answer.
+ * `opts` may be NULL. The handler tells the two cases apart with
+ * tern_request_route_status() and answers a 405 with the Allow list of
+ * tern_request_allow(). Errors: TERN_EINVAL (bad options, logged),
+ * TERN_ESTATE (running). */
+TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
+                                         void *user,
+                                         const tern_route_options *opts);
+
+/* How routing went for `r`: 0 when a route matched, 404 when no route has
+ * the path, 405 when routes have the path but not for this method. A
+ * default handler sees 404 or 405; other handlers see 0. */
+TERN_EXTERN int tern_request_route_status(const tern_request *r);
+
+/* For a request with route status 405: the methods the path has, as an
+ * Allow header value ("GET, HEAD, POST"; HEAD listed with GET), `*len`
+ * bytes, valid like the request's other strings. NULL (and *len 0)
+ * otherwise. */
+TERN_EXTERN const char *tern_request_allow(const tern_request *r, size_t *len);
+
+/* ---------------------------------------------------------------------
+ * The request
+ *
+ * Every string returned below points into memory the request owns, is not
+ * NUL-terminated, and stays valid until the response is finished. Call
+ * these from the handler's thread before finishing the response.
+ * ------------------------------------------------------------------ */
+
+enum {
+  TERN_PROTO_HTTP10 = 10,
+  TERN_PROTO_HTTP11 = 11,
+  TERN_PROTO_HTTP2 = 20,
+  TERN_PROTO_HTTP3 = 30,
+};
+
+typedef struct {
+  const char *name; /* lower-case on HTTP/2 and HTTP/3; as sent on 1.x */
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} tern_header;
+
+TERN_EXTERN const char *tern_request_method(const tern_request *r, size_t *len);
+/* The request-target as sent (path and query). */
+TERN_EXTERN const char *tern_request_target(const tern_request *r, size_t *len);
+/* The path without the query, not percent-decoded. */
+TERN_EXTERN const char *tern_request_path(const tern_request *r, size_t *len);
+/* The query without '?', or NULL (and *len 0) when there is none. */
+TERN_EXTERN const char *tern_request_query(const tern_request *r, size_t *len);
+/* Host / :authority, or NULL when absent. */
+TERN_EXTERN const char *tern_request_authority(const tern_request *r,
+                                               size_t *len);
+/* TERN_PROTO_*. */
+TERN_EXTERN int tern_request_protocol(const tern_request *r);
+/* 1 when the request's head arrived in TLS early data (0-RTT on HTTP/3,
+ * with tern_quic_options.early_data on), else 0. Such a request may be a
+ * replay of one the client sent before, by an attacker that recorded it:
+ * tern has answered 425 Too Early to every method but GET, HEAD and
+ * OPTIONS already, and a handler whose GET is not safe to repeat answers
+ * 425 itself (RFC 8470: the client retries after the handshake). The
+ * handler's thread, like the other accessors. */
+TERN_EXTERN int tern_request_early(const tern_request *r);
+
+/* The value of path parameter `name` (`name_len` bytes, without the ':'),
+ * or NULL. The wildcard's value is named "*". */
+TERN_EXTERN const char *tern_request_param(const tern_request *r,
+                                           const char *name, size_t name_len,
+                                           size_t *len);
+
+/* The first header named `name` (ASCII case-insensitive), or NULL. */
+TERN_EXTERN const char *tern_request_header(const tern_request *r,
+                                            const char *name, size_t name_len,
+                                            size_t *len);
+/* Headers in arrival order: count, and the i-th (NULL past the end). */
+TERN_EXTERN size_t tern_request_header_count(const tern_request *r);
+TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,
+                                                      size_t i);
+
+/* Peer and local address as text ("127.0.0.1", "::1") into buf (a NUL is
+ * written; size at least 46) and the port into *port. The addresses are
+ * taken when the connection is accepted, so these read no socket: any
+ * thread may call them while it holds the request, also after the client
+ * has gone. Errors: TERN_EINVAL (NULL or a buffer too small), TERN_EIO
+ * (the address could not be read at accept). */
+TERN_EXTERN int tern_request_peer(const tern_request *r, char *buf, size_t size,
+                                  int *port);
+TERN_EXTERN int tern_request_local(const tern_request *r, char *buf,
+                                   size_t size, int *port);
+
+/* The collected body (routes without TERN_ROUTE_STREAM_BODY); *len 0 and a
+ * non-NULL pointer when there is none. */
+TERN_EXTERN const char *tern_request_body(const tern_request *r, size_t *len);
+
+/* Trailer fields of a chunked request body (after the body has ended). */
+TERN_EXTERN size_t tern_request_trailer_count(const tern_request *r);
+TERN_EXTERN const tern_header *tern_request_trailer_at(const tern_request *r,
+                                                       size_t i);
+
+/* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
+
+enum {
+  TERN_BODY_DATA = 0,  /* `data`/`len` is the next piece */
+  TERN_BODY_END = 1,   /* the body is complete (len 0) */
+  TERN_BODY_ERROR = 2, /* the client went away or sent bad framing */
+};
+
+/* Body callback: `data` is valid only during the call. After TERN_BODY_END
+ * or TERN_BODY_ERROR it is not called again. Runs on the owning worker.
+ * On HTTP/2 a body that stalls for body_timeout_ms while it is read (not
+ * paused) ends with TERN_BODY_ERROR; a response not started by the end of
+ * that call is answered 408 by tern, and the handler's response calls
+ * then find the client gone (TERN_ECLOSED; the finishing call still
+ * finishes). On HTTP/1.1 the connection closes instead. */
+typedef void (*tern_body_fn)(tern_request *r, int event, const char *data,
+                             size_t len, void *user);
+
+/* Start receiving the body. On HTTP/1.1 a client waiting for
+ * "100 Continue" is sent it now, unless a response has already started
+ * (then the final response stands in for it). The callback runs later,
+ * never inside this call; an empty body is one TERN_BODY_END. Call once,
+ * from the owning worker. Errors: TERN_ESTATE (not a streaming route, or
+ * already reading), TERN_ECLOSED. */
+TERN_EXTERN int tern_request_read(tern_request *r, tern_body_fn fn, void *user);
+
+/* Backpressure: while paused no body callback runs and the socket is not
+ * read. Owning worker only. */
+TERN_EXTERN int tern_request_pause(tern_request *r);
+TERN_EXTERN int tern_request_resume(tern_request *r);
+
+/* Per-request user pointer, free for the handler's use. */
+TERN_EXTERN void tern_request_set_data(tern_request *r, void *data);
+TERN_EXTERN void *tern_request_data(const tern_request *r);
+
+/* ---- The client going away ---- */
+
+/* Gone callback: the request was aborted before its response was
+ * finished. Runs on the owning worker, at most once, and never after a
+ * finishing response call (tern_respond, tern_respond_ref,
+ * tern_response_end) has been made. The request stays valid: the handler
+ * still finishes it, in the callback or later, from any thread, and the
+ * response calls then return TERN_ECLOSED and send nothing (a finishing
+ * call finishes the request all the same). */
+typedef void (*tern_gone_fn)(tern_request *r, void *user);
+
+/* Ask to be told when the request's client goes away, so that a handler
+ * that waits (a long poll) can stop waiting. It fires when:
+ * - HTTP/1.1: the connection is reset or closed by the client (a FIN
+ *   while any handler of the connection has not answered counts: tern
+ *   drops the requests still unanswered, also those queued behind the
+ *   head of the pipeline, sends what is already answered and closes), or
+ *   tern closes it (timeouts, write errors, the tern_stop deadline);
+ * - HTTP/2: the client resets the stream (RST_STREAM), or the connection
+ *   ends before the response did (closed, reset, or a FIN after GOAWAY).
+ * Call from the owning worker (the handler, or another callback of the
+ * request), once the handler has the request and before it is finished;
+ * calling again replaces the callback, `fn` NULL removes it. Errors:
+ * TERN_EINVAL, TERN_ESTATE (another thread, such as a TERN_ROUTE_BLOCKING
+ * handler's, or the request is finished), TERN_ECLOSED (the client is
+ * gone already; `fn` will not run). */
+TERN_EXTERN int tern_request_on_gone(tern_request *r, tern_gone_fn fn,
+                                     void *user);
+
+/* ---------------------------------------------------------------------
+ * Answers tern makes itself
+ * ------------------------------------------------------------------ */
+
+/* What the error hook is told about an answer tern makes by itself: 400
+ * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
+ * 501 (unsupported HTTP/2 :protocol), 503 (out of memory or threads) and
+ * HTTP/2's 408 for a collected body that stalled (body_timeout_ms); not
+ * the head timeout's 408 (no request exists yet), the 408 answered for a
+ * handler reading a stalled HTTP/2 body, nor
+ * tern_ws_accept's 426. tern fills this in; fields may be added at the
+ * end in later versions, so never copy or allocate one. */
+typedef struct tern_error_reply tern_error_reply;
+typedef struct {
+  int status;         /* the status tern answers with */
+  const char *reason; /* its reason phrase, a static C string */
+  const char *allow;  /* 405: the Allow value (`allow_len` bytes), else NULL */
+  size_t allow_len;
+  /* The request, read-only (the request accessors work on it), or NULL
+   * when its head did not parse: HTTP/1.1's 400, 414 and 431 for a bad or
+   * oversized head have no request. On HTTP/2 a 431's request holds only
+   * the fields that arrived before the limit was reached. */
+  const tern_request *request;
+  tern_error_reply *reply; /* for tern_error_respond() */
+} tern_error_info;
+
+/* The error hook: runs on the connection's worker (so on several worker
+ * threads at once), synchronously, just before tern sends such an
+ * answer. It may call tern_error_respond() to send its own
+ * headers and body instead of tern's "404 Not Found\n" text; if it does
+ * not, tern's text goes out. It must not block, and must call nothing
+ * else on the request (the response calls included). `e` and what it
+ * points to are valid only during the call. */
+typedef void (*tern_error_fn)(const tern_error_info *e, void *user);
+
+/* Install the error hook (`fn` NULL removes it). Call before tern_run or
+ * tern_attach. Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_on_error(tern_server *srv, tern_error_fn fn,
+                                     void *user);
+
+/* From inside the error hook only: answer with `headers` and `body`
+ * (`len` bytes, copied) instead of tern's text. The status stays the one
+ * tern chose; tern adds Date, Content-Length and Connection as for any
+ * response (a connection tern closes after the answer still closes), and
+ * on a 405 the Allow header unless `headers` has one. Errors:
+ * TERN_EINVAL (bad fields, as for tern_respond; nothing was sent and the
+ * hook may try again), TERN_ESTATE (already called for this answer).
+ * TERN_ECLOSED and TERN_ENOMEM mean the answer could not be sent; the
+ * request is finished either way and tern sends nothing else. */
+TERN_EXTERN int tern_error_respond(tern_error_reply *reply,
+                                   const tern_header *headers, size_t nheaders,
+                                   const void *body, size_t len);
+
+/* ---------------------------------------------------------------------
+ * Responses
+ *
+ * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
+ * caller's header of those names is ignored (but for a 304's
+ * Content-Length, see tern_respond). Header names must be tokens
+ * and values must not contain CR, LF or NUL (TERN_EINVAL otherwise, before
+ * anything is sent). Names and values are copied before the call returns.
+ *
+ * Any thread may call these functions; from a thread other than the
+ * owning worker the call is posted to that worker, in order, and returns
+ * at once (a copied body is copied first; a referenced one must stay
+ * valid until released).
+ *
+ * Finishing: tern_respond(), tern_respond_ref() and tern_response_end()
+ * finish the request: after they return anything but TERN_EINVAL or
+ * TERN_ESTATE the request must not be used again. tern_response_start()
+ * and tern_response_write() never finish it: after an error from them,
+ * still call tern_response_end().
+ *
+ * TERN_ECLOSED means the client has gone away (or the stop deadline cut
+ * the request); nothing more will be sent. A call that returns an error
+ * never calls the callbacks it was given and leaves ownership of
+ * referenced memory with the caller.
+ *
+ * Order is checked when the call is made, on whichever thread, with the
+ * request's state kept in atomics: a second tern_respond(), a start after
+ * a start, a write or end before start, or any call after the finishing
+ * one returns TERN_ESTATE at once, changes nothing and logs an error line
+ * (through the server's log callback). That holds for every such call
+ * made while the request is alive; a call after the finishing call has
+ * returned success and the worker has retired the request reads freed
+ * memory, like any use after free. What only the worker can see (a
+ * posted write past the declared Content-Length, no memory on the
+ * worker) closes the connection and is logged. If a finishing call from
+ * another thread cannot allocate its message, the connection is closed
+ * and the call reports TERN_ENOMEM.
+ * ------------------------------------------------------------------ */
+
+/* Release callback for caller-owned memory handed to tern. */
+typedef void (*tern_release_fn)(void *data, void *user);
+
+/* Respond in one call; `body` (`len` bytes, may be NULL when 0) is copied
+ * before the call returns. `status` is the final status, 200..999: a 1xx
+ * is TERN_EINVAL in every final call (tern_respond, tern_respond_ref,
+ * tern_response_start), from any thread, since it is never an answer
+ * (see tern_respond_interim). No body is sent for HEAD, 204 and 304, and
+ * no Content-Length for 204 and 304 (a HEAD answer announces the body's);
+ * a 304 keeps a Content-Length field given by the caller (HTTP/1.1),
+ * which describes the representation (RFC 9110 8.6). */
+TERN_EXTERN int tern_respond(tern_request *r, int status,
+                             const tern_header *headers, size_t nheaders,
+                             const void *body, size_t len);
+
+/* Respond with a body the caller owns: tern references it until it has
+ * been written (or the request is dropped), then calls release(body,
+ * user) on the owning worker. `release` may be NULL for static data. On
+ * error, release is not called and the caller keeps ownership. */
+TERN_EXTERN int tern_respond_ref(tern_request *r, int status,
+                                 const tern_header *headers, size_t nheaders,
+                                 const void *body, size_t len,
+                                 tern_release_fn release, void *user);
+
+/* Start a streamed response. `content_length` is the body length, or -1
+ * when unknown (HTTP/1.1 then uses chunked encoding; HTTP/1.0 closes the
+ * connection at the end). */
+TERN_EXTERN int tern_response_start(tern_request *r, int status,
+                                    const tern_header *headers, size_t nheaders,
+                                    int64_t content_length);
+
+/* Send an interim (1xx) response ahead of the final one, for example 103
+ * Early Hints with Link fields (RFC 8297), so that the client can start
+ * fetching while the handler works. It is never the answer: one of the
+ * finishing calls above must still follow. `status` is 102..199 except
+ * 101 (TERN_EINVAL otherwise): 100 Continue is tern's, sent when a body
+ * announced with Expect: 100-continue is read, and 101 belongs to
+ * upgrades (tern_ws_accept). The fields follow the rules above; tern adds
+ * none (no Date, no framing). May be called several times, from any
+ * thread (posted, in order with the other response calls), until the
+ * final response starts: after that it is TERN_ESTATE on the owning
+ * worker, and a posted one that arrives too late is dropped. Clients of
+ * HTTP/1.0, which has no interim responses, are sent nothing and the call
+ * returns 0. Errors: TERN_EINVAL, TERN_ESTATE, TERN_ECLOSED, TERN_ENOMEM
+ * (the connection is closed). The request is not finished by any of
+ * them. */
+TERN_EXTERN int tern_respond_interim(tern_request *r, int status,
+                                     const tern_header *headers,
+                                     size_t nheaders);
+
+/* Write completion: status 0 when written to the socket (over TLS:
+ * encrypted into it; HTTP/2: framed into it; HTTP/3: acknowledged by the
+ * client), TERN_ECLOSED when the client went away first. Runs on the
+ * owning worker. */
+typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
+
+/* Write a piece of a streamed response. `data` is referenced, not copied,
+ * until `done` runs; with `done` NULL it is copied now. Writing more than
+ * the declared Content-Length is TERN_EINVAL. */
+TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
+                                    size_t len, tern_write_fn done, void *user);
+
+/* Finish a streamed response, with trailers where the protocol carries
+ * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */
+TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
+                                  size_t ntrailers);
+
+/* ---------------------------------------------------------------------
+ * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2)
+ *
+ * A route accepts WebSocket by calling tern_ws_accept() from its handler
+ * (on the owning worker; not from a TERN_ROUTE_BLOCKING route). Register
+ * the route for GET: an HTTP/2 extended CONNECT with :protocol websocket
+ * is routed as GET, so one route serves both carriers. tern validates the
+ * handshake, answers it (101 on HTTP/1.1, 200 on HTTP/2), negotiates
+ * permessage-deflate (RFC 7692) and from then on speaks frames: the
+ * callbacks below receive whole messages (or pieces, see
+ * stream_messages), and tern_ws_send() and friends send them.
+ *
+ * tern enforces the protocol: masked client frames, control frame rules,
+ * fragmentation order, UTF-8 in text messages and close reasons, close
+ * codes, the per-message size limit (close code 1009) and the inflated
+ * size of compressed messages. A violation is answered with a close frame
+ * carrying 1002, 1007 or 1009, after which the connection (HTTP/1.1) or
+ * stream (HTTP/2) ends; on_close reports that code. Pings are answered
+ * with pongs automatically; pongs are ignored.
+ *
+ * Threads: the callbacks run on the owning worker. tern_ws_send*,
+ * tern_ws_ping, tern_ws_close and tern_ws_broadcast may be called from any
+ * thread; from another thread the call is posted to the worker in order
+ * (its data copied first) and returns 0 unless the socket is known to be
+ * closed already.
+ *
+ * Lifetime: a tern_ws handle is valid from tern_ws_accept() until its
+ * on_close callback returns. tern_ws_ref() keeps the handle itself valid
+ * beyond that (calls then return TERN_ECLOSED) until the matching
+ * tern_ws_unref(): take a reference before handing the socket to another
+ * thread.
+ *
+ * Backpressure: tern_ws_buffered() tells how many bytes are queued for the
+ * client and not yet written. Past `high_water` bytes either reading
+ * pauses (TERN_WS_PAUSE_READING, the default: no more messages are read
+ * from this client until the queue drains below half the mark, so an echo
+ * or request/response protocol cannot grow memory without bound) or sends
+ * fail with TERN_ETOOBIG and queue nothing (TERN_WS_FAIL_SEND). on_drain
+ * runs once the queue drops below half the mark after either happened.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_ws tern_ws;
+
+/* Message types. */
+enum {
+  TERN_WS_TEXT = 1,   /* UTF-8 text */
+  TERN_WS_BINARY = 2, /* bytes */
+};
+
+/* What to do when more than high_water bytes are queued for sending. */
+enum {
+  TERN_WS_PAUSE_READING = 0, /* stop reading from the client */
+  TERN_WS_FAIL_SEND = 1,     /* refuse sends with TERN_ETOOBIG */
+};
+
+/* The socket is open: the handshake answer is queued and sending works.
+ * Runs inside tern_ws_accept(), before it returns. */
+typedef void (*tern_ws_open_fn)(tern_ws *ws, void *user);
+
+/* A message (type TERN_WS_TEXT or TERN_WS_BINARY). `data` is valid only
+ * during the call. Whole messages (the default) arrive in one call with
+ * fin = 1. With stream_messages set, a message arrives in pieces as its
+ * bytes come in; the last piece has fin = 1 (and may be empty). Text is
+ * validated as UTF-8 before it is delivered; a piece may end inside a
+ * multi-byte character when streaming. */
+typedef void (*tern_ws_message_fn)(tern_ws *ws, int type, const char *data,
+                                   size_t len, int fin, void *user);
+
+/* The socket closed: `code` is the client's close code (1005 when its
+ * close frame had none), the code tern sent for a protocol error (1002,
+ * 1007, 1009), 1001 for a server shutting down, or 1006 when the
+ * connection went away without a close handshake. `reason` is the close
+ * frame's reason (UTF-8, `len` bytes, valid during the call). Called
+ * exactly once; afterwards the handle is invalid (see tern_ws_ref). Never
+ * called from inside a tern_ws_* call: a socket that ends during one (a
+ * send that cannot queue its frame: TERN_ENOMEM, close code 1011) refuses
+ * later calls with TERN_ECLOSED at once and gets on_close from the
+ * worker's loop after the call has returned, so a caller may hold a lock
+ * across tern_ws_send or tern_ws_broadcast that on_close takes. */
+typedef void (*tern_ws_close_fn)(tern_ws *ws, int code, const char *reason,
+                                 size_t len, void *user);
+
+/* The send queue dropped below half of high_water after it had been over
+ * it: reading has resumed (TERN_WS_PAUSE_READING) or sends succeed again
+ * (TERN_WS_FAIL_SEND). */
+typedef void (*tern_ws_drain_fn)(tern_ws *ws, void *user);
+
+#define TERN_WS_OPTIONS_VERSION 2
+
+/* Options for tern_ws_accept(). Initialise with tern_ws_options_init().
+ * Versions (see ABI above), each ending with the field named: 1 with
+ * subprotocol_len, 2 with deflate_level. */
+typedef struct {
+  int version;                   /* TERN_WS_OPTIONS_VERSION */
+  uint32_t size;                 /* sizeof(tern_ws_options) */
+  tern_ws_open_fn on_open;       /* may be NULL */
+  tern_ws_message_fn on_message; /* may be NULL: messages are dropped */
+  tern_ws_close_fn on_close;     /* may be NULL */
+  tern_ws_drain_fn on_drain;     /* may be NULL */
+  uint64_t max_message_size;     /* per message, after inflation (16 MiB):
+                                    larger ones are closed with 1009 */
+  size_t high_water;             /* send queue mark in bytes (1 MiB) */
+  int on_full;                   /* TERN_WS_PAUSE_READING */
+  int stream_messages;           /* 1: deliver pieces as they arrive (0) */
+  int deflate;                   /* accept permessage-deflate (1) */
+  int deflate_window_bits;       /* 9-15 (15); memory: see docs/websocket.md */
+  int deflate_mem_level;         /* zlib memLevel 1-9 (8) */
+  uint32_t close_timeout_ms;     /* wait for the client's close (5000) */
+  /* Subprotocol to answer with (Sec-WebSocket-Protocol), or NULL. Pick it
+   * from the client's offers with tern_ws_protocol_offered(). */
+  const char *subprotocol;
+  size_t subprotocol_len;
+  /* zlib compression level for messages sent, 0-9 (1: fastest; a socket
+   * echoing 128-byte messages spends about a quarter less CPU than at
+   * zlib's default 6, for a slightly lower ratio). Version 2. */
+  int deflate_level;
+} tern_ws_options;
+
+/* Fill `o` with the defaults above, its version and its size. */
+TERN_EXTERN void tern_ws_options_init(tern_ws_options *o);
+
+/* Is `r` a WebSocket handshake (HTTP/1.1 Upgrade: websocket or an HTTP/2
+ * extended CONNECT)? Only looks; tern_ws_accept() validates. 1 or 0. */
+TERN_EXTERN int tern_ws_is_upgrade(const tern_request *r);
+
+/* Did the client offer subprotocol `name` (`len` bytes) in
+ * Sec-WebSocket-Protocol? 1 or 0. */
+TERN_EXTERN int tern_ws_protocol_offered(const tern_request *r,
+                                         const char *name, size_t len);
+
+/* Accept the request as a WebSocket. `opts` may be NULL for the defaults;
+ * `user` goes to every callback. On success the handshake answer is
+ * queued, on_open has run, *out (if not NULL) holds the handle, and the
+ * request is finished: it must not be used again. Errors:
+ * - TERN_EHANDSHAKE: not a valid handshake, or one its connection cannot
+ *   honour (HTTP/1.1 with Connection: close, or behind a request whose
+ *   body is still arriving; 503 while the server stops); tern answered
+ *   400 (or 426 with Sec-WebSocket-Version: 13 for a version other than
+ *   13, or that 503) and the request is finished.
+ * - TERN_EINVAL (bad options, or a version or size refused by the ABI
+ *   rule; logged), TERN_ESTATE (not on the owning worker, or a
+ *   response was started): nothing happened, respond as usual.
+ * - TERN_ECLOSED, TERN_ENOMEM: the request is finished (the connection is
+ *   closed). */
+TERN_EXTERN int tern_ws_accept(tern_request *r, const tern_ws_options *opts,
+                               void *user, tern_ws **out);
+
+/* Send a whole message: `type` TERN_WS_TEXT (must be UTF-8) or
+ * TERN_WS_BINARY; `data` is copied (or compressed) before the call
+ * returns. Errors: TERN_EINVAL (bad type, text not UTF-8, a fragmented
+ * send in progress), TERN_ECLOSED (closed or closing), TERN_ETOOBIG
+ * (TERN_WS_FAIL_SEND and the queue is over high_water), TERN_ENOMEM (the
+ * socket is closed). */
+TERN_EXTERN int tern_ws_send(tern_ws *ws, int type, const void *data,
+                             size_t len);
+
+/* Send a message in pieces: `type` on every piece of one message, fin = 1
+ * on the last. No other message may be sent until it is finished (control
+ * frames may). Text pieces may split UTF-8 characters; the whole must be
+ * valid. Errors as tern_ws_send(). */
+TERN_EXTERN int tern_ws_send_fragment(tern_ws *ws, int type, const void *data,
+                                      size_t len, int fin);
+
+/* Send a ping with up to 125 bytes of payload (TERN_EINVAL beyond). */
+TERN_EXTERN int tern_ws_ping(tern_ws *ws, const void *data, size_t len);
+
+/* Start the close handshake: send a close frame with `code` (1000-1003,
+ * 1007-1011 or 3000-4999; 0 for none) and `reason` (UTF-8, cut to 123
+ * bytes). Messages that arrive later are dropped; on_close runs when the
+ * client's close frame arrives, or after close_timeout_ms with 1006.
+ * Errors: TERN_EINVAL (bad code or reason), TERN_ECLOSED. */
+TERN_EXTERN int tern_ws_close(tern_ws *ws, int code, const char *reason,
+                              size_t len);
+
+/* Send one message to many sockets: the frame is built once and shared
+ * (uncompressed, which permessage-deflate allows) rather than copied per
+ * socket. NULL entries, sockets that are closed, or refuse
+ * (TERN_WS_FAIL_SEND over the mark), are skipped. Any thread. Returns how
+ * many sockets took it (>= 0) or TERN_EINVAL / TERN_ENOMEM. */
+TERN_EXTERN int tern_ws_broadcast(tern_ws *const *list, size_t n, int type,
+                                  const void *data, size_t len);
+
+/* Bytes queued for this client and not yet written, sends that other
+ * threads have posted and the worker has not yet queued included
+ * (approximate from a thread other than the owner's). */
+TERN_EXTERN size_t tern_ws_buffered(const tern_ws *ws);
+
+/* Stop and restart reading messages from the client: while paused no
+ * on_message runs (messages already read in the same batch still arrive)
+ * and flow control pushes back on the client. Any thread (posted from
+ * others). Errors: TERN_ECLOSED. */
+TERN_EXTERN int tern_ws_pause(tern_ws *ws);
+TERN_EXTERN int tern_ws_resume(tern_ws *ws);
+
+/* The carrier: TERN_PROTO_HTTP11 or TERN_PROTO_HTTP2. */
+TERN_EXTERN int tern_ws_protocol(const tern_ws *ws);
+
+/* Per-socket user pointer (initially NULL). */
+TERN_EXTERN void tern_ws_set_data(tern_ws *ws, void *data);
+TERN_EXTERN void *tern_ws_data(const tern_ws *ws);
+
+/* Keep the handle valid past on_close (see Lifetime above). Any thread. */
+TERN_EXTERN void tern_ws_ref(tern_ws *ws);
+TERN_EXTERN void tern_ws_unref(tern_ws *ws);
+
+/* ---------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------ */
+
+#define TERN_STATS_VERSION 2
+
+/* Server counters, filled by tern_server_stats(). Initialise with
+ * tern_stats_init() (or set version and size); a call leaves both valid
+ * for the next. Versions (see ABI above), each ending with the field
+ * named: 1 with frees. */
+typedef struct {
+  int version;          /* TERN_STATS_VERSION */
+  uint32_t size;        /* sizeof(tern_stats) */
+  uint64_t requests;    /* responses finished */
+  uint64_t connections; /* accepted */
+  uint64_t active_connections;
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  uint64_t allocations;     /* calls to malloc/realloc that allocated */
+  uint64_t bytes_allocated; /* bytes asked for by those calls */
+  uint64_t frees;
+  /* Version 2: QUIC datagrams tern answered or moved without a
+   * connection of their own on the worker that read them. */
+  uint64_t quic_forwarded; /* handed to the worker owning their connection
+                              (a client that moved to a new address) */
+  uint64_t quic_retries;   /* Retry packets sent (address validation) */
+  uint64_t quic_resets;    /* stateless resets sent (unknown CIDs) */
+  uint64_t quic_version_negotiations; /* for unsupported versions */
+  uint64_t quic_refused;              /* first Initials refused (stopping,
+                                         max_connections, a bad token) */
+} tern_stats;
+
+/* Zero `st` and set its version and size. */
+TERN_EXTERN void tern_stats_init(tern_stats *st);
+
+/* Sum the workers' counters into *out (any thread, any time; the figures
+ * of a running server are a consistent-enough snapshot, not atomic).
+ * `out` must carry version and size (tern_stats_init). Only the fields of
+ * out->version are written, nothing past them; a version newer than the
+ * library's gets the library's fields, and out->version is set to the
+ * library's so the caller knows which were filled. Returns 0, or
+ * TERN_EINVAL (srv or out NULL; a version below 1, or a size smaller than
+ * the version's layout, logged), writing nothing. */
+TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
