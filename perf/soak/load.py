@@ -5,6 +5,8 @@
 
 Kinds: h1 (keep-alive, pipelined and TLS HTTP/1.1), h2 (raw HTTP/2 by
 prior knowledge, over TLS and by h2c upgrade, plus bounded h2load runs),
+h3 (HTTP/3 on the QUIC port by tern's h3client: GETs 20 to a connection,
+200 KB uploads echoed, 1 MiB downloads, each body checked by SHA-256),
 ws (WebSocket over HTTP/1.1 and HTTP/2, plain and TLS, small and large
 messages), wsdeflate (python3-websockets with permessage-deflate; run by
 Debian's /usr/bin/python3) and hostile (uploads cut off, clients that never
@@ -294,6 +296,77 @@ def kind_h2():
             up, "http", "h2c-upgrade", 2), 0.5),
         h2load_runs,
     ]
+
+
+# ---------------------------------------------------------------------------
+# HTTP/3: tern's own h3client (test/net/h3client.c) of the build under
+# test, one QUIC connection a run, its answers checked by length and
+# SHA-256.
+
+def h3_run(proto, args, want):
+    """One h3client run; `want` maps a stream id to the (length, sha256)
+    its body must have. Counts each stream answered right as ok."""
+    client = os.path.join(A.build, "test", "net", "h3client")
+    p = subprocess.run([client, "--timeout-ms", "20000"] + args,
+                       capture_output=True, text=True, timeout=60)
+    got = {}
+    for line in p.stdout.splitlines():
+        w = line.split()
+        if len(w) >= 6 and w[0] == "stream" and w[2] == "body":
+            got[int(w[1])] = (int(w[3]), w[5])
+    good = sum(1 for sid, v in want.items() if got.get(sid) == v)
+    if good:
+        tally.good(proto, good)
+    if good < len(want):
+        tally.loss(proto, "h3client rc %d: %d of %d bodies right; %s" % (
+            p.returncode, good, len(want), p.stdout.strip()[-300:]),
+            len(want) - good)
+
+
+def h3_pattern(n):
+    """h3client's POST body: byte i is i % 251."""
+    return (bytes(range(251)) * (n // 251 + 1))[:n]
+
+
+def kind_h3():
+    import hashlib
+    url = "https://127.0.0.1:%d" % A.quic_port
+    hello_sum = (len(HELLO), hashlib.sha256(HELLO).hexdigest())
+    echo_n = 200000
+    echo_sum = (echo_n, hashlib.sha256(h3_pattern(echo_n)).hexdigest())
+    big_n = 1 << 20
+    big_sum = (big_n, hashlib.sha256(b"x" * big_n).hexdigest())
+
+    def gets():
+        # 20 requests on one connection, all open at once.
+        h3_run("h3", ["-n", "20", "GET", url + "/"],
+               {4 * i: hello_sum for i in range(20)})
+
+    def uploads():
+        h3_run("h3-echo", ["--body-size", str(echo_n), "POST",
+                           url + "/echo"], {0: echo_sum})
+
+    def downloads():
+        h3_run("h3-big", ["GET", url + "/big?bytes=%d" % big_n],
+               {0: big_sum})
+
+    if not A.quic_port or not os.access(
+            os.path.join(A.build, "test", "net", "h3client"), os.X_OK):
+        sys.stderr.write("no QUIC port or no h3client: no HTTP/3 load\n")
+        return []
+
+    def loop(proto, fn, pause):
+        def go():
+            while running():
+                try:
+                    fn()
+                except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+                    tally.loss(proto, "%s: %s" % (type(e).__name__, e))
+                nap(pause)
+        return go
+
+    return [loop("h3", gets, 0.2), loop("h3-echo", uploads, 0.5),
+            loop("h3-big", downloads, 1.0)]
 
 
 # ---------------------------------------------------------------------------
@@ -719,7 +792,7 @@ def kind_hostile():
     return [cuts, never_read, never_read, slowloris, flood, garbage]
 
 
-KINDS = {"h1": kind_h1, "h2": kind_h2, "ws": kind_ws,
+KINDS = {"h1": kind_h1, "h2": kind_h2, "h3": kind_h3, "ws": kind_ws,
          "wsdeflate": kind_wsdeflate, "hostile": kind_hostile}
 
 
@@ -729,6 +802,9 @@ def main():
     ap.add_argument("kind", choices=sorted(KINDS))
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tls-port", type=int, required=True)
+    ap.add_argument("--quic-port", type=int, default=0)
+    ap.add_argument("--build", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "build-asan"))
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--pace", type=float, default=1.0,
