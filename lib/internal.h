@@ -12,7 +12,6 @@
 
 #include "tern.h"
 #include "core/router.h"
-#include "core/sha1.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TERN__ASAN 1
@@ -67,7 +66,7 @@ typedef struct {
   _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
   _Atomic uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn,
       quic_refused;
-  /* tern_stats version 3 (lib/core/access.c), by protocol index. */
+  /* tern_stats version 3 (lib/handler/access.c), by protocol index. */
   _Atomic uint64_t by_class[TERN_STATS_PROTOCOLS][TERN_STATS_CLASSES];
   _Atomic uint64_t aborted[TERN_STATS_PROTOCOLS];
   _Atomic uint64_t req_in[TERN_STATS_PROTOCOLS], req_out[TERN_STATS_PROTOCOLS];
@@ -418,7 +417,7 @@ struct tern_request {
   void *proto_data;     /* adapter state (chunked decoder, h2 stream) */
   tern__compress *comp; /* the compressor of a compressed streamed body */
 
-  /* Operations (lib/core/access.c): the status sent, body bytes both
+  /* Operations (lib/handler/access.c): the status sent, body bytes both
    * ways, and monotonic times (ns; 0: not reached). t_handler and
    * t_first are taken only while an access hook is installed. */
   int status;
@@ -436,7 +435,7 @@ struct tern_request {
 tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
 
-/* ---- Operations: metrics and the access log (lib/core/access.c) ---- */
+/* ---- Operations: metrics and the access log (lib/handler/access.c) ---- */
 
 /* The stats index of a protocol (TERN_PROTO_*) or of an adapter's
  * name (ALPN id). */
@@ -546,7 +545,7 @@ void tern__request_gone(tern_request *r);
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
 
-/* ---- Response compression (lib/core/compress.c) -------------------- */
+/* ---- Response compression (lib/handler/compress.c) -------------------- */
 
 /* Read the caller's tern_compress_options into a route's configuration
  * (allocated, with its own copy of the type list): 0, TERN_EINVAL (a bad

@@ -96,7 +96,7 @@ int tern__request_fail(tern_request *r, int rc) {
 }
 
 /* The adapter's start, write and end, through the compressor for a
- * route that compresses (lib/core/compress.c); straight to the adapter
+ * route that compresses (lib/handler/compress.c); straight to the adapter
  * otherwise. */
 static int resp_start(tern_request *r, int status, const tern_header *h,
                       size_t n, int64_t content_length) {

@@ -22,6 +22,7 @@
 #include "internal.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
+#include "ws/sha1.h"
 
 enum {
   WS_OPEN = 0,    /* messages flow both ways */

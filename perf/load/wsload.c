@@ -73,7 +73,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "core/sha1.h"
+#include "ws/sha1.h"
 #include "wsproto.h"
 
 #define PROG "wsload"

@@ -1,8 +1,8 @@
 /* libFuzzer target for the static-file handler's parsers
- * (lib/core/static_parse.c, lib/core/mime.c).
+ * (lib/handler/static_parse.c, lib/handler/mime.c).
  *
  * The first byte picks a parser, the rest is its input. Each result is
- * checked against the contract in core/static.h, trapping on a breach:
+ * checked against the contract in handler/static.h, trapping on a breach:
  * - path: the output has no NUL, '\\' or control byte, no leading or
  *   trailing '/', no empty, "." or ".." segment, no hidden segment
  *   unless allowed, and its length is the value returned;
@@ -13,9 +13,9 @@
  * - Accept-Encoding: q-values within 0..1000; MIME: a non-empty type.
  *
  * Build: clang -g -fsanitize=fuzzer,address,undefined -Ilib -Iinclude
- *        lib/core/static_parse.c lib/core/mime.c test/fuzz/fuzz_static.c
+ *        lib/handler/static_parse.c lib/handler/mime.c test/fuzz/fuzz_static.c
  */
-#include "core/static.h"
+#include "handler/static.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Response compression (lib/core/compress.c): its options checked when a
+/* Response compression (lib/handler/compress.c): its options checked when a
  * route is added, and the allocation-failure sweep over a server whose
  * route compresses (sweep.h): for every N the Nth allocation fails, and
  * each answer the client gets whole is right, in its coding or, when

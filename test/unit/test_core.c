@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "ws/sha1.h"
 #include "count_alloc.h"
 #include "t.h"
 

@@ -1,9 +1,9 @@
-/* The static-file handler's sans-I/O parts (lib/core/static_parse.c and
- * the generated lib/core/mime.c): paths, Range, entity tags, dates,
+/* The static-file handler's sans-I/O parts (lib/handler/static_parse.c and
+ * the generated lib/handler/mime.c): paths, Range, entity tags, dates,
  * conditionals, Accept-Encoding and MIME types. */
 #include "t.h"
 
-#include "core/static.h"
+#include "handler/static.h"
 #include "tern.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The sans-I/O parts of the static-file handler (lib/core/static.c):
+/* The sans-I/O parts of the static-file handler (lib/handler/static.c):
  * path normalisation, Range parsing, conditional requests, HTTP dates,
  * Accept-Encoding q-values and the MIME table. Pure functions over
  * buffers, unit-tested (test/unit/test_static.c) and fuzzed
@@ -91,7 +91,7 @@ void tern__static_accept(const char *v, size_t len, int q[TERN__ENC_N]);
 
 /* The media type for a file name (by its extension, ASCII
  * case-insensitive), "application/octet-stream" when unknown. Generated
- * from lib/core/mime.txt (lib/core/mime.c). */
+ * from lib/handler/mime.txt (lib/handler/mime.c). */
 const char *tern__mime_type(const char *name, size_t len);
 
 #endif

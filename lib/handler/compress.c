@@ -27,7 +27,7 @@
 #include <zstd.h>
 #endif
 
-#include "core/static.h"
+#include "handler/static.h"
 #include "internal.h"
 
 struct tern__compress_conf {

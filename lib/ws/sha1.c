@@ -1,6 +1,6 @@
 /* SHA-1 and base64 for the WebSocket handshake (sha1.h). SHA-1 here is a
  * fixed transform the protocol names, not a security property. */
-#include "core/sha1.h"
+#include "ws/sha1.h"
 
 #include <string.h>
 
