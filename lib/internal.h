@@ -455,12 +455,6 @@ void tern__count_self(tern_request *r, int status);
 void tern__access_no_request(tern__conn *c, int status);
 /* The response head goes out now with `status` (defined at the end). */
 static inline void tern__request_started(tern_request *r, int status);
-/* The worker's tick: hand a non-empty log buffer to the writer thread;
- * `last` at the worker's end. */
-void tern__access_flush(tern__worker *w, int last);
-/* tern_server_free: stop the writer thread after it wrote what is
- * queued, close the file, free the buffers. */
-void tern__access_log_free(tern_server *srv);
 /* A TLS handshake ended: 0 full, 1 resumed, -1 failed. */
 void tern__tls_handshake_done(tern__worker *w, int how);
 /* The user's part ended (a finishing call, or tern_ws_accept): the
@@ -982,6 +976,42 @@ void tern__server_quic_port(tern_server *srv, int port);
  * caller's. */
 int tern__server_add_listener(tern_server *srv, tern__listener *l);
 
+/* ---- Per-worker services ------------------------------------------ *
+ *
+ * What a feature needs from each worker's life (h2o's handler, filter
+ * and logger contexts, in spirit): state of its own, a word at the
+ * graceful stop, the tick, the check phase and the end. The engine calls
+ * the services lib/protocols.c lists and names none of them. Each with
+ * state has a slot in tern__worker.svc. */
+enum {
+  TERN__SVC_WS,     /* lib/ws/ws.c: open sockets, deferred closes, scratch */
+  TERN__SVC_ACCESS, /* lib/handler/access.c: the access log's buffer */
+  TERN__SVC_TLS,    /* lib/tls/tls.c: the record gathering buffer */
+  TERN__SVC_COUNT
+};
+typedef struct tern__service {
+  const char *name;
+  int slot; /* TERN__SVC_*: its state in w->svc, its bit in check_due */
+  /* The worker starts (its loop exists, it runs nothing yet): set up
+   * w->svc[slot]. 0, or TERN_ENOMEM (the server does not start). */
+  int (*worker_init)(tern__worker *w);
+  /* The graceful stop begins (before the listeners stop). */
+  void (*stop)(tern__worker *w);
+  /* The worker's tick (about once a second). */
+  void (*tick)(tern__worker *w, uint64_t now);
+  /* The check phase, when the service set its bit in w->check_due. */
+  void (*check)(tern__worker *w);
+  /* The worker has ended: last calls, then free w->svc[slot]. */
+  void (*cleanup)(tern__worker *w);
+  /* tern_server_free. */
+  void (*server_free)(tern_server *srv);
+} tern__service;
+/* The services of this build, in the order they are called (NULL-ended;
+ * lib/protocols.c). */
+extern const tern__service *const tern__services[];
+/* Ask for `slot`'s check callback in this loop turn's check phase. */
+#define TERN__CHECK_DUE(w, slot) ((w)->check_due |= 1u << (slot))
+
 /* ---- Workers and the server --------------------------------------- */
 
 typedef struct tern__msg tern__msg;
@@ -1031,28 +1061,13 @@ struct tern__worker {
   tern__pool conn_pools[TERN__POOL_COUNT]; /* one per transport */
   uint64_t pools_trimmed; /* uv_now of the last tern__pool_trim round */
   tern__pool small[TERN__SMALL_CLASSES];
-  tern__list ws_open;    /* open WebSockets (lib/ws/ws.c) */
-  tern__list ws_closing; /* WebSockets waiting for the client's close */
-  tern__list ws_ended;   /* WebSockets whose on_close is due (check phase) */
-  unsigned ws_calls;     /* tern_ws_* calls on the stack of this worker */
-  char *scratch;         /* one TLS record's worth, for gathering */
-  /* Where ws.c unmasks client payload (16 KiB, got on first use), since
-   * the carrier's bytes are read-only to it; ws_scratch_busy while a
-   * delivery is decoded into it. */
-  unsigned char *ws_scratch;
-  int ws_scratch_busy;
+  void *svc[TERN__SVC_COUNT]; /* each service's state (tern__services) */
+  unsigned check_due;         /* services whose check is due (bit: slot) */
   tern__wstats stats;
-  /* The built-in access log writer's buffer being filled (access.c),
-   * and the wall clock minus the monotonic clock (ns), set each tick. */
-  struct tern__logbuf *logbuf;
-  int64_t wall_offset_ns;
   /* The monotonic clock read once per loop turn (tern__now), valid until
    * the check phase. */
   uint64_t now_ns;
   int now_valid;
-  int64_t log_sec;  /* the second log_iso and log_clf show, or -1 */
-  char log_iso[24]; /* "2026-12-03T23:50:01" */
-  char log_clf[72]; /* "03/Dec/2026:23:50:01 +0000" (room for any int) */
 };
 
 struct tern_server {
@@ -1172,13 +1187,6 @@ void tern__request_abort_all(tern_request *r);
 int tern__response_end(tern_request *r, const tern_header *trailers,
                        size_t ntrailers);
 
-/* WebSocket (lib/ws/ws.c), on the worker: send 1001 to every open socket
- * (graceful stop); end close handshakes that timed out; run deferred
- * on_close callbacks. */
-void tern__ws_stop_all(tern__worker *w);
-void tern__ws_sweep(tern__worker *w, uint64_t now);
-/* Run the on_close callbacks that ended inside a tern_ws_* call. */
-void tern__ws_run_closes(tern__worker *w);
 /* The reason phrase for a status code ("Not Found"), "Unknown" for an
  * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);

@@ -62,6 +62,20 @@ const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES] = {
 #endif
 };
 
+extern const tern__service tern__ws_service;
+extern const tern__service tern__tls_service;
+extern const tern__service tern__access_service;
+
+/* The per-worker services, in the order the worker calls them: the
+ * access log last, so that at the end it writes what the others' last
+ * calls logged. */
+const tern__service *const tern__services[] = {
+    &tern__ws_service,
+    &tern__tls_service,
+    &tern__access_service,
+    NULL,
+};
+
 const tern__transport *const tern__transports[] = {
     &tern__stream_transport,
 #ifdef TERN_HAVE_QUIC

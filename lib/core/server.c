@@ -482,7 +482,9 @@ void tern_server_free(tern_server *srv) {
   tern__router_free(srv->router);
   if (srv->tls_free != NULL)
     srv->tls_free(srv);
-  tern__access_log_free(srv);
+  for (i = 0; tern__services[i] != NULL; i++)
+    if (tern__services[i]->server_free != NULL)
+      tern__services[i]->server_free(srv);
   tern__pool_threads_close(srv);
   tern__server_unref(srv);
 }

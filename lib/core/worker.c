@@ -43,14 +43,8 @@ void tern__date_update(tern__worker *w) {
                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   time_t now = time(NULL);
   struct tm tm;
-  struct timespec ts;
   int n;
 
-  /* The access log's wall-clock times are monotonic stamps plus this
-   * offset, kept fresh at each tick. */
-  if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
-    w->wall_offset_ns =
-        (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - (int64_t)uv_hrtime();
   if (now == w->date_sec && w->date_len > 0)
     return;
   w->date_sec = now;
@@ -87,9 +81,6 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
     tern__list_init(&w->timers[i]);
   tern__list_init(&w->dirty);
   tern__list_init(&w->conns);
-  tern__list_init(&w->ws_open);
-  tern__list_init(&w->ws_closing);
-  tern__list_init(&w->ws_ended);
   w->timeout_ms[TERN__T_HEAD] = srv->s.head_timeout_ms;
   w->timeout_ms[TERN__T_IDLE] = srv->s.idle_timeout_ms;
   w->timeout_ms[TERN__T_BODY] = srv->s.body_timeout_ms;
@@ -99,7 +90,6 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   rbuf_size = srv->s.read_buffer_size;
   if (rbuf_size < srv->s.max_head_size + 1024u)
     rbuf_size = srv->s.max_head_size + 1024u;
-  w->log_sec = -1;
   tern__pool_init(&w->rbuf_pool, sizeof(tern__rbuf) + rbuf_size, 256);
   tern__pool_init(&w->wblk_pool, sizeof(tern__wblk) + 16384, 256);
   /* Room for max_pipeline requests of a few segments each. */
@@ -134,6 +124,11 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   w->deadline_timer.data = w;
   w->handles_open++;
 
+  /* The services' state (a failure is cleaned up with the worker). */
+  for (i = 0; tern__services[i] != NULL; i++)
+    if (tern__services[i]->worker_init != NULL &&
+        (rc = tern__services[i]->worker_init(w)) != 0)
+      return rc;
   for (i = 0; i < srv->nlisteners; i++) {
     rc = srv->listeners[i]->ops->start(srv->listeners[i], w);
     if (rc != 0)
@@ -193,7 +188,6 @@ static void close_worker_handles(tern__worker *w) {
 }
 
 void tern__worker_cleanup(tern__worker *w) {
-  tern_server *srv = w->srv;
   size_t i;
   if (w->loop == NULL)
     return;
@@ -211,9 +205,12 @@ void tern__worker_cleanup(tern__worker *w) {
   /* Closing the handles closed the inbox; this finds it empty, and is
    * here so that no path out of the loop can leave a message behind. */
   close_inbox(w, 1);
-  tern__ws_run_closes(w); /* (none left once the loop ran a check phase) */
   tern__request_cut_cleanup(w);
-  tern__access_flush(w, 1);
+  /* The services' last calls, in their order (the access log last, so
+   * that it writes what the others' last calls logged). */
+  for (i = 0; tern__services[i] != NULL; i++)
+    if (tern__services[i]->cleanup != NULL)
+      tern__services[i]->cleanup(w);
   tern__pool_drain(w, &w->rbuf_pool);
   tern__pool_drain(w, &w->wblk_pool);
   tern__pool_drain(w, &w->req_pool);
@@ -222,10 +219,6 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->seg_pool);
   for (i = 0; i < TERN__SMALL_CLASSES; i++)
     tern__pool_drain(w, &w->small[i]);
-  tern__free(srv, w->scratch);
-  w->scratch = NULL;
-  tern__free(srv, w->ws_scratch);
-  w->ws_scratch = NULL;
   /* inbox_lock stays: a thread may still try to post (and be refused)
    * until the server's last reference goes. */
   w->loop = NULL;
@@ -328,7 +321,9 @@ static void begin_stop(tern__worker *w) {
    * client library's connection) while tern closes its own. */
   if (w->srv->worker_stop != NULL)
     w->srv->worker_stop(w->srv, w->id, w->loop, w->srv->worker_user);
-  tern__ws_stop_all(w);
+  for (i = 0; tern__services[i] != NULL; i++)
+    if (tern__services[i]->stop != NULL)
+      tern__services[i]->stop(w);
   for (i = 0; i < w->srv->nlisteners; i++)
     w->srv->listeners[i]->ops->stop(w->srv->listeners[i], w);
   for (l = w->conns.next; l != &w->conns; l = next) {
@@ -394,10 +389,18 @@ static void on_check(uv_check_t *h) {
   tern__worker *w = h->data;
   w->now_valid = 0; /* the next stamp is of the next batch */
   for (;;) {
-    /* A WebSocket that ended inside a tern_ws_* call hears of it now,
-     * outside every call; what its on_close sends is written below. */
-    if (!tern__list_empty(&w->ws_ended))
-      tern__ws_run_closes(w);
+    /* Services that asked for it (a WebSocket that ended inside a
+     * tern_ws_* call hears of it now, outside every call); what they
+     * send is written below. */
+    while (w->check_due != 0) {
+      unsigned due = w->check_due;
+      size_t i;
+      w->check_due = 0;
+      for (i = 0; tern__services[i] != NULL; i++)
+        if ((due >> tern__services[i]->slot & 1u) &&
+            tern__services[i]->check != NULL)
+          tern__services[i]->check(w);
+    }
     if (tern__list_empty(&w->dirty))
       break;
     flush_dirty(w);
@@ -451,8 +454,12 @@ static void on_tick(uv_timer_t *t) {
       tern__allocator_release(w->srv);
   }
   tern__date_update(w);
-  tern__access_flush(w, 0);
-  tern__ws_sweep(w, now);
+  {
+    size_t i;
+    for (i = 0; tern__services[i] != NULL; i++)
+      if (tern__services[i]->tick != NULL)
+        tern__services[i]->tick(w, now);
+  }
   tern__timer_sweep(w, now);
   on_check(&w->check);
 }

@@ -25,6 +25,19 @@
 
 #include "internal.h"
 
+/* The worker's part (its service slot, TERN__SVC_ACCESS). */
+typedef struct {
+  /* The wall clock minus the monotonic clock (ns), set each tick: an
+   * entry's start time is its monotonic stamp plus this. */
+  int64_t wall_offset_ns;
+  struct tern__logbuf *logbuf; /* the built-in writer's buffer filling */
+  int64_t log_sec;             /* the second log_iso and log_clf show, or -1 */
+  char log_iso[24];            /* "2026-12-03T23:50:01" */
+  char log_clf[72]; /* "03/Dec/2026:23:50:01 +0000" (room for any int) */
+} access_worker;
+
+#define AW(w) ((access_worker *)(w)->svc[TERN__SVC_ACCESS])
+
 /* ---- Counters ------------------------------------------------------- */
 
 static const uint64_t bucket_le[TERN_STATS_BUCKETS] = {
@@ -152,7 +165,7 @@ static void log_entry(tern__worker *w, const tern_access_entry *e);
 static void alog_hook(const tern_access_entry *e, void *user);
 
 static void run_hook(tern__worker *w, tern_access_entry *e, uint64_t t0) {
-  e->start_unix_us = ((int64_t)t0 + w->wall_offset_ns) / 1000;
+  e->start_unix_us = ((int64_t)t0 + AW(w)->wall_offset_ns) / 1000;
   if (w->srv->access_fn == alog_hook)
     log_entry(w, e); /* the built-in writer needs its worker */
   else
@@ -511,14 +524,15 @@ static void time_texts(tern__worker *w, int64_t sec) {
                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   struct tm tm;
   time_t t = (time_t)sec;
-  if (w->log_sec == sec)
+  access_worker *aw = AW(w);
+  if (aw->log_sec == sec)
     return;
-  w->log_sec = sec;
+  aw->log_sec = sec;
   gmtime_r(&t, &tm);
-  strftime(w->log_iso, sizeof(w->log_iso), "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(w->log_clf, sizeof(w->log_clf), "%02d/%s/%04d:%02d:%02d:%02d +0000",
-           tm.tm_mday, mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-           tm.tm_sec);
+  strftime(aw->log_iso, sizeof(aw->log_iso), "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(aw->log_clf, sizeof(aw->log_clf),
+           "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday, mon[tm.tm_mon],
+           tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e,
@@ -534,7 +548,7 @@ static void format_json(tern__worker *w, out_t *o, const tern_access_entry *e,
   for (i = 5; i >= 0; i--, frac /= 10)
     us[i] = (char)('0' + frac % 10);
   PUT_LIT(o, "{\"time\":\"");
-  put(o, w->log_iso, strlen(w->log_iso));
+  put(o, AW(w)->log_iso, strlen(AW(w)->log_iso));
   put_c(o, '.');
   put(o, us, 6);
   PUT_LIT(o, "Z\",\"peer\":\"");
@@ -616,7 +630,7 @@ static void format_combined(tern__worker *w, out_t *o,
   time_texts(w, e->start_unix_us / 1000000);
   put(o, e->peer, strlen(e->peer));
   PUT_LIT(o, " - - [");
-  put(o, w->log_clf, strlen(w->log_clf));
+  put(o, AW(w)->log_clf, strlen(AW(w)->log_clf));
   PUT_LIT(o, "] \"");
   if (e->method_len > 0) {
     put_cut(o, e->method, e->method_len, need[V_METHOD], give[V_METHOD], 0);
@@ -699,12 +713,12 @@ static void log_entry(tern__worker *w, const tern_access_entry *e) {
   size_t n, max = al->bufsize < LINE_MAX_BYTES ? al->bufsize : LINE_MAX_BYTES;
   out_t o;
 
-  b = w->logbuf;
+  b = AW(w)->logbuf;
   if (b != NULL && al->bufsize - b->len < max) {
     buf_queue(al, b);
-    b = w->logbuf = NULL;
+    b = AW(w)->logbuf = NULL;
   }
-  if (b == NULL && (b = w->logbuf = buf_take(al)) == NULL) {
+  if (b == NULL && (b = AW(w)->logbuf = buf_take(al)) == NULL) {
     TERN__STAT_ADD(w->stats.log_dropped, 1);
     return;
   }
@@ -726,13 +740,15 @@ static void log_entry(tern__worker *w, const tern_access_entry *e) {
   TERN__STAT_ADD(w->stats.log_lines, 1);
 }
 
-void tern__access_flush(tern__worker *w, int last) {
+/* Hand a non-empty buffer to the writer thread (the tick); `last` at the
+ * worker's end. */
+static void access_flush(tern__worker *w, int last) {
   tern__accesslog *al = w->srv->alog;
-  tern__logbuf *b = w->logbuf;
+  tern__logbuf *b = AW(w)->logbuf;
   if (al == NULL || b == NULL)
     return;
   if (b->len > 0 || last) {
-    w->logbuf = NULL;
+    AW(w)->logbuf = NULL;
     if (b->len > 0) {
       buf_queue(al, b);
     } else {
@@ -917,7 +933,7 @@ int tern_server_access_log_reopen(tern_server *srv) {
   return 0;
 }
 
-void tern__access_log_free(tern_server *srv) {
+static void access_log_free(tern_server *srv) {
   tern__accesslog *al = srv->alog;
   if (al == NULL)
     return;
@@ -939,3 +955,46 @@ void tern__access_log_free(tern_server *srv) {
   tern__free(srv, al);
   srv->alog = NULL;
 }
+
+/* ---- The worker service ------------------------------------------------ */
+
+static void wall_offset(access_worker *aw) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+    aw->wall_offset_ns =
+        (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - (int64_t)uv_hrtime();
+}
+
+static int access_worker_init(tern__worker *w) {
+  access_worker *aw = tern__malloc(w->srv, sizeof(*aw));
+  if (aw == NULL)
+    return TERN_ENOMEM;
+  memset(aw, 0, sizeof(*aw));
+  aw->log_sec = -1;
+  wall_offset(aw);
+  w->svc[TERN__SVC_ACCESS] = aw;
+  return 0;
+}
+
+static void access_tick(tern__worker *w, uint64_t now) {
+  (void)now;
+  wall_offset(AW(w));
+  access_flush(w, 0);
+}
+
+static void access_cleanup(tern__worker *w) {
+  if (AW(w) == NULL)
+    return;
+  access_flush(w, 1);
+  tern__free(w->srv, AW(w));
+  w->svc[TERN__SVC_ACCESS] = NULL;
+}
+
+const tern__service tern__access_service = {
+    .name = "access log",
+    .slot = TERN__SVC_ACCESS,
+    .worker_init = access_worker_init,
+    .tick = access_tick,
+    .cleanup = access_cleanup,
+    .server_free = access_log_free,
+};

@@ -409,20 +409,34 @@ int tern__tls_next_record(tern__worker *w, tern__outq *q, const char **src,
     *len = iov[0].len < TERN__TLS_RECORD ? iov[0].len : TERN__TLS_RECORD;
     return 0;
   }
-  if (w->scratch == NULL &&
-      (w->scratch = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL)
+  /* The worker's gathering buffer: the TLS service's slot. */
+  if (w->svc[TERN__SVC_TLS] == NULL &&
+      (w->svc[TERN__SVC_TLS] = tern__malloc(w->srv, TERN__TLS_RECORD)) == NULL)
     return TERN_ENOMEM;
   *len = 0;
   for (i = 0; i < n && *len < TERN__TLS_RECORD; i++) {
     size_t k = iov[i].len;
     if (k > TERN__TLS_RECORD - *len)
       k = TERN__TLS_RECORD - *len;
-    memcpy(w->scratch + *len, iov[i].base, k);
+    memcpy((char *)w->svc[TERN__SVC_TLS] + *len, iov[i].base, k);
     *len += k;
   }
-  *src = w->scratch;
+  *src = w->svc[TERN__SVC_TLS];
   return 0;
 }
+
+/* The TLS service: one record's worth of gathering room per worker, got
+ * on first use, freed when the worker ends. */
+static void tls_cleanup(tern__worker *w) {
+  tern__free(w->srv, w->svc[TERN__SVC_TLS]);
+  w->svc[TERN__SVC_TLS] = NULL;
+}
+
+const tern__service tern__tls_service = {
+    .name = "tls",
+    .slot = TERN__SVC_TLS,
+    .cleanup = tls_cleanup,
+};
 
 void tern__tls_in_room(tern__tls_in *in, tern__worker *w, uv_buf_t *out) {
   if (in->buf == NULL) {

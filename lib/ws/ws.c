@@ -24,6 +24,21 @@
 #include "ws/frame.h"
 #include "ws/sha1.h"
 
+/* The worker's WebSocket state (its service slot, TERN__SVC_WS). */
+typedef struct {
+  tern__list open;    /* open sockets */
+  tern__list closing; /* sockets waiting for the client's close */
+  tern__list ended;   /* sockets whose on_close is due (check phase) */
+  unsigned calls;     /* tern_ws_* calls on the stack of this worker */
+  /* Where client payload is unmasked (16 KiB, got on first use), since
+   * the carrier's bytes are read-only here; scratch_busy while a
+   * delivery is decoded into it. */
+  unsigned char *scratch;
+  int scratch_busy;
+} ws_worker;
+
+#define WSW(w) ((ws_worker *)(w)->svc[TERN__SVC_WS])
+
 enum {
   WS_OPEN = 0,    /* messages flow both ways */
   WS_CLOSING = 1, /* our close frame is sent; waiting for the client's */
@@ -80,7 +95,7 @@ struct tern_ws {
   int in_compressed;
   int in_skip;       /* drop it (we are closing) */
   uint64_t deadline; /* WS_CLOSING: when to give up on the client */
-  tern__list link;   /* w->ws_open or w->ws_closing */
+  tern__list link;   /* its worker's open or closing list */
   tern_ws_options o;
   void *user, *data;
   tern__ws_decoder dec;
@@ -386,12 +401,12 @@ static int do_shared(tern_ws *ws, shared_frame *f) {
  * its own lock across tern_ws_send or tern_ws_broadcast, as a chat room
  * holds its member list's, would deadlock when on_close takes that lock to
  * remove the member. Then the socket is ended at once (calls return
- * TERN_ECLOSED) and on_close waits on the worker's ws_ended list for the
+ * TERN_ECLOSED) and on_close waits on the worker's ended list for the
  * check phase of this loop turn, outside every call. */
 static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
   tern_request *r = ws->r;
   tern__worker *w = ws->w;
-  int defer = w->ws_calls > 0;
+  int defer = WSW(w)->calls > 0;
 
   if (ws->state == WS_DONE)
     return;
@@ -405,7 +420,8 @@ static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
         len < sizeof(ws->close_reason) ? len : sizeof(ws->close_reason);
     if (ws->close_reason_len > 0)
       memcpy(ws->close_reason, reason, ws->close_reason_len);
-    tern__list_append(&w->ws_ended, &ws->link);
+    tern__list_append(&WSW(w)->ended, &ws->link);
+    TERN__CHECK_DUE(w, TERN__SVC_WS);
     /* The check phase follows this turn's callbacks; the wake-up covers
      * a call made from a timer of an attached loop, before the poll. */
     tern__worker_wake(w);
@@ -418,12 +434,13 @@ static void finish(tern_ws *ws, int code, const char *reason, size_t len) {
     tern__response_end(r, NULL, 0);
   }
   if (!defer)
-    tern_ws_unref(ws); /* else tern__ws_run_closes drops it */
+    tern_ws_unref(ws); /* else run_closes drops it */
 }
 
-void tern__ws_run_closes(tern__worker *w) {
-  while (!tern__list_empty(&w->ws_ended)) {
-    tern_ws *ws = TERN__CONTAINER_OF(w->ws_ended.next, tern_ws, link);
+static void run_closes(tern__worker *w) {
+  ws_worker *ww = WSW(w);
+  while (!tern__list_empty(&ww->ended)) {
+    tern_ws *ws = TERN__CONTAINER_OF(ww->ended.next, tern_ws, link);
     tern__list_remove(&ws->link);
     if (ws->o.on_close != NULL)
       ws->o.on_close(ws, ws->close_code, ws->close_reason, ws->close_reason_len,
@@ -467,28 +484,30 @@ static int do_close(tern_ws *ws, int code, const char *reason, size_t len) {
   ws->state = WS_CLOSING;
   ws->deadline = uv_now(ws->w->loop) + ws->o.close_timeout_ms;
   tern__list_remove(&ws->link);
-  tern__list_append(&ws->w->ws_closing, &ws->link);
+  tern__list_append(&WSW(ws->w)->closing, &ws->link);
   /* The client's close frame must still be read. */
   ws->pause = 0;
   apply_pause(ws);
   return 0;
 }
 
-void tern__ws_stop_all(tern__worker *w) {
-  while (!tern__list_empty(&w->ws_open)) {
-    tern_ws *ws = TERN__CONTAINER_OF(w->ws_open.next, tern_ws, link);
+static void stop_all(tern__worker *w) {
+  ws_worker *ww = WSW(w);
+  while (!tern__list_empty(&ww->open)) {
+    tern_ws *ws = TERN__CONTAINER_OF(ww->open.next, tern_ws, link);
     if (do_close(ws, TERN__WS_CLOSE_GOING_AWAY, "server stopping", 15) != 0 &&
         ws->state == WS_OPEN)
       finish(ws, TERN__WS_CLOSE_GOING_AWAY, NULL, 0);
   }
 }
 
-void tern__ws_sweep(tern__worker *w, uint64_t now) {
+static void sweep(tern__worker *w, uint64_t now) {
   /* One timeout per server setting would keep this list sorted; with
    * per-socket timeouts it is scanned, and it only holds sockets in
    * their close handshake. */
   tern__list *l, *next;
-  for (l = w->ws_closing.next; l != &w->ws_closing; l = next) {
+  ws_worker *ww = WSW(w);
+  for (l = ww->closing.next; l != &ww->closing; l = next) {
     tern_ws *ws = TERN__CONTAINER_OF(l, tern_ws, link);
     next = l->next;
     if (ws->deadline <= now)
@@ -567,11 +586,13 @@ static void feed(tern_ws *ws, const unsigned char *buf, size_t len) {
   unsigned char *start = local, *o, *end;
   int own = 0;
 
-  if (!w->ws_scratch_busy &&
-      (w->ws_scratch != NULL ||
-       (w->ws_scratch = tern__malloc(w->srv, WS_SCRATCH)) != NULL)) {
-    start = w->ws_scratch;
-    w->ws_scratch_busy = own = 1;
+  ws_worker *ww = WSW(w);
+
+  if (!ww->scratch_busy &&
+      (ww->scratch != NULL ||
+       (ww->scratch = tern__malloc(w->srv, WS_SCRATCH)) != NULL)) {
+    start = ww->scratch;
+    ww->scratch_busy = own = 1;
   }
   o = start;
   end = start + (own ? WS_SCRATCH : sizeof local);
@@ -658,13 +679,13 @@ done:
   /* The buffer may be this call's stack: no later call may write there. */
   tern__ws_decoder_output(&ws->dec, NULL, 0);
   if (own) {
-    w->ws_scratch_busy = 0;
+    ww->scratch_busy = 0;
 #ifdef TERN__ASAN
     /* As with the pools, nothing is kept for reuse under AddressSanitizer:
      * a read through a stale span then shows, and a per-connection leak
      * check (fuzz_conn) sees the worker as it was. */
-    tern__free(w->srv, w->ws_scratch);
-    w->ws_scratch = NULL;
+    tern__free(w->srv, ww->scratch);
+    ww->scratch = NULL;
 #endif
   }
 }
@@ -988,7 +1009,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   atomic_fetch_or(&r->ustate, TERN__U_STARTED | TERN__U_DONE);
   tern__request_unhold(r);
   TERN__STAT_ADD(w->stats.ws_open, 1);
-  tern__list_append(&w->ws_open, &ws->link);
+  tern__list_append(&WSW(w)->open, &ws->link);
   r->body_fn = on_body;
   r->body_user = ws;
   r->flags |= TERN__RQ_READING;
@@ -1097,15 +1118,15 @@ static void msg_apply(tern__msg *base) {
   msg_drop(base, 0);
 }
 
-/* The public calls on the owning worker count themselves in ws_calls
+/* The public calls on the owning worker count themselves in calls
  * while they run: an end of a socket (this one or another of the
  * worker's) meanwhile defers its on_close (see finish). */
 #define IN_CALL(ws, expr, rc)                                                  \
   do {                                                                         \
     tern__worker *w_ = (ws)->w;                                                \
-    w_->ws_calls++;                                                            \
+    WSW(w_)->calls++;                                                          \
     (rc) = (expr);                                                             \
-    w_->ws_calls--;                                                            \
+    WSW(w_)->calls--;                                                          \
   } while (0)
 
 static int check_type(int type) {
@@ -1259,9 +1280,9 @@ static int set_user_pause(tern_ws *ws, int on) {
     ws->pause |= PAUSE_USER;
   else
     ws->pause &= ~(unsigned)PAUSE_USER;
-  ws->w->ws_calls++; /* as IN_CALL: the carrier may end the socket */
+  WSW(ws->w)->calls++; /* as IN_CALL: the carrier may end the socket */
   apply_pause(ws);
-  ws->w->ws_calls--;
+  WSW(ws->w)->calls--;
   return 0;
 }
 
@@ -1302,3 +1323,53 @@ void tern_ws_set_data(tern_ws *ws, void *data) {
 void *tern_ws_data(const tern_ws *ws) {
   return ws != NULL ? ws->data : NULL;
 }
+
+/* ---- The worker service ------------------------------------------------ */
+
+static int ws_worker_init(tern__worker *w) {
+  ws_worker *ww = tern__malloc(w->srv, sizeof(*ww));
+  if (ww == NULL)
+    return TERN_ENOMEM;
+  memset(ww, 0, sizeof(*ww));
+  tern__list_init(&ww->open);
+  tern__list_init(&ww->closing);
+  tern__list_init(&ww->ended);
+  w->svc[TERN__SVC_WS] = ww;
+  return 0;
+}
+
+/* A graceful stop: 1001 to every open socket. */
+static void ws_stop(tern__worker *w) {
+  stop_all(w);
+}
+
+/* Close handshakes that timed out. */
+static void ws_tick(tern__worker *w, uint64_t now) {
+  sweep(w, now);
+}
+
+/* A socket that ended inside a tern_ws_* call hears of it now, outside
+ * every call; what its on_close sends is written in the same phase. */
+static void ws_check(tern__worker *w) {
+  run_closes(w);
+}
+
+static void ws_cleanup(tern__worker *w) {
+  ws_worker *ww = WSW(w);
+  if (ww == NULL)
+    return;
+  run_closes(w); /* (none left once the loop ran a check phase) */
+  tern__free(w->srv, ww->scratch);
+  tern__free(w->srv, ww);
+  w->svc[TERN__SVC_WS] = NULL;
+}
+
+const tern__service tern__ws_service = {
+    .name = "websocket",
+    .slot = TERN__SVC_WS,
+    .worker_init = ws_worker_init,
+    .stop = ws_stop,
+    .tick = ws_tick,
+    .check = ws_check,
+    .cleanup = ws_cleanup,
+};
