@@ -316,15 +316,17 @@ void tern__outq_free(tern__worker *w, tern__outq *q);
 
 /* ---- Requests ----------------------------------------------------- */
 
-typedef struct tern__compress_conf tern__compress_conf;
-typedef struct tern__compress tern__compress;
+typedef struct tern__resp_filter tern__resp_filter;
 
 typedef struct {
   tern_handler handler;
   void *user;
   unsigned flags;
   uint64_t max_body;
-  tern__compress_conf *compress; /* the route's compression, or NULL */
+  /* A response filter the route's options asked for (compression), with
+   * its configuration; NULL: none. */
+  const tern__resp_filter *filter;
+  void *filter_conf;
 } tern__route;
 
 enum {
@@ -411,11 +413,14 @@ struct tern_request {
   void *gone_user;
 
   /* Response. */
-  int64_t resp_left;    /* declared length still to write; -1 unknown */
-  tern__outq out;       /* pending output while not at the queue head */
-  void *data;           /* tern_request_set_data */
-  void *proto_data;     /* adapter state (chunked decoder, h2 stream) */
-  tern__compress *comp; /* the compressor of a compressed streamed body */
+  int64_t resp_left; /* declared length still to write; -1 unknown */
+  tern__outq out;    /* pending output while not at the queue head */
+  void *data;        /* tern_request_set_data */
+  void *proto_data;  /* adapter state (chunked decoder, h2 stream) */
+  /* A response filter at work on this response (r->route->filter): its
+   * state, and the adapter's ops its own r->ops wrap meanwhile. */
+  void *filter_state;
+  const tern__req_ops *inner;
 
   /* Operations (lib/handler/access.c): the status sent, body bytes both
    * ways, and monotonic times (ns; 0: not reached). t_handler and
@@ -539,41 +544,37 @@ void tern__request_gone(tern_request *r);
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
 
-/* ---- Response compression (lib/handler/compress.c) -------------------- */
+/* ---- Response filters ---------------------------------------------- *
+ *
+ * A feature that reshapes a route's responses (compression, in
+ * lib/handler/compress.c): the engine asks it at the response's start
+ * and for whole answers, and never names it; lib/protocols.c lists the
+ * filters of the build. One that works on a response wraps r->ops (the
+ * adapter's move to r->inner) until the response ends. */
+struct tern__resp_filter {
+  const char *name;
+  /* A route is added: read what this filter takes from the route's
+   * options into *conf (NULL: the route does not ask for it). 0, or
+   * TERN_EINVAL (a bad field, logged naming `what`, the route), or
+   * TERN_ENOMEM. */
+  int (*conf_new)(tern_server *srv, const tern_route_options *o,
+                  const char *what, void **conf);
+  void (*conf_free)(tern_server *srv, void *conf);
+  /* A streamed response starts: in place of the adapter's start. */
+  int (*start)(tern_request *r, int status, const tern_header *h, size_t n,
+               int64_t content_length);
+  /* A whole answer (tern_respond*, tern's own): in place of
+   * tern__respond_whole, with its arguments and *took. */
+  int (*respond)(tern_request *r, int status, const tern_header *h, size_t n,
+                 const void *body, size_t len, int copy,
+                 tern_release_fn release, void *ruser, int *took);
+  /* The request's last reference goes (r->conn still valid): drop its
+   * state and give r->ops back to the adapter. */
+  void (*release)(tern_request *r);
+};
+/* The filters of this build (NULL-ended; lib/protocols.c). */
+extern const tern__resp_filter *const tern__resp_filters[];
 
-/* Read the caller's tern_compress_options into a route's configuration
- * (allocated, with its own copy of the type list): 0, TERN_EINVAL (a bad
- * field, logged naming `what`, the route) or TERN_ENOMEM. */
-int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
-                            const char *what, tern__compress_conf **out);
-void tern__compress_conf_free(tern_server *srv, tern__compress_conf *c);
-
-/* Start a response on a compressing route: decide, rewrite the head and
- * call the adapter's start (with an unknown length when compressing).
- * When it compresses, r->comp holds the compressor until the request is
- * released. Returns what the adapter's start returns, or TERN_ENOMEM. */
-int tern__compress_start(tern_request *r, int status, const tern_header *h,
-                         size_t n, int64_t content_length);
-/* A whole answer (tern_respond*, tern's own) on a compressing route:
- * compressed at once when it qualifies, so that it keeps an exact
- * Content-Length, and sent through tern__respond_whole (arguments and
- * *took as there; the caller's body is released once the compressed one
- * is queued). Returns 0 or the adapter's error, or TERN_ENOMEM when the
- * head cannot be built. */
-int tern__compress_respond(tern_request *r, int status, const tern_header *h,
-                           size_t n, const void *body, size_t len, int copy,
-                           tern_release_fn release, void *ruser, int *took);
-/* A body piece of a compressed streamed response: compressed, flushed
- * and handed to the adapter; on success `release` (if any) has run,
- * since the input was consumed, and `done` runs when the compressed
- * bytes are written. */
-int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
-                         tern_write_fn done, void *duser,
-                         tern_release_fn release, void *ruser);
-/* Finish the compressed stream, then the adapter's end. */
-int tern__compress_end(tern_request *r, const tern_header *t, size_t n);
-/* Free the compressor, if any (the request is released or aborted). */
-void tern__compress_free(tern_request *r);
 /* Start, write and end a whole answer through the adapter
  * (lib/core/response.c); *took (if not NULL) is set once the adapter
  * took `release` on, to be called when the bytes are written or dropped,

@@ -76,6 +76,14 @@ const tern__service *const tern__services[] = {
     NULL,
 };
 
+extern const tern__resp_filter tern__compress_filter;
+
+/* The response filters a route's options may ask for. */
+const tern__resp_filter *const tern__resp_filters[] = {
+    &tern__compress_filter,
+    NULL,
+};
+
 const tern__transport *const tern__transports[] = {
     &tern__stream_transport,
 #ifdef TERN_HAVE_QUIC

@@ -47,8 +47,8 @@ void tern__request_unref(tern_request *r) {
   if (--r->refs > 0)
     return;
   tern__request_finished(r);
-  if (r->comp != NULL)
-    tern__compress_free(r);
+  if (r->filter_state != NULL)
+    r->route->filter->release(r); /* r->ops is the adapter's again */
   if (r->flags & TERN__RQ_CUT) {
     tern__outq_free(w, &r->out);
     cut_keep(r); /* the rest stays the holder's */

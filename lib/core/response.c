@@ -95,27 +95,23 @@ int tern__request_fail(tern_request *r, int rc) {
   return rc;
 }
 
-/* The adapter's start, write and end, through the compressor for a
- * route that compresses (lib/handler/compress.c); straight to the adapter
- * otherwise. */
+/* The adapter's start, through the route's response filter when it has
+ * one (compression, which may then wrap r->ops until the response
+ * ends); write and end go through r->ops, wrapped or not. */
 static int resp_start(tern_request *r, int status, const tern_header *h,
                       size_t n, int64_t content_length) {
-  if (r->route != NULL && r->route->compress != NULL)
-    return tern__compress_start(r, status, h, n, content_length);
+  if (r->route != NULL && r->route->filter != NULL)
+    return r->route->filter->start(r, status, h, n, content_length);
   return r->ops->start(r, status, h, n, content_length);
 }
 
 static int resp_write(tern_request *r, const void *p, size_t len, int copy,
                       tern_write_fn done, void *duser, tern_release_fn release,
                       void *ruser) {
-  if (r->comp != NULL)
-    return tern__compress_write(r, p, len, copy, done, duser, release, ruser);
   return r->ops->write(r, p, len, copy, done, duser, release, ruser);
 }
 
 static int resp_end(tern_request *r, const tern_header *t, size_t n) {
-  if (r->comp != NULL)
-    return tern__compress_end(r, t, n);
   return r->ops->end(r, t, n);
 }
 
@@ -160,11 +156,11 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
     return TERN_ESTATE;
   tern__request_started(r, status);
   r->bytes_out += len;
-  /* A compressing route's answer goes through compress.c, out of line,
+  /* A filtering route's answer goes through its filter, out of line,
    * so that the others pay one test for it. */
-  if (r->route != NULL && r->route->compress != NULL)
-    rc = tern__compress_respond(r, status, h, n, body, len, copy, release,
-                                ruser, took);
+  if (r->route != NULL && r->route->filter != NULL)
+    rc = r->route->filter->respond(r, status, h, n, body, len, copy, release,
+                                   ruser, took);
   else
     rc = respond_whole(r, status, h, n, body, len, copy, release, ruser, took);
   if (rc != 0)
@@ -739,8 +735,8 @@ int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
                                 size_t max) {
   int64_t n;
 
-  /* A compressed body's bytes go through its compressor. */
-  if (r->ops->sendfile == NULL || r->comp != NULL)
+  /* A filtered body's bytes go through its filter (which has none). */
+  if (r->ops->sendfile == NULL)
     return TERN_ENOTSUP;
   if (is_gone(r))
     return TERN_ECLOSED;

@@ -460,6 +460,8 @@ int tern_server_new(tern_server **out, const tern_settings *caller) {
   return 0;
 }
 
+static void route_filter_free(tern_server *srv, tern__route *r);
+
 void tern_server_free(tern_server *srv) {
   size_t i;
 
@@ -474,10 +476,10 @@ void tern_server_free(tern_server *srv) {
     srv->listeners[i]->ops->free(srv->listeners[i], srv);
   tern__free(srv, srv->listeners);
   for (i = 0; i < srv->nroutes; i++) {
-    tern__compress_conf_free(srv, srv->route_ptrs[i]->compress);
+    route_filter_free(srv, srv->route_ptrs[i]);
     tern__free(srv, srv->route_ptrs[i]);
   }
-  tern__compress_conf_free(srv, srv->default_route.compress);
+  route_filter_free(srv, &srv->default_route);
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
   if (srv->tls_free != NULL)
@@ -592,28 +594,55 @@ static int route_opts_read(tern_server *srv, const char *method,
   return 1;
 }
 
-/* The route's compression, read from its options (logged when they are
- * bad). */
-static int route_compress(tern_server *srv, const char *method,
-                          const char *pattern, const tern_route_options *o,
-                          tern__compress_conf **out) {
+/* The route's response filter, the first of the build's that its
+ * options ask for (tern__resp_filters: compression), with its
+ * configuration (logged when the options are bad). */
+typedef struct {
+  const tern__resp_filter *filter;
+  void *conf;
+} route_filter;
+
+static int route_filter_new(tern_server *srv, const char *method,
+                            const char *pattern, const tern_route_options *o,
+                            route_filter *out) {
   char what[160];
-  *out = NULL;
-  if (o->compress == NULL)
-    return 0;
+  size_t i;
+  int rc;
+  out->filter = NULL;
+  out->conf = NULL;
   snprintf(what, sizeof(what), "route %s %s", method ? method : "*",
            pattern ? pattern : "(default)");
-  return tern__compress_conf_new(srv, o->compress, what, out);
+  for (i = 0; tern__resp_filters[i] != NULL; i++) {
+    rc = tern__resp_filters[i]->conf_new(srv, o, what, &out->conf);
+    if (rc != 0)
+      return rc;
+    if (out->conf != NULL) {
+      out->filter = tern__resp_filters[i];
+      return 0;
+    }
+  }
+  return 0;
+}
+
+static void route_filter_drop(tern_server *srv, route_filter *f) {
+  if (f->filter != NULL)
+    f->filter->conf_free(srv, f->conf);
+}
+
+static void route_filter_free(tern_server *srv, tern__route *r) {
+  route_filter f = {r->filter, r->filter_conf};
+  route_filter_drop(srv, &f);
 }
 
 static void fill_route(tern_server *srv, tern__route *r, tern_handler h,
                        void *user, const tern_route_options *o,
-                       tern__compress_conf *compress) {
+                       const route_filter *f) {
   r->handler = h;
   r->user = user;
   r->flags = o->flags;
   r->max_body = o->max_body_size ? o->max_body_size : srv->s.max_body_size;
-  r->compress = compress;
+  r->filter = f->filter;
+  r->filter_conf = f->conf;
 }
 
 static void note_method(tern_server *srv, const char *method) {
@@ -648,7 +677,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
                     const tern_route_options *opts) {
   tern__route *r, **ptrs;
   tern_route_options o;
-  tern__compress_conf *comp;
+  route_filter comp;
   const char *why;
   int rc;
 
@@ -671,17 +700,17 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
     srv->route_ptrs = ptrs;
     srv->routes_cap = cap;
   }
-  if ((rc = route_compress(srv, method, pattern, &o, &comp)) != 0)
+  if ((rc = route_filter_new(srv, method, pattern, &o, &comp)) != 0)
     return rc;
   r = tern__malloc(srv, sizeof(*r));
   if (r == NULL) {
-    tern__compress_conf_free(srv, comp);
+    route_filter_drop(srv, &comp);
     return TERN_ENOMEM;
   }
-  fill_route(srv, r, handler, user, &o, comp);
+  fill_route(srv, r, handler, user, &o, &comp);
   rc = tern__router_add(srv->router, method, pattern, r);
   if (rc != 0) {
-    tern__compress_conf_free(srv, comp);
+    route_filter_drop(srv, &comp);
     tern__free(srv, r);
     return rc;
   }
@@ -698,7 +727,7 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
 int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
                              const tern_route_options *opts) {
   tern_route_options o;
-  tern__compress_conf *comp;
+  route_filter comp;
   int rc;
   if (srv == NULL || handler == NULL)
     return TERN_EINVAL;
@@ -706,11 +735,11 @@ int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
     return TERN_ESTATE;
   if (route_opts_read(srv, NULL, NULL, opts, &o))
     return TERN_EINVAL;
-  if ((rc = route_compress(srv, NULL, NULL, &o, &comp)) != 0)
+  if ((rc = route_filter_new(srv, NULL, NULL, &o, &comp)) != 0)
     return rc;
-  /* A later call replaces the handler, and its compression. */
-  tern__compress_conf_free(srv, srv->default_route.compress);
-  fill_route(srv, &srv->default_route, handler, user, &o, comp);
+  /* A later call replaces the handler, and its filter. */
+  route_filter_free(srv, &srv->default_route);
+  fill_route(srv, &srv->default_route, handler, user, &o, &comp);
   srv->has_default = 1;
   return 0;
 }

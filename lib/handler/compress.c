@@ -7,7 +7,7 @@
  * client's Accept-Encoding) and is its head rewritten (Vary,
  * Content-Encoding, a weak ETag). A whole body is compressed in one go
  * and keeps an exact Content-Length; a streamed one gets a compressor of
- * its own (r->comp) that flushes at every write, so that what the
+ * its own (Z(r)) that flushes at every write, so that what the
  * handler writes reaches the client when it writes it. Everything comes
  * from the server's allocator, and only for a response being compressed.
  */
@@ -29,6 +29,9 @@
 
 #include "handler/static.h"
 #include "internal.h"
+
+typedef struct tern__compress_conf tern__compress_conf;
+typedef struct tern__compress tern__compress;
 
 struct tern__compress_conf {
   unsigned encodings; /* TERN_COMPRESS_* */
@@ -141,14 +144,20 @@ void tern_compress_options_init_size(tern_compress_options *out, size_t size) {
   tern__abi_init(out, size, &d, compress_ends, TERN_COMPRESS_OPTIONS_VERSION);
 }
 
-int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
-                            const char *what, tern__compress_conf **out) {
+/* The route's options: its tern_compress_options, when it has some,
+ * read into a configuration of its own (with a copy of the type list). */
+static int conf_new(tern_server *srv, const tern_route_options *ro,
+                    const char *what, void **out) {
   tern_compress_options o;
+  const tern_compress_options *in = ro->compress;
   tern__compress_conf *c;
   const char *types, *why = NULL;
   char abi[160];
   size_t tl;
 
+  *out = NULL;
+  if (in == NULL)
+    return 0;
   tern_compress_options_init_size(&o, sizeof(o));
   if (tern__abi_read(&o, sizeof(o), in, compress_ends,
                      TERN_COMPRESS_OPTIONS_VERSION, abi, sizeof(abi)) != 0) {
@@ -208,7 +217,7 @@ int tern__compress_conf_new(tern_server *srv, const tern_compress_options *in,
   return 0;
 }
 
-void tern__compress_conf_free(tern_server *srv, tern__compress_conf *c) {
+static void conf_free(tern_server *srv, void *c) {
   tern__free(srv, c);
 }
 
@@ -223,6 +232,9 @@ static const tern_header *field(const tern_header *h, size_t n,
 }
 
 /* Is the media type of Content-Type value `v` in the route's list? */
+/* The compressor of the response in progress. */
+#define Z(r) ((tern__compress *)(r)->filter_state)
+
 static int type_listed(const tern__compress_conf *c, const char *v, size_t n) {
   const char *semi = memchr(v, ';', n), *e;
   size_t pos = 0, elen;
@@ -663,7 +675,7 @@ static int compress_whole(tern_request *r, int status, const tern_header *h,
                           size_t n, const void *body, size_t len,
                           comp_head *head, void **out, size_t *out_len) {
   tern_server *srv = r->w->srv;
-  const tern__compress_conf *c = r->route->compress;
+  const tern__compress_conf *c = r->route->filter_conf;
   int enc = wanted(r, c, status, h, n, (int64_t)len);
   char *buf = NULL;
 
@@ -686,9 +698,9 @@ static int compress_whole(tern_request *r, int status, const tern_header *h,
   return 0;
 }
 
-int tern__compress_respond(tern_request *r, int status, const tern_header *h,
-                           size_t n, const void *body, size_t len, int copy,
-                           tern_release_fn release, void *ruser, int *took) {
+static int f_respond(tern_request *r, int status, const tern_header *h,
+                     size_t n, const void *body, size_t len, int copy,
+                     tern_release_fn release, void *ruser, int *took) {
   tern_server *srv = r->w->srv;
   comp_head head;
   void *z = NULL;
@@ -739,10 +751,127 @@ static void compressor_give(tern_request *r) {
   atomic_fetch_sub(&r->w->srv->compressors, 1);
 }
 
-int tern__compress_start(tern_request *r, int status, const tern_header *h,
-                         size_t n, int64_t content_length) {
+/* Free the compressor, if any, and give r->ops back to the adapter. */
+static void f_release(tern_request *r) {
+  tern__compress *c = Z(r);
+  if (c == NULL)
+    return;
+  c_close(c);
+  tern__free(r->w->srv, c);
+  r->filter_state = NULL;
+  r->ops = r->inner;
+  r->inner = NULL;
+  compressor_give(r);
+}
+
+/* ---- The compressing request side ------------------------------------ *
+ *
+ * While a streamed body is compressed, r->ops is this table: write and
+ * end go through the compressor, the rest straight to the adapter's
+ * (r->inner). sendfile is NULL: the file's bytes must be compressed. */
+
+static int z_write(tern_request *r, const void *p, size_t len, int copy,
+                   tern_write_fn done, void *duser, tern_release_fn release,
+                   void *ruser) {
   tern_server *srv = r->w->srv;
-  const tern__compress_conf *c = r->route->compress;
+  char *out;
+  size_t n;
+  int rc;
+
+  if (len == 0)
+    return r->inner->write(r, p, len, copy, done, duser, release, ruser);
+  /* The adapter sees no length, so the declared one is held here: a
+   * write past it is refused as it would be uncompressed. */
+  if (Z(r)->left >= 0) {
+    if ((uint64_t)Z(r)->left < len)
+      return TERN_EINVAL;
+    Z(r)->left -= (int64_t)len;
+  }
+  rc = c_run(srv, Z(r), p, len, 0, &out, &n);
+  if (rc != 0)
+    return rc;
+  rc = r->inner->write(r, out, n, 0, done, duser, buf_free, srv);
+  if (rc != 0) {
+    tern__free(srv, out);
+    return rc;
+  }
+  /* The input is in the compressor now. */
+  if (release != NULL)
+    release((void *)(uintptr_t)p, ruser);
+  return 0;
+}
+
+/* Finish the compressed stream, then the adapter's end. */
+static int z_end(tern_request *r, const tern_header *t, size_t n) {
+  tern_server *srv = r->w->srv;
+  char *out;
+  size_t len;
+  int rc = c_run(srv, Z(r), NULL, 0, 1, &out, &len);
+
+  f_release(r); /* r->ops is the adapter's from here on */
+  if (rc != 0)
+    return rc;
+  rc = r->ops->write(r, out, len, 0, NULL, NULL, buf_free, srv);
+  if (rc != 0) {
+    tern__free(srv, out);
+    return rc;
+  }
+  return r->ops->end(r, t, n);
+}
+
+static int z_start(tern_request *r, int status, const tern_header *h, size_t n,
+                   int64_t content_length) {
+  return r->inner->start(r, status, h, n, content_length);
+}
+
+static int z_interim(tern_request *r, int status, const tern_header *h,
+                     size_t n) {
+  return r->inner->interim(r, status, h, n);
+}
+
+static void z_body_flow(tern_request *r) {
+  r->inner->body_flow(r);
+}
+
+static int z_tunnel(tern_request *r, const tern_header *h, size_t n) {
+  return r->inner->tunnel != NULL ? r->inner->tunnel(r, h, n) : TERN_ESTATE;
+}
+
+static size_t z_pending(const tern_request *r) {
+  return r->inner->pending(r);
+}
+
+static void z_abort(tern_request *r) {
+  r->inner->abort(r);
+}
+
+static void z_release(tern_request *r) {
+  const tern__req_ops *inner = r->inner;
+  f_release(r);
+  if (inner != NULL && inner->release != NULL)
+    inner->release(r);
+}
+
+static const tern__req_ops z_ops = {
+    .start = z_start,
+    .write = z_write,
+    .end = z_end,
+    .interim = z_interim,
+    .body_flow = z_body_flow,
+    .tunnel = z_tunnel,
+    .pending = z_pending,
+    .abort = z_abort,
+    .sendfile = NULL,
+    .release = z_release,
+};
+
+/* A streamed response on a compressing route: decide, rewrite the head
+ * and call the adapter's start (with an unknown length when
+ * compressing, when r->ops becomes z_ops until the response ends). */
+static int f_start(tern_request *r, int status, const tern_header *h, size_t n,
+                   int64_t content_length) {
+  tern_server *srv = r->w->srv;
+  const tern__compress_conf *c = r->route->filter_conf;
   int enc = wanted(r, c, status, h, n, content_length);
   comp_head head;
   int rc;
@@ -757,76 +886,29 @@ int tern__compress_start(tern_request *r, int status, const tern_header *h,
       enc = ENC_NONE;
     } else {
       z->left = content_length;
-      r->comp = z;
+      r->filter_state = z;
+      r->inner = r->ops;
+      r->ops = &z_ops;
     }
   }
   rc = build_head(r, h, n, enc, &head);
   if (rc != 0) {
-    tern__compress_free(r);
+    f_release(r);
     return rc;
   }
   rc = r->ops->start(r, status, head.h, head.n,
                      enc != ENC_NONE ? -1 : content_length);
   head_done(r, &head);
   if (rc != 0)
-    tern__compress_free(r); /* nothing will be compressed */
+    f_release(r); /* nothing will be compressed */
   return rc;
 }
 
-int tern__compress_write(tern_request *r, const void *p, size_t len, int copy,
-                         tern_write_fn done, void *duser,
-                         tern_release_fn release, void *ruser) {
-  tern_server *srv = r->w->srv;
-  char *out;
-  size_t n;
-  int rc;
-
-  if (len == 0)
-    return r->ops->write(r, p, len, copy, done, duser, release, ruser);
-  /* The adapter sees no length, so the declared one is held here: a
-   * write past it is refused as it would be uncompressed. */
-  if (r->comp->left >= 0) {
-    if ((uint64_t)r->comp->left < len)
-      return TERN_EINVAL;
-    r->comp->left -= (int64_t)len;
-  }
-  rc = c_run(srv, r->comp, p, len, 0, &out, &n);
-  if (rc != 0)
-    return rc;
-  rc = r->ops->write(r, out, n, 0, done, duser, buf_free, srv);
-  if (rc != 0) {
-    tern__free(srv, out);
-    return rc;
-  }
-  /* The input is in the compressor now. */
-  if (release != NULL)
-    release((void *)(uintptr_t)p, ruser);
-  return 0;
-}
-
-int tern__compress_end(tern_request *r, const tern_header *t, size_t n) {
-  tern_server *srv = r->w->srv;
-  char *out;
-  size_t len;
-  int rc = c_run(srv, r->comp, NULL, 0, 1, &out, &len);
-
-  tern__compress_free(r);
-  if (rc != 0)
-    return rc;
-  rc = r->ops->write(r, out, len, 0, NULL, NULL, buf_free, srv);
-  if (rc != 0) {
-    tern__free(srv, out);
-    return rc;
-  }
-  return r->ops->end(r, t, n);
-}
-
-void tern__compress_free(tern_request *r) {
-  tern__compress *c = r->comp;
-  if (c == NULL)
-    return;
-  c_close(c);
-  tern__free(r->w->srv, c);
-  r->comp = NULL;
-  compressor_give(r);
-}
+const tern__resp_filter tern__compress_filter = {
+    .name = "compress",
+    .conf_new = conf_new,
+    .conf_free = conf_free,
+    .start = f_start,
+    .respond = f_respond,
+    .release = f_release,
+};
