@@ -240,11 +240,14 @@ int main(int argc, char **argv) {
   printf("listening on %d\n", bound);
   if (tls_port != NULL) {
     tern_tls *tls;
+    tern_listen_options lo;
+    tern_listen_options_init(&lo);
+    lo.host = host;
+    lo.port = atoi(tls_port);
     if (cert == NULL || key == NULL || (rc = tern_tls_new(server, &tls)) != 0 ||
         (rc = tern_tls_add_cert_file(tls, cert, key)) != 0 ||
         (rc = tern_tls_commit(tls)) != 0 ||
-        (rc = tern_listen_tls(server, host, atoi(tls_port), tls, &bound)) !=
-            0) {
+        (lo.tls = tls, rc = tern_listen_with(server, &lo, &bound)) != 0) {
       fprintf(stderr, "chat: TLS: %s\n",
               tern_strerror(cert == NULL ? TERN_EINVAL : rc));
       return 1;
@@ -252,8 +255,9 @@ int main(int argc, char **argv) {
     printf("tls listening on %d\n", bound);
     /* The same port number on UDP, as browsers expect of Alt-Svc's
      * h3=":PORT" and as --origin-to-force-quic-on dials. */
-    if (quic &&
-        (rc = tern_listen_quic(server, host, bound, tls, NULL, &bound)) != 0) {
+    lo.port = bound;
+    lo.quic = 1;
+    if (quic && (rc = tern_listen_with(server, &lo, &bound)) != 0) {
       fprintf(stderr, "chat: QUIC: %s\n", tern_strerror(rc));
       return 1;
     }

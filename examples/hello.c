@@ -1109,6 +1109,28 @@ static int hex_secret(const char *opt, const char *hx, unsigned char *out,
   return 0;
 }
 
+/* One listener through tern_listen_with: the PROXY protocol settings of
+ * `base` (NULL: none), where (host and port, a Unix path, or a socket
+ * handed over), TLS, and QUIC when `quic` is not NULL. */
+static int listen_one(const tern_listen_options *base, const char *host,
+                      int port, const char *path, int fd, tern_tls *t,
+                      const tern_quic_options *quic, int *bound) {
+  tern_listen_options o;
+  tern_listen_options_init(&o);
+  if (base != NULL) {
+    o.proxy_protocol = base->proxy_protocol;
+    o.proxy_trusted = base->proxy_trusted;
+  }
+  o.host = host;
+  o.port = port;
+  o.path = path;
+  o.fd = fd;
+  o.tls = t;
+  o.quic = quic != NULL;
+  o.quic_options = quic;
+  return tern_listen_with(server, &o, bound);
+}
+
 int main(int argc, char **argv) {
   tern_settings s;
   tern_route_options stream_opts, blocking_opts, compress_opts;
@@ -1417,8 +1439,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hello: cannot add the app routes\n");
     return 1;
   }
-  if ((rc = tern_listen_ex(server, host, (int)port, &listen_opts, &bound)) !=
-      0) {
+  if ((rc = listen_one(&listen_opts, host, (int)port, NULL, -1, NULL, NULL,
+                       &bound)) != 0) {
     fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
@@ -1446,7 +1468,8 @@ int main(int argc, char **argv) {
         quic_fds[nquic_fds++] = fds[k];
         continue;
       }
-      if ((rc = tern_listen_fd(server, fds[k], &listen_opts, &p)) != 0) {
+      if ((rc = listen_one(&listen_opts, NULL, 0, NULL, fds[k], NULL, NULL,
+                           &p)) != 0) {
         fprintf(stderr, "hello: fd %d: %s\n", fds[k], tern_strerror(rc));
         return 1;
       }
@@ -1478,19 +1501,17 @@ int main(int argc, char **argv) {
          (rc = tern_tls_set_previous_ticket_key(
               tls, prev_ticket_key, sizeof(prev_ticket_key))) != 0) ||
         (rc = add_certs()) != 0 || (rc = tern_tls_commit(tls)) != 0 ||
-        (listen_opts.tls = tls,
-         rc =
-             tern_listen_ex(server, host, tls_port == 65536 ? 0 : (int)tls_port,
-                            &listen_opts, &bound)) != 0) {
+        (rc = listen_one(&listen_opts, host,
+                         tls_port == 65536 ? 0 : (int)tls_port, NULL, -1, tls,
+                         NULL, &bound)) != 0) {
       fprintf(stderr, "hello: tls: %s\n", tern_strerror(rc));
       return 1;
     }
     printf("tls listening on %d\n", bound);
     fprintf(stderr, "tls engine %s\n", tern_tls_engine_name(tls));
     if (quic_port != 0) {
-      rc = tern_listen_quic(server, host,
-                            quic_port == 65536 ? 0 : (int)quic_port, tls,
-                            &quic_opts, &bound);
+      rc = listen_one(NULL, host, quic_port == 65536 ? 0 : (int)quic_port, NULL,
+                      -1, tls, &quic_opts, &bound);
       if (rc != 0) {
         fprintf(stderr, "hello: quic: %s\n", tern_strerror(rc));
         return 1;
@@ -1498,8 +1519,8 @@ int main(int argc, char **argv) {
       printf("quic listening on %d\n", bound);
     }
     for (i = 0; i < nquic_fds; i++) {
-      if ((rc = tern_listen_quic_fd(server, quic_fds[i], tls, &quic_opts,
-                                    &bound)) != 0) {
+      if ((rc = listen_one(NULL, NULL, 0, NULL, quic_fds[i], tls, &quic_opts,
+                           &bound)) != 0) {
         fprintf(stderr, "hello: fd %d: %s\n", quic_fds[i], tern_strerror(rc));
         return 1;
       }
@@ -1514,7 +1535,8 @@ int main(int argc, char **argv) {
   }
   if (unix_path != NULL) {
     /* Plain HTTP/1.1 and h2c; no PROXY header on it. */
-    if ((rc = tern_listen_unix(server, unix_path, NULL)) != 0) {
+    if ((rc = listen_one(NULL, NULL, 0, unix_path, -1, NULL, NULL, NULL)) !=
+        0) {
       fprintf(stderr, "hello: unix %s: %s\n", unix_path, tern_strerror(rc));
       return 1;
     }

@@ -379,110 +379,6 @@ TERN_EXTERN int tern_tls_set_previous_ticket_key(tern_tls *tls, const void *key,
  * TLS 1.3). */
 TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
 
-/* Listen like tern_listen(), speaking TLS with `tls` (committed already).
- * Errors as tern_listen(), and TERN_ESTATE if `tls` has no committed set. */
-TERN_EXTERN int tern_listen_tls(tern_server *srv, const char *host, int port,
-                                tern_tls *tls, int *bound_port);
-
-#define TERN_LISTEN_OPTIONS_VERSION 1
-
-/* A TCP listener's options (versioned as the ABI rule at the top says:
- * fill with tern_listen_options_init, then change fields). */
-typedef struct {
-  int version;
-  uint32_t size;
-  /* Speak TLS with this set (committed already); NULL (the default):
-   * plain TCP. */
-  tern_tls *tls;
-  /* 1: every connection opens with a PROXY protocol header (HAProxy's,
-   * version 1 or 2, told apart by its first byte), sent by the load
-   * balancer in front of tern, before any TLS: the client address it
-   * carries becomes the connection's peer (tern_request_peer) and its
-   * destination the local address. A v2 LOCAL header (a balancer's health
-   * check) or a v1 UNKNOWN one keeps the socket's addresses. A header
-   * that is malformed, longer than 1024 bytes or not whole within the
-   * head timeout closes the connection. Default 0. */
-  int proxy_protocol;
-  /* The sources allowed to send that header: a comma-separated list of
-   * IPv4 and IPv6 networks ("10.0.0.0/8, 192.0.2.7, fd00::/8"; a bare
-   * address is one host); a connection from any other source is closed
-   * at accept. NULL (the default): loopback only (127.0.0.0/8, ::1).
-   * Copied. At most 64 networks; a list that does not parse is
-   * TERN_EINVAL. */
-  const char *proxy_trusted;
-} tern_listen_options;
-
-/* The defaults, with version and size set. */
-TERN_EXTERN void tern_listen_options_init_size(tern_listen_options *opts,
-                                               size_t size);
-TERN__INIT_BY_SIZE(tern_listen_options, tern_listen_options_init)
-
-/* Listen like tern_listen() (TLS when opts->tls is set, as
- * tern_listen_tls()) with the options `opts` (NULL: the defaults, which
- * is tern_listen()). Errors as tern_listen_tls(), and TERN_EINVAL for a
- * version or size the ABI rule refuses or a bad field (logged). */
-TERN_EXTERN int tern_listen_ex(tern_server *srv, const char *host, int port,
-                               const tern_listen_options *opts,
-                               int *bound_port);
-
-/* Listen on a Unix domain socket (HTTP/1.1 and h2c; TLS and the PROXY
- * protocol as `opts` says, NULL: plain). `path`: a file path, created by
- * the bind and removed when the server is freed (an existing file is not
- * replaced: TERN_EADDRINUSE; remove a stale one first), or "@name" for
- * Linux's abstract namespace (no file). Every worker accepts from the one
- * socket (each has a handle on a dup of it), as with TCP. Connections
- * have no IP peer (tern_request_peer and tern_request_local answer
- * TERN_EIO) unless a PROXY header names one; with proxy_protocol every client
- * of the socket may send one (the file's permissions decide who connects;
- * proxy_trusted does not apply). Errors: TERN_EINVAL, TERN_EADDR (a path
- * of 108 bytes or more, or one that cannot be bound), TERN_EADDRINUSE,
- * TERN_ESTATE, TERN_ENOMEM, TERN_EIO. Configuration time only. */
-TERN_EXTERN int tern_listen_unix(tern_server *srv, const char *path,
-                                 const tern_listen_options *opts);
-
-/* Listen on `fd`, a listening stream socket the parent process bound
- * (systemd's socket activation, see tern_listen_fds_from_env, or any
- * other supervisor): TCP over IPv4 or IPv6, or a Unix socket, with
- * `opts` as tern_listen_ex (NULL: plain). It is made non-blocking and
- * close-on-exec. On success tern owns it (closed when the server is
- * freed) and stores a TCP socket's port in *bound_port if not NULL; on
- * error the caller keeps it. Errors: TERN_EINVAL (not a listening stream
- * socket: a UDP socket, which tern_listen_quic_fd serves, or one that
- * does not listen; logged), TERN_ESTATE, TERN_ENOMEM, TERN_EIO.
- * Configuration time only. */
-TERN_EXTERN int tern_listen_fd(tern_server *srv, int fd,
-                               const tern_listen_options *opts,
-                               int *bound_port);
-
-/* systemd's LISTEN_FDS protocol (sd_listen_fds(3)): when LISTEN_PID is
- * this process's id, store the LISTEN_FDS descriptors it was handed (3,
- * 4, ...; made close-on-exec) in fds[0 .. max) and return their count,
- * after removing LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the
- * environment so that children do not take them too. 0 when the
- * variables are absent or meant for another process. TERN_EINVAL (a
- * malformed LISTEN_FDS), TERN_ENOMEM (more than `max`). Pass each to
- * tern_listen_fd, or a UDP one (getsockopt(fd, SOL_SOCKET, SO_TYPE)
- * says SOCK_DGRAM) to tern_listen_quic_fd. Not thread-safe (it changes
- * the environment). */
-TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
-
-/* The longest descriptor name (systemd's FileDescriptorName=), with its
- * terminating NUL. */
-#define TERN_LISTEN_FD_NAME_MAX 256
-
-/* tern_listen_fds_from_env, and each descriptor's name from
- * LISTEN_FDNAMES (colon-separated, one per descriptor, as systemd's
- * FileDescriptorName= sets them) copied into names[i] as a C string;
- * "unknown" for each when LISTEN_FDNAMES is absent (as
- * sd_listen_fds_with_names). `names` holds `max` entries (NULL: names
- * not wanted). Errors as tern_listen_fds_from_env, and TERN_EINVAL when
- * LISTEN_FDNAMES does not name exactly LISTEN_FDS descriptors or a name
- * is TERN_LISTEN_FD_NAME_MAX bytes or longer (the environment is then
- * left as it was). */
-TERN_EXTERN int
-tern_listen_fds_from_env_named(int *fds, char (*names)[TERN_LISTEN_FD_NAME_MAX],
-                               size_t max);
-
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *
@@ -549,38 +445,121 @@ TERN_EXTERN void tern_quic_options_init_size(tern_quic_options *opts,
                                              size_t size);
 TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
 
-/* Serve HTTP/3 on UDP `host`:`port` (host and port as tern_listen; NULL
- * host: every IPv6 and IPv4 address; port 0: the kernel picks one, stored
- * in *bound_port) with the certificates of `tls` (committed already, on
- * the GnuTLS engine). `opts` may be NULL for the defaults. The first QUIC
- * listener also makes HTTP/1.1 and HTTP/2 responses over TLS advertise
- * it (Alt-Svc; see tern_server_set_alt_svc). Errors: TERN_EINVAL (an
- * option out of range, logged), TERN_ESTATE (running, or `tls` has no
- * committed set), TERN_ENOTSUP (no GnuTLS in this build, or `tls` uses
- * mbedTLS), TERN_EADDR, TERN_EADDRINUSE, TERN_ENOMEM. Configuration
- * time only, like tern_listen. */
-TERN_EXTERN int tern_listen_quic(tern_server *srv, const char *host, int port,
-                                 tern_tls *tls, const tern_quic_options *opts,
+/* ---------------------------------------------------------------------
+ * Listening: tern_listen (host and port) and tern_listen_with (any
+ * listener: TCP, TLS, a Unix socket, a socket handed over, QUIC)
+ * ------------------------------------------------------------------ */
+
+#define TERN_LISTEN_OPTIONS_VERSION 2
+
+/* A listener, for tern_listen_with (versioned as the ABI rule at the top
+ * says: fill with tern_listen_options_init, then change fields). Where:
+ * host and port, or path, or fd (at most one of the three; none: every
+ * address, a port the kernel picks). What: HTTP/1.1 and HTTP/2 over a
+ * byte stream (TCP or a Unix socket; TLS when tls is set), or HTTP/3 over
+ * QUIC on UDP when quic is 1. Versions: 1 ends with proxy_trusted, 2 with
+ * quic_options. */
+typedef struct {
+  int version;
+  uint32_t size;
+  /* Speak TLS with this set (committed already); NULL (the default):
+   * plain. QUIC needs it (its certificates; GnuTLS only). */
+  tern_tls *tls;
+  /* 1: every connection opens with a PROXY protocol header (HAProxy's,
+   * version 1 or 2, told apart by its first byte), sent by the load
+   * balancer in front of tern, before any TLS: the client address it
+   * carries becomes the connection's peer (tern_request_peer) and its
+   * destination the local address. A v2 LOCAL header (a balancer's health
+   * check) or a v1 UNKNOWN one keeps the socket's addresses. A header
+   * that is malformed, longer than 1024 bytes or not whole within the
+   * head timeout closes the connection. Default 0. Not with quic. */
+  int proxy_protocol;
+  /* The sources allowed to send that header: a comma-separated list of
+   * IPv4 and IPv6 networks ("10.0.0.0/8, 192.0.2.7, fd00::/8"; a bare
+   * address is one host); a connection from any other source is closed
+   * at accept. NULL (the default): loopback only (127.0.0.0/8, ::1).
+   * Copied. At most 64 networks; a list that does not parse is
+   * TERN_EINVAL. A Unix socket's clients may all send one (the file's
+   * permissions decide who connects). */
+  const char *proxy_trusted;
+  /* Version 2. An IPv4 or IPv6 literal, "localhost" (127.0.0.1), or NULL
+   * (the default) for every IPv6 and IPv4 address (dual-stack sockets on
+   * "::"; an IPv6 literal listens on IPv6 only). */
+  const char *host;
+  /* 0 (the default): the kernel picks a free one (*bound_port says which). */
+  int port;
+  /* A Unix domain socket instead (HTTP/1.1 and h2c, TLS and the PROXY
+   * protocol as set): a file path, created by the bind and removed when
+   * the server is freed (an existing file is not replaced:
+   * TERN_EADDRINUSE; remove a stale one first), or "@name" for Linux's
+   * abstract namespace. Connections have no IP peer (tern_request_peer
+   * answers TERN_EIO) unless a PROXY header names one. NULL: none. */
+  const char *path;
+  /* A socket the parent process bound (systemd's socket activation, see
+   * tern_listen_fds_from_env, or any other supervisor): a listening TCP
+   * or Unix stream socket, or with quic a bound UDP socket. It is made
+   * non-blocking and close-on-exec; on success tern owns it (closed when
+   * the server is freed), on error the caller keeps it. -1 (the
+   * default): none. */
+  int fd;
+  /* 1: HTTP/3 over QUIC on UDP host:port (one socket per worker, a
+   * reuseport group of tern's own), or on fd (one worker serves it; the
+   * workers take turns over such sockets), with tls's certificates. The
+   * first QUIC listener also makes HTTP/1.1 and HTTP/2 responses over TLS
+   * advertise it (Alt-Svc; see tern_server_set_alt_svc). Default 0. */
+  int quic;
+  /* With quic: its options (NULL: the defaults; tern_quic_options). */
+  const tern_quic_options *quic_options;
+} tern_listen_options;
+
+/* The defaults, with version and size set. */
+TERN_EXTERN void tern_listen_options_init_size(tern_listen_options *opts,
+                                               size_t size);
+TERN__INIT_BY_SIZE(tern_listen_options, tern_listen_options_init)
+
+/* Listen as `opts` says (see tern_listen_options: where, TLS, the PROXY
+ * protocol, QUIC). On success the port bound (TCP or UDP) is stored in
+ * *bound_port if it is not NULL. May be called several times, for
+ * several listeners. Errors: TERN_EINVAL (opts NULL, a version or size
+ * the ABI rule refuses, a field out of range or fields that do not go
+ * together, a socket handed over that does not listen or is not of the
+ * kind asked for; logged), TERN_ESTATE (running, or tls has no committed
+ * set), TERN_ENOTSUP (quic in a build without HTTP/3, or tls on
+ * mbedTLS), TERN_EADDR (a host that does not parse, a path of 108 bytes
+ * or more, or one that cannot be bound), TERN_EADDRINUSE, TERN_ENOMEM,
+ * TERN_EIO. Configuration time only (before tern_run or tern_attach). */
+TERN_EXTERN int tern_listen_with(tern_server *srv,
+                                 const tern_listen_options *opts,
                                  int *bound_port);
 
-/* Serve HTTP/3 on `fd`, a UDP socket over IPv4 or IPv6 that the parent
- * process bound (systemd's socket activation with ListenDatagram=, see
- * tern_listen_fds_from_env, or any other supervisor), with `tls` and
- * `opts` as tern_listen_quic. An IPv6 socket takes IPv4 too unless it is
- * IPV6_V6ONLY (as the parent set it). It is made non-blocking and
- * close-on-exec, and given the options QUIC needs (packet info, ECN,
- * path MTU discovery, a larger receive buffer). One worker serves it
- * (the workers take turns over such listeners: several sockets spread
- * over several workers); a listener tern_listen_quic binds has one
- * socket per worker instead. On success tern owns it (closed when the
- * server is freed) and stores its port in *bound_port if not NULL; on
- * error the caller keeps it. Errors: those of tern_listen_quic, and
- * TERN_EINVAL for a descriptor that is not a UDP socket, not IPv4 or
- * IPv6, or not bound to a port (logged with the reason). Configuration
- * time only. */
-TERN_EXTERN int tern_listen_quic_fd(tern_server *srv, int fd, tern_tls *tls,
-                                    const tern_quic_options *opts,
-                                    int *bound_port);
+/* systemd's LISTEN_FDS protocol (sd_listen_fds(3)): when LISTEN_PID is
+ * this process's id, store the LISTEN_FDS descriptors it was handed (3,
+ * 4, ...; made close-on-exec) in fds[0 .. max) and return their count,
+ * after removing LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the
+ * environment so that children do not take them too. 0 when the
+ * variables are absent or meant for another process. TERN_EINVAL (a
+ * malformed LISTEN_FDS), TERN_ENOMEM (more than `max`). Pass each to
+ * tern_listen_with as its fd (a UDP one, which getsockopt(fd, SOL_SOCKET,
+ * SO_TYPE) says is SOCK_DGRAM, with quic = 1). Not thread-safe (it changes
+ * the environment). */
+TERN_EXTERN int tern_listen_fds_from_env(int *fds, size_t max);
+
+/* The longest descriptor name (systemd's FileDescriptorName=), with its
+ * terminating NUL. */
+#define TERN_LISTEN_FD_NAME_MAX 256
+
+/* tern_listen_fds_from_env, and each descriptor's name from
+ * LISTEN_FDNAMES (colon-separated, one per descriptor, as systemd's
+ * FileDescriptorName= sets them) copied into names[i] as a C string;
+ * "unknown" for each when LISTEN_FDNAMES is absent (as
+ * sd_listen_fds_with_names). `names` holds `max` entries (NULL: names
+ * not wanted). Errors as tern_listen_fds_from_env, and TERN_EINVAL when
+ * LISTEN_FDNAMES does not name exactly LISTEN_FDS descriptors or a name
+ * is TERN_LISTEN_FD_NAME_MAX bytes or longer (the environment is then
+ * left as it was). */
+TERN_EXTERN int
+tern_listen_fds_from_env_named(int *fds, char (*names)[TERN_LISTEN_FD_NAME_MAX],
+                               size_t max);
 
 /* The Alt-Svc field that HTTP/1.1 and HTTP/2 responses over TLS carry, so
  * that clients learn of HTTP/3. NULL: automatic (the default): once a

@@ -100,19 +100,21 @@ const tern__proto *tern__proto_find(const char *name, size_t len) {
   return NULL;
 }
 
-#ifndef TERN_HAVE_QUIC
-/* A build without QUIC still exports its API (an FFI binding may look
- * the symbols up): options fill in (lib/core/server.c), listeners are
- * refused. */
-int tern_listen_quic(tern_server *srv, const char *host, int port,
-                     tern_tls *tls, const tern_quic_options *opts,
+/* One call for every listener: the options say which transport serves
+ * it (QUIC on UDP, else a byte stream: TCP, Unix, or a socket handed
+ * over), so that the public API has no call per transport. */
+int tern_listen_with(tern_server *srv, const tern_listen_options *opts,
                      int *bound_port) {
-  (void)srv;
-  (void)host;
-  (void)port;
-  (void)tls;
-  (void)opts;
-  (void)bound_port;
-  return TERN_ENOTSUP;
-}
+  tern_listen_options o;
+  int rc = tern__listen_read(srv, opts, &o);
+  if (rc != 0)
+    return rc;
+  if (o.quic) {
+#ifdef TERN_HAVE_QUIC
+    return tern__listen_quic(srv, &o, bound_port);
+#else
+    return TERN_ENOTSUP;
 #endif
+  }
+  return tern__listen_stream(srv, &o, bound_port);
+}

@@ -1,8 +1,8 @@
 /* Byte-stream listeners, TCP and Unix sockets: one listening socket per
  * address, a handle on it per worker, and accept, which hands each new
  * socket to the byte-stream transport with the listener's filter (TLS)
- * and its configuration. tern_listen, tern_listen_tls, tern_listen_ex and
- * tern_listen_unix live here.
+ * and its configuration. tern_listen and tern_listen_with's byte-stream
+ * listeners (TCP, Unix, a socket handed over) live here.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -201,8 +201,8 @@ static int open_unix(const char *path) {
 
 /* A descriptor handed over by the parent: a listening stream socket, TCP
  * (its family) or Unix (AF_UNIX); made non-blocking. TERN_EINVAL for
- * anything else (a UDP socket: tern_listen_quic's; a socket that does not
- * listen). */
+ * anything else (a UDP socket: QUIC's, tern_listen_with with quic; a socket
+ * that does not listen). */
 static int given_domain(int fd) {
   int type = 0, acc = 0, domain = 0;
   socklen_t len = sizeof(int);
@@ -242,8 +242,8 @@ static int listen_on(tern_server *srv, const char *host, int port,
     int domain = given_domain(given_fd);
     if (domain < 0) {
       tern__log(srv, TERN_LOG_ERROR,
-                "tern_listen_fd: fd %d is not a listening TCP or Unix stream "
-                "socket (a UDP one serves HTTP/3: tern_listen_quic_fd)",
+                "tern_listen_with: fd %d is not a listening TCP or Unix "
+                "stream socket (a UDP one serves HTTP/3: with quic = 1)",
                 given_fd);
       return domain;
     }
@@ -350,18 +350,13 @@ int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
   return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, bound_port);
 }
 
-int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
-                    int *bound_port) {
-  if (tls == NULL)
-    return TERN_EINVAL;
-  if (!tern__tls_ready(tls))
-    return TERN_ESTATE;
-  return listen_on(srv, host, port, NULL, -1, tern__tls_filter_of(tls), tls,
-                   NULL, bound_port);
-}
 static const size_t listen_options_ends[] = {
     TERN__END(tern_listen_options, proxy_trusted),
+    TERN__END(tern_listen_options, quic_options),
 };
+_Static_assert(sizeof(listen_options_ends) / sizeof(listen_options_ends[0]) ==
+                   TERN_LISTEN_OPTIONS_VERSION,
+               "one end per tern_listen_options version");
 
 void tern_listen_options_init_size(tern_listen_options *out, size_t size) {
   tern_listen_options d, *o = &d;
@@ -370,59 +365,62 @@ void tern_listen_options_init_size(tern_listen_options *out, size_t size) {
   memset(o, 0, sizeof(*o));
   o->version = TERN_LISTEN_OPTIONS_VERSION;
   o->size = sizeof(*o);
+  o->fd = -1;
   tern__abi_init(out, size, &d, listen_options_ends,
                  TERN_LISTEN_OPTIONS_VERSION);
 }
 
-/* tern_listen_ex and tern_listen_unix: the options read and checked. */
-static int listen_opts(tern_server *srv, const char *what, const char *host,
-                       int port, const char *unix_path, int fd,
-                       const tern_listen_options *opts, int *bound_port) {
-  tern_listen_options o;
+/* The options of tern_listen_with, read as the caller's version lays them
+ * out and checked: 0, or TERN_EINVAL (logged). */
+int tern__listen_read(tern_server *srv, const tern_listen_options *in,
+                      tern_listen_options *o) {
   char why[128];
+  const char *bad = NULL;
+  int where;
 
-  if (srv == NULL)
+  if (srv == NULL || in == NULL)
     return TERN_EINVAL;
-  tern_listen_options_init_size(&o, sizeof(o));
-  if (opts != NULL && tern__abi_read(&o, sizeof(o), opts, listen_options_ends,
-                                     1, why, sizeof(why)) != 0) {
-    tern__log(srv, TERN_LOG_ERROR, "%s: %s", what, why);
-    return TERN_EINVAL;
-  }
-  if (o.proxy_protocol != 0 && o.proxy_protocol != 1) {
-    tern__log(srv, TERN_LOG_ERROR, "%s: proxy_protocol is 0 or 1", what);
+  tern_listen_options_init_size(o, sizeof(*o));
+  if (tern__abi_read(o, sizeof(*o), in, listen_options_ends,
+                     TERN_LISTEN_OPTIONS_VERSION, why, sizeof(why)) != 0) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_listen_with: %s", why);
     return TERN_EINVAL;
   }
-  if (o.tls != NULL && !tern__tls_ready(o.tls))
+  where = (o->path != NULL) + (o->fd >= 0) + (o->host != NULL || o->port != 0);
+  if (o->proxy_protocol != 0 && o->proxy_protocol != 1)
+    bad = "proxy_protocol is 0 or 1";
+  else if (o->quic != 0 && o->quic != 1)
+    bad = "quic is 0 or 1";
+  else if (where > 1)
+    bad = "one of host and port, path, or fd";
+  else if (o->port < 0 || o->port > 65535)
+    bad = "port outside 0 to 65535";
+  else if (o->quic && (o->path != NULL || o->proxy_protocol))
+    bad = "quic is UDP: no path, no PROXY protocol";
+  else if (o->quic && o->tls == NULL)
+    bad = "quic needs tls (its certificates)";
+  else if (!o->quic && o->quic_options != NULL)
+    bad = "quic_options without quic";
+  if (bad != NULL) {
+    tern__log(srv, TERN_LOG_ERROR, "tern_listen_with: %s", bad);
+    return TERN_EINVAL;
+  }
+  if (o->tls != NULL && !tern__tls_ready(o->tls))
     return TERN_ESTATE;
+  return 0;
+}
+
+/* A byte-stream listener (TCP, Unix, or a socket handed over) from read
+ * options. */
+int tern__listen_stream(tern_server *srv, const tern_listen_options *o,
+                        int *bound_port) {
   return listen_on(
-      srv, host, port, unix_path, fd,
-      o.tls != NULL ? tern__tls_filter_of(o.tls) : NULL, o.tls,
-      o.proxy_protocol
-          ? (o.proxy_trusted != NULL ? o.proxy_trusted : "127.0.0.0/8, ::1")
+      srv, o->host, o->port, o->path, o->fd,
+      o->tls != NULL ? tern__tls_filter_of(o->tls) : NULL, o->tls,
+      o->proxy_protocol
+          ? (o->proxy_trusted != NULL ? o->proxy_trusted : "127.0.0.0/8, ::1")
           : NULL,
       bound_port);
-}
-
-int tern_listen_ex(tern_server *srv, const char *host, int port,
-                   const tern_listen_options *opts, int *bound_port) {
-  return listen_opts(srv, "tern_listen_ex", host, port, NULL, -1, opts,
-                     bound_port);
-}
-
-int tern_listen_unix(tern_server *srv, const char *path,
-                     const tern_listen_options *opts) {
-  if (path == NULL)
-    return TERN_EINVAL;
-  return listen_opts(srv, "tern_listen_unix", NULL, 0, path, -1, opts, NULL);
-}
-
-int tern_listen_fd(tern_server *srv, int fd, const tern_listen_options *opts,
-                   int *bound_port) {
-  if (fd < 0)
-    return TERN_EINVAL;
-  return listen_opts(srv, "tern_listen_fd", NULL, 0, NULL, fd, opts,
-                     bound_port);
 }
 
 /* LISTEN_FDNAMES into names[0 .. v): exactly v names, colon-separated,

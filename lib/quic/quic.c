@@ -12,11 +12,11 @@
  * the owner's inbox. Client-chosen DCIDs (a first Initial's) are random
  * and never forwarded: the worker that gets a first Initial owns the
  * connection, and the kernel keeps that client's retransmits on it. A
- * socket the parent bound (tern_listen_quic_fd) is one socket, so one
- * worker serves it and nothing is forwarded (two workers reading one
- * socket would each take some of a client's first-flight retransmits).
- * A CID's second byte tags the secret its stateless-reset token came
- * from (the current one, or the previous one while a fleet rotates).
+ * socket the parent bound (tern_listen_with, quic = 1 and fd) is one socket, so
+ * one worker serves it and nothing is forwarded (two workers reading one socket
+ * would each take some of a client's first-flight retransmits). A CID's second
+ * byte tags the secret its stateless-reset token came from (the current one, or
+ * the previous one while a fleet rotates).
  *
  * Intake, per datagram: decode the version and CIDs; an unsupported
  * version gets Version Negotiation; a known DCID goes to its connection;
@@ -146,8 +146,8 @@ struct quic_listener {
    * without bound. */
   _Atomic uint32_t fwd_inflight;
   uint64_t hash_key;
-  /* A socket the parent bound (tern_listen_quic_fd): the one worker that
-   * serves it; -1: every worker, each with its own socket. */
+  /* A socket the parent bound (tern_listen_with, quic = 1 and fd): the one
+   * worker that serves it; -1: every worker, each with its own socket. */
   int only;
   /* Token and reset keys: the current one, which makes every token and
    * reset token, and the previous one (has_prev), still accepted and used
@@ -1777,7 +1777,7 @@ static int take_key(const void *key, size_t len, uint8_t *out, uint8_t *tag) {
   return key_tag(out, tag);
 }
 
-/* tern_listen_quic (fd < 0: bind host:port) and tern_listen_quic_fd. */
+/* A QUIC listener: bind host:port (fd < 0), or serve a UDP socket given. */
 static int listen_quic(tern_server *srv, const char *what, const char *host,
                        int port, int given_fd, tern_tls *tls,
                        const tern_quic_options *opts, int *bound_port) {
@@ -1927,17 +1927,10 @@ static int listen_quic(tern_server *srv, const char *what, const char *host,
   return 0;
 }
 
-int tern_listen_quic(tern_server *srv, const char *host, int port,
-                     tern_tls *tls, const tern_quic_options *opts,
-                     int *bound_port) {
-  return listen_quic(srv, "tern_listen_quic", host, port, -1, tls, opts,
-                     bound_port);
-}
-
-int tern_listen_quic_fd(tern_server *srv, int fd, tern_tls *tls,
-                        const tern_quic_options *opts, int *bound_port) {
-  if (fd < 0)
-    return TERN_EINVAL;
-  return listen_quic(srv, "tern_listen_quic_fd", NULL, 0, fd, tls, opts,
-                     bound_port);
+/* tern_listen_with's QUIC listener, from read options (lib/net/tcp.c
+ * checked them). */
+int tern__listen_quic(tern_server *srv, const tern_listen_options *o,
+                      int *bound_port) {
+  return listen_quic(srv, "tern_listen_with", o->host, o->port, o->fd, o->tls,
+                     o->quic_options, bound_port);
 }

@@ -472,7 +472,7 @@ def setup():
         peer = start_peer()
     except ServerError as e:
         # A build without HTTP/3 runs nothing: hello refuses the option,
-        # or tern_listen_quic says TERN_ENOTSUP. Any other failure to
+        # or a QUIC listener says TERN_ENOTSUP. Any other failure to
         # start fails the run.
         if re.search(r"unknown option --quic-port|quic: not built",
                      str(e)):

@@ -3,7 +3,7 @@
 systemd would) binds a UDP and a TCP socket and starts hello --listen-fds
 with them as descriptors 3 and 4 (LISTEN_PID set to hello's pid through
 bash's exec, LISTEN_FDNAMES naming them); hello serves HTTP/3 on the UDP
-one (tern_listen_quic_fd) and HTTP/1.1 on the TCP one, and reports the
+one (tern_listen_with, quic and fd) and HTTP/1.1 on the TCP one, and reports the
 names; --quic-fd takes a plain inherited UDP
 socket (IPv6 here); a TCP socket, an unbound UDP socket and a Unix
 datagram socket are refused with the reason logged. Keys: a NEW_TOKEN

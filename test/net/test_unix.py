@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hello on Unix domain sockets (--unix, tern_listen_unix): HTTP/1.1 and
+"""hello on Unix domain sockets (--unix, tern_listen_with's path): HTTP/1.1 and
 h2c (prior knowledge and Upgrade) from curl over a socket file and an
 abstract name, raw keep-alive requests, the file removed at the end, and
 a second server on the same path refused."""

@@ -35,6 +35,15 @@ int main(void) {
 #include "test_cert.h"
 #include "tern.h"
 
+/* A TLS listener on 127.0.0.1, any port. */
+static int listen_tls(tern_server *srv, tern_tls *tls, int *port) {
+  tern_listen_options lo;
+  tern_listen_options_init(&lo);
+  lo.host = "127.0.0.1";
+  lo.tls = tls;
+  return tern_listen_with(srv, &lo, port);
+}
+
 static tern_server *srv;
 static int port;
 static int want_version; /* GNUTLS_TLS1_3 or GNUTLS_TLS1_2 */
@@ -271,7 +280,7 @@ static int setup_tls(tern_server **out, const tern_settings *st,
                               sizeof(key_pem) - 1));
   SETUP(tern_tls_commit(tls));
   SETUP(tern_route(*out, "GET", "/", hello, NULL));
-  SETUP(tern_listen_tls(*out, "127.0.0.1", 0, tls, &port));
+  SETUP(listen_tls(*out, tls, &port));
   SETUP(tern_attach(*out, loop));
   return rc;
 }

@@ -780,42 +780,48 @@ class Server:
         self._tls.append(t)
         return t
 
+    def _listen_with(self, what, **fields):
+        """tern_listen_with with the options named (the rest defaults);
+        returns the bound port."""
+        o = _ffi.init_struct(_ffi.ListenOptions, "tern_listen_options_init")
+        for k, v in fields.items():
+            setattr(o, k, v)
+        bound = ctypes.c_int()
+        _check(lib.tern_listen_with(self._srv, _byref(o), _byref(bound)),
+               "tern_listen_with %s" % what)
+        return bound.value
+
     def listen(self, host="127.0.0.1", port=0, *, tls=None, quic=False):
         """Listen on host:port (0: any free port); tls: a TLS (or a
         (cert, key) pair) for HTTPS with HTTP/2; quic: HTTP/3 on the UDP
         port of the same number too. Returns the bound port."""
         if isinstance(tls, tuple):
             tls = self.tls(*tls)
-        bound = ctypes.c_int()
         h = host.encode() if host else None
         if tls is None:
+            bound = ctypes.c_int()
             _check(lib.tern_listen(self._srv, h, port, _byref(bound)),
                    "tern_listen %s:%s" % (host, port))
+            bound = bound.value
         else:
-            _check(lib.tern_listen_tls(self._srv, h, port, tls._ptr,
-                                       _byref(bound)),
-                   "tern_listen_tls %s:%s" % (host, port))
+            bound = self._listen_with("%s:%s (TLS)" % (host, port), host=h,
+                                      port=port, tls=tls._ptr)
             if quic:
-                _check(lib.tern_listen_quic(self._srv, h, bound.value,
-                                            tls._ptr, None, None),
-                       "tern_listen_quic %s:%s" % (host, bound.value))
-        self.ports.append(bound.value)
-        return bound.value
+                self._listen_with("%s:%s (QUIC)" % (host, bound), host=h,
+                                  port=bound, tls=tls._ptr, quic=1)
+        self.ports.append(bound)
+        return bound
 
     def listen_unix(self, path):
         """Serve HTTP/1.1 and h2c on a Unix socket: a path, or "@name" for
         Linux's abstract namespace (removed when the server is freed)."""
-        _check(lib.tern_listen_unix(self._srv, path.encode(), None),
-               "tern_listen_unix %s" % path)
+        self._listen_with("unix %s" % path, path=path.encode())
 
     def listen_fd(self, fd):
         """Serve on a listening stream socket a parent bound (socket
         activation); tern owns it on success. Returns its TCP port (0 for
         a Unix socket)."""
-        bound = ctypes.c_int()
-        _check(lib.tern_listen_fd(self._srv, fd, None, _byref(bound)),
-               "tern_listen_fd %d" % fd)
-        return bound.value
+        return self._listen_with("fd %d" % fd, fd=fd)
 
     @property
     def port(self):

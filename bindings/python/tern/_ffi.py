@@ -154,6 +154,14 @@ class QuicOptions(Structure):
                 ("previous_secret_len", c_size_t)]
 
 
+class ListenOptions(Structure):
+    _fields_ = [("version", c_int), ("size", c_uint32), ("tls", c_void_p),
+                ("proxy_protocol", c_int), ("proxy_trusted", c_char_p),
+                # version 2
+                ("host", c_char_p), ("port", c_int), ("path", c_char_p),
+                ("fd", c_int), ("quic", c_int), ("quic_options", c_void_p)]
+
+
 _STATS_V1 = [("version", c_int), ("size", c_uint32), ("requests", c_uint64),
              ("connections", c_uint64), ("active_connections", c_uint64),
              ("bytes_in", c_uint64), ("bytes_out", c_uint64),
@@ -199,7 +207,7 @@ class Stats(Structure):
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"Settings": 3, "RouteOptions": 2, "WsOptions": 2,
+VERSIONS = {"ListenOptions": 2, "Settings": 3, "RouteOptions": 2, "WsOptions": 2,
             "QuicOptions": 2, "Stats": 4}
 def init_struct(cls, init):
     """cls() filled by the library's sized _init (`init` + "_size"): the
@@ -251,10 +259,10 @@ FUNCTIONS = {
     "tern_tls_set_engine": (c_int, [_P, c_int], "lib"),
     "tern_tls_engine_name": (c_char_p, [_P], "lib"),
     "tern_tls_set_min_version": (c_int, [_P, c_int], "lib"),
-    "tern_listen_tls": (c_int, [_P, c_char_p, c_int, _P, _I], "lib"),
+    "tern_listen_with": (c_int, [_P, _P, _I], "lib"),
+    "tern_listen_options_init_size": (None, [_P, c_size_t], "lib"),
     "tern_quic_options_init": (None, [_P], "lib"),
     "tern_quic_options_init_size": (None, [_P, c_size_t], "lib"),
-    "tern_listen_quic": (c_int, [_P, c_char_p, c_int, _P, _P, _I], "lib"),
     "tern_server_set_alt_svc": (c_int, [_P, c_char_p], "lib"),
     "tern_route_options_init": (None, [_P], "lib"),
     "tern_route_options_init_size": (None, [_P, c_size_t], "lib"),
@@ -324,8 +332,6 @@ FUNCTIONS = {
     "tern_tls_set_ticket_key": (c_int, [_P, c_char_p, c_size_t], "lib"),
     "tern_tls_set_previous_ticket_key": (c_int, [_P, c_char_p, c_size_t],
                                          "lib"),
-    "tern_listen_unix": (c_int, [_P, c_char_p, _P], "lib"),
-    "tern_listen_fd": (c_int, [_P, c_int, _P, _I], "lib"),
 }
 
 # Exported and deliberately not bound, with the reason.
@@ -354,17 +360,12 @@ LEFT_OUT = {
                                     "log writer has no Python API yet)",
     "tern_server_access_log": "not yet bound (no Python API yet)",
     "tern_server_access_log_reopen": "not yet bound (no Python API yet)",
-    "tern_listen_options_init_size": "not yet bound (tern_listen_options has no Python API yet)",
-    "tern_listen_options_init": "not yet bound: the PROXY protocol options "
-                                "(tern_listen_options) have no Python API "
-                                "yet; listen_unix/listen_fd pass NULL",
-    "tern_listen_ex": "not yet bound (PROXY protocol listeners)",
+    "tern_listen_options_init": "the binding calls the sized "
+                                "tern_listen_options_init_size",
     "tern_listen_fds_from_env": "os.environ's LISTEN_FDS can be read in "
                                 "Python; each descriptor goes to listen_fd",
     "tern_listen_fds_from_env_named": "os.environ's LISTEN_FDS and "
                                       "LISTEN_FDNAMES can be read in Python",
-    "tern_listen_quic_fd": "not yet bound: listen(quic=True) opens its own "
-                           "UDP socket (planned: listen_fd for UDP)",
     "tern_static_options_init_size": "not yet bound (the static-file handler has no Python API yet)",
     "tern_static_options_init": "not yet bound: the static-file handler "
                                 "has no Python API yet",
