@@ -20,10 +20,11 @@
  * it. Configuration functions (settings, routes, listen) are called before
  * tern_run() or tern_attach(), from one thread.
  *
- * ABI: the shared library's soname carries TERN_VERSION_MAJOR. Within one
- * major version functions are only added, and the structs a caller lays
- * out (tern_settings, tern_route_options, tern_ws_options and the output
- * struct tern_stats) only grow at their end. Each begins with `version`
+ * ABI: the shared library's soname carries TERN_VERSION_MAJOR and, before
+ * 1.0, TERN_VERSION_MINOR too (libtern.so.0.2). Under one soname functions
+ * are only added, and the structs a caller lays out (tern_settings, the
+ * options structs and the output struct tern_stats) only grow at their
+ * end. Each begins with `version`
  * and `size`, which its _init function sets to the header's
  * TERN_*_VERSION and sizeof (each _init is inline below, so that the
  * library writes no more than this header's sizeof: see
@@ -59,14 +60,14 @@ extern "C" {
 #endif
 
 #define TERN_VERSION_MAJOR 0
-#define TERN_VERSION_MINOR 1
+#define TERN_VERSION_MINOR 2
 #define TERN_VERSION_PATCH 0
 
 /* The library's version as "MAJOR.MINOR.PATCH" (a static C string). */
 TERN_EXTERN const char *tern_version(void);
 
-/* The same as a number, MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
- * 100), to compare with TERN_VERSION_NUMBER, the header's. A program may
+/* The same as a number, MAJOR * 10000 + MINOR * 100 + PATCH (0.2.0 is
+ * 200), to compare with TERN_VERSION_NUMBER, the header's. A program may
  * require at least the version its header names: a library older than
  * the header refuses structs of versions it does not know. */
 #define TERN_VERSION_NUMBER                                                    \

@@ -30,13 +30,14 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # pytest and venv for the Python binding's tests (bindings/python/tests:
 # test_install.py installs the package into a fresh venv); haproxy as the
 # real load balancer in front of hello (test_haproxy.py, test_fleet.py);
-# the zstd and brotli tools decode compressed answers (test_compress.py).
+# the zstd and brotli tools decode compressed answers (test_compress.py);
+# abigail-tools' abidw describes the built library for .ci/abi-check.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
     valgrind libhiredis-dev redis-server python3-pytest python3-venv
-    haproxy zstd brotli)
+    haproxy zstd brotli abigail-tools)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

@@ -9,7 +9,7 @@ from setuptools import setup
 
 setup(
     name="tern",
-    version="0.1.0",
+    version="0.2.0",
     description="Python binding of tern, the embeddable HTTP server "
                 "library (ctypes, no compile step)",
     license="MIT",

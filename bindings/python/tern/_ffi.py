@@ -5,7 +5,7 @@ API on top.
 The library is found, in order, through $TERN_LIBRARY (a path), the
 build directory of the checkout the package sits in (../../../build, when
 it is used from a checkout), build/libtern.so under the current directory
-(a checkout's root), and the installed libtern.so.0 (the dynamic loader's
+(a checkout's root), and the installed libtern.so.0.2 (the dynamic loader's
 search, as after `meson install` and `ldconfig`).
 
 Every function the library exports is declared below (FUNCTIONS), or
@@ -29,7 +29,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int64,
 # The versions of tern this binding speaks: the major version (the
 # soname's) and the lowest minor version with every call declared here.
 SUPPORTED_MAJOR = 0
-MIN_MINOR = 1
+MIN_MINOR = 2
 
 # Error codes (tern.h, "Errors").
 OK = 0
@@ -390,7 +390,7 @@ def _candidates():
     # a checkout's build directory, from its root
     out.append(os.path.join(os.getcwd(), "build", "libtern.so"))
     found = ctypes.util.find_library("tern")
-    out.append(found or "libtern.so.0")
+    out.append(found or "libtern.so.0.2")
     return out
 
 
