@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
   }
   tern_settings_init(&s);
   s.workers = (unsigned)atoi(workers);
-  if ((rc = tern_server_new(&server, &s)) != 0 ||
+  if ((rc = tern_server_new(&s, &server)) != 0 ||
       (rc = tern_route(server, "GET", "/", serve_page, NULL)) != 0 ||
       (rc = tern_route(server, "GET", "/chat", chat_route, NULL)) != 0 ||
       (rc = tern_listen(server, host, atoi(port), &bound)) != 0) {

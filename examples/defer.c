@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   int port = argc > 2 && strcmp(argv[1], "--port") == 0 ? atoi(argv[2]) : 0;
   int bound;
 
-  if (tern_server_new(&server, NULL) != 0)
+  if (tern_server_new(NULL, &server) != 0)
     return 1;
   tern_route(server, "GET", "/slow", slow, NULL);
   if (tern_listen(server, "127.0.0.1", port, &bound) != 0)

@@ -1350,7 +1350,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if ((rc = tern_server_new(&server, &s)) != 0) {
+  if ((rc = tern_server_new(&s, &server)) != 0) {
     fprintf(stderr, "hello: %s\n", tern_strerror(rc));
     return 1;
   }

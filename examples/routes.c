@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
   int port = argc > 2 && strcmp(argv[1], "--port") == 0 ? atoi(argv[2]) : 0;
   int bound;
 
-  if (tern_server_new(&server, NULL) != 0)
+  if (tern_server_new(NULL, &server) != 0)
     return 1;
   tern_route(server, "GET", "/users/:id", get_user, NULL);
   tern_route(server, "DELETE", "/users/:id", delete_user, NULL);

@@ -20,11 +20,11 @@
  * it. Configuration functions (settings, routes, listen) are called before
  * tern_run() or tern_attach(), from one thread.
  *
- * ABI: the shared library's soname carries TERN_VERSION_MAJOR and, before
- * 1.0, TERN_VERSION_MINOR too (libtern.so.0.2). Under one soname functions
- * are only added, and the structs a caller lays out (tern_settings, the
- * options structs and the output struct tern_stats) only grow at their
- * end. Each begins with `version`
+ * ABI: the shared library's soname carries TERN_VERSION_MAJOR. Under one
+ * soname functions are only added (a call whose signature changes keeps
+ * its old form under its old symbol version, docs/api.md), and the
+ * structs a caller lays out (tern_settings, the options structs and the
+ * output struct tern_stats) only grow at their end. Each begins with `version`
  * and `size`, which its _init function sets to the header's
  * TERN_*_VERSION and sizeof (each _init is inline below, so that the
  * library writes no more than this header's sizeof: see
@@ -215,7 +215,7 @@ typedef struct tern_ws tern_ws; /* see WebSocket below */
  * or 1, log_level TERN_LOG_ERROR to TERN_LOG_DEBUG, an allocator with
  * all three functions, and max_stream_window and max_conn_window 0 or
  * 16 KiB to 1 GiB. */
-TERN_EXTERN int tern_server_new(tern_server **out, const tern_settings *s);
+TERN_EXTERN int tern_server_new(const tern_settings *s, tern_server **out);
 
 /* Free a server that is not running (never ran, or tern_run() returned, or
  * after tern_attach() its loop closed every handle). NULL is a no-op. */

@@ -388,7 +388,7 @@ static void settings_refused(const tern_settings *caller, const char *why) {
   settings_log(&l, "settings: %s", why);
 }
 
-int tern_server_new(tern_server **out, const tern_settings *caller) {
+int tern_server_new(const tern_settings *caller, tern_server **out) {
   tern_settings def;
   const tern_settings *s = &def;
   tern_server *srv;

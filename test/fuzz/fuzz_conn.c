@@ -206,7 +206,7 @@ static void start_server(void) {
   s.log = quiet;
   ca_use(&s);
   CHECK(uv_loop_init(&loop) == 0);
-  CHECK(tern_server_new(&srv, &s) == 0);
+  CHECK(tern_server_new(&s, &srv) == 0);
   CHECK(tern_route(srv, "GET", "/", root, NULL) == 0);
   CHECK(tern_route(srv, "POST", "/echo", echo, NULL) == 0);
   tern_route_options_init(&ro);

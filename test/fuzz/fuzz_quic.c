@@ -239,7 +239,7 @@ static void start_server(void) {
   s.log = quiet;
   ca_use(&s);
   CHECK(uv_loop_init(&loop) == 0);
-  CHECK(tern_server_new(&srv, &s) == 0);
+  CHECK(tern_server_new(&s, &srv) == 0);
   CHECK(tern_route(srv, "GET", "/", root, NULL) == 0);
   CHECK(tern_tls_new(srv, &tls) == 0);
   CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1, fuzz_key,

@@ -317,7 +317,7 @@ static void test_settings_v1(void) {
   o->idle_timeout_ms = 777;
   o->log_level = TERN_LOG_INFO;
   o->log_user = o;
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)o), 0);
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)o, &srv), 0);
   T_EQ_INT(srv->s.workers, 1);
   T_EQ_INT(srv->s.max_head_size, 4096);
   T_EQ_INT(srv->s.max_body_size, 12345);
@@ -363,7 +363,7 @@ static void test_settings_v2(void) {
     o->size = sizeof(*o);
     o->max_stream_window = cases[i].stream;
     o->max_conn_window = cases[i].conn;
-    rc = tern_server_new(&srv, (const tern_settings *)(void *)o);
+    rc = tern_server_new((const tern_settings *)(void *)o, &srv);
     T_EQ_INT(rc, cases[i].rc);
     if (rc != 0) {
       T_ASSERT(srv == NULL);
@@ -409,7 +409,7 @@ static void test_settings_v3(void) {
     o->size = sizeof(*o);
     o->max_compressors = cases[i].all;
     o->max_compressors_per_conn = cases[i].conn;
-    rc = tern_server_new(&srv, (const tern_settings *)(void *)o);
+    rc = tern_server_new((const tern_settings *)(void *)o, &srv);
     T_EQ_INT(rc, cases[i].rc);
     if (rc != 0) {
       T_ASSERT(srv == NULL);
@@ -439,7 +439,7 @@ static void test_settings_refused(void) {
   n.v3.version = 4;
   n.v3.size = sizeof(n);
   n.future = 1;
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&n),
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)&n, &srv),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 1);
@@ -450,7 +450,7 @@ static void test_settings_refused(void) {
    * goes to stderr. */
   old_settings(&o);
   o.size = 16;
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&o),
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)&o, &srv),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 0);
@@ -469,7 +469,7 @@ static void test_route_options_v1(void) {
   tern_server *srv = NULL;
 
   old_settings(&s);
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)&s, &srv), 0);
   o->version = 1;
   o->size = sizeof(*o);
   o->flags = TERN_ROUTE_STREAM_BODY;
@@ -524,7 +524,7 @@ static void test_stats(void) {
   size_t i;
 
   old_settings(&s);
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)&s, &srv), 0);
 
   /* Version 1: every field written, nothing after it. */
   memset(&v1, 0xAB, sizeof(v1));
@@ -674,7 +674,7 @@ static void test_ws_options_v1(void) {
   ws_opts->subprotocol_len = 4;
 
   old_settings(&s);
-  T_EQ_INT(tern_server_new(&srv, (const tern_settings *)(void *)&s), 0);
+  T_EQ_INT(tern_server_new((const tern_settings *)(void *)&s, &srv), 0);
   T_EQ_INT(tern_route(srv, "GET", "/ws", ws_route, NULL), 0);
   T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, &port), 0);
   T_EQ_INT(pthread_create(&th, NULL, run_thread, srv), 0);
@@ -743,7 +743,7 @@ static void test_quic_options_v1(void) {
   tern_tls *tls = NULL;
   int port = 0, rc;
 
-  T_EQ_INT(tern_server_new(&srv, NULL), 0);
+  T_EQ_INT(tern_server_new(NULL, &srv), 0);
   T_EQ_INT(tern_tls_new(srv, &tls), 0);
   T_EQ_INT(tern_tls_add_cert_mem(tls, cert_pem, sizeof(cert_pem) - 1, key_pem,
                                  sizeof(key_pem) - 1),
@@ -773,6 +773,45 @@ static void test_quic_options_v1(void) {
   tern_server_free(srv);
 }
 
+/* 0.1's listener calls, still exported for programs built against 0.1
+ * (lib/core/abi_legacy.c), as that header declared them. */
+int tern_listen_ex(tern_server *srv, const char *host, int port,
+                   const tern_listen_options *opts, int *bound_port);
+int tern_listen_unix(tern_server *srv, const char *path,
+                     const tern_listen_options *opts);
+int tern_listen_fd(tern_server *srv, int fd, const tern_listen_options *opts,
+                   int *bound_port);
+
+static void test_listen_0_1_calls(void) {
+  struct {
+    int version;
+    uint32_t size;
+    tern_tls *tls;
+    int proxy_protocol;
+    const char *proxy_trusted;
+  } v1 = {1, sizeof(v1), NULL, 1, NULL}; /* 0.1's options: version 1 */
+  tern_server *srv = NULL;
+  int port = 0;
+  char name[64];
+
+  T_EQ_INT(tern_server_new(NULL, &srv), 0);
+  T_EQ_INT(tern_listen_ex(srv, "127.0.0.1", 0, NULL, &port), 0);
+  T_ASSERT(port > 0);
+  port = 0;
+  T_EQ_INT(tern_listen_ex(srv, "127.0.0.1", 0,
+                          (const tern_listen_options *)(void *)&v1, &port),
+           0);
+  T_ASSERT(port > 0);
+  snprintf(name, sizeof(name), "@tern-abi-%d", (int)getpid());
+  T_EQ_INT(tern_listen_unix(srv, name, NULL), 0);
+  T_EQ_INT(tern_listen_fd(srv, -1, NULL, NULL), TERN_EINVAL);
+  v1.size = 8; /* smaller than version 1: refused */
+  T_EQ_INT(tern_listen_ex(srv, "127.0.0.1", 0,
+                          (const tern_listen_options *)(void *)&v1, NULL),
+           TERN_EINVAL);
+  tern_server_free(srv);
+}
+
 int main(void) {
   T_RUN(test_read_older_versions);
   T_RUN(test_write_older_versions);
@@ -784,5 +823,6 @@ int main(void) {
   T_RUN(test_stats);
   T_RUN(test_ws_options_v1);
   T_RUN(test_quic_options_v1);
+  T_RUN(test_listen_0_1_calls);
   return T_DONE();
 }

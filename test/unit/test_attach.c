@@ -53,7 +53,7 @@ static void test_attach_serves_and_frees(void) {
   s.workers = 1;
   ca_use(&s);
   T_ASSERT(uv_loop_init(&loop) == 0);
-  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_server_new(&s, &srv) == 0);
   T_ASSERT(tern_route(srv, "GET", "/", hello, NULL) == 0);
   T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
   T_ASSERT(port > 0);
@@ -80,7 +80,7 @@ typedef struct {
 static int setup_plain(tern_server **out, const tern_settings *s,
                        uv_loop_t *loop, void *user) {
   const plain_setup *p = user;
-  int rc = tern_server_new(out, s);
+  int rc = tern_server_new(s, out);
   if (rc == 0)
     rc = tern_route(*out, "GET", p->pattern, p->handler, NULL);
   if (rc == 0)
@@ -148,7 +148,7 @@ static void test_refused_connection_leaves_listener(void) {
   T_ASSERT(uv_loop_init(&loop) == 0);
   ca_calls = 0;
   ca_fail_at = LONG_MAX; /* count only */
-  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_server_new(&s, &srv) == 0);
   T_ASSERT(tern_route(srv, "GET", "/", hello, NULL) == 0);
   T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
   T_EQ_INT(tern_attach(srv, &loop), 0);
@@ -519,7 +519,7 @@ static void race_run(int ws, int iterations) {
     s.workers = 1;
     ca_use(&s);
     T_ASSERT(uv_loop_init(&loop) == 0);
-    T_ASSERT(tern_server_new(&srv, &s) == 0);
+    T_ASSERT(tern_server_new(&s, &srv) == 0);
     T_ASSERT(tern_route(srv, "GET", "/ws", race_ws_route, NULL) == 0);
     T_ASSERT(tern_route(srv, "GET", "/slow", race_http_route, NULL) == 0);
     T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
@@ -557,7 +557,7 @@ static void test_attach_needs_one_worker(void) {
   tern_settings_init(&s);
   s.workers = 2;
   T_ASSERT(uv_loop_init(&loop) == 0);
-  T_ASSERT(tern_server_new(&two, &s) == 0);
+  T_ASSERT(tern_server_new(&s, &two) == 0);
   T_EQ_INT(tern_attach(two, &loop), TERN_EINVAL);
   tern_server_free(two);
   T_EQ_INT(uv_loop_close(&loop), 0);
@@ -644,7 +644,7 @@ static void test_ws_fail_send_bounds_posted_sends(void) {
   bp_loop = &loop;
   bp_ws = NULL;
   bp_ok = bp_full = 0;
-  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_server_new(&s, &srv) == 0);
   T_ASSERT(tern_route(srv, "GET", "/ws", bp_route, NULL) == 0);
   T_ASSERT(tern_listen(srv, "127.0.0.1", 0, &port) == 0);
   T_EQ_INT(tern_attach(srv, &loop), 0);

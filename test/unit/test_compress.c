@@ -91,7 +91,7 @@ static void test_options(void) {
   tern_settings_init(&s);
   ca_use(&s);
   s.log = capture;
-  T_EQ_INT(tern_server_new(&sv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &sv), 0);
   T_EQ_INT(add(sv, "/ok", &c), 0);
   c.gzip_level = 10;
   T_EQ_INT(add(sv, "/a", &c), TERN_EINVAL);
@@ -319,7 +319,7 @@ static int setup(tern_server **out, const tern_settings *s, uv_loop_t *loop,
                  void *user) {
   tern_compress_options c;
   tern_route_options o;
-  int rc = tern_server_new(out, s);
+  int rc = tern_server_new(s, out);
   (void)user;
   tern_compress_options_init(&c);
   tern_route_options_init(&o);

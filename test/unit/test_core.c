@@ -18,7 +18,7 @@ static void setup(void) {
   s.workers = 1;
   ca_use(&s);
   ca_fail_at = -1;
-  T_ASSERT(tern_server_new(&srv, &s) == 0);
+  T_ASSERT(tern_server_new(&s, &srv) == 0);
   memset(&w, 0, sizeof(w));
   w.srv = srv;
   tern__pool_init(&w.rbuf_pool, sizeof(tern__rbuf) + 4096, 4);

@@ -873,7 +873,7 @@ int main(void) {
   s.max_head_size = 2000;
   s.max_header_count = 30;
   s.body_timeout_ms = 200;
-  if (uv_loop_init(&loop) != 0 || tern_server_new(&srv, &s) != 0)
+  if (uv_loop_init(&loop) != 0 || tern_server_new(&s, &srv) != 0)
     return 1;
   tern_route(srv, "GET", "/", h_hello, NULL);
   tern_route(srv, "POST", "/", h_hello, NULL);

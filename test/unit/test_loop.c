@@ -179,7 +179,7 @@ static void start(server *s) {
   ca_use(&st);
   nlogs = 0;
   main_thread = pthread_self();
-  T_EQ_INT(tern_server_new(&s->srv, &st), 0);
+  T_EQ_INT(tern_server_new(&st, &s->srv), 0);
   T_EQ_INT(tern_server_workers(s->srv), NWORKERS);
   T_EQ_INT(tern_route(s->srv, "GET", "/wait/:ms", wait_handler, s->srv), 0);
   tern_route_options_init(&o);
@@ -322,7 +322,7 @@ static void test_worker_call(void) {
   /* Not running yet: refused with a log line. */
   tern_settings_init(&st);
   st.log = capture;
-  T_EQ_INT(tern_server_new(&idle, &st), 0);
+  T_EQ_INT(tern_server_new(&st, &idle), 0);
   nlogs = 0;
   T_EQ_INT(tern_worker_call(idle, 0, counted, &c[0]), TERN_ESTATE);
   T_EQ_INT(nlogs, 1);

@@ -34,7 +34,7 @@ static void settings(tern_settings *s) {
     tern_server *srv = NULL;                                                   \
     settings(&s);                                                              \
     s.field = value;                                                           \
-    T_EQ_INT(tern_server_new(&srv, &s), TERN_EINVAL);                          \
+    T_EQ_INT(tern_server_new(&s, &srv), TERN_EINVAL);                          \
     T_ASSERT(srv == NULL);                                                     \
     T_EQ_INT(nlogs, 1);                                                        \
     if (strstr(last_log, #field) == NULL)                                      \
@@ -71,7 +71,7 @@ static void test_settings_in_range(void) {
   s.log_level = TERN_LOG_DEBUG;
   s.tcp_nodelay = 0;
   s.max_pipeline = 1024;
-  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &srv), 0);
   T_EQ_INT(nlogs, 0);
   tern_server_free(srv);
   T_EQ_INT(ca_live, 0);
@@ -103,7 +103,7 @@ static void test_routes_refused(void) {
   tern_server *srv;
   tern_route_options o;
   settings(&s);
-  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &srv), 0);
   T_EQ_INT(route_with(srv, "/q/:x/:x", 0, "used twice"), TERN_EINVAL);
   T_EQ_INT(route_with(srv, "/q/:x/a/:x/*", 0, "used twice"), TERN_EINVAL);
   T_EQ_INT(route_with(srv, "/q/:x/:xy", 0, NULL), 0);
@@ -151,7 +151,7 @@ static void test_stop_while_starting(void) {
     int rc;
     settings(&s);
     s.workers = 1 + (unsigned)(i % 3);
-    T_EQ_INT(tern_server_new(&srv, &s), 0);
+    T_EQ_INT(tern_server_new(&s, &srv), 0);
     T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
     T_EQ_INT(pthread_create(&t, NULL, run_thread, srv), 0);
     if (i % 4 == 1) {
@@ -176,7 +176,7 @@ static void test_stop_before_run(void) {
   tern_settings s;
   tern_server *srv;
   settings(&s);
-  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &srv), 0);
   T_EQ_INT(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
   T_EQ_INT(tern_stop(srv, 100), 0);
   T_EQ_INT(tern_run(srv), 0);
@@ -278,7 +278,7 @@ static void test_deadline_cuts_held_requests(void) {
 
   settings(&s);
   s.log = NULL;
-  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &srv), 0);
   tern_route_options_init(&blocking);
   blocking.flags = TERN_ROUTE_BLOCKING;
   T_EQ_INT(tern_route(srv, "GET", "/hold", hold, NULL), 0);
@@ -392,7 +392,7 @@ static void test_access_hook(void) {
   settings(&s);
   s.log = NULL;
   s.workers = 2;
-  T_EQ_INT(tern_server_new(&srv, &s), 0);
+  T_EQ_INT(tern_server_new(&s, &srv), 0);
   T_EQ_INT(tern_server_on_access(NULL, on_access, NULL), TERN_EINVAL);
   T_EQ_INT(tern_server_on_access(srv, on_access, &nseen), 0);
   T_EQ_INT(tern_route(srv, "GET", "/data", with_data, NULL), 0);

@@ -269,7 +269,7 @@ static int setup_tls(tern_server **out, const tern_settings *st,
   const tls_setup *p = user;
   tern_tls *tls = NULL;
   int rc = 0;
-  SETUP(tern_server_new(out, st));
+  SETUP(tern_server_new(st, out));
   SETUP(tern_tls_new(*out, &tls));
   if (rc == 0) {
     /* Neither allocates: they must not fail. */
@@ -306,7 +306,7 @@ static int have_engine(int engine) {
   tern_server *s;
   tern_tls *tls;
   int rc;
-  T_ASSERT(tern_server_new(&s, NULL) == 0);
+  T_ASSERT(tern_server_new(NULL, &s) == 0);
   T_ASSERT(tern_tls_new(s, &tls) == 0);
   rc = tern_tls_set_engine(tls, engine);
   tern_server_free(s);

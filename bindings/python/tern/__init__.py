@@ -676,7 +676,7 @@ class Server:
         if "log_level" not in settings:
             s.log_level = _ffi.LOG_WARN
         p = ctypes.c_void_p()
-        _check(lib.tern_server_new(_byref(p), _byref(s)), "tern_server_new")
+        _check(lib.tern_server_new(_byref(s), _byref(p)), "tern_server_new")
         self._srv = p
         self._routes = []
         self._live = {}        # ptr -> Request not answered by its handler

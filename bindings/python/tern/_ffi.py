@@ -5,7 +5,7 @@ API on top.
 The library is found, in order, through $TERN_LIBRARY (a path), the
 build directory of the checkout the package sits in (../../../build, when
 it is used from a checkout), build/libtern.so under the current directory
-(a checkout's root), and the installed libtern.so.0.2 (the dynamic loader's
+(a checkout's root), and the installed libtern.so.0 (the dynamic loader's
 search, as after `meson install` and `ldconfig`).
 
 Every function the library exports is declared below (FUNCTIONS), or
@@ -246,7 +246,7 @@ FUNCTIONS = {
     "tern_version_number": (c_uint, [], "lib"),
     "tern_settings_init": (None, [_P], "lib"),
     "tern_settings_init_size": (None, [_P, c_size_t], "lib"),
-    "tern_server_new": (c_int, [POINTER(_P), _P], "lib"),
+    "tern_server_new": (c_int, [_P, POINTER(_P)], "lib"),
     "tern_server_free": (None, [_P], "lib"),
     "tern_listen": (c_int, [_P, c_char_p, c_int, _I], "lib"),
     "tern_run": (c_int, [_P], "lib"),
@@ -336,6 +336,15 @@ FUNCTIONS = {
 
 # Exported and deliberately not bound, with the reason.
 LEFT_OUT = {
+    # 0.1's listener calls, still exported for programs built against 0.1
+    # (lib/core/abi_legacy.c); tern_listen_with replaced them.
+    "tern_listen_tls": "0.1's call, kept for 0.1 programs: tern_listen_with",
+    "tern_listen_ex": "0.1's call, kept for 0.1 programs: tern_listen_with",
+    "tern_listen_unix": "0.1's call, kept for 0.1 programs: tern_listen_with",
+    "tern_listen_fd": "0.1's call, kept for 0.1 programs: tern_listen_with",
+    "tern_listen_quic": "0.1's call, kept for 0.1 programs: tern_listen_with",
+    "tern_listen_quic_fd": "0.1's call, kept for 0.1 programs: "
+                           "tern_listen_with",
     "tern_attach": "needs a libuv loop (uv_loop_t *) that Python has no "
                    "handle on; Server.run/start run tern's own threads",
     "tern_request_set_data": "the binding keeps its per-request state in "
@@ -390,7 +399,7 @@ def _candidates():
     # a checkout's build directory, from its root
     out.append(os.path.join(os.getcwd(), "build", "libtern.so"))
     found = ctypes.util.find_library("tern")
-    out.append(found or "libtern.so.0.2")
+    out.append(found or "libtern.so.0")
     return out
 
 

@@ -101,12 +101,12 @@ def test_older_settings_layout_accepted():
     old.workers = 1
     assert old.size < ctypes.sizeof(_ffi.Settings)
     srv = ctypes.c_void_p()
-    assert _ffi.lib.tern_server_new(ctypes.byref(srv), ctypes.byref(old)) == 0
+    assert _ffi.lib.tern_server_new(ctypes.byref(old), ctypes.byref(srv)) == 0
     _ffi.lib.tern_server_free(srv)
     # a size that cuts version 1's last field: not filled by its _init
     old.size = _ffi.SettingsV1.log_level.offset
-    assert _ffi.lib.tern_server_new(ctypes.byref(srv),
-                                    ctypes.byref(old)) == _ffi.EINVAL
+    assert _ffi.lib.tern_server_new(ctypes.byref(old),
+                                    ctypes.byref(srv)) == _ffi.EINVAL
 
 
 def test_older_stats_layout_written_only_up_to_its_end():
