@@ -51,8 +51,8 @@ struct tern__udp {
  * when another socket without SO_REUSEPORT holds the port). `dual`: an
  * IPv6 wildcard also takes IPv4. */
 int tern__udp_socket(const struct sockaddr_storage *addr, int dual);
-/* Take `fd`, a UDP socket another process bound (tern_listen_with, quic = 1 and fd):
- * check it, make it non-blocking and close-on-exec and set the options
+/* Take `fd`, a UDP socket another process bound (tern_listen_with, quic = 1 and
+ * fd): check it, make it non-blocking and close-on-exec and set the options
  * QUIC needs, as tern__udp_socket does (no SO_REUSEPORT: it is bound
  * already). NULL with its address in *addr, or why it cannot serve. */
 const char *tern__udp_adopt(int fd, struct sockaddr_storage *addr);
