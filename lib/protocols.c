@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "net/stream.h"
 #include "tls/tls.h"
 #ifdef TERN_HAVE_QUIC

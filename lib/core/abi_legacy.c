@@ -5,7 +5,7 @@
  * X_init_size for everyone else; this file alone sees the functions. */
 #define TERN__LEGACY_INIT 1
 
-#include "internal.h"
+#include "core/worker.h"
 
 /* Version 1 of each struct ends with the field named (tern.h). */
 void tern_settings_init(tern_settings *o) {

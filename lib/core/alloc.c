@@ -13,7 +13,7 @@
 #define TERN__GLIBC_TRIM 1
 #endif
 
-#include "internal.h"
+#include "core/worker.h"
 
 /* The default allocator (tern_settings_init). */
 void *tern__std_malloc(size_t n, void *u) {

@@ -4,7 +4,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 tern__conn *tern__conn_new(tern__worker *w, const tern__transport *tp) {
   tern__conn *c = tern__pool_get(w, &w->conn_pools[tp->pool]);

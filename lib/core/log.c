@@ -1,7 +1,7 @@
 /* Logging: format into a stack buffer and hand it to the embedder. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 static const char *level_name(int level) {
   switch (level) {

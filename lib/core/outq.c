@@ -10,7 +10,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 void tern__outq_init(tern__outq *q) {
   memset(q, 0, sizeof(*q));

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 void tern__pool_init(tern__pool *p, size_t size, size_t max_free) {
   p->size = size < sizeof(void *) ? sizeof(void *) : size;

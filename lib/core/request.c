@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 tern_request *tern__request_new(tern__conn *c) {
   tern__worker *w = c->w;

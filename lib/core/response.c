@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 /* The user's reference ends with a finishing call: tern_respond,
  * tern_respond_ref or tern_response_end. */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 /* The header's version macros; meson.build checks at configure time that
  * they are the project's version, so the string cannot drift from the

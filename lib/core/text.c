@@ -3,7 +3,7 @@
  * tenth of the time of a pipelined request). */
 #include <string.h>
 
-#include "internal.h"
+#include "core/text.h"
 
 static unsigned char fold(unsigned char c) {
   return (unsigned)(c - 'A') < 26u ? (unsigned char)(c | 0x20) : c;

@@ -3,7 +3,7 @@
  * write, linger), swept by the worker's tick; and the connection's own
  * timer, whose kind its adapter chooses.
  */
-#include "internal.h"
+#include "core/worker.h"
 
 /* ---- Timer nodes --------------------------------------------------- */
 

@@ -1,8 +1,8 @@
-/* The inbound window policy (see tern__window in internal.h), shared by
+/* The inbound window policy (see tern__window in core/window.h), shared by
  * the adapters that have flow control of their own: HTTP/2 credits the
  * window it decides through nghttp2, HTTP/3 will through ngtcp2.
  */
-#include "internal.h"
+#include "core/window.h"
 
 uint32_t tern__window_consumed(tern__window *w, size_t n, int held_back,
                                uint32_t earned) {

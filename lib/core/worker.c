@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 static void on_async(uv_async_t *a);
 static void on_check(uv_check_t *h);

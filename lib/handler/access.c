@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 /* The worker's part (its service slot, TERN__SVC_ACCESS). */
 typedef struct {

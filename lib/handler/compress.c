@@ -28,7 +28,7 @@
 #endif
 
 #include "handler/static.h"
-#include "internal.h"
+#include "core/worker.h"
 
 typedef struct tern__compress_conf tern__compress_conf;
 typedef struct tern__compress tern__compress;

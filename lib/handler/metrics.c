@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 
 typedef struct {
   tern_server *srv;

@@ -12,7 +12,7 @@
  *
  * The pure parts (paths, Range, conditionals, dates, Accept-Encoding,
  * MIME) are in static_parse.c and mime.c. */
-#include "internal.h"
+#include "core/worker.h"
 #include "static.h"
 
 #include <errno.h>

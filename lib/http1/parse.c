@@ -6,7 +6,7 @@
  */
 #include "parse.h"
 
-#include "internal.h"
+#include "core/text.h"
 
 #include <limits.h>
 #include <string.h>

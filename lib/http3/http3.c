@@ -104,7 +104,7 @@
 #include <nghttp3/nghttp3.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "quic/quic.h"
 
 extern const tern__proto tern__http3;

@@ -8,7 +8,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "internal.h"
+#include "core/base.h"
 
 /* A listener's address: an IPv4 or IPv6 literal, "localhost" (IPv4's),
  * or NULL for the IPv6 wildcard (which takes IPv4 too); TERN_EADDR. */

@@ -7,7 +7,8 @@
 #ifndef TERN_NET_STREAM_H
 #define TERN_NET_STREAM_H
 
-#include "internal.h"
+#include "net/filter.h"
+#include "core/worker.h"
 #include "net/proxy.h"
 
 /* The transport's flags, in the head's flags word. */

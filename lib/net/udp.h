@@ -11,7 +11,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "net/net.h"
 
 /* The two ends of a datagram: the peer's address and ours (the one it was

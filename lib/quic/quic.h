@@ -26,7 +26,7 @@
 #ifndef TERN_QUIC_QUIC_H
 #define TERN_QUIC_QUIC_H
 
-#include "internal.h"
+#include "core/conn.h"
 
 typedef struct tern__quic tern__quic;
 

@@ -1,6 +1,6 @@
 /* TLS in tern: one certificate store (lib/tls/tls.c) and the engines
  * behind it (lib/tls/mbedtls.c: TLS 1.2; lib/tls/gnutls.c: TLS 1.3 and
- * 1.2). Each engine gives a byte-stream filter (internal.h's
+ * 1.2). Each engine gives a byte-stream filter (net/filter.h's
  * tern__filter) that sits between a connection's socket and its protocol
  * adapter and never sees the socket: it reads ciphertext from a buffer the
  * transport fills and writes records into a queue the transport sends.
@@ -18,7 +18,8 @@
 #ifndef TERN_TLS_H
 #define TERN_TLS_H
 
-#include "internal.h"
+#include "net/filter.h"
+#include "core/worker.h"
 
 enum {
   TERN__TLS_MBEDTLS = 0,

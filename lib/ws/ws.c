@@ -19,7 +19,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
 #include "ws/sha1.h"

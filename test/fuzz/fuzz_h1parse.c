@@ -17,7 +17,7 @@
  * Run:   ./a.out -dict=test/fuzz/h1.dict test/fuzz/corpus_h1
  */
 #include "http1/parse.h"
-#include "internal.h"
+#include "core/text.h"
 
 #include <stdint.h>
 #include <stdlib.h>

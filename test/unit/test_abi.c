@@ -21,7 +21,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "capture_log.h"
 #include "t.h"
 #include "test_cert.h"

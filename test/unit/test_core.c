@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/worker.h"
 #include "ws/sha1.h"
 #include "count_alloc.h"
 #include "t.h"

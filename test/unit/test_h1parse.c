@@ -5,7 +5,7 @@
  * belongs is a bug too.
  */
 #include "http1/parse.h"
-#include "internal.h"
+#include "core/text.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,0 +1,30 @@
+/* Tokens, lists and numbers in header values (lib/core/text.c). */
+#ifndef TERN_CORE_TEXT_H
+#define TERN_CORE_TEXT_H
+
+#include "core/base.h"
+
+/* ---- Text (lib/core/text.c) --------------------------------------- */
+
+/* ASCII case-insensitive equality of n bytes. */
+int tern__ieq(const char *a, const char *b, size_t n);
+/* a[0..n) equals the lower-case C string `lower`, ignoring case. */
+int tern__ieq_lit(const char *a, size_t n, const char *lower);
+/* Decimal / lower-case hex digits of v into buf (20 bytes suffice); returns
+ * how many. */
+size_t tern__fmt_u64(char *buf, uint64_t v);
+size_t tern__fmt_hex(char *buf, uint64_t v);
+/* Comma-separated lists (RFC 9110 5.6.1), shared by every protocol's
+ * header handling. list_next steps to the next non-empty element,
+ * trimming OWS (empty elements are skipped, as the RFC requires), and
+ * returns 0 at the end; has_token says whether the list holds `tok`,
+ * compared ASCII case-insensitively. */
+int tern__list_next(const char *v, size_t n, size_t *pos, const char **e,
+                    size_t *elen);
+int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
+
+/* The reason phrase for a status code ("Not Found"), "Unknown" for an
+ * unregistered one (lib/core/status.c, generated from status.txt). */
+const char *tern__reason(int status);
+
+#endif
