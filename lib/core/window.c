@@ -1,6 +1,6 @@
-/* The inbound window policy (see tern__window in core/window.h), shared by
- * the adapters that have flow control of their own: HTTP/2 credits the
- * window it decides through nghttp2, HTTP/3 will through ngtcp2.
+/* The inbound window policy (see tern__window in core/window.h): HTTP/2
+ * credits the window it decides through nghttp2. HTTP/3 leaves its
+ * windows to ngtcp2's auto-tuning.
  */
 #include "core/window.h"
 

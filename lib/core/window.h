@@ -10,9 +10,9 @@
  * up: each time a whole window has been consumed with nothing held back,
  * it doubles, up to `max`. A client that uploads fast is then not
  * throttled by round trips, and one whose handler is slow (or paused)
- * never has more than a small window in flight. The policy only: the
- * adapter announces a new size its own way (HTTP/2 through nghttp2,
- * HTTP/3 through ngtcp2). */
+ * never has more than a small window in flight. The policy only: HTTP/2
+ * announces what it decides through nghttp2. (HTTP/3 leaves its windows
+ * to ngtcp2's own auto-tuning, bounded by the same settings.) */
 typedef struct {
   uint32_t win;      /* the window now */
   uint32_t max;      /* the most it grows to (at most 2^31 - 1) */

@@ -699,7 +699,7 @@ static int method_is(const tern_request *r, const char *m) {
 
 /* ---- HTTP/2 over cleartext (h2c) --------------------------------------
  * The two ways a plain connection becomes HTTP/2: the client preface as
- * its first bytes (prior knowledge, RFC 9113 3.3; see h1_on_read), or an
+ * its first bytes (prior knowledge, RFC 9113 3.3; see h1_input), or an
  * Upgrade: h2c request (RFC 7540 3.2), handled here. lib/http2 does the
  * rest. */
 
@@ -910,7 +910,7 @@ static size_t live_requests(const tern__stream *c) {
   return (size_t)c->head.refs - 1;
 }
 
-static void h1_on_read(tern__conn *conn) {
+static void h1_input(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   tern_server *srv = conn->w->srv;
   tern__h1_limits lim;
@@ -1056,7 +1056,7 @@ static size_t h1_pending(const tern_request *r) {
   return n + tern__stream_buffered(c);
 }
 
-static void h1_on_stop(tern__conn *conn) {
+static void h1_stop(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   c->head.flags |= TERN__C_CLOSE_AFTER;
   if (c->nq == 0 && !(c->head.flags & TERN__C_WRITING) && c->out.count == 0)
@@ -1065,7 +1065,7 @@ static void h1_on_stop(tern__conn *conn) {
     tern__conn_mark_dirty(&c->head);
 }
 
-static void h1_on_close(tern__conn *conn) {
+static void h1_close(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   drop_queue(c);
 }
@@ -1154,10 +1154,10 @@ static size_t h1_busy(const tern__conn *conn) {
 const tern__proto tern__http1 = {
     .name = "http/1.1",
     .attach = NULL,
-    .input = h1_on_read,
+    .input = h1_input,
     .output = NULL,
-    .stop = h1_on_stop,
-    .close = h1_on_close,
+    .stop = h1_stop,
+    .close = h1_close,
     .busy = h1_busy,
     .timer = h1_timer,
     .timeout = h1_timeout,

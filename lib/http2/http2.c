@@ -32,8 +32,9 @@
  * too, since nghttp2 frames NO_COPY DATA in a loop of its own): a client
  * that does not read leaves nghttp2's own queue to fill, which is where
  * its limits (max_outbound_ack) bite.
- * Response calls never pull frames themselves; they ask for a pass of
- * on_read (the check phase runs it), so nghttp2 is never re-entered.
+ * Response calls never pull frames themselves; they ask for output
+ * (h2_output, which the check phase runs), so nghttp2 is never
+ * re-entered.
  *
  * Flow control (automatic WINDOW_UPDATE is off). Received DATA is
  * "consumed" (nghttp2_session_consume, which sends WINDOW_UPDATE once half
@@ -49,10 +50,11 @@
  * bounds what all of a connection's paused streams can hold together. A
  * maximum below a starting size lowers the start (the connection's no
  * lower than the protocol's fixed 65535). That
- * policy is the core's (tern__window, lib/core/window.c), shared with
- * HTTP/3; this file only announces what it decides.
+ * policy is the core's (tern__window, lib/core/window.c); this file only
+ * announces what it decides (HTTP/3 leaves its windows to ngtcp2's own
+ * auto-tuning).
  *
- * The core's view. c->nq counts the streams the server is working on:
+ * The core's view. h->nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
  * response calls. The connection's timer (h2_timer) is, in this order:
  * the head timer while a header block is open (from its HEADERS frame to
@@ -237,8 +239,8 @@ static int lit_eq(const uint8_t *p, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(p, lit, n) == 0;
 }
 
-/* Ask for frames to be pulled: at the end of the current on_read, or in a
- * pass of on_read that the check phase runs. */
+/* Ask for frames to be pulled: at the end of the current h2_input, or by
+ * h2_output, which the check phase runs. */
 static void schedule(h2_conn *h) {
   tern__stream *c = h->c;
   h->want_send = 1;
@@ -1619,7 +1621,7 @@ again:
     stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, link));
 }
 
-static void h2_on_read(tern__conn *conn) {
+static void h2_input(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
   size_t ok, fed = 0;
@@ -1681,7 +1683,7 @@ out:
   leave(h);
 }
 
-static void h2_on_stop(tern__conn *conn) {
+static void h2_stop(tern__conn *conn) {
   h2_conn *h = tern__stream_of(conn)->h2;
   if (h == NULL || h->dead)
     return;
@@ -1692,7 +1694,7 @@ static void h2_on_stop(tern__conn *conn) {
   schedule(h);
 }
 
-static void h2_on_close(tern__conn *conn) {
+static void h2_close(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
   if (h == NULL)
@@ -2249,7 +2251,7 @@ static void h2_output(tern__conn *conn) {
   if (h == NULL || h->dead)
     return;
   /* A pump that ends the session (no memory) frees it when it leaves:
-   * held here too, for the checks after it, as h2_on_read holds it. */
+   * held here too, for the checks after it, as h2_input holds it. */
   enter(h);
   pump(h);
   if (!h->dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
@@ -2267,10 +2269,10 @@ static size_t h2_busy(const tern__conn *conn) {
 const tern__proto tern__http2 = {
     .name = "h2",
     .attach = h2_attach,
-    .input = h2_on_read,
+    .input = h2_input,
     .output = h2_output,
-    .stop = h2_on_stop,
-    .close = h2_on_close,
+    .stop = h2_stop,
+    .close = h2_close,
     .busy = h2_busy,
     .timer = h2_timer,
     .timeout = h2_timeout,

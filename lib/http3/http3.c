@@ -64,7 +64,7 @@
  * trips: a fast handler gets a wide window, a slow or paused one keeps a
  * small one, the same policy as tern__window on HTTP/2.
  *
- * The core's view. c->nq (h3_busy) counts the streams the server is
+ * The core's view. h->nq (h3_busy) counts the streams the server is
  * working on: routed to a handler (or answered by tern) and not yet ended
  * by the response calls. The connection's timer is idle while no request
  * stream is open, else none: each stream times itself.
