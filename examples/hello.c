@@ -1373,7 +1373,7 @@ int main(int argc, char **argv) {
     so.root = static_dir;
     so.cache_control = "no-cache";
     so.flags = TERN_STATIC_PRECOMPRESSED;
-    if ((rc = tern_static_new(&so, &files)) != 0 ||
+    if ((rc = tern_static_new(server, &so, &files)) != 0 ||
         (rc = tern_static_mount(server, "/static/", files)) != 0) {
       fprintf(stderr, "--static %s: %s\n", static_dir, tern_strerror(rc));
       return 1;
@@ -1430,7 +1430,7 @@ int main(int argc, char **argv) {
   if (want_error_hook)
     tern_server_on_error(server, error_hook, NULL);
   if (want_default)
-    tern_set_default_handler(server, default_handler, NULL, NULL);
+    tern_server_set_default_handler(server, default_handler, NULL, NULL);
   if (hello_db_routes(server, redis_path) != 0) {
     fprintf(stderr, "hello: cannot add the database routes\n");
     return 1;

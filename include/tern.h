@@ -732,9 +732,10 @@ TERN_EXTERN int tern_route_with(tern_server *srv, const char *method,
  * tern_request_allow(). Errors: TERN_EINVAL (bad options, logged),
  * TERN_ENOTSUP (a compression coding not built, logged), TERN_ESTATE
  * (running), TERN_ENOMEM (the compression options' copy). */
-TERN_EXTERN int tern_set_default_handler(tern_server *srv, tern_handler handler,
-                                         void *user,
-                                         const tern_route_options *opts);
+TERN_EXTERN int tern_server_set_default_handler(tern_server *srv,
+                                                tern_handler handler,
+                                                void *user,
+                                                const tern_route_options *opts);
 
 /* How routing went for `r`: 0 when a route matched, 404 when no route has
  * the path, 405 when routes have the path but not for this method. A
@@ -1215,7 +1216,8 @@ typedef struct {
   const char *index;         /* index file name; NULL or "": none */
   const char *cache_control; /* Cache-Control value, or NULL for none */
   unsigned flags;            /* TERN_STATIC_* */
-  uint32_t block_size;       /* read block in bytes (4 KiB..16 MiB) */
+  uint32_t block_size;       /* read block in bytes (4 KiB..16 MiB; 0:
+                                256 KiB) */
 } tern_static_options;
 
 /* Fill `o` with defaults (index "index.html", no Cache-Control, no flags,
@@ -1225,10 +1227,13 @@ TERN_EXTERN void tern_static_options_init_size(tern_static_options *o,
 TERN__INIT_BY_SIZE(tern_static_options, tern_static_options_init)
 
 /* Create a file server for `o->root` (opened now; the strings of `o` are
- * copied). Errors: TERN_EINVAL (NULL, bad version or size, unknown flag,
- * an index name with '/', a Cache-Control value with CR or LF), TERN_EIO
- * (the root cannot be opened as a directory), TERN_ENOMEM. */
-TERN_EXTERN int tern_static_new(const tern_static_options *o,
+ * copied), its memory from `srv`'s allocator (it may serve other servers
+ * too, and is freed after all of them). Errors: TERN_EINVAL (srv, o or out
+ * NULL, a version or size the ABI rule refuses, no root, an unknown
+ * flag, an index name with '/', a Cache-Control value with CR or LF, a
+ * block_size outside 4 KiB to 16 MiB; logged), TERN_EIO (the root
+ * cannot be opened as a directory; logged), TERN_ENOMEM. */
+TERN_EXTERN int tern_static_new(tern_server *srv, const tern_static_options *o,
                                 tern_static **out);
 
 /* Free `st`: only after every server using it has been freed. NULL is a

@@ -142,3 +142,11 @@ int tern_listen_quic_fd(tern_server *srv, int fd, tern_tls *tls,
     return TERN_EINVAL;
   return listen_0_1(srv, NULL, NULL, 0, NULL, fd, tls, 1, opts, bound_port);
 }
+
+/* 0.1's name of tern_server_set_default_handler. */
+LEGACY int tern_set_default_handler(tern_server *srv, tern_handler handler,
+                                    void *user, const tern_route_options *opts);
+int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
+                             const tern_route_options *opts) {
+  return tern_server_set_default_handler(srv, handler, user, opts);
+}

@@ -724,8 +724,9 @@ int tern_route(tern_server *srv, const char *method, const char *pattern,
   return tern_route_with(srv, method, pattern, handler, user, NULL);
 }
 
-int tern_set_default_handler(tern_server *srv, tern_handler handler, void *user,
-                             const tern_route_options *opts) {
+int tern_server_set_default_handler(tern_server *srv, tern_handler handler,
+                                    void *user,
+                                    const tern_route_options *opts) {
   tern_route_options o;
   route_filter comp;
   int rc;

@@ -31,6 +31,9 @@
 #endif
 
 struct tern_static {
+  /* Its server's allocator, kept: a tern_static outlives the servers it
+   * serves (tern_static_free comes after them). */
+  tern_allocator alloc;
   int rootfd;
   char *root_real; /* the root's real path, for the check without openat2 */
   size_t root_real_len;
@@ -63,11 +66,29 @@ typedef struct centry {
   char *key, *rpath, *data;
 } centry;
 
-static void centry_free(centry *e) {
-  free(e->key);
-  free(e->rpath);
-  free(e->data);
-  free(e);
+static void *st_alloc(const tern_static *st, size_t n) {
+  return st->alloc.malloc(n, st->alloc.user);
+}
+
+static void st_free(const tern_static *st, void *p) {
+  if (p != NULL)
+    st->alloc.free(p, st->alloc.user);
+}
+
+/* A copy of C string `v` (NULL: none). */
+static char *st_strdup(const tern_static *st, const char *v) {
+  size_t n = strlen(v) + 1;
+  char *c = st_alloc(st, n);
+  if (c != NULL)
+    memcpy(c, v, n);
+  return c;
+}
+
+static void centry_free(const tern_static *st, centry *e) {
+  st_free(st, e->key);
+  st_free(st, e->rpath);
+  st_free(st, e->data);
+  st_free(st, e);
 }
 
 #define PATH_CAP 4096
@@ -123,54 +144,94 @@ void tern_static_options_init_size(tern_static_options *out, size_t size) {
   tern__abi_init(out, size, &d, static_ends, TERN_STATIC_OPTIONS_VERSION);
 }
 
-int tern_static_new(const tern_static_options *o, tern_static **out) {
+/* A file server with allocator `a`; bad options are logged through
+ * `srv` (NULL: stderr). *out is set on success only. */
+static int static_new(tern_server *srv, const tern_allocator *a,
+                      const tern_static_options *in, tern_static **out) {
+  tern_static_options o;
   tern_static *st;
-  char real[PATH_MAX];
-  if (out != NULL)
-    *out = NULL;
-  if (o == NULL || out == NULL || o->version < 1 ||
-      o->size < sizeof(tern_static_options) || o->root == NULL ||
-      (o->flags & ~(unsigned)(TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED |
-                              TERN_STATIC_NO_SENDFILE)))
+  char real[PATH_MAX], why[160];
+  const char *bad = NULL;
+
+  if (in == NULL || out == NULL)
     return TERN_EINVAL;
-  if (o->cache_control != NULL && strpbrk(o->cache_control, "\r\n") != NULL)
+  tern_static_options_init_size(&o, sizeof(o));
+  if (tern__abi_read(&o, sizeof(o), in, static_ends,
+                     TERN_STATIC_OPTIONS_VERSION, why, sizeof(why)) != 0)
+    bad = why;
+  else if (o.root == NULL)
+    bad = "no root";
+  else if (o.flags &
+           ~(unsigned)(TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED |
+                       TERN_STATIC_NO_SENDFILE))
+    bad = "an unknown flag";
+  else if (o.cache_control != NULL && strpbrk(o.cache_control, "\r\n"))
+    bad = "cache_control with CR or LF";
+  else if (o.index != NULL &&
+           (strchr(o.index, '/') != NULL || strcmp(o.index, "..") == 0))
+    bad = "an index name with '/' (or \"..\")";
+  else if (o.block_size != 0 &&
+           (o.block_size < 4096 || o.block_size > (16u << 20)))
+    bad = "block_size outside 4 KiB to 16 MiB (or 0)";
+  if (bad != NULL) {
+    if (srv != NULL)
+      tern__log(srv, TERN_LOG_ERROR, "tern_static_new: %s", bad);
     return TERN_EINVAL;
-  if (o->index != NULL &&
-      (strchr(o->index, '/') != NULL || strcmp(o->index, "..") == 0))
-    return TERN_EINVAL;
-  if ((st = calloc(1, sizeof *st)) == NULL)
+  }
+  if ((st = a->malloc(sizeof *st, a->user)) == NULL)
     return TERN_ENOMEM;
-  st->rootfd = open(o->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (st->rootfd < 0 || realpath(o->root, real) == NULL) {
+  memset(st, 0, sizeof *st);
+  st->alloc = *a;
+  st->rootfd = open(o.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (st->rootfd < 0 || realpath(o.root, real) == NULL) {
+    if (srv != NULL)
+      tern__log(srv, TERN_LOG_ERROR, "tern_static_new: %s: %s", o.root,
+                strerror(errno));
     if (st->rootfd >= 0)
       close(st->rootfd);
-    free(st);
+    st_free(st, st);
     return TERN_EIO;
   }
-  st->root_real = strdup(real);
-  st->index = st->cache_control = NULL;
-  st->root_real_len = strlen(real);
-  st->index = o->index != NULL && o->index[0] ? strdup(o->index) : NULL;
-  st->cache_control = o->cache_control ? strdup(o->cache_control) : NULL;
-  st->flags = o->flags;
   if (uv_mutex_init(&st->lock) != 0) {
     close(st->rootfd);
-    free(st->root_real);
-    free(st);
+    st_free(st, st);
     return TERN_ENOMEM;
   }
-  st->block = o->block_size ? o->block_size : 256 * 1024;
-  if (st->block < 4096)
-    st->block = 4096;
-  if (st->block > 16u << 20)
-    st->block = 16u << 20;
-  if (st->root_real == NULL || (o->index && o->index[0] && !st->index) ||
-      (o->cache_control && !st->cache_control)) {
+  st->root_real = st_strdup(st, real);
+  st->root_real_len = strlen(real);
+  st->index = o.index != NULL && o.index[0] ? st_strdup(st, o.index) : NULL;
+  st->cache_control =
+      o.cache_control != NULL ? st_strdup(st, o.cache_control) : NULL;
+  st->flags = o.flags;
+  st->block = o.block_size ? o.block_size : 256 * 1024;
+  if (st->root_real == NULL || (o.index && o.index[0] && !st->index) ||
+      (o.cache_control && !st->cache_control)) {
     tern_static_free(st);
     return TERN_ENOMEM;
   }
   *out = st;
   return 0;
+}
+
+int tern_static_new(tern_server *srv, const tern_static_options *o,
+                    tern_static **out) {
+  if (srv == NULL)
+    return TERN_EINVAL;
+  return static_new(srv, &srv->s.allocator, o, out);
+}
+
+/* 0.1's tern_static_new, for programs built against it (TERN_0): no
+ * server, so the default allocator and no log line; its old contract
+ * also set *out to NULL on failure. */
+__attribute__((visibility("default"))) int
+compat_static_new_0_1(const tern_static_options *o, tern_static **out);
+__asm__(".symver compat_static_new_0_1, tern_static_new@TERN_0");
+int compat_static_new_0_1(const tern_static_options *o, tern_static **out) {
+  static const tern_allocator std = {tern__std_malloc, tern__std_realloc,
+                                     tern__std_free, NULL};
+  if (out != NULL)
+    *out = NULL;
+  return static_new(NULL, &std, o, out);
 }
 
 void tern_static_free(tern_static *st) {
@@ -180,12 +241,12 @@ void tern_static_free(tern_static *st) {
     close(st->rootfd);
   for (int i = 0; i < CACHE_SLOTS; i++)
     if (st->cache[i] != NULL)
-      centry_free(st->cache[i]);
+      centry_free(st, st->cache[i]);
   uv_mutex_destroy(&st->lock);
-  free(st->root_real);
-  free(st->index);
-  free(st->cache_control);
-  free(st);
+  st_free(st, st->root_real);
+  st_free(st, st->index);
+  st_free(st, st->cache_control);
+  st_free(st, st);
 }
 
 /* ---- On the pool ---- */
@@ -371,7 +432,7 @@ static void cache_unref(tern_static *st, centry *e) {
   last = --e->refs == 0 && e->gone;
   uv_mutex_unlock(&st->lock);
   if (last)
-    centry_free(e);
+    centry_free(st, e);
 }
 
 static unsigned cache_slot(const job *j) {
@@ -388,15 +449,16 @@ static unsigned cache_slot(const job *j) {
  * normalised path (before an index name was appended). */
 static void cache_put(job *j, const char *key, size_t klen) {
   tern_static *st = j->st;
-  centry *e = calloc(1, sizeof *e), *old;
+  centry *e = st_alloc(st, sizeof *e), *old;
   unsigned slot;
   if (e == NULL)
     return;
-  e->key = malloc(klen + 1);
-  e->rpath = malloc(j->plen + 1);
-  e->data = malloc(j->size ? j->size : 1);
+  memset(e, 0, sizeof *e);
+  e->key = st_alloc(st, klen + 1);
+  e->rpath = st_alloc(st, j->plen + 1);
+  e->data = st_alloc(st, j->size ? j->size : 1);
   if (e->key == NULL || e->rpath == NULL || e->data == NULL) {
-    centry_free(e);
+    centry_free(st, e);
     return;
   }
   memcpy(e->key, key, klen);
@@ -432,7 +494,7 @@ static void cache_put(job *j, const char *key, size_t klen) {
   }
   uv_mutex_unlock(&st->lock);
   if (old != NULL)
-    centry_free(old);
+    centry_free(st, old);
 }
 
 /* Close the file (on the pool) and free the job. */

@@ -159,13 +159,13 @@ static void test_options(void) {
   tern_compress_options_init(&c);
   c.types = "text/html, application/*";
   T_EQ_INT(add(sv, "/b", &c), 0);
-  T_EQ_INT(tern_set_default_handler(sv, nop, NULL, NULL), 0);
+  T_EQ_INT(tern_server_set_default_handler(sv, nop, NULL, NULL), 0);
   {
     tern_route_options o;
     tern_route_options_init(&o);
     o.compress = &c;
-    T_EQ_INT(tern_set_default_handler(sv, nop, NULL, &o), 0);
-    T_EQ_INT(tern_set_default_handler(sv, nop, NULL, &o), 0);
+    T_EQ_INT(tern_server_set_default_handler(sv, nop, NULL, &o), 0);
+    T_EQ_INT(tern_server_set_default_handler(sv, nop, NULL, &o), 0);
   }
   tern_server_free(sv);
   T_EQ_INT(ca_live, 0);

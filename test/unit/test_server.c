@@ -118,11 +118,11 @@ static void test_routes_refused(void) {
   tern_route_options_init(&o);
   o.flags = TERN_ROUTE_BLOCKING | TERN_ROUTE_STREAM_BODY;
   nlogs = 0;
-  T_EQ_INT(tern_set_default_handler(srv, nop, NULL, &o), TERN_EINVAL);
+  T_EQ_INT(tern_server_set_default_handler(srv, nop, NULL, &o), TERN_EINVAL);
   T_EQ_INT(nlogs, 1);
   o.flags = 0;
   o.version = 42;
-  T_EQ_INT(tern_set_default_handler(srv, nop, NULL, &o), TERN_EINVAL);
+  T_EQ_INT(tern_server_set_default_handler(srv, nop, NULL, &o), TERN_EINVAL);
   tern_server_free(srv);
   T_EQ_INT(ca_live, 0);
 }

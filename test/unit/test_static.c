@@ -213,37 +213,54 @@ static void test_mime(void) {
 
 static void test_options(void) {
   tern_static_options o;
-  tern_static *st = (tern_static *)1;
+  tern_static *st = (tern_static *)1, *keep;
+  tern_server *srv = NULL;
+  T_EQ_INT(tern_server_new(NULL, &srv), 0);
   tern_static_options_init(&o);
   T_EQ_INT(o.version, TERN_STATIC_OPTIONS_VERSION);
   T_EQ_INT(o.size, sizeof o);
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL); /* no root */
-  T_ASSERT(st == NULL);
+  /* On failure *out is left as it was (the header's rule). */
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL); /* no root */
+  T_ASSERT(st == (tern_static *)1);
   o.root = "/nonexistent-tern-root";
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EIO);
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EIO);
   o.root = "/";
   o.flags = 1u << 7;
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
   o.flags = TERN_STATIC_HIDDEN | TERN_STATIC_PRECOMPRESSED |
             TERN_STATIC_NO_SENDFILE; /* every known flag */
-  T_EQ_INT(tern_static_new(&o, &st), 0);
+  T_EQ_INT(tern_static_new(srv, &o, &st), 0);
   tern_static_free(st);
   st = NULL;
   o.flags = 0;
   o.index = "a/b.html";
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
   o.index = "index.html";
   o.cache_control = "x\r\nSet-Cookie: y";
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
   o.cache_control = NULL;
+  /* A block size out of range is refused, not clamped. */
+  o.block_size = 1024;
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+  o.block_size = (16u << 20) + 1;
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+  o.block_size = 0; /* the default */
   o.version = 0;
-  T_EQ_INT(tern_static_new(&o, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+  o.version = 2; /* newer than this library */
+  T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
   o.version = TERN_STATIC_OPTIONS_VERSION;
-  T_EQ_INT(tern_static_new(NULL, &st), TERN_EINVAL);
-  T_EQ_INT(tern_static_new(&o, &st), 0);
+  T_EQ_INT(tern_static_new(srv, NULL, &st), TERN_EINVAL);
+  T_EQ_INT(tern_static_new(NULL, &o, &st), TERN_EINVAL);
+  T_ASSERT(st == NULL);
+  T_EQ_INT(tern_static_new(srv, &o, &st), 0);
   T_ASSERT(st != NULL);
+  keep = st;
   T_EQ_INT(tern_static_mount(NULL, "/s", st), TERN_EINVAL);
-  tern_static_free(st);
+  /* It outlives its server: freed after it, with the server's
+   * allocator's functions. */
+  tern_server_free(srv);
+  tern_static_free(keep);
   tern_static_free(NULL);
 }
 

@@ -751,8 +751,8 @@ class Server:
         carry an Allow header)."""
         r = _Route("*", "", fn, False, 0, False)
         r.cfn = _ffi.handler_fn(lambda p, u, r=r: self._dispatch(r, p))
-        _check(lib.tern_set_default_handler(self._srv, r.cfn, None, None),
-               "tern_set_default_handler")
+        _check(lib.tern_server_set_default_handler(self._srv, r.cfn, None, None),
+               "tern_server_set_default_handler")
         self._routes.append(r)
         if r.is_async and self._loop is None:
             self._start_loop()

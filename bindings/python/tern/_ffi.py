@@ -269,7 +269,7 @@ FUNCTIONS = {
     "tern_route": (c_int, [_P, c_char_p, c_char_p, handler_fn, _P], "lib"),
     "tern_route_with": (c_int, [_P, c_char_p, c_char_p, handler_fn, _P, _P],
                         "lib"),
-    "tern_set_default_handler": (c_int, [_P, handler_fn, _P, _P], "lib"),
+    "tern_server_set_default_handler": (c_int, [_P, handler_fn, _P, _P], "lib"),
     "tern_request_route_status": (c_int, [_P], "fast"),
     "tern_request_allow": (_P, [_P, _SZ], "fast"),
     "tern_request_method": (_P, [_P, _SZ], "fast"),
@@ -338,6 +338,8 @@ FUNCTIONS = {
 LEFT_OUT = {
     # 0.1's listener calls, still exported for programs built against 0.1
     # (lib/core/abi_legacy.c); tern_listen_with replaced them.
+    "tern_set_default_handler": "0.1's name, kept for 0.1 programs: "
+                                "tern_server_set_default_handler",
     "tern_listen_tls": "0.1's call, kept for 0.1 programs: tern_listen_with",
     "tern_listen_ex": "0.1's call, kept for 0.1 programs: tern_listen_with",
     "tern_listen_unix": "0.1's call, kept for 0.1 programs: tern_listen_with",
