@@ -96,8 +96,6 @@ struct tern_request {
   size_t body_len;
   char *body_buf;
   size_t body_cap;
-  uint64_t body_left; /* Content-Length bytes still to arrive */
-  int body_kind;      /* TERN__H1_BODY_* */
   tern_body_fn body_fn;
   void *body_user;
   tern_gone_fn gone_fn; /* tern_request_on_gone */

@@ -29,6 +29,8 @@ enum { H1_BODY_TUNNEL = 3 };
 
 typedef struct {
   tern__h1_chunked dec;
+  uint64_t body_left; /* Content-Length bytes still to arrive */
+  int body_kind;      /* TERN__H1_BODY_*, or H1_BODY_TUNNEL */
   int version_minor;
   /* Where the response begins in the connection's output stream (counted
    * as c->out.consumed counts), once it is at the head of the queue. */
@@ -40,6 +42,18 @@ _Static_assert(sizeof(h1_state) <= sizeof(((tern_request *)0)->proto_buf),
 
 static h1_state *state(tern_request *r) {
   return (h1_state *)(void *)r->proto_buf;
+}
+
+/* A new request's state (the request block is not cleared there). */
+static void state_init(tern_request *r) {
+  h1_state *st = state(r);
+  st->version_minor = 1;
+  st->body_kind = TERN__H1_BODY_NONE;
+  st->body_left = 0;
+}
+
+static const h1_state *cstate(const tern_request *r) {
+  return (const h1_state *)(const void *)r->proto_buf;
 }
 
 static tern__outq *outq(tern_request *r) {
@@ -110,7 +124,8 @@ static void drop_queue(tern__stream *c) {
  * streaming handler never asked for is not. */
 static int body_unread(const tern_request *r) {
   return !(r->flags & TERN__RQ_BODY_DONE) &&
-         !(r->body_kind == TERN__H1_BODY_LENGTH && r->body_left == 0);
+         !(cstate(r)->body_kind == TERN__H1_BODY_LENGTH &&
+           cstate(r)->body_left == 0);
 }
 
 /* Retire finished requests from the head of the queue and let the next
@@ -460,7 +475,7 @@ static void reject(tern__stream *c, tern_request *r, int status) {
       tern__conn_close(&c->head);
       return;
     }
-    state(r)->version_minor = 1;
+    state_init(r);
     enqueue(c, r);
   }
   r->flags |= TERN__RQ_CLOSE | TERN__RQ_BODY_DONE;
@@ -643,7 +658,7 @@ static int feed_body(tern__stream *c) {
     if (!(r->flags & TERN__RQ_READING) || (r->flags & TERN__RQ_PAUSED))
       return 0;
   }
-  if (r->body_kind == H1_BODY_TUNNEL) {
+  if (state(r)->body_kind == H1_BODY_TUNNEL) {
     size_t n = c->rlen - c->rpos;
     c->rpos = c->rlen;
     r->bytes_in += n;
@@ -651,17 +666,18 @@ static int feed_body(tern__stream *c) {
       r->body_fn(r, TERN_BODY_DATA, buf + c->rpos - n, n, r->body_user);
     return 0; /* a tunnel's body ends only with the connection */
   }
-  if (r->body_kind == TERN__H1_BODY_LENGTH) {
+  if (state(r)->body_kind == TERN__H1_BODY_LENGTH) {
     size_t avail = c->rlen - c->rpos;
-    size_t n = avail < r->body_left ? avail : (size_t)r->body_left;
+    size_t n =
+        avail < state(r)->body_left ? avail : (size_t)state(r)->body_left;
     if (n > 0) {
       c->rpos += n;
-      r->body_left -= n;
+      state(r)->body_left -= n;
       rc = deliver(r, buf + c->rpos - n, n);
       if (rc != 0)
         return body_error(c, r, rc);
     }
-    if (r->body_left > 0)
+    if (state(r)->body_left > 0)
       return 0;
     body_complete(c, r);
     return 1;
@@ -802,7 +818,7 @@ static void start_request(tern__stream *c, size_t head_len) {
   lim.max_head = srv->s.max_head_size;
   lim.max_headers = srv->s.max_header_count;
   lim.max_uri = srv->s.max_uri_length;
-  state(r)->version_minor = 1;
+  state_init(r);
   rc = tern__h1_parse_head(buf, head_len, &h, &lim);
   if (rc < 0) {
     reject(c, r, -rc);
@@ -821,8 +837,8 @@ static void start_request(tern__stream *c, size_t head_len) {
   r->authority = h.authority;
   r->authority_len = h.authority_len;
   r->nheaders = h.nfields;
-  r->body_kind = h.body;
-  r->body_left = h.content_length;
+  state(r)->body_kind = h.body;
+  state(r)->body_left = h.content_length;
   if (method_is(r, "HEAD"))
     r->flags |= TERN__RQ_HEAD;
   if (h.flags & TERN__H1_F_CLOSE) {
@@ -836,7 +852,7 @@ static void start_request(tern__stream *c, size_t head_len) {
   if (h.body == TERN__H1_BODY_NONE ||
       (h.body == TERN__H1_BODY_LENGTH && h.content_length == 0)) {
     r->flags |= TERN__RQ_BODY_DONE;
-    r->body_kind = TERN__H1_BODY_NONE;
+    state(r)->body_kind = TERN__H1_BODY_NONE;
   }
 
   /* h2c upgrade: HTTP/2 takes the request (and the connection). */
@@ -860,8 +876,9 @@ static void start_request(tern__stream *c, size_t head_len) {
     /* tern answers itself. A body that is already here is skipped;
      * otherwise the connection closes after the answer. */
     avail = c->rlen - c->rpos;
-    if (rc != 204 && h.body == TERN__H1_BODY_LENGTH && r->body_left <= avail) {
-      c->rpos += r->body_left;
+    if (rc != 204 && h.body == TERN__H1_BODY_LENGTH &&
+        state(r)->body_left <= avail) {
+      c->rpos += state(r)->body_left;
       r->flags |= TERN__RQ_BODY_DONE;
     } else if (!(r->flags & TERN__RQ_BODY_DONE)) {
       r->flags |= TERN__RQ_CLOSE;
@@ -875,8 +892,8 @@ static void start_request(tern__stream *c, size_t head_len) {
     r->flags |= TERN__RQ_STREAM;
     if (r->flags & TERN__RQ_BODY_DONE) {
       r->flags &= ~(unsigned)TERN__RQ_BODY_DONE;
-      r->body_kind = TERN__H1_BODY_LENGTH;
-      r->body_left = 0;
+      state(r)->body_kind = TERN__H1_BODY_LENGTH;
+      state(r)->body_left = 0;
     }
     c->body_req = r;
     tern__request_dispatch(r);
@@ -1034,7 +1051,7 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
   }
   r->flags |= TERN__RQ_STREAM;
   r->flags &= ~(unsigned)(TERN__RQ_BODY_DONE | TERN__RQ_UPGRADE);
-  r->body_kind = H1_BODY_TUNNEL;
+  state(r)->body_kind = H1_BODY_TUNNEL;
   c->body_req = r;
   /* The head is no longer needed: a long-lived tunnel gives its read
    * buffer back, unless the access log will show the head when the
