@@ -1,4 +1,4 @@
--- wrk script: HTTP/1.1 pipelining for perf/h1bench.
+-- wrk script: HTTP/1.1 pipelining for perf/perf's h1-pipelined row.
 --
 -- Every request() call hands wrk one buffer holding DEPTH back-to-back
 -- "GET <path> HTTP/1.1" requests; wrk writes it in one go, counts DEPTH

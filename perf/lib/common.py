@@ -1,9 +1,8 @@
 """Process bookkeeping, /proc accounting, machine metadata.
 
-Shared by every subcommand of perf/perf.  Much of it comes from
-perf/h1bench (same ideas: every child in its own session so that it and
-its children end with it; CPU time summed over a process tree; wait for a
-quiet load average before each round).
+Shared by every subcommand of perf/perf: every child in its own session
+so that it and its children end with it; CPU time summed over a process
+tree; wait for a quiet load average before each round.
 """
 
 import datetime

@@ -71,7 +71,7 @@ def parse_wrk(text):
         r["latency_us"] = {k: j[k] for k in ("p50", "p90", "p99", "p999", "max")}
         r["latency_us"]["mean"] = j["mean"]
         return r
-    # fallback: wrk's own text (as perf/h1bench parses it)
+    # fallback: wrk's own text
     m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h),", text)
     if m:
         r["requests"] = int(m.group(1))

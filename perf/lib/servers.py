@@ -33,7 +33,7 @@ SHIM_LINE = re.compile(r"allocs=(\d+)\s+bytes=(\d+)\s+frees=(\d+)")
 
 
 # ---------------------------------------------------------------------------
-# nginx: the configuration is generated here (not perf/nginx.conf.in) so that
+# nginx: the configuration is generated here, so that
 # it can carry the routed app and a per-scenario worker_connections.
 
 NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"

@@ -1,5 +1,5 @@
 /*
- * floor.c - the "floor" peer for perf/h1bench.
+ * floor.c - the "floor" peer of perf/perf's HTTP/1.1 rows.
  *
  * A do-nothing, single-threaded, level-triggered epoll loop that answers
  * every "\r\n\r\n" it sees with one canned HTTP/1.1 response.  There is no
