@@ -660,11 +660,15 @@ int tern_request_read(tern_request *r, tern_body_fn fn, void *user) {
     return body_call_refused(r, "tern_request_read", 1);
   if (atomic_load(&r->gone))
     return TERN_ECLOSED;
+  tern__request_read(r, fn, user);
+  return 0;
+}
+
+void tern__request_read(tern_request *r, tern_body_fn fn, void *user) {
   r->body_fn = fn;
   r->body_user = user;
   r->flags |= TERN__RQ_READING;
   r->ops->body_flow(r);
-  return 0;
 }
 
 int tern_request_pause(tern_request *r) {

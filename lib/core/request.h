@@ -129,4 +129,22 @@ struct tern_request {
 tern_request *tern__request_new(tern__conn *c);
 void tern__request_unref(tern_request *r);
 
+/* ---- What a carrier-neutral layer (WebSocket) asks of a request ----- */
+
+enum {
+  TERN__UPGRADE_NONE = 0,
+  TERN__UPGRADE_H1 = 1,      /* HTTP/1.1 asked to upgrade (Upgrade field) */
+  TERN__UPGRADE_CONNECT = 2, /* an extended CONNECT for websocket (RFC 8441,
+                                RFC 9220): the stream is the tunnel */
+};
+/* Which upgrade the request asked for. */
+static inline int tern__request_upgrade(const tern_request *r) {
+  return (r->flags & TERN__RQ_WS_CONNECT) ? TERN__UPGRADE_CONNECT
+         : (r->flags & TERN__RQ_UPGRADE)  ? TERN__UPGRADE_H1
+                                          : TERN__UPGRADE_NONE;
+}
+/* From now on the request's bytes go to `fn` (a tunnel's, whatever the
+ * route asked for), and reading starts. Owning worker. */
+void tern__request_read(tern_request *r, tern_body_fn fn, void *user);
+
 #endif

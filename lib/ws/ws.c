@@ -761,9 +761,9 @@ static int single_field(const tern_request *r, const char *name, const char **v,
 int tern_ws_is_upgrade(const tern_request *r) {
   if (r == NULL)
     return 0;
-  if (r->flags & TERN__RQ_WS_CONNECT)
+  if (tern__request_upgrade(r) == TERN__UPGRADE_CONNECT)
     return 1;
-  return (r->flags & TERN__RQ_UPGRADE) &&
+  return tern__request_upgrade(r) == TERN__UPGRADE_H1 &&
          header_has_token(r, "upgrade", "websocket");
 }
 
@@ -799,10 +799,11 @@ static int validate(const tern_request *r, char *accept, size_t *accept_len) {
     if (vlen != 2 || memcmp(v, "13", 2) != 0)
       return 426;
   }
-  if (r->flags & TERN__RQ_WS_CONNECT)
+  if (tern__request_upgrade(r) == TERN__UPGRADE_CONNECT)
     return 0; /* RFC 8441 4: no key, no Upgrade, no Connection */
   if (r->protocol != TERN_PROTO_HTTP11 || r->method_len != 3 ||
-      memcmp(r->method, "GET", 3) != 0 || !(r->flags & TERN__RQ_UPGRADE) ||
+      memcmp(r->method, "GET", 3) != 0 ||
+      tern__request_upgrade(r) != TERN__UPGRADE_H1 ||
       !(r->flags & TERN__RQ_BODY_DONE) ||
       !header_has_token(r, "upgrade", "websocket") ||
       !header_has_token(r, "connection", "upgrade"))
@@ -965,7 +966,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   }
   tern__ws_decoder_init(&ws->dec, opts->max_message_size, rc == 1);
 
-  if (!(r->flags & TERN__RQ_WS_CONNECT)) {
+  if (tern__request_upgrade(r) != TERN__UPGRADE_CONNECT) {
     h[nh].name = "Upgrade";
     h[nh].name_len = 7;
     h[nh].value = "websocket";
@@ -1010,10 +1011,7 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
   tern__request_unhold(r);
   TERN__STAT_ADD(w->stats.ws_open, 1);
   tern__list_append(&WSW(w)->open, &ws->link);
-  r->body_fn = on_body;
-  r->body_user = ws;
-  r->flags |= TERN__RQ_READING;
-  r->ops->body_flow(r);
+  tern__request_read(r, on_body, ws);
   if (out != NULL)
     *out = ws;
   if (opts->on_open != NULL)
