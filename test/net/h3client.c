@@ -45,6 +45,10 @@
  *                     file's raw bytes) goes into the first Initial if
  *                     the file is not empty; the token the server sends
  *                     now replaces it
+ *   --rebind-after N  once N response body bytes came, move to a new UDP
+ *                     socket (a new local port) and tell ngtcp2 only the
+ *                     new local address, with no migration of its own: the
+ *                     server sees what a NAT rebinding looks like
  *   --body-out PATH   write the response bodies' bytes to PATH, as they
  *                     come (one stream's body, with the default -n 1)
  *   --timeout-ms N    give up after N ms (default 15000; exit status 3)
@@ -155,6 +159,7 @@ static struct {
   uint64_t body_size, header_bytes, nheaders, reset_k;
   int no_read, idle, verbose, connected, blocked_seen, closed, cancel_all;
   uint64_t stall_ms;
+  uint64_t rebind_after, got_total; /* --rebind-after; 0 once done */
   ngtcp2_tstamp stall_until; /* --stall-ms: 0 once the stall is over */
   int want_open;             /* more streams may be opened now */
   char *big;
@@ -404,6 +409,7 @@ static int h3_recv_data(nghttp3_conn *c, int64_t id, const uint8_t *data,
   if (r != NULL) {
     gnutls_hash(r->hash, data, len);
     r->got += len;
+    cl.got_total += len;
     if (cl.body_out != NULL && fwrite(data, 1, len, cl.body_out) != len)
       return NGHTTP3_ERR_CALLBACK_FAILURE;
   }
@@ -1089,6 +1095,33 @@ static int setup_socket(const char *host, const char *port) {
   return getsockname(cl.fd, (struct sockaddr *)&cl.local, &cl.locallen);
 }
 
+/* --rebind-after: a new socket to the same server; ngtcp2 learns the new
+ * local address as a NAT would hide it, without a migration. */
+static int rebind(void) {
+  struct sockaddr_storage local;
+  socklen_t locallen = sizeof(local);
+  ngtcp2_addr a;
+  int fd = socket(cl.remote.ss_family, SOCK_DGRAM, 0);
+  if (fd < 0 ||
+      connect(fd, (struct sockaddr *)&cl.remote, cl.remotelen) != 0 ||
+      getsockname(fd, (struct sockaddr *)&local, &locallen) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  close(cl.fd);
+  cl.fd = fd;
+  cl.local = local;
+  cl.locallen = locallen;
+  ngtcp2_conn_set_local_addr(
+      cl.conn, ngtcp2_addr_init(&a, (ngtcp2_sockaddr *)&cl.local, cl.locallen));
+  out("rebound to port %u",
+      (unsigned)ntohs(local.ss_family == AF_INET6
+                          ? ((struct sockaddr_in6 *)&local)->sin6_port
+                          : ((struct sockaddr_in *)&local)->sin_port));
+  return 0;
+}
+
 static int usage(void) {
   fprintf(
       stderr,
@@ -1157,6 +1190,8 @@ int main(int argc, char **argv) {
       dst = &timeout_ms;
     else if (strcmp(o, "--stall-ms") == 0)
       dst = &cl.stall_ms;
+    else if (strcmp(o, "--rebind-after") == 0)
+      dst = &cl.rebind_after;
     else if (strcmp(o, "--no-read") == 0)
       cl.no_read = 1;
     else if (strcmp(o, "--cancel-all") == 0)
@@ -1302,6 +1337,14 @@ int main(int argc, char **argv) {
         cl.want_open = 0;
     }
     stall_check(now_ns());
+    if (cl.rebind_after > 0 && cl.got_total >= cl.rebind_after) {
+      cl.rebind_after = 0;
+      if (rebind() != 0) {
+        out("rebind-error");
+        rc = 1;
+        goto end;
+      }
+    }
     if (write_all() != 0) {
       rc = 1;
       goto end;

@@ -177,6 +177,34 @@ def download_not_stalled():
                                                        for t in took))
 
 
+@case(timeout=90)
+def nat_rebinding_mid_download():
+    """An 8 MiB download whose client moves to a new UDP port (a NAT
+    rebinding: ngtcp2 is told the new local address and migrates
+    nothing) after 40 kB, 1 MB and 6 MB: the server notices the new
+    address from the client's next packet, validates it and sends the
+    rest there. The old socket is closed, so a body that completes came
+    over the new path. With 1 worker and with 4, where the new port may
+    hash to another worker's socket and the datagrams are forwarded."""
+    need()
+    n = 8 << 20
+    want = (n, hashlib.sha256(b"x" * n).hexdigest())
+    four = start("--workers", "4")
+    try:
+        for s in (srv, four):
+            for after in (40000, 1000000, 6000000):
+                r = h3("GET", s.quic_port, "/big?bytes=%d" % n,
+                       "--rebind-after", str(after), timeout_ms=20000)
+                check(r.has("rebound to port"), "no rebinding (%r)" % r)
+                eq(r.rc, 0, "exit status (%r)" % r)
+                eq(r.status.get(0), 200, "status")
+                eq(r.body.get(0), want, "body after a rebinding at %d "
+                   "bytes (%r)" % (after, r))
+        four.check_alive()
+    finally:
+        four.stop()
+
+
 @case
 def upload_byte_exact():
     need()
