@@ -42,6 +42,35 @@
  * tern_settings' allocator, which is version 1's and stays. tern_header
  * (passed in arrays) never changes; tern_error_info is laid out by the
  * library and only read.
+ *
+ * Contents, in the order of the sections below:
+ *   (first, unheaded) tern_version, tern_version_number, the _init rule
+ *   Errors            TERN_E* codes, tern_strerror
+ *   Settings          tern_settings, tern_settings_init
+ *   Server lifecycle  tern_server_new, tern_run, tern_attach, tern_stop,
+ *                     tern_server_free
+ *   TLS               tern_tls_new, tern_tls_add_cert_*, tern_tls_commit,
+ *                     engines, ticket keys, minimum version
+ *   HTTP/3 over QUIC  tern_quic_options
+ *   Listening         tern_listen (the one-liner), tern_listen_with and
+ *                     tern_listen_options (host and port, path or fd; TLS,
+ *                     PROXY protocol, QUIC), tern_listen_fds_from_env,
+ *                     tern_server_set_alt_svc
+ *   Routing           tern_route, tern_route_with, route options and
+ *                     response compression, the default handler
+ *   The request       method, target, path, query, fields, peer, body;
+ *                     streaming bodies (tern_request_read/pause/resume);
+ *                     the client going away (tern_request_on_gone); the
+ *                     worker's loop (tern_worker_call, tern_request_loop)
+ *   Answers tern makes itself  tern_server_on_error, tern_error_respond
+ *   Responses         tern_respond, tern_respond_ref, tern_response_start,
+ *                     _write, _end, tern_respond_interim
+ *   Serving files     tern_static_new, tern_static_handler,
+ *                     tern_static_mount
+ *   WebSocket         tern_ws_accept, tern_ws_send, _fragment, _ping,
+ *                     _close, _broadcast, flow control, per-socket data
+ *   Statistics        tern_stats, tern_server_stats, tern_metrics_handler
+ *   Access log        tern_server_access_log, _reopen, tern_server_on_access
  */
 #ifndef TERN_H
 #define TERN_H
