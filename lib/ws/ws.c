@@ -1,4 +1,5 @@
-/* WebSocket sockets: the handshake, the public tern_ws_* calls, and the
+/* WebSocket sockets: accepting the handshake, the public tern_ws_* calls,
+ * and the
  * glue between the frame codec (ws/frame.h), permessage-deflate
  * (ws/deflate.h) and a carrier.
  *
@@ -22,7 +23,7 @@
 #include "core/worker.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
-#include "ws/sha1.h"
+#include "ws/handshake.h"
 
 /* The worker's WebSocket state (its service slot, TERN__SVC_WS). */
 typedef struct {
@@ -109,7 +110,7 @@ struct tern_ws {
   tern__ws_deflater *def;
   tern__ws_inflater *inf;
   ws_buf z; /* a compressed message being framed */
-  char subprotocol[64];
+  char subprotocol[TERN__WS_SUBPROTOCOL_MAX];
   /* on_close's arguments while it waits for the check phase. */
   int close_code;
   size_t close_reason_len;
@@ -704,157 +705,7 @@ static void on_body(tern_request *r, int event, const char *data, size_t len,
   tern_ws_unref(ws);
 }
 
-/* ---- The handshake ------------------------------------------------------ */
-static const size_t options_ends[] = {
-    TERN__END(tern_ws_options, subprotocol_len),
-    TERN__END(tern_ws_options, deflate_level)};
-
-void tern_ws_options_init_size(tern_ws_options *out, size_t size) {
-  tern_ws_options d, *o = &d;
-  if (out == NULL)
-    return;
-  memset(o, 0, sizeof(*o));
-  o->version = TERN_WS_OPTIONS_VERSION;
-  o->size = sizeof(*o);
-  o->max_message_size = 16u << 20;
-  o->high_water = 1u << 20;
-  o->on_full = TERN_WS_PAUSE_READING;
-  o->deflate = 1;
-  o->deflate_window_bits = 15;
-  o->deflate_mem_level = 8;
-  o->deflate_level = 1;
-  o->close_timeout_ms = 5000;
-  tern__abi_init(out, size, &d, options_ends, TERN_WS_OPTIONS_VERSION);
-}
-
-static int header_has_token(const tern_request *r, const char *name,
-                            const char *tok) {
-  size_t i, nl = strlen(name), tl = strlen(tok);
-  for (i = 0; i < r->nheaders; i++) {
-    const tern_header *f = &r->headers[i];
-    if (f->name_len == nl && tern__ieq_lit(f->name, nl, name) &&
-        tern__has_token(f->value, f->value_len, tok, tl))
-      return 1;
-  }
-  return 0;
-}
-
-/* The one field named `name`: 1 and its value, 0 if absent, -1 if there
- * are several. */
-static int single_field(const tern_request *r, const char *name, const char **v,
-                        size_t *vlen) {
-  size_t i, nl = strlen(name);
-  int found = 0;
-  for (i = 0; i < r->nheaders; i++) {
-    const tern_header *f = &r->headers[i];
-    if (f->name_len == nl && tern__ieq_lit(f->name, nl, name)) {
-      if (found)
-        return -1;
-      found = 1;
-      *v = f->value;
-      *vlen = f->value_len;
-    }
-  }
-  return found;
-}
-
-int tern_ws_is_upgrade(const tern_request *r) {
-  if (r == NULL)
-    return 0;
-  if (tern__request_upgrade(r) == TERN__UPGRADE_CONNECT)
-    return 1;
-  return tern__request_upgrade(r) == TERN__UPGRADE_H1 &&
-         header_has_token(r, "upgrade", "websocket");
-}
-
-int tern_ws_protocol_offered(const tern_request *r, const char *name,
-                             size_t len) {
-  size_t i;
-  if (r == NULL || name == NULL || len == 0)
-    return 0;
-  for (i = 0; i < r->nheaders; i++) {
-    const tern_header *f = &r->headers[i];
-    if (f->name_len == 22 &&
-        tern__ieq_lit(f->name, 22, "sec-websocket-protocol") &&
-        tern__has_token(f->value, f->value_len, name, len))
-      return 1;
-  }
-  return 0;
-}
-
-/* 0 when `r` is a valid handshake, else the status to answer. On
- * HTTP/1.1, `accept` receives the Sec-WebSocket-Accept value. */
-static int validate(const tern_request *r, char *accept, size_t *accept_len) {
-  static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-  const char *v;
-  size_t vlen;
-  unsigned char key[18], digest[20];
-  tern__sha1 sha;
-
-  switch (single_field(r, "sec-websocket-version", &v, &vlen)) {
-  case 0:
-  case -1:
-    return 400;
-  default:
-    if (vlen != 2 || memcmp(v, "13", 2) != 0)
-      return 426;
-  }
-  if (tern__request_upgrade(r) == TERN__UPGRADE_CONNECT)
-    return 0; /* RFC 8441 4: no key, no Upgrade, no Connection */
-  if (r->protocol != TERN_PROTO_HTTP11 || r->method_len != 3 ||
-      memcmp(r->method, "GET", 3) != 0 ||
-      tern__request_upgrade(r) != TERN__UPGRADE_H1 ||
-      !(r->flags & TERN__RQ_BODY_DONE) ||
-      !header_has_token(r, "upgrade", "websocket") ||
-      !header_has_token(r, "connection", "upgrade"))
-    return 400;
-  /* Sec-WebSocket-Key: base64 of exactly 16 bytes (RFC 6455 4.2.1). */
-  if (single_field(r, "sec-websocket-key", &v, &vlen) != 1 || vlen != 24 ||
-      tern__base64_decode(key, sizeof(key), v, vlen) != 16)
-    return 400;
-  tern__sha1_init(&sha);
-  tern__sha1_update(&sha, v, vlen);
-  tern__sha1_update(&sha, guid, sizeof(guid) - 1);
-  tern__sha1_final(&sha, digest);
-  *accept_len = tern__base64_encode(accept, digest, sizeof(digest));
-  return 0;
-}
-
-/* Where each version of tern_ws_options ends (tern.h lists them): 2
- * added deflate_level. A new field gets a new entry, never a longer old
- * one. */
-_Static_assert(sizeof(options_ends) / sizeof(options_ends[0]) ==
-                   TERN_WS_OPTIONS_VERSION,
-               "one end per tern_ws_options version");
-
-/* Read the caller's options (of any version this library knows) into
- * `o`, which holds the defaults, and check them: 1 when usable, else 0
- * after a log line saying why. */
-static int read_options(tern_server *srv, const tern_ws_options *in,
-                        tern_ws_options *o) {
-  char why[160];
-  tern_ws_options_init_size(o, sizeof(*o));
-  if (in == NULL)
-    return 1;
-  if (tern__abi_read(o, sizeof(*o), in, options_ends, TERN_WS_OPTIONS_VERSION,
-                     why, sizeof(why)) != 0) {
-    tern__log(srv, TERN_LOG_ERROR, "tern_ws_accept: tern_ws_options %s", why);
-    return 0;
-  }
-  if (o->max_message_size > 0 && o->high_water > 0 &&
-      (o->on_full == TERN_WS_PAUSE_READING ||
-       o->on_full == TERN_WS_FAIL_SEND) &&
-      o->deflate_window_bits >= 9 && o->deflate_window_bits <= 15 &&
-      o->deflate_mem_level >= 1 && o->deflate_mem_level <= 9 &&
-      o->deflate_level >= 0 && o->deflate_level <= 9 &&
-      (o->subprotocol_len == 0 || o->subprotocol != NULL) &&
-      o->subprotocol_len < sizeof(((tern_ws *)0)->subprotocol))
-    return 1;
-  tern__log(srv, TERN_LOG_ERROR,
-            "tern_ws_accept: tern_ws_options has a value out of range");
-  return 0;
-}
-
+/* ---- The handshake (its checks are in ws/handshake.c) ------------------ */
 static void *z_malloc(size_t n, void *user) {
   return tern__malloc(user, n);
 }
@@ -870,8 +721,7 @@ static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
   tern__ws_deflate_policy pol;
   tern__ws_deflate_params prm;
   tern__ws_alloc a;
-  size_t i;
-  int ok = 0;
+  int ok;
 
   if (!ws->o.deflate)
     return 0;
@@ -879,13 +729,7 @@ static int setup_deflate(tern_ws *ws, const tern_request *r, char *resp,
   pol.server_max_window_bits = ws->o.deflate_window_bits;
   pol.mem_level = ws->o.deflate_mem_level;
   pol.level = ws->o.deflate_level;
-  for (i = 0; i < r->nheaders && !ok; i++) {
-    const tern_header *f = &r->headers[i];
-    if (f->name_len == 24 &&
-        tern__ieq_lit(f->name, 24, "sec-websocket-extensions"))
-      ok = tern__ws_deflate_negotiate(f->value, f->value_len, &pol, &prm, resp,
-                                      resp_len);
-  }
+  ok = tern__ws_deflate_offers(r, &pol, &prm, resp, resp_len);
   if (!ok)
     return 0;
   a.malloc = z_malloc;
@@ -919,13 +763,13 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     return TERN_EINVAL;
   /* From here on only the library's own copy is read: the caller's struct
    * may be an older, shorter layout. */
-  if (!read_options(r->w->srv, opts, &o))
+  if (!tern__ws_read_options(r->w->srv, opts, &o))
     return TERN_EINVAL;
   opts = &o;
   w = r->w;
   if (!tern__on_worker(w) || (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
     return TERN_ESTATE;
-  status = validate(r, accept, &accept_len);
+  status = tern__ws_validate(r, accept, &accept_len);
   if (status == 0 && r->ops->tunnel == NULL)
     status = 400;
   if (status == 426) {
