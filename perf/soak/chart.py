@@ -1,11 +1,11 @@
 """The soak's chart (SVG, no dependencies): hello's RSS, the fresh-client
 latency and the open descriptors over time, one panel each, sharing the
 time axis; the warm-up is shaded and the latency limit drawn. The style
-(font, colours, tick steps) is perf/lib/svg.py's."""
+(font, colours, tick steps) is perf/driver/svg.py's."""
 
 import math
 
-from lib.svg import COLORS, FONT, compact, esc, nice_step
+from driver.svg import COLORS, FONT, compact, esc, nice_step
 
 W = 760
 LEFT = 64

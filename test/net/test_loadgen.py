@@ -690,11 +690,11 @@ PERF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                     "perf")
 
 
-def perf_lib():
-    """perf/lib (the driver's modules), imported from the source tree."""
+def perf_driver():
+    """perf/driver (the driver's modules), imported from the source tree."""
     if PERF not in sys.path:
         sys.path.insert(0, PERF)
-    from lib import common, scenarios, tlsclient  # noqa: E402
+    from driver import common, scenarios, tlsclient  # noqa: E402
     return common, scenarios, tlsclient
 
 
@@ -723,7 +723,7 @@ def perf_h3_check_wants_the_exact_answer():
     pass, a body other than the one expected is refused."""
     if shutil.which("gtlsclient") is None:
         raise Skip("gtlsclient not installed (ngtcp2-client)")
-    common, scenarios, tlsclient = perf_lib()
+    common, scenarios, tlsclient = perf_driver()
     with quic_hello() as (s, quic), tempfile.TemporaryDirectory() as d:
         get = scenarios.REGISTRY["h3-get"]
         r = tlsclient.gtls_check(quic, get, b"Hello, World!", d)

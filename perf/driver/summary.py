@@ -6,7 +6,7 @@ import statistics
 from . import common
 
 # client CPU utilisation (of its one core) above which a closed-loop
-# upload's MiB/s is the load generator's limit (perf/lib/measure.py)
+# upload's MiB/s is the load generator's limit (perf/driver/measure.py)
 CLIENT_BOUND = 0.9
 
 

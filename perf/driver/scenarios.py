@@ -31,7 +31,7 @@ TABLES = {
 }
 
 # The static-file rows (issue 16): files served from one docroot that
-# perf/lib/servers.py writes into the work directory; every server maps
+# perf/driver/servers.py writes into the work directory; every server maps
 # /static/ onto it (tern: hello --static; nginx: alias with sendfile and
 # open_file_cache; h2o: file.dir). A pattern rather than one byte
 # repeated, so that a body from a wrong offset fails the check.
