@@ -97,6 +97,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "h3core.h"
 #include "wsproto.h"
 
 #define PROG "h3load"
@@ -643,22 +644,6 @@ static void ws_close_all(void) {
  * None of them calls ngtcp2_conn_read_pkt or writev_stream: ngtcp2 asserts
  * against re-entry. `user` is the conn. */
 
-static void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx) {
-  (void)ctx;
-  (void)gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
-}
-
-static int new_cid_cb(ngtcp2_conn *q, ngtcp2_cid *cid, uint8_t *token,
-                      size_t cidlen, void *user) {
-  (void)q;
-  (void)user;
-  if (gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, cidlen) != 0 ||
-      gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN))
-    return NGTCP2_ERR_CALLBACK_FAILURE;
-  cid->datalen = cidlen;
-  return 0;
-}
-
 static int setup_h3(conn *c);
 
 /* The 1-RTT keys are in: the server's transport parameters are known, so
@@ -953,8 +938,6 @@ static nghttp3_ssize h3_read_body(nghttp3_conn *h3, int64_t id,
 
 static int setup_h3(conn *c) {
   nghttp3_callbacks cb;
-  nghttp3_settings st;
-  int64_t ctrl, qenc, qdec;
 
   memset(&cb, 0, sizeof(cb));
   cb.acked_stream_data = h3_acked;
@@ -966,18 +949,7 @@ static int setup_h3(conn *c) {
   cb.stop_sending = h3_stop_sending;
   cb.reset_stream = h3_reset_stream;
   cb.shutdown = h3_shutdown;
-  nghttp3_settings_default(&st);
-  st.qpack_max_dtable_capacity = 4096;
-  st.qpack_blocked_streams = 100;
-  if (nghttp3_conn_client_new(&c->h3, &cb, &st, NULL, c) != 0)
-    return -1;
-  if (ngtcp2_conn_open_uni_stream(c->q, &ctrl, NULL) != 0 ||
-      nghttp3_conn_bind_control_stream(c->h3, ctrl) != 0 ||
-      ngtcp2_conn_open_uni_stream(c->q, &qenc, NULL) != 0 ||
-      ngtcp2_conn_open_uni_stream(c->q, &qdec, NULL) != 0 ||
-      nghttp3_conn_bind_qpack_streams(c->h3, qenc, qdec) != 0)
-    return -1;
-  return 0;
+  return h3core_h3_conn(&c->h3, &cb, c->q, c);
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -1322,60 +1294,22 @@ static void step(void) {
 
 /* ---- setup ------------------------------------------------------------- */
 
-static void log_cb(void *user, const char *fmt, ...) {
-  va_list ap;
-  (void)user;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-
 static int conn_setup_tls(conn *c) {
-  static const char prio[] = "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:"
-                             "+VERS-TLS1.3";
-  gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
   const char *colon = strrchr(g.authority, ':');
   size_t snilen = colon != NULL && g.authority[0] != '['
                       ? (size_t)(colon - g.authority)
                       : strlen(g.authority);
-  if (gnutls_init(&c->tls, GNUTLS_CLIENT | GNUTLS_ENABLE_EARLY_DATA |
-                               GNUTLS_NO_END_OF_EARLY_DATA) != 0 ||
-      gnutls_priority_set_direct(c->tls, prio, NULL) != 0 ||
-      ngtcp2_crypto_gnutls_configure_client_session(c->tls) != 0 ||
-      gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, g.cred) != 0 ||
-      gnutls_alpn_set_protocols(c->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0 ||
-      gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, g.authority, snilen) != 0)
-    return -1;
-  /* No gnutls_session_set_verify_cert: benchmark servers run on
-   * self-signed certificates. */
   c->ref.get_conn = get_conn;
   c->ref.user_data = c;
-  gnutls_session_set_ptr(c->tls, &c->ref);
-  return 0;
+  return h3core_tls(&c->tls, g.cred, g.authority, snilen, &c->ref);
 }
 
 static int conn_setup_quic(conn *c, uint64_t now) {
   ngtcp2_callbacks cb;
   ngtcp2_settings st;
   ngtcp2_transport_params tp;
-  ngtcp2_cid dcid, scid;
-  ngtcp2_path path;
 
-  memset(&cb, 0, sizeof(cb));
-  cb.client_initial = ngtcp2_crypto_client_initial_cb;
-  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb.encrypt = ngtcp2_crypto_encrypt_cb;
-  cb.decrypt = ngtcp2_crypto_decrypt_cb;
-  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-  cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
-  cb.update_key = ngtcp2_crypto_update_key_cb;
-  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
-  cb.rand = rand_cb;
-  cb.get_new_connection_id = new_cid_cb;
+  h3core_quic_callbacks(&cb);
   cb.handshake_completed = handshake_done_cb;
   cb.recv_rx_key = rx_key_cb;
   cb.recv_stream_data = recv_stream_cb;
@@ -1389,7 +1323,7 @@ static int conn_setup_quic(conn *c, uint64_t now) {
   ngtcp2_settings_default(&st);
   st.initial_ts = now;
   if (g.verbose)
-    st.log_printf = log_cb;
+    st.log_printf = h3core_log;
   st.max_stream_window = STREAM_WINDOW;
   st.max_window = CONN_WINDOW;
   ngtcp2_transport_params_default(&tp);
@@ -1399,20 +1333,10 @@ static int conn_setup_quic(conn *c, uint64_t now) {
   tp.initial_max_data = CONN_WINDOW;
   tp.max_idle_timeout = 30 * NGTCP2_SECONDS;
 
-  dcid.datalen = 18;
-  scid.datalen = 17;
-  if (gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen) != 0 ||
-      gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen) != 0)
+  if (h3core_quic_conn(&c->q, (struct sockaddr *)&c->local, c->locallen,
+                       (struct sockaddr *)&g.target.addr, g.target.len, &cb,
+                       &st, &tp, c, c->tls) != 0)
     return -1;
-  path.local.addr = (ngtcp2_sockaddr *)&c->local;
-  path.local.addrlen = c->locallen;
-  path.remote.addr = (ngtcp2_sockaddr *)&g.target.addr;
-  path.remote.addrlen = g.target.len;
-  path.user_data = NULL;
-  if (ngtcp2_conn_client_new(&c->q, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1,
-                             &cb, &st, &tp, NULL, c) != 0)
-    return -1;
-  ngtcp2_conn_set_tls_native_handle(c->q, c->tls);
   return 0;
 }
 

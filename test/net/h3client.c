@@ -117,6 +117,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "h3core.h"
+
 #define PATTERN_LEN (251 * 256) /* whole periods of i % 251 */
 #define MAX_EXTRA 4096          /* --headers' ceiling */
 #define MAX_FIELDS 32           /* --header's ceiling */
@@ -160,8 +162,8 @@ static struct {
   int no_read, idle, verbose, connected, blocked_seen, closed, cancel_all;
   uint64_t stall_ms;
   uint64_t rebind_after, got_total; /* --rebind-after; 0 once done */
-  ngtcp2_tstamp stall_until; /* --stall-ms: 0 once the stall is over */
-  int want_open;             /* more streams may be opened now */
+  ngtcp2_tstamp stall_until;        /* --stall-ms: 0 once the stall is over */
+  int want_open;                    /* more streams may be opened now */
   char *big;
   nghttp3_nv *extra;
   size_t nextra;
@@ -236,22 +238,6 @@ static void finish(req *r) {
 /* ---- ngtcp2 callbacks ---------------------------------------------------
  * None of them calls ngtcp2_conn_read_pkt or writev_stream: ngtcp2 asserts
  * against re-entry. */
-
-static void rand_cb(uint8_t *dest, size_t len, const ngtcp2_rand_ctx *ctx) {
-  (void)ctx;
-  (void)gnutls_rnd(GNUTLS_RND_RANDOM, dest, len);
-}
-
-static int new_cid_cb(ngtcp2_conn *conn, ngtcp2_cid *cid, uint8_t *token,
-                      size_t cidlen, void *user) {
-  (void)conn;
-  (void)user;
-  if (gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, cidlen) != 0 ||
-      gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN))
-    return NGTCP2_ERR_CALLBACK_FAILURE;
-  cid->datalen = cidlen;
-  return 0;
-}
 
 static int setup_h3(void);
 
@@ -606,8 +592,6 @@ static nghttp3_ssize t_read(nghttp3_conn *c, int64_t id, nghttp3_vec *vec,
 
 static int setup_h3(void) {
   nghttp3_callbacks cb;
-  nghttp3_settings st;
-  int64_t ctrl, qenc, qdec;
 
   memset(&cb, 0, sizeof(cb));
   cb.acked_stream_data = h3_acked;
@@ -618,18 +602,7 @@ static int setup_h3(void) {
   cb.end_stream = h3_end_stream;
   cb.stop_sending = h3_stop_sending;
   cb.reset_stream = h3_reset_stream;
-  nghttp3_settings_default(&st);
-  st.qpack_max_dtable_capacity = 4096;
-  st.qpack_blocked_streams = 100;
-  if (nghttp3_conn_client_new(&cl.h3, &cb, &st, NULL, NULL) != 0)
-    return -1;
-  if (ngtcp2_conn_open_uni_stream(cl.conn, &ctrl, NULL) != 0 ||
-      nghttp3_conn_bind_control_stream(cl.h3, ctrl) != 0 ||
-      ngtcp2_conn_open_uni_stream(cl.conn, &qenc, NULL) != 0 ||
-      ngtcp2_conn_open_uni_stream(cl.conn, &qdec, NULL) != 0 ||
-      nghttp3_conn_bind_qpack_streams(cl.h3, qenc, qdec) != 0)
-    return -1;
-  return 0;
+  return h3core_h3_conn(&cl.h3, &cb, cl.conn, NULL);
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -949,33 +922,11 @@ static int parse_url(const char *url, char *host, size_t hostlen, char *port,
 }
 
 static int setup_tls(void) {
-  static const char prio[] = "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:"
-                             "+VERS-TLS1.3";
-  gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
-  if (gnutls_certificate_allocate_credentials(&cl.cred) != 0 ||
-      gnutls_init(&cl.tls, GNUTLS_CLIENT | GNUTLS_ENABLE_EARLY_DATA |
-                               GNUTLS_NO_END_OF_EARLY_DATA) != 0 ||
-      gnutls_priority_set_direct(cl.tls, prio, NULL) != 0 ||
-      ngtcp2_crypto_gnutls_configure_client_session(cl.tls) != 0 ||
-      gnutls_credentials_set(cl.tls, GNUTLS_CRD_CERTIFICATE, cl.cred) != 0 ||
-      gnutls_alpn_set_protocols(cl.tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) != 0 ||
-      gnutls_server_name_set(cl.tls, GNUTLS_NAME_DNS, "localhost", 9) != 0)
+  if (gnutls_certificate_allocate_credentials(&cl.cred) != 0)
     return -1;
-  /* No gnutls_session_set_verify_cert: the tests' certificates are
-   * self-signed, and this client only ever talks to 127.0.0.1. */
   cl.ref.get_conn = get_conn;
   cl.ref.user_data = NULL;
-  gnutls_session_set_ptr(cl.tls, &cl.ref);
-  return 0;
-}
-
-static void log_cb(void *user, const char *fmt, ...) {
-  va_list ap;
-  (void)user;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
+  return h3core_tls(&cl.tls, cl.cred, "localhost", 9, &cl.ref);
 }
 
 static int retry_cb(ngtcp2_conn *conn, const ngtcp2_pkt_hd *hd, void *user) {
@@ -1008,25 +959,11 @@ static int setup_quic(void) {
   ngtcp2_callbacks cb;
   ngtcp2_settings st;
   ngtcp2_transport_params tp;
-  ngtcp2_cid dcid, scid;
-  ngtcp2_path path;
 
-  memset(&cb, 0, sizeof(cb));
-  cb.client_initial = ngtcp2_crypto_client_initial_cb;
-  cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-  cb.encrypt = ngtcp2_crypto_encrypt_cb;
-  cb.decrypt = ngtcp2_crypto_decrypt_cb;
-  cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+  h3core_quic_callbacks(&cb);
   cb.recv_retry = retry_cb;
   if (cl.token_file != NULL)
     cb.recv_new_token = new_token_cb;
-  cb.update_key = ngtcp2_crypto_update_key_cb;
-  cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-  cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-  cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-  cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
-  cb.rand = rand_cb;
-  cb.get_new_connection_id = new_cid_cb;
   cb.handshake_completed = handshake_done_cb;
   cb.recv_rx_key = rx_key_cb;
   cb.recv_stream_data = recv_stream_cb;
@@ -1040,7 +977,7 @@ static int setup_quic(void) {
   ngtcp2_settings_default(&st);
   st.initial_ts = now_ns();
   if (cl.verbose)
-    st.log_printf = log_cb;
+    st.log_printf = h3core_log;
   if (cl.token_file != NULL) {
     read_token();
     st.token.base = cl.token;
@@ -1059,20 +996,10 @@ static int setup_quic(void) {
     st.max_stream_window = 8 * 1024 * 1024;
   st.max_window = 24 * 1024 * 1024;
 
-  dcid.datalen = 18;
-  scid.datalen = 17;
-  if (gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen) != 0 ||
-      gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen) != 0)
+  if (h3core_quic_conn(&cl.conn, (struct sockaddr *)&cl.local, cl.locallen,
+                       (struct sockaddr *)&cl.remote, cl.remotelen, &cb, &st,
+                       &tp, NULL, cl.tls) != 0)
     return -1;
-  path.local.addr = (ngtcp2_sockaddr *)&cl.local;
-  path.local.addrlen = cl.locallen;
-  path.remote.addr = (ngtcp2_sockaddr *)&cl.remote;
-  path.remote.addrlen = cl.remotelen;
-  path.user_data = NULL;
-  if (ngtcp2_conn_client_new(&cl.conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1,
-                             &cb, &st, &tp, NULL, NULL) != 0)
-    return -1;
-  ngtcp2_conn_set_tls_native_handle(cl.conn, cl.tls);
   return 0;
 }
 
@@ -1102,8 +1029,7 @@ static int rebind(void) {
   socklen_t locallen = sizeof(local);
   ngtcp2_addr a;
   int fd = socket(cl.remote.ss_family, SOCK_DGRAM, 0);
-  if (fd < 0 ||
-      connect(fd, (struct sockaddr *)&cl.remote, cl.remotelen) != 0 ||
+  if (fd < 0 || connect(fd, (struct sockaddr *)&cl.remote, cl.remotelen) != 0 ||
       getsockname(fd, (struct sockaddr *)&local, &locallen) != 0) {
     if (fd >= 0)
       close(fd);
