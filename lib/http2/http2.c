@@ -95,6 +95,7 @@
 #include <nghttp2/nghttp2.h>
 #include <string.h>
 
+#include "core/mux.h"
 #include "net/stream.h"
 
 extern const tern__proto tern__http2;
@@ -109,10 +110,6 @@ extern const tern__proto tern__http2;
 #define H2_OUT_HIGH (64 * 1024)
 #define H2_HPACK_TABLE 4096
 #define H2_MAX_EMPTY_DATA 100
-/* RST_STREAM from the client: a bucket of H2_RESET_BURST tokens refilled
- * at H2_RESET_RATE a second; when empty, GOAWAY (CVE-2023-44487). */
-#define H2_RESET_BURST 400
-#define H2_RESET_RATE 33
 /* Client stream ids remembered after their streams close (RFC 9113 5.1:
  * frames on a closed stream are an error unless the server reset it),
  * as bits over the last H2_CLOSED_IDS odd ids up to the highest opened. */
@@ -199,9 +196,8 @@ struct h2_conn {
   unsigned eof : 1;       /* the client sent FIN */
   unsigned full : 1;      /* send_data paused nghttp2 at H2_OUT_HIGH */
   uint32_t empty_data;
-  uint32_t reset_tokens; /* RST_STREAM budget (H2_RESET_BURST) */
-  uint64_t reset_time;   /* when it was last refilled (loop ms) */
-  int32_t max_id;        /* the highest stream id a client HEADERS used */
+  tern__reset_budget resets; /* RST_STREAM from the client (core/mux.h) */
+  int32_t max_id;            /* the highest stream id a client HEADERS used */
   uint64_t opened[H2_CLOSED_WORDS]; /* bit k: id max_id - 2k was opened */
   uint64_t quiet[H2_CLOSED_WORDS];  /* bit k: we reset it: ignore frames */
   /* The input's frame boundaries, followed ahead of nghttp2 (scan_input) */
@@ -975,22 +971,11 @@ static void id_opened(h2_conn *h, int32_t id) {
   h->opened[0] |= 1;
 }
 
-/* RST_STREAM from the client: a token bucket (CVE-2023-44487). nghttp2
- * has one too, but it answers with INTERNAL_ERROR; this one runs first
- * and says ENHANCE_YOUR_CALM (RFC 9113 5.4.1, 7). */
+/* RST_STREAM from the client: the reset budget (core/mux.h). nghttp2
+ * has a bucket too, but it answers with INTERNAL_ERROR; this one runs
+ * first and says ENHANCE_YOUR_CALM (RFC 9113 5.4.1, 7). */
 static int reset_allowed(h2_conn *h) {
-  uint64_t now = uv_now(h->w->loop);
-  uint64_t add = (now - h->reset_time) * H2_RESET_RATE / 1000;
-  if (add > 0) {
-    h->reset_tokens = add >= H2_RESET_BURST - h->reset_tokens
-                          ? H2_RESET_BURST
-                          : h->reset_tokens + (uint32_t)add;
-    h->reset_time = now;
-  }
-  if (h->reset_tokens == 0)
-    return 0;
-  h->reset_tokens--;
-  return 1;
+  return tern__reset_budget_take(&h->resets, uv_now(h->w->loop));
 }
 
 /* DATA or HEADERS on a stream nghttp2 no longer has (RFC 9113 5.1):
@@ -1386,8 +1371,8 @@ static void ng_init(void) {
   nghttp2_option_set_max_settings(o, H2_MAX_SETTINGS);
   /* A backstop only: on_begin_frame's bucket of the same size runs out
    * first and answers ENHANCE_YOUR_CALM. */
-  nghttp2_option_set_stream_reset_rate_limit(o, 2 * H2_RESET_BURST,
-                                             2 * H2_RESET_RATE);
+  nghttp2_option_set_stream_reset_rate_limit(o, 2 * TERN__MUX_RESET_BURST,
+                                             2 * TERN__MUX_RESET_RATE);
   nghttp2_option_set_max_continuations(o, H2_MAX_CONTINUATIONS);
   nghttp2_option_set_no_closed_streams(o, 1);
   ng_cbs = cb;
@@ -1442,9 +1427,8 @@ static h2_conn *h2_new(tern__stream *c) {
                                                     : H2_CONN_WIN_FLOOR;
   tern__window_init(&h->rwin, H2_CONN_WIN_INIT < cmax ? H2_CONN_WIN_INIT : cmax,
                     cmax);
-  h->reset_tokens = H2_RESET_BURST;
+  tern__reset_budget_init(&h->resets, uv_now(c->head.w->loop));
   h->scan_left = sizeof(preface) - 1; /* the client's magic comes first */
-  h->reset_time = uv_now(c->head.w->loop);
   if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, 6) != 0 ||
       nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                             (int32_t)h->rwin.win) != 0) {

@@ -104,6 +104,7 @@
 #include <nghttp3/nghttp3.h>
 #include <string.h>
 
+#include "core/mux.h"
 #include "core/worker.h"
 #include "quic/quic.h"
 
@@ -116,10 +117,6 @@ extern const tern__quic_app tern__http3_app;
 /* After an early answer, a body with a length at most this much short of
  * it is read to its end (its length checked) rather than stopped. */
 #define H3_DRAIN_MAX (64 * 1024)
-/* Client stream resets: a bucket of H3_RESET_BURST tokens refilled at
- * H3_RESET_RATE a second, as HTTP/2's (CVE-2023-44487). */
-#define H3_RESET_BURST 400
-#define H3_RESET_RATE 33
 #define H3_VECS 8 /* nghttp3 0.8 asks for at most 8 vectors at a time */
 
 /* quic.h's tern__qvec passes for nghttp3_vec unchanged. */
@@ -206,10 +203,9 @@ struct h3_conn {
   unsigned closed : 1;     /* tern__quic_close was called */
   unsigned rx_early : 1;   /* the bytes being read came in 0-RTT */
   unsigned pumping : 1;
-  uint64_t stop_at; /* loop time for the final GOAWAY */
-  int64_t ctrl;     /* our control stream */
-  uint32_t reset_tokens;
-  uint64_t reset_time;
+  uint64_t stop_at;          /* loop time for the final GOAWAY */
+  int64_t ctrl;              /* our control stream */
+  tern__reset_budget resets; /* client stream resets (core/mux.h) */
 };
 
 /* ---- Small helpers --------------------------------------------------- */
@@ -1335,8 +1331,7 @@ static int q_start(tern__quic *q) {
   }
   nghttp3_conn_set_max_client_streams_bidi(h->ng, tern__quic_max_bidi(q));
   h->ctrl = ctrl;
-  h->reset_tokens = H3_RESET_BURST;
-  h->reset_time = uv_now(h->w->loop);
+  tern__reset_budget_init(&h->resets, uv_now(h->w->loop));
   tern__quic_set_app(q, h);
   if (head->flags & TERN__C_STOPPING)
     h->stopping = 1;        /* the stop came during the handshake */
@@ -1473,20 +1468,9 @@ static int q_closed(tern__quic *q, int64_t id, uint64_t code) {
   return rv;
 }
 
-/* RST_STREAM from the client: a token bucket (CVE-2023-44487). */
+/* A client stream reset: the reset budget (core/mux.h). */
 static int reset_allowed(h3_conn *h) {
-  uint64_t now = uv_now(h->w->loop);
-  uint64_t add = (now - h->reset_time) * H3_RESET_RATE / 1000;
-  if (add > 0) {
-    h->reset_tokens = add >= H3_RESET_BURST - h->reset_tokens
-                          ? H3_RESET_BURST
-                          : h->reset_tokens + (uint32_t)add;
-    h->reset_time = now;
-  }
-  if (h->reset_tokens == 0)
-    return 0;
-  h->reset_tokens--;
-  return 1;
+  return tern__reset_budget_take(&h->resets, uv_now(h->w->loop));
 }
 
 /* The stream nghttp3 knows as `id`, ours, or NULL. nghttp3 0.8 has no

@@ -20,6 +20,9 @@
  *   --cancel-all      reset every request's stream (H3_REQUEST_CANCELLED,
  *                     both directions) as soon as the server acknowledged
  *                     its head: a client that asks and leaves at once
+ *   --rapid-reset     as --cancel-all, but each stream is reset as soon as
+ *                     its HEADERS went out, without waiting for the
+ *                     server: the rapid-reset attack (CVE-2023-44487)
  *   --no-read         a 1 KiB stream window that is never extended for
  *                     response bodies (ACKs still flow)
  *   --stall-ms N      as --no-read for the first N ms, then the stream
@@ -160,6 +163,7 @@ static struct {
   size_t nreqs, next, finished, open_now, max_open;
   uint64_t body_size, header_bytes, nheaders, reset_k;
   int no_read, idle, verbose, connected, blocked_seen, closed, cancel_all;
+  int rapid_reset; /* --rapid-reset (with cancel_all set) */
   uint64_t stall_ms;
   uint64_t rebind_after, got_total; /* --rebind-after; 0 once done */
   ngtcp2_tstamp stall_until;        /* --stall-ms: 0 once the stall is over */
@@ -1122,6 +1126,8 @@ int main(int argc, char **argv) {
       cl.no_read = 1;
     else if (strcmp(o, "--cancel-all") == 0)
       cl.cancel_all = 1;
+    else if (strcmp(o, "--rapid-reset") == 0)
+      cl.cancel_all = cl.rapid_reset = 1;
     else if (strcmp(o, "--idle") == 0)
       cl.idle = 1;
     else if (strcmp(o, "-v") == 0)
@@ -1279,7 +1285,7 @@ int main(int argc, char **argv) {
       /* A head the server has acknowledged was read: reset it now. */
       for (i = 0; i < cl.next; i++) {
         req *q = &cl.reqs[i];
-        if (q->finished || q->head_acked == 0)
+        if (q->finished || (q->head_acked == 0 && !cl.rapid_reset))
           continue;
         if (ngtcp2_conn_shutdown_stream(cl.conn, q->id,
                                         NGHTTP3_H3_REQUEST_CANCELLED) != 0) {

@@ -205,6 +205,24 @@ def nat_rebinding_mid_download():
         four.stop()
 
 
+@case(timeout=60)
+def rapid_reset_closes_with_excessive_load():
+    """Streams reset as soon as their HEADERS went out (CVE-2023-44487),
+    on a route that never answers, so that every reset cancels a request
+    in progress (one after the whole response is not counted): past the
+    reset budget (core/mux.h: 400 at once, HTTP/2's too) the connection
+    closes with H3_EXCESSIVE_LOAD (0x107); 300 such streams stay within
+    it, and the server answers the next client."""
+    need()
+    r = h3("GET", srv.quic_port, "/never", "-n", "2000", "--rapid-reset")
+    check(r.has("closed app 0x107"), "no H3_EXCESSIVE_LOAD close (%r)" % r)
+    r = h3("GET", srv.quic_port, "/never", "-n", "300", "--rapid-reset")
+    eq(r.rc, 0, "300 resets: exit status (%r)" % r)
+    check(not r.has("closed"), "300 resets closed the connection (%r)" % r)
+    r = h3("GET", srv.quic_port, "/")
+    eq(r.status.get(0), 200, "the next client (%r)" % r)
+
+
 @case
 def upload_byte_exact():
     need()
