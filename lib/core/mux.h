@@ -1,9 +1,13 @@
 /* What HTTP/2 and HTTP/3, the two multiplexing adapters, share and write
- * once. Today: the client's stream-reset budget. */
+ * once: the client's stream-reset budget and how a response field is
+ * put on the wire. */
 #ifndef TERN_CORE_MUX_H
 #define TERN_CORE_MUX_H
 
+#include <string.h>
+
 #include "core/base.h"
+#include "core/text.h"
 
 /* Client stream resets (RST_STREAM, RESET_STREAM/STOP_SENDING): a
  * bucket of TERN__MUX_RESET_BURST tokens refilled at
@@ -39,6 +43,63 @@ static inline int tern__reset_budget_take(tern__reset_budget *b,
   if (b->tokens == 0)
     return 0;
   b->tokens--;
+  return 1;
+}
+
+/* A response field that HTTP/2 and HTTP/3 never send: the connection-
+ * specific ones (RFC 9113 8.2.2, RFC 9114 4.2), and Date and
+ * Content-Length, which the adapter writes itself. */
+static inline int tern__mux_dropped_field(const tern_header *f) {
+  switch (f->name_len) {
+  case 2:
+    return tern__ieq_lit(f->name, 2, "te");
+  case 4:
+    return tern__ieq_lit(f->name, 4, "date");
+  case 7:
+    return tern__ieq_lit(f->name, 7, "upgrade");
+  case 10:
+    return tern__ieq_lit(f->name, 10, "connection") ||
+           tern__ieq_lit(f->name, 10, "keep-alive");
+  case 14:
+    return tern__ieq_lit(f->name, 14, "content-length");
+  case 16:
+    return tern__ieq_lit(f->name, 16, "proxy-connection");
+  case 17:
+    return tern__ieq_lit(f->name, 17, "transfer-encoding");
+  default:
+    return 0;
+  }
+}
+
+/* Field `f` as both protocols send it: 0 when it is dropped (above);
+ * else 1, with its name lower-cased into *buf (f->name_len bytes; *buf
+ * moves past them) and *v, *vl its value trimmed of spaces and tabs,
+ * copied into *buf as well (after the name) when `copy`. */
+static inline int tern__mux_field(const tern_header *f, char **buf, int copy,
+                                  const char **v, size_t *vl) {
+  const char *p = f->value;
+  size_t n = f->value_len, j;
+  char *b = *buf;
+  if (tern__mux_dropped_field(f))
+    return 0;
+  while (n > 0 && (p[0] == ' ' || p[0] == '\t')) {
+    p++;
+    n--;
+  }
+  while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+    n--;
+  for (j = 0; j < f->name_len; j++) {
+    unsigned char ch = (unsigned char)f->name[j];
+    *b++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
+  }
+  if (copy && n > 0) {
+    memcpy(b, p, n);
+    p = b;
+    b += n;
+  }
+  *buf = b;
+  *v = p;
+  *vl = n;
   return 1;
 }
 

@@ -1689,51 +1689,19 @@ static int h3_timer(const tern__conn *c) {
 
 /* ---- Responses --------------------------------------------------------- */
 
-/* Fields tern writes itself, and those HTTP/3 forbids (RFC 9114 4.2). */
-static int dropped_field(const tern_header *f) {
-  switch (f->name_len) {
-  case 2:
-    return tern__ieq_lit(f->name, 2, "te");
-  case 4:
-    return tern__ieq_lit(f->name, 4, "date");
-  case 7:
-    return tern__ieq_lit(f->name, 7, "upgrade");
-  case 10:
-    return tern__ieq_lit(f->name, 10, "connection") ||
-           tern__ieq_lit(f->name, 10, "keep-alive");
-  case 14:
-    return tern__ieq_lit(f->name, 14, "content-length");
-  case 16:
-    return tern__ieq_lit(f->name, 16, "proxy-connection");
-  case 17:
-    return tern__ieq_lit(f->name, 17, "transfer-encoding");
-  default:
-    return 0;
-  }
-}
-
 /* Fill nv from fields: names lower-cased into buf, values trimmed of
  * whitespace. nghttp3 copies both. Returns the number of entries. */
 static size_t put_fields(nghttp3_nv *nv, char *buf, const tern_header *f,
                          size_t n) {
-  size_t i, j, k = 0;
+  size_t i, k = 0;
   for (i = 0; i < n; i++) {
-    const char *v = f[i].value;
-    size_t vl = f[i].value_len;
-    if (dropped_field(&f[i]))
+    char *name = buf;
+    const char *v;
+    size_t vl;
+    if (!tern__mux_field(&f[i], &buf, 0, &v, &vl))
       continue;
-    while (vl > 0 && (v[0] == ' ' || v[0] == '\t')) {
-      v++;
-      vl--;
-    }
-    while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-      vl--;
-    nv[k].name = (uint8_t *)buf;
+    nv[k].name = (uint8_t *)name;
     nv[k].namelen = f[i].name_len;
-    for (j = 0; j < f[i].name_len; j++) {
-      unsigned char ch = (unsigned char)f[i].name[j];
-      *buf++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
-    }
     nv[k].value = (uint8_t *)(uintptr_t)v;
     nv[k].valuelen = vl;
     nv[k].flags = NGHTTP3_NV_FLAG_NONE;
