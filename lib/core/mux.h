@@ -1,12 +1,14 @@
 /* What HTTP/2 and HTTP/3, the two multiplexing adapters, share and write
- * once: the client's stream-reset budget and how a response field is
- * put on the wire. */
+ * once (lib/core/mux.c): the client's stream-reset budget, the body bytes
+ * a stream holds for its handler, and how a response field is put on the
+ * wire. */
 #ifndef TERN_CORE_MUX_H
 #define TERN_CORE_MUX_H
 
 #include <string.h>
 
 #include "core/base.h"
+#include "core/pool.h"
 #include "core/text.h"
 
 /* Client stream resets (RST_STREAM, RESET_STREAM/STOP_SENDING): a
@@ -45,6 +47,18 @@ static inline int tern__reset_budget_take(tern__reset_budget *b,
   b->tokens--;
   return 1;
 }
+
+/* Request body bytes a stream holds while its handler cannot take them
+ * (paused, or not reading yet): [off, off + len) of p, cap bytes from the
+ * worker's small blocks. */
+typedef struct {
+  char *p;
+  size_t off, len, cap;
+} tern__mux_pend;
+
+/* Append n bytes, growing (doubling from 16 KiB) or sliding the buffer
+ * down as needed: 0, or TERN_ENOMEM with nothing appended. */
+int tern__mux_hold(tern__worker *w, tern__mux_pend *b, const void *p, size_t n);
 
 /* A response field that HTTP/2 and HTTP/3 never send: the connection-
  * specific ones (RFC 9113 8.2.2, RFC 9114 4.2), and Date and

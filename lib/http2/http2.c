@@ -167,9 +167,8 @@ struct h2_stream {
   size_t ncookie;
   char *cookie; /* cookie crumbs joined with "; " */
   uint64_t content_length;
-  uint64_t received; /* request body bytes that arrived */
-  char *pend;        /* body bytes the handler cannot take yet */
-  size_t pend_off, pend_len, pend_cap;
+  uint64_t received;    /* request body bytes that arrived */
+  tern__mux_pend pend;  /* body bytes the handler cannot take yet */
   size_t owed;          /* delivered while paused: consumed on resume */
   tern__window rwin;    /* our receive window for the stream */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
@@ -307,7 +306,7 @@ static void consume(h2_conn *h, h2_stream *s, size_t n) {
   /* The core's policy decides; a stream that holds bytes, or can get no
    * more, does not grow. */
   win = tern__window_consumed(&s->rwin, n,
-                              s->pend_len > 0 || !(s->flags & S_OPEN) ||
+                              s->pend.len > 0 || !(s->flags & S_OPEN) ||
                                   (s->flags & S_REMOTE_DONE),
                               h->stream_win);
   if (win != 0) {
@@ -325,9 +324,9 @@ static void consume(h2_conn *h, h2_stream *s, size_t n) {
 /* Body bytes the stream holds or owes go back to the connection window
  * (the stream's own window no longer matters). */
 static void drop_held(h2_conn *h, h2_stream *s) {
-  size_t n = s->pend_len + s->owed;
-  h->held -= s->pend_len;
-  s->pend_len = s->pend_off = 0;
+  size_t n = s->pend.len + s->owed;
+  h->held -= s->pend.len;
+  s->pend.len = s->pend.off = 0;
   s->owed = 0;
   if (n > 0 && !h->dead && !h->finished) {
     if (s->flags & S_OPEN)
@@ -338,25 +337,10 @@ static void drop_held(h2_conn *h, h2_stream *s) {
 }
 
 static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
-  if (s->pend_off > 0 && s->pend_off + s->pend_len + n > s->pend_cap) {
-    memmove(s->pend, s->pend + s->pend_off, s->pend_len);
-    s->pend_off = 0;
-  }
-  if (s->pend_len + n > s->pend_cap) {
-    size_t cap = s->pend_cap ? s->pend_cap * 2 : 16384;
-    char *nb;
-    while (cap < s->pend_len + n)
-      cap *= 2;
-    nb = tern__small_realloc(h->w, s->pend, cap);
-    if (nb == NULL)
-      return TERN_ENOMEM;
-    s->pend = nb;
-    s->pend_cap = cap;
-  }
-  memcpy(s->pend + s->pend_off + s->pend_len, p, n);
-  s->pend_len += n;
-  h->held += n;
-  return 0;
+  int rc = tern__mux_hold(h->w, &s->pend, p, n);
+  if (rc == 0)
+    h->held += n;
+  return rc;
 }
 
 /* ---- Closing streams --------------------------------------------------- */
@@ -514,16 +498,16 @@ static void deliver(h2_conn *h, h2_stream *s) {
       s->owed = 0;
       consume(h, s, n);
     }
-    if (s->pend_len > 0) {
-      size_t n = s->pend_len < H2_DELIVER_MAX ? s->pend_len : H2_DELIVER_MAX;
-      const char *p = s->pend + s->pend_off;
-      s->pend_off += n;
-      s->pend_len -= n;
+    if (s->pend.len > 0) {
+      size_t n = s->pend.len < H2_DELIVER_MAX ? s->pend.len : H2_DELIVER_MAX;
+      const char *p = s->pend.p + s->pend.off;
+      s->pend.off += n;
+      s->pend.len -= n;
       r->bytes_in += n;
       h->held -= n;
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
-      if (s->pend_len == 0)
-        s->pend_off = 0;
+      if (s->pend.len == 0)
+        s->pend.off = 0;
       if (h->dead || !(s->flags & S_OPEN))
         break;
       if (r->flags & TERN__RQ_PAUSED)
@@ -1157,7 +1141,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
       answer(h, s, status, NULL, 0);
     return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
   }
-  if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+  if (s->pend.len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
     r->bytes_in += len;
@@ -1977,7 +1961,7 @@ static void h2_release(tern_request *r) {
     nghttp2_rcbuf_decref(s->rc[i]);
   tern__small_free(w, s->rc);
   tern__small_free(w, s->cookie);
-  tern__small_free(w, s->pend);
+  tern__small_free(w, s->pend.p);
   tern__small_free(w, s->trailers);
   tern__small_free(w, s);
   r->proto_data = NULL;

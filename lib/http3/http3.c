@@ -166,12 +166,11 @@ struct h3_stream {
   size_t ncookie;
   char *cookie; /* cookie crumbs joined with "; " */
   uint64_t content_length;
-  uint64_t received; /* request body bytes that arrived */
-  char *pend;        /* body bytes the handler cannot take yet */
-  size_t pend_off, pend_len, pend_cap;
-  size_t owed;    /* delivered while paused: credited on resume */
-  size_t handed;  /* bytes of r->out handed to nghttp3, not yet acked */
-  uint64_t acked; /* acknowledged bytes not yet consumed from r->out */
+  uint64_t received;   /* request body bytes that arrived */
+  tern__mux_pend pend; /* body bytes the handler cannot take yet */
+  size_t owed;         /* delivered while paused: credited on resume */
+  size_t handed;       /* bytes of r->out handed to nghttp3, not yet acked */
+  uint64_t acked;      /* acknowledged bytes not yet consumed from r->out */
 };
 
 /* Request streams refused before nghttp3 saw them (refuse_oversized), by
@@ -282,32 +281,15 @@ static void consume(h3_conn *h, h3_stream *s, size_t n) {
 /* Body bytes the stream holds or owes go back to the connection window
  * (the stream's own no longer matters). */
 static void drop_held(h3_conn *h, h3_stream *s) {
-  size_t n = s->pend_len + s->owed;
-  s->pend_len = s->pend_off = 0;
+  size_t n = s->pend.len + s->owed;
+  s->pend.len = s->pend.off = 0;
   s->owed = 0;
   if (n > 0 && !h->dead)
     (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
 }
 
 static int hold(h3_conn *h, h3_stream *s, const uint8_t *p, size_t n) {
-  if (s->pend_off > 0 && s->pend_off + s->pend_len + n > s->pend_cap) {
-    memmove(s->pend, s->pend + s->pend_off, s->pend_len);
-    s->pend_off = 0;
-  }
-  if (s->pend_len + n > s->pend_cap) {
-    size_t cap = s->pend_cap ? s->pend_cap * 2 : 16384;
-    char *nb;
-    while (cap < s->pend_len + n)
-      cap *= 2;
-    nb = tern__small_realloc(h->w, s->pend, cap);
-    if (nb == NULL)
-      return TERN_ENOMEM;
-    s->pend = nb;
-    s->pend_cap = cap;
-  }
-  memcpy(s->pend + s->pend_off + s->pend_len, p, n);
-  s->pend_len += n;
-  return 0;
+  return tern__mux_hold(h->w, &s->pend, p, n);
 }
 
 /* ---- Counting and timers --------------------------------------------- */
@@ -508,15 +490,15 @@ static void deliver(h3_conn *h, h3_stream *s) {
       s->owed = 0;
       consume(h, s, n);
     }
-    if (s->pend_len > 0) {
-      size_t n = s->pend_len < H3_DELIVER_MAX ? s->pend_len : H3_DELIVER_MAX;
-      const char *p = s->pend + s->pend_off;
-      s->pend_off += n;
-      s->pend_len -= n;
+    if (s->pend.len > 0) {
+      size_t n = s->pend.len < H3_DELIVER_MAX ? s->pend.len : H3_DELIVER_MAX;
+      const char *p = s->pend.p + s->pend.off;
+      s->pend.off += n;
+      s->pend.len -= n;
       r->bytes_in += n;
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
-      if (s->pend_len == 0)
-        s->pend_off = 0;
+      if (s->pend.len == 0)
+        s->pend.off = 0;
       if (h->dead || !(s->flags & S_OPEN))
         break;
       if (r->flags & TERN__RQ_PAUSED)
@@ -972,7 +954,7 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
     }
     return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
   }
-  if (s->pend_len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+  if (s->pend.len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
     r->bytes_in += len;
@@ -1975,7 +1957,7 @@ static void h3_release(tern_request *r) {
     nghttp3_rcbuf_decref(s->rc[i]);
   tern__small_free(w, s->rc);
   tern__small_free(w, s->cookie);
-  tern__small_free(w, s->pend);
+  tern__small_free(w, s->pend.p);
   tern__small_free(w, s);
   r->proto_data = NULL;
   conn_unref(h);
