@@ -61,6 +61,7 @@
 #include "../unit/count_alloc.h"
 #include "fuzz_cert.h"
 #include "tern.h"
+#include "../common/listen.h"
 
 #define CHECK(e)                                                               \
   do {                                                                         \
@@ -72,15 +73,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define OUT_MAX (16u << 20)
 #define LATER_MAX 64
-
-/* A TLS listener on 127.0.0.1, any port. */
-static int listen_tls(tern_server *srv, tern_tls *tls, int *port) {
-  tern_listen_options lo;
-  tern_listen_options_init(&lo);
-  lo.host = "127.0.0.1";
-  lo.tls = tls;
-  return tern_listen_with(srv, &lo, port);
-}
 
 static uv_loop_t loop;
 static tern_server *srv;
@@ -234,7 +226,7 @@ static void start_server(void) {
   CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1, fuzz_key,
                               sizeof(fuzz_key) - 1) == 0);
   CHECK(tern_tls_commit(tls) == 0);
-  CHECK(listen_tls(srv, tls, &tls_port) == 0);
+  CHECK(test_listen_tls(srv, tls, &tls_port) == 0);
   /* The other engine, when the build has both. */
   tls_port2 = tls_port;
   CHECK(tern_tls_new(srv, &tls) == 0);
@@ -243,7 +235,7 @@ static void start_server(void) {
     CHECK(tern_tls_add_cert_mem(tls, fuzz_cert, sizeof(fuzz_cert) - 1, fuzz_key,
                                 sizeof(fuzz_key) - 1) == 0);
     CHECK(tern_tls_commit(tls) == 0);
-    CHECK(listen_tls(srv, tls, &tls_port2) == 0);
+    CHECK(test_listen_tls(srv, tls, &tls_port2) == 0);
   }
   CHECK(tern_attach(srv, &loop) == 0);
   out = malloc(OUT_MAX);

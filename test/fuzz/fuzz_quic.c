@@ -95,6 +95,7 @@
 #include "../unit/count_alloc.h"
 #include "fuzz_cert.h"
 #include "tern.h"
+#include "../common/listen.h"
 
 /* A failed check names itself before it traps. */
 #define CHECK(e)                                                               \
@@ -132,18 +133,6 @@ typedef struct {
   int nscid, scid_short;
   int validated; /* sent back a Retry token the server gave it */
 } source;
-
-/* A QUIC listener on 127.0.0.1, any port. */
-static int listen_quic(tern_server *srv, tern_tls *tls,
-                       const tern_quic_options *q, int *port) {
-  tern_listen_options lo;
-  tern_listen_options_init(&lo);
-  lo.host = "127.0.0.1";
-  lo.tls = tls;
-  lo.quic = 1;
-  lo.quic_options = q;
-  return tern_listen_with(srv, &lo, port);
-}
 
 static uv_loop_t loop;
 static tern_server *srv;
@@ -248,10 +237,10 @@ static void start_server(void) {
   tern_quic_options_init(&o);
   o.retry = TERN_QUIC_RETRY_NEVER;
   o.early_data = 1;
-  CHECK(listen_quic(srv, tls, &o, &port_never) == 0);
+  CHECK(test_listen_quic(srv, tls, &o, &port_never) == 0);
   tern_quic_options_init(&o);
   o.retry = TERN_QUIC_RETRY_ALWAYS;
-  CHECK(listen_quic(srv, tls, &o, &port_retry) == 0);
+  CHECK(test_listen_quic(srv, tls, &o, &port_retry) == 0);
   CHECK(tern_attach(srv, &loop) == 0);
   probe_fd = open_udp(INADDR_LOOPBACK);
   strict = getenv("FUZZ_QUIC_STRICT") != NULL;

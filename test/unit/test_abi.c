@@ -26,6 +26,8 @@
 #include "t.h"
 #include "test_cert.h"
 
+#include "../common/listen.h"
+
 /* ---- Layouts from "older" and "newer" headers ---------------------- */
 
 /* tern_settings as version 1 laid it out. */
@@ -725,17 +727,6 @@ _Static_assert(offsetof(quic_options_v1, secret_len) ==
 /* A version 1 caller's struct ends at a page end: reading version 2's
  * previous_secret from it would fault. Version 2 with version 1's size
  * is refused, as is a version this library does not know. */
-static int listen_quic(tern_server *srv, tern_tls *tls,
-                       const tern_quic_options *q, int *port) {
-  tern_listen_options lo;
-  tern_listen_options_init(&lo);
-  lo.host = "127.0.0.1";
-  lo.tls = tls;
-  lo.quic = 1;
-  lo.quic_options = q;
-  return tern_listen_with(srv, &lo, port);
-}
-
 static void test_quic_options_v1(void) {
   static const uint8_t secret[16] = {1, 2, 3};
   quic_options_v1 *o = at_page_end(sizeof(*o));
@@ -755,7 +746,7 @@ static void test_quic_options_v1(void) {
   o->max_streams = 10;
   o->secret = secret;
   o->secret_len = sizeof(secret);
-  rc = listen_quic(srv, tls, (const tern_quic_options *)(void *)o, &port);
+  rc = test_listen_quic(srv, tls, (const tern_quic_options *)(void *)o, &port);
   if (rc == TERN_ENOTSUP) { /* no HTTP/3 or no GnuTLS in this build */
     page_free(o);
     tern_server_free(srv);
@@ -764,11 +755,13 @@ static void test_quic_options_v1(void) {
   T_EQ_INT(rc, 0);
   T_ASSERT(port > 0);
   o->version = 2; /* with version 1's size */
-  T_EQ_INT(listen_quic(srv, tls, (const tern_quic_options *)(void *)o, NULL),
-           TERN_EINVAL);
+  T_EQ_INT(
+      test_listen_quic(srv, tls, (const tern_quic_options *)(void *)o, NULL),
+      TERN_EINVAL);
   o->version = 3;
-  T_EQ_INT(listen_quic(srv, tls, (const tern_quic_options *)(void *)o, NULL),
-           TERN_EINVAL);
+  T_EQ_INT(
+      test_listen_quic(srv, tls, (const tern_quic_options *)(void *)o, NULL),
+      TERN_EINVAL);
   page_free(o);
   tern_server_free(srv);
 }

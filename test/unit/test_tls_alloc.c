@@ -34,15 +34,7 @@ int main(void) {
 #include "t.h"
 #include "test_cert.h"
 #include "tern.h"
-
-/* A TLS listener on 127.0.0.1, any port. */
-static int listen_tls(tern_server *srv, tern_tls *tls, int *port) {
-  tern_listen_options lo;
-  tern_listen_options_init(&lo);
-  lo.host = "127.0.0.1";
-  lo.tls = tls;
-  return tern_listen_with(srv, &lo, port);
-}
+#include "../common/listen.h"
 
 static tern_server *srv;
 static int port;
@@ -280,7 +272,7 @@ static int setup_tls(tern_server **out, const tern_settings *st,
                               sizeof(key_pem) - 1));
   SETUP(tern_tls_commit(tls));
   SETUP(tern_route(*out, "GET", "/", hello, NULL));
-  SETUP(listen_tls(*out, tls, &port));
+  SETUP(test_listen_tls(*out, tls, &port));
   SETUP(tern_attach(*out, loop));
   return rc;
 }
