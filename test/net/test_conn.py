@@ -816,6 +816,17 @@ def settle_rss(s, start, within=5.0):
         time.sleep(0.1)
 
 
+def check_rss_returns(s, start, peak, burst_kib):
+    """The burst took more than `burst_kib` (it happened), and RSS is
+    back within 16 MiB of `start` within 5 s of the last close."""
+    rss, took = settle_rss(s, start)
+    suite.note("RSS %d KiB at start, %d in the burst, %d %.1f s after "
+               "the last close" % (start, peak, rss, took))
+    check(peak - start > burst_kib, "the burst took %d KiB" % (peak - start))
+    check(rss - start <= 16 << 10, "RSS %d KiB, %d above its start, "
+          "5 s after the burst" % (rss, rss - start))
+
+
 @case(timeout=60)
 def rss_returns_after_pipelined_burst():
     """3,000 connections each pipeline 50 requests and close: RSS climbs
@@ -846,12 +857,7 @@ def rss_returns_after_pipelined_burst():
         finally:
             for c in socks:
                 c.close()
-        rss, took = settle_rss(s, start)
-        suite.note("RSS %d KiB at start, %d after the burst, %d %.1f s after "
-                   "the last close" % (start, peak, rss, took))
-        check(peak - start > 32 << 10, "the burst took %d KiB" % (peak - start))
-        check(rss - start <= 16 << 10, "RSS %d KiB, %d above its start, "
-              "5 s after the burst" % (rss, rss - start))
+        check_rss_returns(s, start, peak, 32 << 10)
         eq(get(s.port, "/").body, HELLO_BODY, "served after the burst")
 
 
@@ -885,13 +891,7 @@ def rss_returns_after_compression_burst():
         finally:
             for c in conns:
                 c.close()
-        rss, took = settle_rss(s, start)
-        suite.note("RSS %d KiB at start, %d in the burst, %d %.1f s after "
-                   "the last close" % (start, peak, rss, took))
-        check(peak - start > 100 << 10, "the burst took %d KiB"
-              % (peak - start))
-        check(rss - start <= 16 << 10, "RSS %d KiB, %d above its start, "
-              "5 s after the burst" % (rss, rss - start))
+        check_rss_returns(s, start, peak, 100 << 10)
 
 
 # ---- Allocations ------------------------------------------------------------
