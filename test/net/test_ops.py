@@ -16,6 +16,7 @@ counters must move by exactly the requests made, per protocol, status
 class and rejection reason.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -451,6 +452,40 @@ def access_log_sighup_reopen():
         eq([json.loads(x)["target"] for x in old], ["/before"], "old file")
 
 
+def pipelined_gets(port, batches, per):
+    """`batches` rounds of `per` pipelined GET / on one connection, each
+    answered in full; how many were answered."""
+    n = 0
+    with Conn(port) as c:
+        for _ in range(batches):
+            c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * per)
+            for _ in range(per):
+                r = c.response(timeout=5)
+                eq((r.status, r.body), (200, HELLO_BODY), "answered")
+                n += 1
+    return n
+
+
+def stop_draining(s, rfd):
+    """Stop hello while a thread reads the FIFO behind `rfd` (opened
+    non-blocking) to its end, so that the log writer can flush what it
+    queued; the bytes read."""
+    drained = []
+
+    def drain():
+        fcntl.fcntl(rfd, fcntl.F_SETFL, 0)  # blocking now
+        while True:
+            b = os.read(rfd, 65536)
+            if not b:
+                break
+            drained.append(b)
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    eq(s.stop(), 0, "hello exits cleanly once the FIFO drains")
+    t.join(5)
+    return b"".join(drained)
+
+
 @suite.case(timeout=30)
 def access_log_full_queue_drops():
     """A writer that cannot write (a FIFO nobody reads) never blocks the
@@ -460,39 +495,17 @@ def access_log_full_queue_drops():
     # A reader that exists (so the open does not block) but reads nothing
     # until the end: the pipe fills and the writer thread blocks.
     rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    drained = []
     try:
         s = Server("hello", ["--access-log", fifo, "--workers", "1",
                              "--access-log-buffers", "2",
                              "--access-log-buffer-size", "1024"])
-        n = 0
-        with Conn(s.port) as c:
-            for batch in range(20):
-                c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
-                for i in range(50):
-                    r = c.response(timeout=5)
-                    eq((r.status, r.body), (200, HELLO_BODY), "answered")
-                    n += 1
+        n = pipelined_gets(s.port, 20, 50)
         d = scrape(s.port)
         lines = m(d, "tern_access_log_lines_total")
         dropped = m(d, "tern_access_log_dropped_total")
         check(dropped > 0, "lines dropped: %r %r" % (lines, dropped))
         eq(lines + dropped, n, "each request queued or dropped")
-
-        def drain():
-            fl = __import__("fcntl")
-            fl.fcntl(rfd, fl.F_SETFL, 0)  # blocking now
-            while True:
-                b = os.read(rfd, 65536)
-                if not b:
-                    break
-                drained.append(b)
-        t = threading.Thread(target=drain, daemon=True)
-        t.start()
-        rc = s.stop()
-        eq(rc, 0, "hello exits cleanly once the FIFO drains")
-        t.join(5)
-        got = b"".join(drained).count(b"\n")
+        got = stop_draining(s, rfd).count(b"\n")
         # What was queued is written at the end (the last lines, the
         # scrape and the alive check may come on top).
         check(got >= lines and got <= lines + 2, "written %d, queued %d"
@@ -510,33 +523,11 @@ def access_log_writer_stall_loses_nothing():
     fifo = os.path.join(tmp, "stall.log")
     os.mkfifo(fifo)
     rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    drained = []
     try:
         s = Server("hello", ["--access-log", fifo, "--workers", "1"])
-        n = 0
-        with Conn(s.port) as c:
-            for batch in range(30):
-                c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 100)
-                for i in range(100):
-                    r = c.response(timeout=5)
-                    eq((r.status, r.body), (200, HELLO_BODY), "answered")
-                    n += 1
-
-        def drain():
-            fl = __import__("fcntl")
-            fl.fcntl(rfd, fl.F_SETFL, 0)  # blocking now
-            while True:
-                b = os.read(rfd, 65536)
-                if not b:
-                    break
-                drained.append(b)
+        n = pipelined_gets(s.port, 30, 100)
         time.sleep(1.0)  # the stall
-        t = threading.Thread(target=drain, daemon=True)
-        t.start()
-        rc = s.stop()
-        eq(rc, 0, "hello exits cleanly once the FIFO drains")
-        t.join(5)
-        lines = b"".join(drained).splitlines()
+        lines = stop_draining(s, rfd).splitlines()
         got = sum(1 for x in lines if b'"target":"/"' in x)
         eq(got, n, "requests in the log")
     finally:
