@@ -26,7 +26,8 @@
  * it is. */
 void tern__abi_init(void *dst, size_t size, void *def, const size_t *ends,
                     int nversions);
-/* tern_quic_options' version ends, shared by server.c's _init and quic.c. */
+/* tern_quic_options' version ends, shared by server.c's _init and
+ * lib/quic/listen.c. */
 extern const size_t tern__quic_options_ends[];
 int tern__abi_read(void *dst, size_t dst_size, const void *src,
                    const size_t *ends, int nversions, char *why,

@@ -35,7 +35,7 @@ void tern__server_quic_port(tern_server *srv, int port);
 int tern__server_add_listener(tern_server *srv, tern__listener *l);
 /* tern_listen_with's parts (lib/protocols.c calls them): the options
  * read and checked (lib/net/tcp.c), then a byte-stream listener
- * (lib/net/tcp.c) or a QUIC one (lib/quic/quic.c). */
+ * (lib/net/tcp.c) or a QUIC one (lib/quic/listen.c). */
 int tern__listen_read(tern_server *srv, const tern_listen_options *in,
                       tern_listen_options *o);
 int tern__listen_stream(tern_server *srv, const tern_listen_options *o,

@@ -1,6 +1,6 @@
 /* The HTTP/3 adapter: one nghttp3 server connection per QUIC connection,
  * driven through lib/quic's glue (quic/quic.h) and nothing else: this
- * file sees no ngtcp2, no socket and no libuv handle. quic.c hands us
+ * file sees no ngtcp2, no socket and no libuv handle. lib/quic hands us
  * stream bytes as packets are read (tern__quic_app.recv), asks us for the
  * next bytes to send in its write loop (next / written), and reports
  * acknowledgements, resets and closes; we answer with credit, stream
@@ -59,7 +59,7 @@
  * body, after the body callback returns for a streamed one, and not while
  * the handler has paused (the bytes it cannot take wait in the stream, at
  * most its window). The windows grow by ngtcp2's own auto-tuning, up to
- * the maxima quic.c sets (as HTTP/2's: 8 MiB a stream, 16 MiB the
+ * the maxima lib/quic sets (as HTTP/2's: 8 MiB a stream, 16 MiB the
  * connection), and only while credit comes back within a couple of round
  * trips: a fast handler gets a wide window, a slow or paused one keeps a
  * small one, the same policy as tern__window on HTTP/2.
@@ -270,7 +270,7 @@ static int fail(h3_conn *h, int rv) {
 /* ---- Flow control ---------------------------------------------------- */
 
 /* `n` bytes of the stream's body left tern's hands: credit them. ngtcp2
- * grows the windows itself (quic.c sets its auto-tuning maxima), and only
+ * grows the windows itself (lib/quic sets its auto-tuning maxima), and only
  * while credit comes back quickly, that is while the handler keeps up. */
 static void consume(h3_conn *h, h3_stream *s, size_t n) {
   if (n == 0 || h->dead)

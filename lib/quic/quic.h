@@ -1,11 +1,11 @@
 /* QUIC connections (lib/quic, on ngtcp2) as the HTTP/3 adapter sees them.
- * HTTP/3 (lib/http3, on nghttp3) sees only this header, and quic.c sees
- * no nghttp3: the two pre-1.0 libraries stay one file each. The
+ * HTTP/3 (lib/http3, on nghttp3) sees only this header, and lib/quic sees
+ * no nghttp3: the two pre-1.0 libraries stay one folder each. The
  * connection's head (tern__conn) comes first, so the core counts, times,
  * flushes and closes a QUIC connection like any other; its adapter
  * (head.proto) is the HTTP/3 one, which gets its connection-side calls
  * (stop, close, busy, timer, output) from the core as usual and its
- * stream events from quic.c through tern__quic_app below.
+ * stream events from lib/quic through tern__quic_app below.
  *
  * The core's calls on the head, for HTTP/3: proto->input after each batch
  * of packets was read (deliver what the packets made ready); proto->output
@@ -15,7 +15,7 @@
  * proto->stop on a graceful stop (the app sends GOAWAY and calls
  * tern__quic_close with code_none once its streams are done);
  * proto->close when the connection closes (fail what is in flight), then
- * app->free when quic.c lets go of the ngtcp2 connection.
+ * app->free when lib/quic lets go of the ngtcp2 connection.
  *
  * Threads: everything here runs on the connection's worker; ngtcp2 is
  * not thread-safe. Re-entry: the app's callbacks run inside ngtcp2's
@@ -84,7 +84,7 @@ typedef struct {
   void (*free)(tern__quic *q);
 } tern__quic_app;
 
-/* The QUIC transport (lib/quic/quic.c), listed in lib/protocols.c. */
+/* The QUIC transport (lib/quic/conn.c), listed in lib/protocols.c. */
 extern const tern__transport tern__quic_transport;
 
 /* The HTTP/3 adapter's glue table (lib/http3; bound in lib/protocols.c). */
