@@ -41,7 +41,7 @@
  *   sends back a Retry token the server gave it: at most three times the
  *   bytes of that source's datagrams the server could read (at most
  *   TERN__UDP_DGRAM_MAX bytes; larger ones are dropped unread). No
- *   allowance is needed for the stateless answers: quic.c sends Version
+ *   allowance is needed for the stateless answers: intake.c sends Version
  *   Negotiation (at most 256 bytes) only to datagrams of at least 1200
  *   bytes, a Retry only within three times its trigger, a refusal
  *   (CONNECTION_CLOSE, at most 256 bytes) only to an Initial that
@@ -58,7 +58,7 @@
  *   FUZZ_QUIC_STRICT is set in the environment;
  * - stateless resets (a short-header datagram that is no 1-RTT packet
  *   for this source's CIDs) are smaller than the largest datagram the
- *   source sent, at most 80 bytes (quic.c's random part is capped), and
+ *   source sent, at most 80 bytes (intake.c's random part is capped), and
  *   rate-limited: no more in all than the two listeners' buckets allow
  *   since the start;
  * - memory: whenever the server has no connection left, tern holds
@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_DGRAMS 64
 #define SERVER_CIDLEN 18 /* QUIC_CIDLEN */
 #define V2DRAFT 0x709a50c4u
-#define RESET_MAX 80 /* 1 + 63 random bytes + 16 (quic.c's rnd[64]) */
+#define RESET_MAX 80 /* 1 + 63 random bytes + 16 (intake.c's rnd[64]) */
 #define RESET_BURST 64
 #define RESET_RATE 64
 #define NLISTENERS 2

@@ -162,7 +162,7 @@ def download_not_stalled():
     need()
     # 1 MB over loopback takes 40 ms (HTTP/2 from the same hello: 10 ms).
     # A stall shows as whole seconds: the pacing timer's callback (on_timer
-    # in lib/quic/quic.c) only marks the connection dirty, and the dirty
+    # in lib/quic/conn.c) only marks the connection dirty, and the dirty
     # list is flushed in the check phase, after a poll that then blocks to
     # the next timer (about a second), so each paced burst waits for it.
     n = 1000000
