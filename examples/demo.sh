@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The demo: install what is missing, build, and run tern's reference
-# server on localhost with every protocol built so far: HTTP/1.1 and h2c
-# on the plain port, HTTP/1.1 and HTTP/2 over TLS on the TLS port,
-# HTTP/3 on the same port number over UDP (advertised with Alt-Svc),
-# WebSocket on all three (/ws echoes), a small page with its assets from
-# examples/static at /static/ (tern_static), and the chat room (examples/chat) on
-# the next two ports (HTTP/3 too): open it in two browser tabs. A self-signed certificate
-# for localhost is made on the first run. Ctrl-C stops both gracefully.
+# server (examples/reference/) on localhost with every protocol built so
+# far: HTTP/1.1 and h2c on the plain port, HTTP/1.1 and HTTP/2 over TLS
+# on the TLS port, HTTP/3 on the same port number over UDP (advertised
+# with Alt-Svc), WebSocket on all three (/ws echoes), a small page with
+# its assets from examples/static at /static/ (tern_static), and the chat
+# room (examples/chat) on the next two ports (HTTP/3 too): open it in two
+# browser tabs. A self-signed certificate for localhost is made on the
+# first run. Ctrl-C stops both gracefully.
 #   examples/demo.sh [--port N] [--tls-port N]   (defaults 8080 and 8443;
 #                                                  chat on N+1)
 set -euo pipefail
@@ -51,7 +52,7 @@ echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLS
 echo "demo: HTTP/3: gtlsclient 127.0.0.1 TLSPORT https://localhost:TLSPORT/ (package ngtcp2-client)"
 echo "demo: a page served from examples/static: http://127.0.0.1:PORT/static/ (and over TLS and HTTP/3)"
 echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
-build/examples/hello --port "$port" --tls-port "$tls_port" \
+build/examples/reference --port "$port" --tls-port "$tls_port" \
   --quic-port "$tls_port" --cert "$certs/cert.pem" --key "$certs/key.pem" \
   --static examples/static &
 pids+=($!)

@@ -25,11 +25,12 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # from ngtcp2-server, the reference peer test_h3.py can run against),
 # clang-format and valgrind for CI's format check and performance gate;
 # python3-prometheus-client's parser checks /metrics (test_ops.py);
-# hiredis (with its libuv adapter) and redis-server for hello's /db
-# routes and test_db.py, which starts its own Redis on a Unix socket;
-# pytest and venv for the Python binding's tests (bindings/python/tests:
-# test_install.py installs the package into a fresh venv); haproxy as the
-# real load balancer in front of hello (test_haproxy.py, test_fleet.py);
+# hiredis (with its libuv adapter) and redis-server for the reference
+# server's /db routes and test_db.py, which starts its own Redis on a Unix
+# socket; pytest and venv for the Python binding's tests
+# (bindings/python/tests: test_install.py installs the package into a fresh
+# venv); haproxy as the real load balancer in front of the reference server
+# (test_haproxy.py, test_fleet.py);
 # the zstd and brotli tools decode compressed answers (test_compress.py);
 # abigail-tools' abidw describes the built library for .ci/abi-check.
 test)

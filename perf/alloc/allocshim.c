@@ -31,7 +31,8 @@
  * The signal interrupts whatever the process is doing. With SA_RESTART
  * most blocking calls resume, but some return early regardless (sleeps,
  * epoll_wait with EINTR): servers retry those, but a server whose
- * handler sleeps (hello's /block and /defer) may answer sooner.
+ * handler sleeps (the reference server's /block and /defer) may answer
+ * sooner.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

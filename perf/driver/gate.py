@@ -1,9 +1,10 @@
 """perf gate: the CI gate on figures that are stable on a noisy machine.
 
   allocations and bytes per request (per message, per connection): tern's
-    own counters (hello's /stats) over a fixed COUNT after a warm-up, and
-    the LD_PRELOAD shim's counts over the same window (the shim sees every
-    malloc of the process: libuv's, libc's, the handler's).  The /stats
+    own counters (the reference server's /stats) over a fixed COUNT after
+    a warm-up, and the LD_PRELOAD shim's counts over the same window (the
+    shim sees every malloc of the process: libuv's, libc's, the
+    handler's).  The /stats
     requests ride on a warm keep-alive connection, so the window holds
     exactly the measured work plus one keep-alive /stats request (0
     allocations, itself gated by h1-get); tern's figures are divided by
@@ -17,21 +18,23 @@
                     batches of 8 in flight, every echo read back and
                     compared byte for byte (a mismatch is an error); /stats
                     on a separate keep-alive HTTP connection
-      h3-get        HTTP/3 (a second hello, --quic-port): h3load --requests
+      h3-get        HTTP/3 (a second reference, --quic-port): h3load --requests
                     W twice, then --requests W and --requests W + N (1
                     connection x 8 streams, every response checked), each
                     a QUIC connection of its own; per request = (window 2
                     - window 1) / N, which cancels the handshake, the
                     connection and its graceful close
   instructions per request (per message): valgrind --tool=callgrind on
-    hello, four runs that differ only in the number of requests (messages)
+    the reference server, four runs that differ only in the number of
+    requests (messages)
     of one kind; the difference of the totals divided by the difference of
     the counts cancels start-up, warm-up and shutdown:
       I(base) = run(W warm-up, N1 GET /, N1 app-routed, N1 ws messages)
       h1-get     = (run(N2, N1, N1) - I(base)) / (N2 - N1)
       app-routed = (run(N1, N2, N1) - I(base)) / (N2 - N1)
       ws-echo    = (run(N1, N1, N2) - I(base)) / (N2 - N1)
-    and two more on a hello with --quic-port, each one h3load connection
+    and two more on a reference server with --quic-port, each one h3load
+    connection
     (1 x 8 streams) of N1 or N2 GET / over HTTP/3:
       h3-get     = (run(h3 N2) - run(h3 N1)) / (N2 - N1)
 
@@ -92,10 +95,11 @@ def _prime(port, k):
             c.close()
 
 
-def _start_hello(hello, workdir, cpu, prefix=(), extra=()):
-    out_path = os.path.join(workdir, "hello-%d.out" % len(os.listdir(workdir)))
+def _start_reference(binary, workdir, cpu, prefix=(), extra=()):
+    out_path = os.path.join(workdir,
+                            "reference-%d.out" % len(os.listdir(workdir)))
     argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + \
-        list(prefix) + [hello, "--port", "0", "--workers", "1"] + list(extra)
+        list(prefix) + [binary, "--port", "0", "--workers", "1"] + list(extra)
     with open(out_path, "wb") as out:
         p = common.spawn(argv, stdout=out, cwd=workdir)
     deadline = time.monotonic() + 60
@@ -113,7 +117,7 @@ def _start_hello(hello, workdir, cpu, prefix=(), extra=()):
         time.sleep(0.05)
     text = open(out_path, "rb").read()[-800:].decode("utf-8", "replace")
     common.stop_proc(p)
-    raise BenchError("hello did not start: %s" % text)
+    raise BenchError("reference did not start: %s" % text)
 
 
 def _window(srv, conn, fn, count, out, name, per="req", http=True):
@@ -179,7 +183,8 @@ def ws_echo(ws, count, depth=WS_DEPTH, name="ws-echo"):
 
 
 def ws_open(port, timeout=10.0, name="ws-echo"):
-    """A plain WebSocket to hello's /ws (nothing offered, nothing answered)."""
+    """A plain WebSocket to the reference server's /ws (nothing offered,
+    nothing answered)."""
     ws = wsclient.WsConn(port, "/ws", deflate=False, timeout=timeout)
     if ws.extension is not None:
         ws.close()
@@ -198,7 +203,8 @@ def ws_close(ws, name="ws-echo"):
 
 
 def alloc_metrics(args, workdir):
-    srv = servers.Server("tern", [args.hello, "--port", "0", "--workers", "1"],
+    srv = servers.Server("tern",
+                         [args.reference, "--port", "0", "--workers", "1"],
                          workdir, shim=args.shim_path)
     out = {}
     try:
@@ -243,7 +249,7 @@ def alloc_metrics(args, workdir):
 # h3-get: GET / over HTTP/3, h3load on one connection x H3_STREAMS
 H3_STREAMS = 8
 # connections before the windows: the second QUIC connection of a fresh
-# hello still grows a pool (measured: 8 blocks, 18 KiB more than the
+# reference server still grows a pool (measured: 8 blocks, 18 KiB more than the
 # third); from the third on, a connection of N requests costs the same
 H3_WARM_CONNS = 2
 H3_SCENARIO = REGISTRY["h3-get"]
@@ -294,12 +300,14 @@ def _quic_extra(workdir):
 def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
                      churn=False):
     """h3-get's allocations per request (or those of sc, named name):
-    three h3load runs on a hello with --quic-port (under the shim), the
+    three h3load runs on a reference server with --quic-port (under the
+    shim), the
     counters read between them on a keep-alive HTTP/1.1 connection; per
     request = the difference of the last two windows / their difference
     in requests.  churn: allocations and frees per request instead of
     allocations and bytes (H3_BROWSER_ALLOC_TOL says why)."""
-    srv = servers.Server("tern", [args.hello, "--port", "0", "--workers", "1"]
+    srv = servers.Server("tern",
+                         [args.reference, "--port", "0", "--workers", "1"]
                          + _quic_extra(workdir), workdir, shim=args.shim_path,
                          read_tls_port=True, read_quic_port=True)
     w, n = args.warmup_requests, args.requests
@@ -351,13 +359,15 @@ def _callgrind_total(path):
 
 
 def _under_callgrind(args, workdir, tag, drive, extra=()):
-    """hello (with `extra` arguments) under callgrind: drive(ports) sends
-    the traffic, where ports is what _start_hello found after the process;
-    then hello is stopped and its instructions in total returned."""
+    """The reference server (with `extra` arguments) under callgrind:
+    drive(ports) sends the traffic, where ports is what _start_reference
+    found after the process; then the server is stopped and its
+    instructions in total returned."""
     cg_out = os.path.join(workdir, "callgrind.%s.out" % tag)
     prefix = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + cg_out,
               "--dump-instr=no", "--dump-line=no"]
-    started = _start_hello(args.hello, workdir, args.server_cpu, prefix, extra)
+    started = _start_reference(args.reference, workdir, args.server_cpu,
+                               prefix, extra)
     p = started[0]
     try:
         drive(started[1:])
@@ -365,14 +375,15 @@ def _under_callgrind(args, workdir, tag, drive, extra=()):
         try:
             p.wait(60)
         except Exception:
-            raise BenchError("hello under callgrind did not stop")
+            raise BenchError("reference under callgrind did not stop")
     finally:
         common.stop_proc(p)
     return _callgrind_total(cg_out)
 
 
 def callgrind_h3_run(args, workdir, n, tag):
-    """hello (--quic-port) under callgrind, one h3load connection of n
+    """The reference server (--quic-port) under callgrind, one h3load
+    connection of n
     GET / over HTTP/3; the instructions in total."""
     def drive(ports):
         _h3_count(args, workdir, ports[2], n, timeout=300)
@@ -429,8 +440,8 @@ def limit(entry):
 
 
 def run_gate(args):
-    if not common.which_exec(args.hello):
-        raise SetupError("%s not built (ninja -C build)" % args.hello)
+    if not common.which_exec(args.reference):
+        raise SetupError("%s not built (ninja -C build)" % args.reference)
     if not args.update and _load(args.baseline) is None:
         raise SetupError("no baseline at %s (run with --update)" % args.baseline)
     workdir = tempfile.mkdtemp(prefix="perf-gate.")
@@ -438,7 +449,7 @@ def run_gate(args):
     try:
         log("allocation counts: %d warm-up + %d requests (messages) per "
             "window on %s%s" % (
-            args.warmup_requests, args.requests, args.hello,
+            args.warmup_requests, args.requests, args.reference,
             " (and the shim)" if args.shim_path else ""))
         if not args.shim_path and not args.no_shim:
             raise SetupError("the allocation shim is not built (ninja -C build); "
@@ -478,14 +489,14 @@ def run_gate(args):
     elapsed = time.monotonic() - t0
     env = common.machine()
     env["valgrind"] = common.first_line([args.valgrind, "--version"])
-    # the revision of the tree the measured hello was built from
-    rc, top = common.cmd_output(["git", "-C", os.path.dirname(args.hello),
+    # the revision of the tree the measured reference server was built from
+    rc, top = common.cmd_output(["git", "-C", os.path.dirname(args.reference),
                                  "rev-parse", "--show-toplevel"])
     if rc == 0 and top:
         env["git_revision"] = common.git_revision(top)
-        env["hello"] = os.path.relpath(args.hello, top)
+        env["reference"] = os.path.relpath(args.reference, top)
     else:
-        env["hello"] = args.hello
+        env["reference"] = args.reference
 
     if args.update:
         metrics = {}
@@ -546,7 +557,7 @@ def _config(args):
                               "head, --requests N" % (
                                   H3_BROWSER_SCENARIO.clients,
                                   H3_BROWSER_SCENARIO.streams),
-            "hello": "build/examples/hello --workers 1"}
+            "reference": "build/examples/reference --workers 1"}
 
 
 def _load(path):

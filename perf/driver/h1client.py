@@ -149,7 +149,7 @@ def wait_answering(port, proc, timeout=15.0):
 
 
 def tern_stats(port, conn=None):
-    """tern's counters (hello's GET /stats) as a dict."""
+    """tern's counters (the reference server's GET /stats) as a dict."""
     if conn is not None:
         status, _, body = conn.get("/stats")
     else:

@@ -60,10 +60,11 @@ def _alloc_fields(row, st0, st1, sh0, sh1, n):
         row["shim_processes"] = sh1["processes"]
 
 
-# hello's upload handler (examples/hello.c, upload()) counts the body in a
-# uint64_t of its own, allocated with calloc per upload: the shim sees it,
-# tern's allocator hook does not.  (allocations, bytes) per request.
-HELLO_UPLOAD_ALLOCS = (1, 8)
+# The reference server's upload handler (examples/reference/reference.c,
+# upload()) counts the body in a uint64_t of its own, allocated with calloc
+# per upload: the shim sees it, tern's allocator hook does not.
+# (allocations, bytes) per request.
+REFERENCE_UPLOAD_ALLOCS = (1, 8)
 
 
 def agreement(row, app=(0, 0)):
@@ -492,7 +493,7 @@ def _measure_load(args, workdir, srv, sc, row):
             / common.CLK_TCK
         row["redis_cpu_us_per_req"] = _per(row["redis_cpu_s"] * 1e6, n)
     _alloc_fields(row, st0, st1, sh0, sh1, n)
-    app = HELLO_UPLOAD_ALLOCS if sc.upload else (0, 0)
+    app = REFERENCE_UPLOAD_ALLOCS if sc.upload else (0, 0)
     if is_tern and sc.protocol == "db" and agreement(row, app):
         row["notes"].append(
             "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
@@ -504,7 +505,7 @@ def _measure_load(args, workdir, srv, sc, row):
                 row.get("allocs_per_req") or 0, row.get("bytes_per_req") or 0))
     elif srv.name == "tern-python":
         # the shim counts the interpreter's allocations too; /stats only
-        # tern's (which the binding must leave at hello's figures)
+        # tern's (which the binding must leave at the reference server's)
         row["notes"].append(
             "shim %.4g allocs, %.4g bytes per request vs tern /stats %.4g, "
             "%.4g: the difference is Python's own (the interpreter, ctypes "
@@ -527,8 +528,8 @@ def _measure_load(args, workdir, srv, sc, row):
                 "mbedTLS's own allocations (thousands of small blocks per "
                 "handshake, its record buffers per connection)"
                 if srv.name == "tern-mbedtls" else
-                "what GnuTLS (QUIC's handshake and keys) and hello's "
-                "upload handler allocate with the C library"
+                "what GnuTLS (QUIC's handshake and keys) and the reference "
+                "server's upload handler allocate with the C library"
                 if sc.protocol in ("h3", "ws-h3") else
                 "the TLS engine's own allocations (GnuTLS: roughly 5 blocks "
                 "of ~16.7 KiB per record received, and per handshake)"))

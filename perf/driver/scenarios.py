@@ -32,7 +32,7 @@ TABLES = {
 
 # The static-file rows (issue 16): files served from one docroot that
 # perf/driver/servers.py writes into the work directory; every server maps
-# /static/ onto it (tern: hello --static; nginx: alias with sendfile and
+# /static/ onto it (tern: reference --static; nginx: alias with sendfile and
 # open_file_cache; h2o: file.dir). A pattern rather than one byte
 # repeated, so that a body from a wrong offset fails the check.
 STATIC_1K = (b"0123456789abcdef" * 64)
@@ -428,7 +428,7 @@ for base in ("h2-upload", "h2-upload-4", "h3-upload", "h3-upload-4"):
         sc = Scenario(name, b.protocol, b.load,
                       "%s through the relay at 50 ms RTT (25 ms each way), "
                       "tern's windows %s" % (
-                          base, "pinned (hello %s)" % " ".join(PIN_ARGS)
+                          base, "pinned (reference %s)" % " ".join(PIN_ARGS)
                           if pinned else "growing (the default)"),
                       tls=True, clients=b.clients, streams=b.streams,
                       upload=b.upload, method="POST", path=UPLOAD_PATH,

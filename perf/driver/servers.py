@@ -19,8 +19,8 @@ from .common import BenchError, log
 from . import h1client, tlsclient
 from .scenarios import STATIC_FILES
 
-# The resources of the routed app (examples/hello.c: 25 resources, routes
-# /api/v1/R/:id and /api/v1/R/:id/detail, 50 in all).
+# The resources of the routed app (examples/reference/reference.c: 25
+# resources, routes /api/v1/R/:id and /api/v1/R/:id/detail, 50 in all).
 APP_RESOURCES = (
     "users", "orders", "items", "carts", "payments",
     "invoices", "products", "reviews", "sessions", "tokens",
@@ -456,12 +456,12 @@ _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
 # upload sink that speaks it; each of the others says why not
 _FLOOR = "the floor is a cleartext HTTP/1.1 limit"
 SERVERS = {
-    "tern": Spec("tern", "tern (hello --workers 1)", "tern",
+    "tern": Spec("tern", "tern (reference --workers 1)", "tern",
                  protocols=ALL + ("ws", "h2c", "h3", "ws-h3", "db")),
-    # The same hello with the other TLS engine: the "tern" row's TLS is
-    # the default engine (GnuTLS where built), this one mbedTLS 2.28.
+    # The same reference server with the other TLS engine: the "tern" row's
+    # TLS is the default engine (GnuTLS where built), this one mbedTLS 2.28.
     "tern-mbedtls": Spec("tern-mbedtls",
-                         "tern with mbedTLS (hello --tls-engine mbedtls)",
+                         "tern with mbedTLS (reference --tls-engine mbedtls)",
                          "tern", protocols=("h1-tls", "h2"),
                          why_not={"h1": "the same as tern over cleartext",
                                   "ws": "the same as tern over cleartext",
@@ -531,7 +531,7 @@ SERVERS["mhd-db"] = Spec(
 _LOGGED_ONLY = "the logged rows measure h1-get only"
 SERVERS["tern-logged"] = Spec(
     "tern-logged", "tern with the JSON access log and the duration "
-    "histogram (hello --access-log FILE --metrics)", "tern", protocols=H1,
+    "histogram (reference --access-log FILE --metrics)", "tern", protocols=H1,
     why_not={"h1-tls": _LOGGED_ONLY, "h2": _LOGGED_ONLY,
              "h2c": _LOGGED_ONLY})
 SERVERS["nginx-logged"] = Spec(
@@ -587,7 +587,8 @@ def available(args, name):
     """None when the server can be started, else why not."""
     kind = SERVERS[name].kind
     if kind == "tern":
-        return None if common.which_exec(args.hello) else "%s not built" % args.hello
+        return None if common.which_exec(args.reference) else (
+            "%s not built" % args.reference)
     if kind == "floor":
         return None if common.which_exec(args.floor) else "%s not built" % args.floor
     if kind == "nginx":
@@ -633,10 +634,10 @@ GTLSSERVER_WINDOWS = ("--max-stream-window=8M", "--max-window=16M")
 
 
 def tern_library(args):
-    """The libtern.so beside hello's build (build/examples/hello ->
-    build/libtern.so)."""
+    """The libtern.so beside the reference server's build
+    (build/examples/reference -> build/libtern.so)."""
     return os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(args.hello))), "libtern.so")
+        os.path.abspath(args.reference))), "libtern.so")
 
 
 def free_udp_port():
@@ -667,7 +668,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
     mat = tlsclient.material(workdir) if (tls or quic or kind in (
         "gtlsserver",) or (kind == "nghttpd" and not h2c)) else None
     if kind == "tern":
-        argv = [args.hello, "--port", "0", "--workers", "1", "--static", root]
+        argv = [args.reference, "--port", "0", "--workers", "1", "--static",
+                root]
         if max_conns:
             argv += ["--max-conns", str(max_conns)]
         if tls:

@@ -367,5 +367,5 @@ def h3_targets(summary, servers):
 
 NOT_YET = [
     "HTTP/3 req/s linear in workers: not measured yet (every row runs "
-    "hello --workers 1, on one core)",
+    "reference --workers 1, on one core)",
 ]

@@ -2,7 +2,7 @@
  * lws_echo.c - the libwebsockets peer for the tern benchmarks (ws-echo).
  *
  * libwebsockets (Debian's 4.1.6) on its own poll loop, one service thread
- * (the process has one thread), like tern's `hello --workers 1`.
+ * (the process has one thread), like tern's `reference --workers 1`.
  *
  *   lws_echo --port N [--max-conns M]
  *       N: 0 = any; prints "listening on PORT", flushed.  Listens on

@@ -1,7 +1,7 @@
-"""The soak's chart (SVG, no dependencies): hello's RSS, the fresh-client
-latency and the open descriptors over time, one panel each, sharing the
-time axis; the warm-up is shaded and the latency limit drawn. The style
-(font, colours, tick steps) is perf/driver/svg.py's."""
+"""The soak's chart (SVG, no dependencies): the reference server's RSS,
+the fresh-client latency and the open descriptors over time, one panel
+each, sharing the time axis; the warm-up is shaded and the latency limit
+drawn. The style (font, colours, tick steps) is perf/driver/svg.py's."""
 
 import math
 

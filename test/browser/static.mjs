@@ -1,5 +1,5 @@
 // A page with a style sheet, an image and a script, served by tern_static
-// (hello --static examples/static), loaded in Debian's headless Chromium;
+// (reference --static examples/static), loaded in Debian's headless Chromium;
 // reports as JSON the navigation's status and protocol, what the page's
 // script wrote (it runs only if app.js loaded), whether the style sheet
 // applied and the image decoded, and each asset's protocol and size.

@@ -1,7 +1,7 @@
 // Echo WebSocket messages of every size the HTTP/1.1 suite uses through
-// hello's /ws from a page loaded over h2, so that Chromium opens the
-// socket as an RFC 8441 stream of that connection (permessage-deflate is
-// offered as Chromium always does). Reports the page's protocol, how many
+// the reference server's /ws from a page loaded over h2, so that Chromium
+// opens the socket as an RFC 8441 stream of that connection
+// (permessage-deflate is offered as Chromium always does). Reports the page's protocol, how many
 // messages came back intact and which did not, as JSON.
 //   node wsecho.mjs URL
 import { launchChromium } from "./launch.mjs";

@@ -7,9 +7,9 @@ ngtcp2 and GnuTLS parse its ClientHello), plus hand-made ones for the
 stateless paths (Version Negotiation, resets, tokens, garbage).
 
 The real ones are captured from gtlsclient (ngtcp2 0.12.1's GnuTLS
-client) talking to build/examples/hello over HTTP/3, through a UDP relay
-in this script that records what the client sends on its one
-connection (never what the server sends). Each run makes new random
+client) talking to build/examples/reference (the reference server) over
+HTTP/3, through a UDP relay in this script that records what the client
+sends on its one connection (never what the server sends). Each run makes new random
 values, which is why the seeds are checked in.
 
 The client's Initials are also decrypted (their keys derive from their
@@ -45,7 +45,7 @@ ROOT = os.path.join(HERE, "..", "..")
 OUT = os.path.join(HERE, "corpus_quic")
 BUILD = (sys.argv[1] if len(sys.argv) > 1 else
          os.environ.get("TERN_BUILD", os.path.join(ROOT, "build")))
-HELLO = os.path.join(BUILD, "examples", "hello")
+REFERENCE = os.path.join(BUILD, "examples", "reference")
 CLIENT = shutil.which("gtlsclient") or "/usr/bin/gtlsclient"
 
 SECOND, AIM, SEALED, NOPAD, RETRIED = 1, 2, 16, 32, 64
@@ -95,7 +95,7 @@ class Relay:
             b.close()
 
 
-def start_hello(tmp, *extra):
+def start_reference(tmp, *extra):
     cert, key = os.path.join(tmp, "c.pem"), os.path.join(tmp, "k.pem")
     if not os.path.exists(cert):
         subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
@@ -104,7 +104,7 @@ def start_hello(tmp, *extra):
                         "-newkey", "ec", "-pkeyopt",
                         "ec_paramgen_curve:prime256v1"],
                        check=True, capture_output=True)
-    p = subprocess.Popen([HELLO, "--port", "0", "--workers", "1",
+    p = subprocess.Popen([REFERENCE, "--port", "0", "--workers", "1",
                           "--tls-port", "0", "--quic-port", "0", "--cert",
                           cert, "--key", key] + list(extra),
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -114,13 +114,13 @@ def start_hello(tmp, *extra):
         if m:
             return p, int(m.group(1))
     p.kill()
-    raise SystemExit("hello printed no quic port")
+    raise SystemExit("reference printed no quic port")
 
 
 def capture(tmp, server_args=(), client_args=(), runs=1):
     """The datagrams of gtlsclient's last run (earlier runs leave it a
     session and transport parameters for 0-RTT)."""
-    hello, port = start_hello(tmp, *server_args)
+    server, port = start_reference(tmp, *server_args)
     try:
         for _ in range(runs):
             relay = Relay(port)
@@ -136,8 +136,8 @@ def capture(tmp, server_args=(), client_args=(), runs=1):
             raise SystemExit("no datagrams captured")
         return relay.sent
     finally:
-        hello.terminate()
-        hello.wait()
+        server.terminate()
+        server.wait()
 
 
 def records(dgrams, ctl=0):
@@ -238,8 +238,8 @@ def long_header(version, dcid, scid, rest, first=0xc0):
 
 
 def main():
-    if not os.path.exists(HELLO):
-        raise SystemExit("build hello first: %s" % HELLO)
+    if not os.path.exists(REFERENCE):
+        raise SystemExit("build the reference server first: %s" % REFERENCE)
     os.makedirs(OUT, exist_ok=True)
     for f in os.listdir(OUT):
         os.unlink(os.path.join(OUT, f))

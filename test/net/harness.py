@@ -4,12 +4,13 @@ Python 3 standard library only. The test files import this module; the
 binaries are found under $TERN_BUILD (meson's build root), or ../../build
 relative to this file when the variable is not set.
 
-Servers: Server('hello', ['--max-uri', '256']) starts build/examples/hello
-with --port 0, waits for its "listening on PORT" line and exposes .port.
-stop() sends SIGTERM, waits, falls back to SIGKILL, and returns the exit
-status. While a server runs it is registered as live; after every case the
-runner checks each live server (hello: a fresh GET / must answer "Hello,
-World!"; the others: the process runs and accepts a connection).
+Servers: Server('reference', ['--max-uri', '256']) starts
+build/examples/reference with --port 0, waits for its "listening on PORT" line
+and exposes .port. stop() sends SIGTERM, waits, falls back to SIGKILL, and
+returns the exit status. While a server runs it is registered as live; after
+every case the runner checks each live server (the reference server: a fresh
+GET / must answer "Hello, World!"; the others: the process runs and accepts a
+connection).
 
 Raw I/O: connect(), Conn (a socket with a read buffer so that pipelined
 responses are read one after another), Conn.response() parses one
@@ -39,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TERN_BUILD") or os.path.normpath(
     os.path.join(HERE, "..", "..", "build"))
 HOST = "127.0.0.1"
-HELLO_BODY = b"Hello, World!"
+HELLO_BODY = b"Hello, World!"  # the reference server's GET / body
 
 
 def raise_nofile():
@@ -80,7 +81,7 @@ class ServerError(Exception):
 class Server:
     """A server binary in its own process (new session), on port 0."""
 
-    def __init__(self, name="hello", args=(), env=None, start_timeout=10.0,
+    def __init__(self, name="reference", args=(), env=None, start_timeout=10.0,
                  prefix=()):
         """`prefix`: a command to run the server under (e.g. prlimit)."""
         self.name = name
@@ -204,7 +205,7 @@ class Server:
         if not self.alive():
             raise AssertionError("%s died (rc %s); stderr: %s" % (
                 self.name, self.proc.returncode, self.stderr_text()))
-        if self.name == "hello":
+        if self.name == "reference":
             r = get(self.port, "/", timeout=5)
             if r.status != 200 or r.body != HELLO_BODY:
                 raise AssertionError("alive check: GET / gave %d %r"
@@ -775,9 +776,9 @@ class Suite:
         os._exit(1 if failed else 0)
 
 
-def shared_hello_teardown(srv):
-    """Stop a shared hello: it must exit 0 on SIGTERM."""
+def shared_reference_teardown(srv):
+    """Stop a shared reference server: it must exit 0 on SIGTERM."""
     rc = srv.stop()
     if rc != 0:
-        raise AssertionError("hello exited with %s; stderr: %s"
+        raise AssertionError("reference exited with %s; stderr: %s"
                              % (rc, srv.stderr_text()))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Basic HTTP/1.1 behaviour of tern over real sockets: hello, routes, defer."""
+"""Basic HTTP/1.1 behaviour of tern over real sockets: the reference server,
+routes, defer."""
 
 import datetime
 import email.utils
@@ -12,7 +13,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, Conn, Server, Suite, build_request, check,
-                     eq, get, set_linger_rst, shared_hello_teardown,
+                     eq, get, set_linger_rst, shared_reference_teardown,
                      stats_from)
 
 suite = Suite()
@@ -22,7 +23,7 @@ srv = None
 
 def setup():
     global srv
-    srv = Server("hello")
+    srv = Server("reference")
 
 
 def check_hello(r, what="GET /"):
@@ -471,7 +472,8 @@ def curl_works():
 
 @case
 def app_routes():
-    # hello's benchmark tier: 50 routes with a parameter and a header.
+    # The reference server's benchmark tier: 50 routes with a parameter and a
+    # header.
     with Conn(srv.port) as c:
         r = c.request("GET", "/api/v1/orders/42/detail",
                       {"X-Request-Id": "abc123"})
@@ -606,7 +608,7 @@ def gone_never_after_the_answer():
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
 
 
 if __name__ == "__main__":

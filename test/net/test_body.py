@@ -13,7 +13,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, Conn, Server, Suite, build_request, check,
-                     chunked, eq, shared_hello_teardown, stats_from)
+                     chunked, eq, shared_reference_teardown, stats_from)
 
 suite = Suite()
 case = suite.case
@@ -23,7 +23,7 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 def setup():
     global srv
-    srv = Server("hello")
+    srv = Server("reference")
 
 
 def wait_readable(sock, timeout):
@@ -35,8 +35,8 @@ def wait_readable(sock, timeout):
 
 @case
 def upload_sink_counts_bytes():
-    # hello's /upload reads a streamed body to its end and answers its
-    # length: the benchmarks' upload scenarios rely on it.
+    # The reference server's /upload reads a streamed body to its end and
+    # answers its length: the benchmarks' upload scenarios rely on it.
     with Conn(srv.port) as c:
         body = b"u" * (1 << 20) + b"tail"
         r = c.request("POST", "/upload", {"Content-Length": str(len(body))},
@@ -360,7 +360,7 @@ def empty_body_stream_route():
     # no framing at all): tern_request_read() must still work and report
     # the end of the (empty) body, so /echo answers an empty 200. Own
     # server: a request that never finishes keeps a server from stopping.
-    with Server("hello") as s:
+    with Server("reference") as s:
         for extra in ({"Content-Length": "0"}, {}):
             with Conn(s.port, timeout=2) as c:
                 r = c.request("POST", "/echo", extra)
@@ -392,7 +392,7 @@ def collected_bodies_hold_no_blocks():
     300 chunked bodies (each grown by realloc) leaves it where it was. It
     once counted every resize as an allocation, so it climbed by one to
     four per body with nothing held: a false leak."""
-    with Server("hello", ["--workers", "1"]) as s, Conn(s.port) as c:
+    with Server("reference", ["--workers", "1"]) as s, Conn(s.port) as c:
         body = os.urandom(40000)
         req = build_request("POST", "/collect", [("Transfer-Encoding",
                                                   "chunked")],
@@ -418,7 +418,7 @@ def collected_bodies_hold_no_blocks():
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""What a browser does: Debian's headless Chromium, driven by
-playwright-core (test/browser), loads pages from hello over HTTP/1.1 and
-over HTTP/2 (TLS, ALPN) and reports the protocol it used; and two pages
-talk in examples/chat's room over WebSocket, on HTTP/1.1 (Upgrade) and on
-HTTP/2 (RFC 8441 extended CONNECT)."""
+"""What a browser does: Debian's headless Chromium, driven by playwright-core
+(test/browser), loads pages from the reference server over HTTP/1.1 and over
+HTTP/2 (TLS, ALPN) and reports the protocol it used; and two pages talk in
+examples/chat's room over WebSocket, on HTTP/1.1 (Upgrade) and on HTTP/2 (RFC
+8441 extended CONNECT)."""
 import json
 import os
 import re
@@ -48,8 +48,8 @@ def setup():
                    capture_output=True)
     global cert_path
     cert_path = cert
-    srv = Server("hello", ["--tls-port", "0", "--cert", cert, "--key", key,
-                           "--quic-port", "0", "--static", STATIC])
+    srv = Server("reference", ["--tls-port", "0", "--cert", cert, "--key", key,
+                               "--quic-port", "0", "--static", STATIC])
     srv.tls_port = srv.quic_port = None
     while srv.tls_port is None or srv.quic_port is None:
         line = srv.next_line()
@@ -132,10 +132,10 @@ def chromium_static_page_over_h3():
 
 @case(timeout=120)
 def chromium_websocket_sizes_over_h2():
-    """Chromium echoes WebSocket messages of 0 B to 16 MiB, text and
-    binary, some in flight together, through hello's /ws from a page it
-    loaded over h2: the socket is an RFC 8441 stream of that connection
-    (the server counts one connection for the page and the socket)."""
+    """Chromium echoes WebSocket messages of 0 B to 16 MiB, text and binary,
+    some in flight together, through the reference server's /ws from a page it
+    loaded over h2: the socket is an RFC 8441 stream of that connection (the
+    server counts one connection for the page and the socket)."""
     before = stats_connections()
     r = node("wsecho.mjs", "https://127.0.0.1:%d/" % srv.tls_port)
     eq(r["protocol"], "h2", "protocol Chromium used")
@@ -179,7 +179,7 @@ def teardown():
     if chat is not None:
         eq(chat.stop(), 0, "chat exit status")
     if srv is not None:
-        eq(srv.stop(), 0, "hello exit status")
+        eq(srv.stop(), 0, "reference exit status")
 
 
 if __name__ == "__main__":

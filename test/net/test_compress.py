@@ -1,4 +1,4 @@
-"""On-the-fly response compression (tern_route_options.compress; hello
+"""On-the-fly response compression (tern_route_options.compress; reference
 --compress: /compress, /ctick and, with --static, /cstatic/) over real
 sockets: raw HTTP/1.1, curl over HTTP/1.1 and HTTP/2 (h2c), and tern's own
 HTTP/3 client; gzip, zstd and br.
@@ -27,7 +27,8 @@ S = {}
 
 
 def text(n):
-    """hello's /compress body: the same lines, cut to n bytes."""
+    """The reference server's /compress body: the same lines, cut to n
+    bytes."""
     out = bytearray()
     i = 0
     while len(out) < n:
@@ -46,7 +47,7 @@ def setup():
     with open(os.path.join(root, "f.txt"), "wb") as f:
         f.write(FILE)
     S["dir"], S["root"] = d, root
-    S["srv"] = Server("hello", ["--compress", "--static", root])
+    S["srv"] = Server("reference", ["--compress", "--static", root])
 
 
 def port():
@@ -322,8 +323,8 @@ def http3():
     if not os.access(client, os.X_OK):
         raise Skip("no h3client (built without HTTP/3)")
     c, k = self_signed(S["dir"], "c", "DNS:localhost,IP:127.0.0.1")
-    srv = Server("hello", ["--tls-port", "0", "--cert", c, "--key", k,
-                           "--quic-port", "0", "--compress"])
+    srv = Server("reference", ["--tls-port", "0", "--cert", c, "--key", k,
+                               "--quic-port", "0", "--compress"])
     S["h3"] = srv
     qport = None
     while qport is None:
@@ -372,8 +373,8 @@ def compressor_bounds():
     MiB, and a burst like this one once grew RSS by 796 MB."""
     import test_h2 as h2
     want = b"tick 0\ntick 1\ntick 2\n"
-    with Server("hello", ["--compress", "--workers", "1",
-                          "--max-compressors", "25"]) as s:
+    with Server("reference", ["--compress", "--workers", "1",
+                              "--max-compressors", "25"]) as s:
         conns = [h2.H2(s.port) for _ in range(10)]
         try:
             sids = list(range(1, 201, 2))

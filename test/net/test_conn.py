@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, HOST, Closed, Conn, Server, Skip, Suite,
                      binary, build_request, check, get, sanitized,
                      connect, eq, recv_until_close, set_linger_rst,
-                     shared_hello_teardown, stats_from, vmrss_kib)
+                     shared_reference_teardown, stats_from, vmrss_kib)
 
 suite = Suite()
 case = suite.case
@@ -29,14 +29,14 @@ srv = None
 
 def setup():
     global srv
-    srv = Server("hello")
+    srv = Server("reference")
 
 
 # ---- Timeouts ---------------------------------------------------------------
 
 @case
 def head_timeout_408():
-    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+    with Server("reference", ["--head-timeout-ms", "500"]) as s:
         with Conn(s.port, timeout=5) as c:
             t0 = time.monotonic()
             c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Partial: yes")
@@ -54,7 +54,7 @@ def head_timeout_408():
 @case
 def head_timeout_not_extended_by_trickle():
     # Slowloris: a byte every 100 ms must not keep the head alive.
-    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+    with Server("reference", ["--head-timeout-ms", "500"]) as s:
         with Conn(s.port, timeout=5) as c:
             t0 = time.monotonic()
             req = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"s" * 100
@@ -80,7 +80,7 @@ def head_timeout_not_extended_by_trickle():
 def head_timeout_silent_connection():
     # A connection that never sends a byte is closed at the head timeout,
     # without a response (there was no request to answer).
-    with Server("hello", ["--head-timeout-ms", "500"]) as s:
+    with Server("reference", ["--head-timeout-ms", "500"]) as s:
         c = connect(s.port)
         t0 = time.monotonic()
         data, how = recv_until_close(c, 4)
@@ -92,7 +92,7 @@ def head_timeout_silent_connection():
 
 @case
 def idle_timeout():
-    with Server("hello", ["--idle-timeout-ms", "500"]) as s:
+    with Server("reference", ["--idle-timeout-ms", "500"]) as s:
         with Conn(s.port) as c:
             # Requests 300 ms apart keep the connection: it is never idle
             # for 500 ms, so the server must not close it.
@@ -123,7 +123,7 @@ def idle_timeout():
 @case
 def idle_timeout_plain():
     # One request, then silence: closed after the idle timeout.
-    with Server("hello", ["--idle-timeout-ms", "500"]) as s:
+    with Server("reference", ["--idle-timeout-ms", "500"]) as s:
         with Conn(s.port) as c:
             r = c.request("GET", "/")
             eq(r.status, 200, "status")
@@ -201,7 +201,7 @@ def concurrent_1000():
 
 @case(timeout=30)
 def graceful_stop():
-    s = Server("hello")
+    s = Server("reference")
     try:
         idle = Conn(s.port)
         r = idle.request("GET", "/")
@@ -263,16 +263,16 @@ def port_not_shared_with_others():
     """Only tern's own workers share a listening port. Every listener used
     to set SO_REUSEPORT, so a second server (or any socket of the same user
     with SO_REUSEPORT) bound the port too and took part of its traffic."""
-    s = Server("hello", args=["--workers", "2"])
+    s = Server("reference", args=["--workers", "2"])
     try:
         second = subprocess.run(
-            [binary("hello"), "--port", str(s.port)],
+            [binary("reference"), "--port", str(s.port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, timeout=10)
         check(second.returncode != 0 and
               b"address already in use" in second.stderr,
-              "a second hello on port %d: rc %d, stdout %r, stderr %r" % (
-                  s.port, second.returncode, second.stdout, second.stderr))
+              "a second reference on port %d: rc %d, stdout %r, stderr %r"
+              % (s.port, second.returncode, second.stdout, second.stderr))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
@@ -438,7 +438,7 @@ def descriptor_limit_refuses_cleanly():
     # More clients than file descriptors: tern fits max_connections to the
     # limit and refuses the rest, instead of failing accept() in a loop
     # (which burned a core and flooded the log).
-    s = Server("hello", ["--workers", "1"],
+    s = Server("reference", ["--workers", "1"],
                prefix=["prlimit", "--nofile=256:256"])
     try:
         idle = os.path.join(os.environ.get("TERN_BUILD", "build"), "perf",
@@ -470,7 +470,7 @@ def descriptor_limit_refuses_cleanly():
                 time.sleep(0.1)
         eq(check_hello.body, HELLO_BODY, "served afterwards")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case(timeout=30)
@@ -491,7 +491,7 @@ def cross_thread_misuse_refused():
     an end before start closed the connection and finished the request,
     and the worker then applied the later calls to freed memory (a second
     tern_respond crashed the worker in tern__msg_apply)."""
-    s = Server("hello")
+    s = Server("reference")
     try:
         with Conn(s.port) as c:
             r = c.request("GET", "/misuse")
@@ -523,7 +523,7 @@ def stop_deadline_cuts_unanswered():
     response had started), and the process exits. It used to wait for
     them forever (a never-answered request) or until the handler returned
     (the blocking pool kept the loop alive)."""
-    s = Server("hello")
+    s = Server("reference")
     try:
         conns = []
         for target in ("/never", "/block?ms=30000", "/defer?ms=30000",
@@ -565,7 +565,7 @@ def stop_deadline_says_why():
     """Clients that do not read their answers hold a graceful stop to its
     deadline: the log line then says so, connection by connection kind,
     instead of leaving an operator to guess why the stop took that long."""
-    s = Server("hello", ["--workers", "1"])
+    s = Server("reference", ["--workers", "1"])
     try:
         conns = []
         for _ in range(2):
@@ -598,7 +598,7 @@ def stop_deadline_cuts_stalled_stream():
     deadline, with output queued: the cut must wait for that output to be
     dropped (whose done callbacks end the response on the worker) before
     it hands the request block over, and the server exits on time."""
-    s = Server("hello")
+    s = Server("reference")
     try:
         c = connect(s.port)
         c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -656,7 +656,7 @@ def pipeline_answered_ahead_then_closed():
     # their connections were never freed (RSS grew by ~12 KiB per
     # connection) and SIGTERM then waited forever for them.
     per_round = 300 if sanitized() else 2000
-    s = Server("hello", ["--workers", "1"])
+    s = Server("reference", ["--workers", "1"])
     pair = (build_request("GET", "/defer?ms=20") + build_request("GET", "/"))
 
     def settle(st, before, n):
@@ -718,14 +718,14 @@ def pipeline_answered_ahead_then_closed():
     finally:
         rc = s.stop(timeout=7.0)
     check(s.stop_seconds < 6.0, "SIGTERM took %.1f s" % s.stop_seconds)
-    eq(rc, 0, "hello exit status after SIGTERM")
+    eq(rc, 0, "reference exit status after SIGTERM")
 
 
 # ---- The blocking pool ------------------------------------------------------
 
 @case(timeout=30)
 def blocking_route_does_not_stall():
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         with Conn(s.port) as a, Conn(s.port) as b:
             t0 = time.monotonic()
             a.send(build_request("GET", "/block?ms=1000"))
@@ -753,7 +753,7 @@ def blocking_queue_drops_departed_clients():
     requests still waiting for a pool thread are dropped when their client
     leaves, so a client that stays is answered next instead of after every
     departed one's 20 ms (the pool once ran them all: 10 s of sleeping)."""
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         req = build_request("GET", "/block?ms=20")
         for _ in range(2000):
             a = socket.create_connection((HOST, s.port))
@@ -777,7 +777,7 @@ def peer_address_after_client_left():
     the address is the one accepted, read without touching the socket (it
     used to call getpeername on a descriptor the worker had closed, or
     reused, and fail). Run under ASan too."""
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         for i in range(3):
             a = Conn(s.port)
             a_port = a.sock.getsockname()[1]
@@ -793,7 +793,7 @@ def peer_address_after_client_left():
             want = "peer-block: 127.0.0.1 %d" % a_port
             while want not in s.stderr_text(20000):
                 check(time.monotonic() < deadline,
-                      "no %r in hello's log: %s" % (want, s.stderr_text()))
+                      "no %r in reference's log: %s" % (want, s.stderr_text()))
                 time.sleep(0.05)
             for o in others:
                 o.close()
@@ -806,8 +806,8 @@ def peer_address_after_client_left():
 # ---- Memory given back -------------------------------------------------------
 
 def settle_rss(s, start, within=5.0):
-    """hello's RSS once it is back within 16 MiB of `start`, or after
-    `within` seconds: (the last figure, seconds taken)."""
+    """The reference server's RSS once it is back within 16 MiB of `start`, or
+    after `within` seconds: (the last figure, seconds taken)."""
     t0 = time.monotonic()
     while True:
         rss = vmrss_kib(s.proc.pid)
@@ -842,7 +842,7 @@ def rss_returns_after_pipelined_burst():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 4000:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         time.sleep(0.3)
         start = vmrss_kib(s.proc.pid)
         req = build_request("GET", "/") * 50
@@ -870,9 +870,9 @@ def rss_returns_after_compression_burst():
     if sanitized():
         raise Skip("AddressSanitizer's allocator keeps its own quarantine")
     import test_h2 as h2
-    with Server("hello", ["--compress", "--workers", "1",
-                          "--max-compressors", "1000",
-                          "--max-compressors-per-conn", "100"]) as s:
+    with Server("reference", ["--compress", "--workers", "1",
+                              "--max-compressors", "1000",
+                              "--max-compressors-per-conn", "100"]) as s:
         time.sleep(0.3)
         start = vmrss_kib(s.proc.pid)
         block = h2.request_block("GET", "/ctick?n=2&ms=500",
@@ -914,7 +914,7 @@ def zero_allocations_steady_state():
     if sanitized():
         raise Skip("free lists are off under AddressSanitizer")
     nconns, per_batch = 4, 100
-    with Server("hello") as s:
+    with Server("reference") as s:
         st = Conn(s.port)
         conns = [Conn(s.port, timeout=10) for _ in range(nconns)]
         try:
@@ -965,7 +965,7 @@ def zero_allocations_steady_state():
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
 
 
 if __name__ == "__main__":

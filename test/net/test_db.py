@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""hello's database routes against a real redis-server (Debian's), started
-here on a Unix socket in a temporary directory: GET /db/:key (one Redis
-GET on the worker's loop through hiredis's libuv adapter) and GET
-/db-blocking/:key (the same on the blocking lane, synchronous hiredis).
-Values and misses on both lanes, many clients at once, clients that leave
-while their query is in flight (Redis held busy by DEBUG SLEEP), a stop
-while queries are in flight, and Redis going away. Skipped where
-redis-server or hiredis (hello answers 501) is missing."""
+"""The reference server's database routes against a real redis-server
+(Debian's), started here on a Unix socket in a temporary directory: GET
+/db/:key (one Redis GET on the worker's loop through hiredis's libuv adapter)
+and GET /db-blocking/:key (the same on the blocking lane, synchronous hiredis).
+Values and misses on both lanes, many clients at once, clients that leave while
+their query is in flight (Redis held busy by DEBUG SLEEP), a stop while queries
+are in flight, and Redis going away. Skipped where redis-server or hiredis (the
+reference server answers 501) is missing."""
 
 import os
 import shutil
@@ -97,20 +97,22 @@ class Redis:
 
 
 def with_db(fn):
-    """Run fn(redis, hello) with Redis loaded and hello on it."""
+    """Run fn(redis, the reference server) with Redis loaded and the reference
+    server on it."""
     def run():
         redis = Redis()
         try:
             redis.load()
-            srv = Server("hello", ["--workers", "2", "--redis", redis.path])
+            srv = Server("reference", ["--workers", "2", "--redis",
+                                       redis.path])
             try:
                 r = get(srv.port, "/db/k1")
                 if r.status == 501:
-                    raise Skip("hello built without hiredis")
+                    raise Skip("reference built without hiredis")
                 fn(redis, srv)
             finally:
                 if srv.returncode is None:
-                    eq(srv.stop(), 0, "hello's exit status")
+                    eq(srv.stop(), 0, "reference's exit status")
         finally:
             redis.stop()
     run.__name__ = fn.__name__
@@ -158,9 +160,9 @@ def many_clients_at_once(redis, srv):
 @case(timeout=30)
 @with_db
 def client_leaves_while_query_in_flight(redis, srv):
-    """Redis sleeps 300 ms (DEBUG SLEEP holds the whole server), clients
-    ask and leave at once; the late answers are dropped, the server stays
-    well (hello checks itself after each case), and its queries are not
+    """Redis sleeps 300 ms (DEBUG SLEEP holds the whole server), clients ask
+    and leave at once; the late answers are dropped, the server stays well (the
+    reference server checks itself after each case), and its queries are not
     left behind: the next ones are answered."""
     busy = redis.send_only("DEBUG", "SLEEP", "0.3")
     time.sleep(0.05)  # Redis is asleep now
@@ -182,8 +184,8 @@ def client_leaves_while_query_in_flight(redis, srv):
 @with_db
 def stop_with_queries_in_flight(redis, srv):
     """A graceful stop while queries wait on a sleeping Redis: they are
-    answered, then the per-worker connections close (on_stop) and hello
-    exits 0, not held by a handle left on its loops."""
+    answered, then the per-worker connections close (on_stop) and the reference
+    server exits 0, not held by a handle left on its loops."""
     results = []
     busy = redis.send_only("DEBUG", "SLEEP", "0.3")
     time.sleep(0.05)
@@ -203,20 +205,20 @@ def stop_with_queries_in_flight(redis, srv):
         t.join(10)
     busy.close()
     eq(results, [KEYS["k2"]] * 4, "answers")
-    eq(srv.wait(10), 0, "hello's exit status")
+    eq(srv.wait(10), 0, "reference's exit status")
 
 
 @case(timeout=30)
 @with_db
 def redis_gone(redis, srv):
-    """Redis stops: both lanes answer 502 at once, never hang, and hello
-    still stops cleanly."""
+    """Redis stops: both lanes answer 502 at once, never hang, and the
+    reference server still stops cleanly."""
     redis.proc.terminate()
     redis.proc.wait(5)
     for lane in ("/db/", "/db-blocking/"):
         for _ in range(3):
             eq(get(srv.port, lane + "k1").status, 502, lane)
-    eq(srv.stop(), 0, "hello's exit status")
+    eq(srv.stop(), 0, "reference's exit status")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The README's demo command, examples/demo.sh, as a user runs it: it
-serves hello and the chat room on the ports it prints, and a SIGINT or
+"""The README's demo command, examples/demo.sh, as a user runs it: it serves
+the reference server and the chat room on the ports it prints, and a SIGINT or
 SIGTERM sent to the script's own PID (a supervisor, `kill PID`) stops both
 servers gracefully and ends the script."""
 
@@ -36,7 +36,7 @@ def start_demo():
         stderr=subprocess.STDOUT, start_new_session=True)
     ports, out = {}, b""
     deadline = time.monotonic() + 60
-    want = ("hello", "hello-tls", "hello-quic", "chat", "chat-tls",
+    want = ("reference", "reference-tls", "reference-quic", "chat", "chat-tls",
             "chat-quic")
     while not all(k in ports for k in want):
         left = deadline - time.monotonic()
@@ -49,7 +49,7 @@ def start_demo():
             out += chunk
         for m in re.finditer(rb"^(chat: )?(tls |quic )?listening on (\d+)$",
                              out, re.M):
-            key = ("chat" if m.group(1) else "hello") + (
+            key = ("chat" if m.group(1) else "reference") + (
                 "-" + m.group(2).decode().strip() if m.group(2) else "")
             ports[key] = int(m.group(3))
     return proc, ports
@@ -79,8 +79,8 @@ def h3_get(port, body=HELLO_BODY):
 def stops_on(sig):
     proc, ports = start_demo()
     try:
-        r = get(ports["hello"], "/")
-        eq(r.body, HELLO_BODY, "hello's body")
+        r = get(ports["reference"], "/")
+        eq(r.body, HELLO_BODY, "reference's body")
         r = get(ports["chat"], "/")
         eq(r.status, 200, "the chat page")
         # The page from examples/static and its assets (tern_static).
@@ -89,13 +89,13 @@ def stops_on(sig):
                             ("/static/app.js",
                              "text/javascript; charset=utf-8"),
                             ("/static/logo.svg", "image/svg+xml")]:
-            r = get(ports["hello"], path)
+            r = get(ports["reference"], path)
             eq((r.status, r.headers.get("content-type")), (200, ctype),
                "GET " + path)
             with open(os.path.join(REPO, "examples", "static",
                                    path[8:] or "index.html"), "rb") as f:
                 eq(r.body, f.read(), "the body of " + path)
-        h3_get(ports["hello-quic"])
+        h3_get(ports["reference-quic"])
         h3_get(ports["chat-quic"], body=None)  # the chat page
         os.kill(proc.pid, sig)  # the script alone, not its process group
         try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A fleet: Debian's haproxy 2.6 (mode tcp, send-proxy-v2, retries and
-redispatch) in front of two hello --proxy-protocol instances, a load
+redispatch) in front of two reference --proxy-protocol instances, a load
 client making 20,000 keep-alive requests, and one instance drained with
 SIGTERM in the middle. Zero requests may fail; both instances must have
 served some. Before the load, TLS through haproxy (terminated by tern)
@@ -154,7 +154,8 @@ class Load:
 
 
 def served(srv):
-    """Requests an instance counted (hello's /stats, through a header)."""
+    """Requests an instance counted (the reference server's /stats, through a
+    header)."""
     with Conn(srv.port) as c:
         c.send(b"PROXY TCP4 127.0.0.1 127.0.0.1 1 2\r\n")
         r = c.request("GET", "/stats")
@@ -167,13 +168,13 @@ def make_cert():
 
 
 def instance(cert, key, ticket_key):
-    s = Server("hello", ["--workers", "1", "--proxy-protocol",
-                         "--tls-port", "0", "--cert", cert, "--key", key,
-                         "--ticket-key", ticket_key])
+    s = Server("reference", ["--workers", "1", "--proxy-protocol",
+                             "--tls-port", "0", "--cert", cert, "--key", key,
+                             "--ticket-key", ticket_key])
     s.tls_port = int(re.match(r"tls listening on (\d+)$",
                               s.next_line()).group(1))
     s.check_alive = (lambda: check(s.alive() or s.returncode == 0,
-                                   "hello died"))
+                                   "reference died"))
     return s
 
 
@@ -268,8 +269,8 @@ def drain_behind_haproxy_http_mode():
     if not os.path.exists(HAPROXY) or shutil.which("h2load") is None:
         raise Skip("no haproxy or h2load")
     logs = [os.path.join(tmp, "http%d.log" % i) for i in range(2)]
-    a, b = [Server("hello", ["--workers", "1", "--proxy-protocol",
-                             "--access-log", log]) for log in logs]
+    a, b = [Server("reference", ["--workers", "1", "--proxy-protocol",
+                                 "--access-log", log]) for log in logs]
     hp = load = None
     try:
         probe = socket.socket(socket.AF_INET6)

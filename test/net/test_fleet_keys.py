@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Fleet-wide TLS session tickets (tern_tls_set_ticket_key, hello
---ticket-key): a client that got a ticket from one hello resumes its
-session on another given the same key (TLS 1.3 and 1.2), and does not on
+"""Fleet-wide TLS session tickets (tern_tls_set_ticket_key, reference
+--ticket-key): a client that got a ticket from one reference server resumes
+its session on another given the same key (TLS 1.3 and 1.2), and does not on
 one with a different key; rotation (--previous-ticket-key): a ticket under
 the previous key resumes, new tickets are under the current one. The
 same on the mbedTLS engine (TLS 1.2, its only version)."""
@@ -35,8 +35,9 @@ def setup():
 
 
 def start(ticket_key, previous=None, engine=None):
-    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
-                         "--key", key, "--ticket-key", ticket_key] +
+    s = Server("reference", ["--workers", "1", "--tls-port", "0",
+                             "--cert", cert, "--key", key, "--ticket-key",
+                             ticket_key] +
                (["--previous-ticket-key", previous] if previous else []) +
                (["--tls-engine", engine] if engine else []))
     m = re.match(r"tls listening on (\d+)$", s.next_line())
@@ -86,7 +87,7 @@ def resumes(version, engine=None):
         eq(reused, False, "resumed on an instance with another key")
     finally:
         for s in (a, b, c):
-            eq(s.stop(), 0, "hello exit status")
+            eq(s.stop(), 0, "reference exit status")
 
 
 @case
@@ -120,7 +121,7 @@ def rotates(version, engine=None):
         eq(reused, False, "the rotated one's ticket under the old key")
     finally:
         for s in (a, b, c):
-            eq(s.stop(), 0, "hello exit status")
+            eq(s.stop(), 0, "reference exit status")
 
 
 @case
@@ -152,26 +153,29 @@ def mbedtls_resumes_and_rotates():
         eq(reused, True, "resumed a second later on the other instance")
     finally:
         for s in (a, b):
-            eq(s.stop(), 0, "hello exit status")
+            eq(s.stop(), 0, "reference exit status")
 
 
 @case
 def bad_keys_refused():
     for k, why in [("ab" * 63, "short"), ("zz" * 64, "not hex")]:
-        r = subprocess.run([binary("hello"), "--port", "0", "--tls-port", "0",
-                            "--cert", cert, "--key", key, "--ticket-key", k],
+        r = subprocess.run([binary("reference"), "--port", "0",
+                            "--tls-port", "0", "--cert", cert, "--key", key,
+                            "--ticket-key", k],
                            capture_output=True, text=True, timeout=10)
         check(r.returncode != 0, "a %s key was taken" % why)
     for engine in ("gnutls", "mbedtls"):
-        r = subprocess.run([binary("hello"), "--port", "0", "--tls-port", "0",
-                            "--tls-engine", engine, "--cert", cert, "--key",
-                            key, "--previous-ticket-key", "ab" * 63],
+        r = subprocess.run([binary("reference"), "--port", "0",
+                            "--tls-port", "0", "--tls-engine", engine,
+                            "--cert", cert, "--key", key,
+                            "--previous-ticket-key", "ab" * 63],
                            capture_output=True, text=True, timeout=10)
         check(r.returncode != 0, "%s took a short previous key" % engine)
     # A good key on mbedTLS serves.
     s = start(KEY1, engine="mbedtls")
-    eq(get(s.port).status, 200, "hello on mbedTLS with a ticket key serves")
-    eq(s.stop(), 0, "hello on mbedTLS with a ticket key")
+    eq(get(s.port).status, 200,
+       "reference on mbedTLS with a ticket key serves")
+    eq(s.stop(), 0, "reference on mbedTLS with a ticket key")
 
 
 def teardown():

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""HTTP/2 (h2c) over real sockets: curl, nghttp and h2load against hello,
-then the defences, each driven by a raw socket that speaks frames by hand.
+"""HTTP/2 (h2c) over real sockets: curl, nghttp and h2load against the
+reference server, then the defences, each driven by a raw socket that speaks
+frames by hand.
 
 Clients: curl (HTTP/2 built in), nghttp and h2load (Debian's
 nghttp2-client, installed by test/deps.sh). Raw frames use a minimal HPACK
@@ -26,7 +27,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HELLO_BODY, HOST, Conn, Server, Suite, build_request,
                      check, eq, sanitized, set_linger_rst,
-                     shared_hello_teardown, stats_from, vmrss_kib)
+                     shared_reference_teardown, stats_from, vmrss_kib)
 from harness import binary as harness_binary
 
 suite = Suite()
@@ -36,11 +37,11 @@ srv = None
 
 def setup():
     global srv
-    srv = Server("hello")
+    srv = Server("reference")
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
 
 
 def url(port, path="/"):
@@ -462,7 +463,7 @@ def upload_64mib():
         f.flush()
         want = sha256_file(f.name)
         for path in ("/echo", "/collect"):
-            with Server("hello", ["--max-body", str(80 << 20)]) as s:
+            with Server("reference", ["--max-body", str(80 << 20)]) as s:
                 rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge",
                                     "--data-binary", "@" + f.name,
                                     "-w", "%{http_code} %{http_version}",
@@ -477,7 +478,7 @@ def upload_64mib():
 @case
 def collect_too_large_413():
     with tempfile.NamedTemporaryFile() as f:
-        f.write(b"x" * (9 << 20))  # over hello's default 8 MiB
+        f.write(b"x" * (9 << 20))  # over the reference server's default 8 MiB
         f.flush()
         rc, out, err = run(["nghttp", "-v", "-d", f.name,
                             url(srv.port, "/collect")])
@@ -618,33 +619,33 @@ def window_maxima_bound_credit():
     init, stream, conn, body = upload_credit(srv.port, total)
     print("# default: initial %r, most credit stream %d, connection %d"
           % (init, stream, conn))
-    eq(body, b"%d" % total, "default: bytes hello counted")
+    eq(body, b"%d" % total, "default: bytes reference counted")
     check(stream > 65536, "the default stream window grew: %d" % stream)
-    with Server("hello", ["--max-stream-window", "65536",
-                          "--max-conn-window", "65536"]) as s:
+    with Server("reference", ["--max-stream-window", "65536",
+                              "--max-conn-window", "65536"]) as s:
         init, stream, conn, body = upload_credit(s.port, total)
         print("# pinned: initial %r, most credit stream %d, connection %d"
               % (init, stream, conn))
-        eq(body, b"%d" % total, "pinned: bytes hello counted")
+        eq(body, b"%d" % total, "pinned: bytes reference counted")
         check(init in (None, 65535), "initial stream window %r" % init)
         check(stream <= 65536, "stream credit %d > 64 KiB" % stream)
         check(conn <= 65536, "connection credit %d > 64 KiB" % conn)
-    with Server("hello", ["--max-stream-window", "16384"]) as s:
+    with Server("reference", ["--max-stream-window", "16384"]) as s:
         init, stream, conn, body = upload_credit(s.port, 1 << 20)
         print("# 16 KiB: initial %r, most credit stream %d, connection %d"
               % (init, stream, conn))
         eq(init, 16384, "the initial stream window announced")
         check(stream <= 16384, "stream credit %d > 16 KiB" % stream)
-        eq(body, b"%d" % (1 << 20), "16 KiB: bytes hello counted")
+        eq(body, b"%d" % (1 << 20), "16 KiB: bytes reference counted")
 
 
 @case(timeout=30)
 def window_maxima_refused():
-    """hello --max-stream-window 1000 (below 16 KiB): tern refuses the
-    settings and names the field; hello exits 1."""
+    """reference --max-stream-window 1000 (below 16 KiB): tern refuses the
+    settings and names the field; the reference server exits 1."""
     for args in (["--max-stream-window", "1000"],
                  ["--max-conn-window", str(2 << 30)]):
-        p = subprocess.run([harness_binary("hello"), "--port", "0"] + args,
+        p = subprocess.run([harness_binary("reference"), "--port", "0"] + args,
                            capture_output=True, timeout=10)
         eq(p.returncode, 1, "exit status for %r" % args)
         check(args[0][2:].replace("-", "_").encode() in p.stderr,
@@ -662,12 +663,12 @@ def slow_reader_small_windows():
 
 @case(timeout=60)
 def slow_handler_bounds_upload_memory():
-    # The growing-window test from the other side. A client that obeys
-    # flow control uploads 64 MiB to /echo but never opens its own window
-    # for the echo: the echo stalls, hello's handler pauses reading (it
+    # The growing-window test from the other side. A client that obeys flow
+    # control uploads 64 MiB to /echo but never opens its own window for the
+    # echo: the echo stalls, the reference server's handler pauses reading (it
     # pauses past 1 MiB of unsent echo), and tern must stop crediting the
-    # upload. The client gets stuck long before 64 MiB and the server's
-    # memory stays bounded.
+    # upload. The client gets stuck long before 64 MiB and the server's memory
+    # stays bounded.
     def go():
         with H2(srv.port) as h:
             h.send(headers(1, request_block(
@@ -736,7 +737,7 @@ def blocking_queue_drops_reset_streams():
     """Blocking requests whose streams the client resets while they wait
     for a pool thread are dropped, not run for nobody: 300 of
     /block?ms=20 reset at once leave the pool free for the next stream."""
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         with H2(s.port) as conn:
             sid = 1
             for _ in range(3):
@@ -810,8 +811,8 @@ def hook_body(status, reason, method):
 
 @case(timeout=30)
 def error_hook_answers():
-    s = Server("hello", ["--error-hook", "--max-uri", "64", "--max-head",
-                         "1024", "--max-body", "100"])
+    s = Server("reference", ["--error-hook", "--max-uri", "64", "--max-head",
+                             "1024", "--max-body", "100"])
     try:
         rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge", "-X",
                             "PUT", "-D", "-", url(s.port)])
@@ -855,12 +856,12 @@ def error_hook_answers():
             eq(got[1][0], hook_body(400, "Bad Request", "GET"), "400 body")
         check_serves(s.port)
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case
 def default_handler_404_and_405():
-    s = Server("hello", ["--default-handler"])
+    s = Server("reference", ["--default-handler"])
     try:
         body, status, _ = curl([url(s.port, "/nope")])
         eq((status, body), (404, b'{"default":404,"allow":""}\n'), "404")
@@ -871,7 +872,7 @@ def default_handler_404_and_405():
         check("\r\nallow: GET, HEAD" in head, "Allow in %r" % head)
         eq(body, '{"default":405,"allow":"GET, HEAD"}\n', "405 body")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 def gone_counts():
@@ -1034,7 +1035,7 @@ def no_length_on_304_h2():
 
 @case(timeout=30)
 def graceful_stop():
-    s = Server("hello")
+    s = Server("reference")
     try:
         p = subprocess.Popen(["nghttp", "-v", url(s.port, "/defer?ms=800")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1054,7 +1055,7 @@ def graceful_stop():
     finally:
         s.kill()
     # An idle HTTP/2 connection gets the last GOAWAY and is closed at once.
-    s = Server("hello")
+    s = Server("reference")
     try:
         with H2(s.port) as h:
             h.send(headers(1, request_block()))
@@ -1075,7 +1076,7 @@ def graceful_stop():
 def stop_deadline_answers_503():
     """At the stop deadline a stream whose handler never answers gets 503
     and the server exits; it used to wait for the handler forever."""
-    s = Server("hello")
+    s = Server("reference")
     try:
         p = subprocess.Popen(["nghttp", "-v", url(s.port, "/never")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1327,7 +1328,7 @@ def wide_windows_never_read():
     socket by reference and framing stops at the 64 KiB output cap, so
     the server holds little per connection (a single nghttp2 call once
     framed, and copied, every stream's window)."""
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         before = vmrss_kib(s.proc.pid)
         conns = []
         for _ in range(10):
@@ -1356,7 +1357,7 @@ def flow_blocked_streams_time_out():
     """Responses that a client's zero window holds back wait on the client:
     the idle timeout closes the connection; a client that keeps talking
     (here: PINGs) keeps it."""
-    with Server("hello", ["--idle-timeout-ms", "600"]) as s:
+    with Server("reference", ["--idle-timeout-ms", "600"]) as s:
         with H2(s.port, [(S_INITIAL_WINDOW_SIZE, 0)]) as h:
             h.send(b"".join(headers(1 + 2 * i, request_block(
                 "GET", "/big?bytes=100000")) for i in range(5)))
@@ -1445,7 +1446,7 @@ def stalled_body_answered_408():
     re-armed by its own DATA only, so the stalled ones are answered 408
     and reset with NO_ERROR (one with a content-length too, which is not
     left to drain), while a slow body on another stream completes."""
-    with Server("hello", TIMEOUTS) as s:
+    with Server("reference", TIMEOUTS) as s:
         with H2(s.port) as h:
             h.send(headers(1, request_block("POST", "/collect"),
                            end_stream=False) + frame(DATA, 0, 1, b"abc") +
@@ -1488,7 +1489,7 @@ def stalled_streamed_body():
     NO_ERROR; one that answers only later, from another thread
     (/upload?late=1), finds its client gone: tern answered 408 for it.
     Other streams are served meanwhile."""
-    with Server("hello", TIMEOUTS) as s:
+    with Server("reference", TIMEOUTS) as s:
         with H2(s.port) as h:
             h.send(headers(1, request_block("POST", "/echo"),
                            end_stream=False) + frame(DATA, 0, 1, b"abc") +
@@ -1523,7 +1524,7 @@ def held_streams_not_timed_out():
     answers (/never) and a streamed upload the handler paused (flow control
     holds the client) outlast every timeout on a connection kept busy,
     and other streams are served."""
-    with Server("hello", TIMEOUTS) as s:
+    with Server("reference", TIMEOUTS) as s:
         with H2(s.port) as h:
             h.send(headers(1, request_block("POST", "/upload?pause=1"),
                            end_stream=False) + frame(DATA, 0, 1, b"abc") +
@@ -1545,7 +1546,7 @@ def header_block_bounded_by_head_timeout():
     head_timeout_ms in all, which CONTINUATION frames trickling one byte of
     it at a time do not extend: GOAWAY PROTOCOL_ERROR, then the close.
     A PING inside a block is a connection error at once."""
-    with Server("hello", TIMEOUTS) as s:
+    with Server("reference", TIMEOUTS) as s:
         block = request_block("GET", "/", [("x-pad", "p" * 40)])
         with H2(s.port) as h:
             t0 = time.monotonic()
@@ -1583,7 +1584,7 @@ def header_blocks_back_to_back():
     """Requests whose header blocks each straddle two writes, for three
     head timeouts: each block that ends is progress, so the next one's
     head time starts afresh, and every request is answered."""
-    with Server("hello", TIMEOUTS) as s:
+    with Server("reference", TIMEOUTS) as s:
         with H2(s.port) as h:
             block = request_block("GET", "/")
             sid, t0 = 1, time.monotonic()
@@ -1790,8 +1791,8 @@ def fin_with_stuck_output_closes():
     stream finished, then the client's FIN: no window update can come, so
     the connection ends at once. 200 such clients under --max-conns 200
     once locked every new client out; a fresh one is answered now."""
-    with Server("hello", ["--max-conns", "200", "--idle-timeout-ms", "2000",
-                          "--body-timeout-ms", "2000"]) as s:
+    with Server("reference", ["--max-conns", "200", "--idle-timeout-ms",
+                              "2000", "--body-timeout-ms", "2000"]) as s:
         conns = []
         for i in range(200):
             h = H2(s.port, [(S_INITIAL_WINDOW_SIZE, 100)])

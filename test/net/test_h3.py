@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""HTTP/3 over QUIC against hello (--quic-port), interop-runner style: each
-case drives gtlsclient (ngtcp2's GnuTLS client, Debian's ngtcp2-client)
-with the options of one QUIC feature and asserts what matters from its log
-(parsed), from the files it downloads, or from hello's /stats; the raw
-cases send hand-made datagrams from Python UDP sockets; one case loads
-pages in headless Chromium over h3. Everything runs on 127.0.0.1 or ::1
-and every client run is bounded by a timeout.
+"""HTTP/3 over QUIC against the reference server (--quic-port), interop-runner
+style: each case drives gtlsclient (ngtcp2's GnuTLS client, Debian's
+ngtcp2-client) with the options of one QUIC feature and asserts what matters
+from its log (parsed), from the files it downloads, or from the reference
+server's /stats; the raw cases send hand-made datagrams from Python UDP
+sockets; one case loads pages in headless Chromium over h3. Everything runs on
+127.0.0.1 or ::1 and every client run is bounded by a timeout.
 
 TERN_H3_PEER=gtlsserver runs the same cases against ngtcp2's own server
-(Debian's ngtcp2-server) instead, to prove the client commands and the
-checks: the cases that need hello's routes or behaviour say so and adapt
-(gtlsserver serves /N as N zero bytes, does not echo, never sends
-stateless resets, has 0-RTT on and no Alt-Svc).
+(Debian's ngtcp2-server) instead, to prove the client commands and the checks:
+the cases that need the reference server's routes or behaviour say so and adapt
+(gtlsserver serves /N as N zero bytes, does not echo, never sends stateless
+resets, has 0-RTT on and no Alt-Svc).
 
-After every case each server still running must answer a fresh
-gtlsclient GET / over HTTP/3 (and hello a GET / over TCP as well)."""
+After every case each server still running must answer a fresh gtlsclient GET /
+over HTTP/3 (and the reference server a GET / over TCP as well)."""
 import hashlib
 import json
 import os
@@ -36,14 +36,15 @@ suite = Suite()
 case = suite.case
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER = os.path.join(HERE, "..", "browser")
-PEER = os.environ.get("TERN_H3_PEER", "hello")
+PEER = os.environ.get("TERN_H3_PEER", "reference")
 GTLSCLIENT = shutil.which("gtlsclient")
 GTLSSERVER = shutil.which("gtlsserver") or (
     "/usr/sbin/gtlsserver" if os.access("/usr/sbin/gtlsserver", os.X_OK)
     else None)
 tmp = tempfile.mkdtemp(prefix="tern-h3-")
-# The largest body hello's /big serves (its static buffer, 1 MiB).
-HELLO_BIG_MAX = 64 << 20
+# The largest body the reference server's /big serves (its static buffer,
+# 1 MiB).
+REFERENCE_BIG_MAX = 64 << 20
 
 cert = key = None
 peer = None  # the shared server
@@ -222,18 +223,18 @@ def quiet(r):
 
 
 # ---------------------------------------------------------------------------
-# The servers: hello with --quic-port, or gtlsserver
+# The servers: the reference server with --quic-port, or gtlsserver
 
 
 class Hello(Server):
-    """hello with HTTP/1.1 and HTTP/2 over TLS on .tls_port and HTTP/3 on
-    UDP .port (the same certificate)."""
-    kind = "hello"
+    """The reference server with HTTP/1.1 and HTTP/2 over TLS on .tls_port and
+    HTTP/3 on UDP .port (the same certificate)."""
+    kind = "reference"
 
     def __init__(self, c, k, *extra, host="127.0.0.1"):
         args = ["--host", host, "--workers", "2", "--tls-port", "0",
                 "--cert", c, "--key", k, "--quic-port", "0"] + list(extra)
-        Server.__init__(self, "hello", args)
+        Server.__init__(self, "reference", args)
         self.tcp_port = self.port
         self.host = host
         self.tls_port = quic = None
@@ -259,16 +260,16 @@ class Hello(Server):
             if self.host == "127.0.0.1":
                 Server.check_alive(self)
             elif not self.alive():
-                raise AssertionError("hello died (rc %s); stderr: %s" % (
+                raise AssertionError("reference died (rc %s); stderr: %s" % (
                     self.proc.returncode, self.stderr_text()))
         finally:
             self.port = quic
         get_root(self, timeout=10)
 
-    # What hello serves.
+    # What the reference server serves.
     def big_path(self, n):
-        check(n <= HELLO_BIG_MAX, "hello's /big serves at most %d bytes"
-              % HELLO_BIG_MAX)
+        check(n <= REFERENCE_BIG_MAX,
+              "reference's /big serves at most %d bytes" % REFERENCE_BIG_MAX)
         return "/big?bytes=%d" % n
 
     @staticmethod
@@ -285,15 +286,15 @@ class Hello(Server):
 
 class Counting:
     """with Counting(p) as n: ...; then n.delta("quic_resets"): how much a
-    counter of hello's /stats grew in the block (None for gtlsserver,
-    which has no counters)."""
+    counter of the reference server's /stats grew in the block (None for
+    gtlsserver, which has no counters)."""
 
     def __init__(self, p):
         self.p = p
         self.before = self.after = None
 
     def __enter__(self):
-        if self.p.kind == "hello":
+        if self.p.kind == "reference":
             self.before = self.p.stats()
         return self
 
@@ -439,15 +440,15 @@ def start_peer(c=None, k=None, *, retry=False, host="127.0.0.1",
     return Hello(c, k, *extra, host=host)
 
 
-def h3case(fn=None, *, timeout=30.0, hello_only=None):
-    """A case that needs an HTTP/3 server and gtlsclient; `hello_only`
+def h3case(fn=None, *, timeout=30.0, reference_only=None):
+    """A case that needs an HTTP/3 server and gtlsclient; `reference_only`
     (a reason) skips it against gtlsserver."""
     def wrap(f):
         def run():
             if skip_all:
                 raise Skip(skip_all)
-            if hello_only and PEER != "hello":
-                raise Skip("against %s: %s" % (PEER, hello_only))
+            if reference_only and PEER != "reference":
+                raise Skip("against %s: %s" % (PEER, reference_only))
             f()
         run.__doc__ = f.__doc__
         suite.case(run, timeout=timeout, name=f.__name__)
@@ -465,18 +466,18 @@ def setup():
         if GTLSSERVER is None:
             skip_all = "gtlsserver (ngtcp2-server) not installed"
             return
-    elif PEER != "hello":
-        raise AssertionError("TERN_H3_PEER: hello or gtlsserver, not %r"
+    elif PEER != "reference":
+        raise AssertionError("TERN_H3_PEER: reference or gtlsserver, not %r"
                              % PEER)
     try:
         peer = start_peer()
     except ServerError as e:
-        # A build without HTTP/3 runs nothing: hello refuses the option,
-        # or a QUIC listener says TERN_ENOTSUP. Any other failure to
+        # A build without HTTP/3 runs nothing: the reference server refuses the
+        # option, or a QUIC listener says TERN_ENOTSUP. Any other failure to
         # start fails the run.
         if re.search(r"unknown option --quic-port|quic: not built",
                      str(e)):
-            skip_all = "hello has no HTTP/3 here: %s" % " ".join(
+            skip_all = "reference has no HTTP/3 here: %s" % " ".join(
                 str(e).split())[-200:]
             return
         raise
@@ -517,12 +518,12 @@ def handshake():
 
 @h3case
 def many_requests_one_connection():
-    """-n 1000: a thousand GET / on one connection, so the server must
-    raise the client's stream limit (MAX_STREAMS) ten times over: every
-    one is answered 200 and every stream closes with H3_NO_ERROR; hello
+    """-n 1000: a thousand GET / on one connection, so the server must raise
+    the client's stream limit (MAX_STREAMS) ten times over: every one is
+    answered 200 and every stream closes with H3_NO_ERROR; the reference server
     counts them all, on one connection."""
     n = 1000
-    before = peer.stats() if peer.kind == "hello" else None
+    before = peer.stats() if peer.kind == "reference" else None
     r = client(peer, ["/"], "-n", str(n), timeout=30)
     st = r.statuses()
     eq(len(st), n, "responses (%r; tail %r)" % (r, r.tail()))
@@ -534,16 +535,16 @@ def many_requests_one_connection():
     eq(len(r.local_ports()), 1, "one connection (one local port)")
     check(len(set(re.findall(r"^I\d+ (0x[0-9a-f]+) ", r.log, re.M))) == 1,
           "one connection (one client SCID)")
-    if peer.kind == "hello":
+    if peer.kind == "reference":
         after = peer.stats()
         got = after["requests"] - before["requests"]
-        # hello counts a response when the client has acknowledged all of
-        # it; gtlsclient closes the connection as soon as it has the last
-        # ones, often before its ACK for them leaves, so up to a window
-        # of them (100 streams) may go uncounted, depending on timing.
-        check(got >= n - 100, "hello counted %d requests, want >= %d"
+        # The reference server counts a response when the client has
+        # acknowledged all of it; gtlsclient closes the connection as soon as
+        # it has the last ones, often before its ACK for them leaves, so up to
+        # a window of them (100 streams) may go uncounted, depending on timing.
+        check(got >= n - 100, "reference counted %d requests, want >= %d"
               % (got, n - 100))
-        suite.note("hello counted %d of the %d requests" % (got, n))
+        suite.note("reference counted %d of the %d requests" % (got, n))
         eq(after["connections"] - before["connections"], 2, "connections: "
            "the QUIC one, and this /stats request's")
 
@@ -588,14 +589,14 @@ def no_stall_in_slow_start():
 @h3case
 def concurrent_transfers():
     """Several requests in one run, open at once on one connection (all
-    requests are sent before the first response ends): downloads of 300
-    kB, 100 kB, 64 KiB + 1, 4 KiB and 1 byte, the page, and (hello) a
-    chunked /stream, a streamed /tick, a deferred and a blocking-pool
-    answer that overlap them; each file is checked."""
+    requests are sent before the first response ends): downloads of 300 kB, 100
+    kB, 64 KiB + 1, 4 KiB and 1 byte, the page, and (the reference server) a
+    chunked /stream, a streamed /tick, a deferred and a blocking-pool answer
+    that overlap them; each file is checked."""
     want = {"/": HELLO_BODY}
     for n in (300000, 1, 4096, 65537, 100000):
         want[peer.big_path(n)] = peer.big_body(n)
-    if peer.kind == "hello":
+    if peer.kind == "reference":
         want.update({
             "/stream": b"".join(b"chunk %d\n" % i for i in range(5)),
             "/tick?n=5&ms=20": b"".join(b"tick %d\n" % i for i in range(5)),
@@ -615,10 +616,10 @@ def concurrent_transfers():
     check(first_close > max(submits), "all requests were open together")
 
 
-@h3case(hello_only="gtlsserver sends trailers only with --send-trailers")
+@h3case(reference_only="gtlsserver sends trailers only with --send-trailers")
 def trailers():
-    """hello's /trailers (the handler every protocol shares: a streamed
-    body, then trailer fields) over HTTP/3: the body, then a trailer
+    """The reference server's /trailers (the handler every protocol shares: a
+    streamed body, then trailer fields) over HTTP/3: the body, then a trailer
     section with both fields, then a clean stream close."""
     r = client(peer, ["/trailers"])
     eq(r.statuses().get(0), 200, "status (%r)" % r.tail())
@@ -676,7 +677,8 @@ def resumption():
 
 
 def early_data_hello_flag():
-    """Whether hello takes --quic-early-data (starts and serves)."""
+    """Whether the reference server takes --quic-early-data (starts and
+    serves)."""
     try:
         with Hello(cert, key, "--quic-early-data"):
             return True
@@ -709,25 +711,25 @@ def zero_rtt_runs(p):
 @h3case
 def zero_rtt():
     """--session-file + --tp-file, twice: gtlsserver takes the second
-    connection's request in 0-RTT. hello ships with 0-RTT off: its
-    tickets may not offer early data at all, or it rejects the early data
+    connection's request in 0-RTT. The reference server ships with 0-RTT off:
+    its tickets may not offer early data at all, or it rejects the early data
     (the client says so); either way the request is answered after the
-    handshake. Where hello takes --quic-early-data, a server started with
-    it must accept the 0-RTT request."""
+    handshake. Where the reference server takes --quic-early-data, a server
+    started with it must accept the 0-RTT request."""
     r, sent, accepted = zero_rtt_runs(peer)
-    if peer.kind == "hello":
-        check(not accepted, "hello (0-RTT off) accepted early data")
+    if peer.kind == "reference":
+        check(not accepted, "reference (0-RTT off) accepted early data")
         suite.note("0-RTT off: the client %s" % (
             "sent 0-RTT, rejected" if sent else "sent no 0-RTT (the ticket "
             "offers none)"))
         if early_data_hello_flag():
             with Hello(cert, key, "--quic-early-data") as s:
                 r, sent, accepted = zero_rtt_runs(s)
-                check(sent, "no 0-RTT sent to hello --quic-early-data")
-                check(accepted, "hello --quic-early-data rejected early "
+                check(sent, "no 0-RTT sent to reference --quic-early-data")
+                check(accepted, "reference --quic-early-data rejected early "
                       "data")
         else:
-            suite.note("hello has no --quic-early-data: the accepted "
+            suite.note("reference has no --quic-early-data: the accepted "
                        "variant is not run")
     else:
         check(sent and accepted, "gtlsserver: 0-RTT sent %s, accepted %s"
@@ -790,15 +792,15 @@ def nat_rebinding():
           "the server did not validate the new path")
 
 
-@h3case(timeout=60, hello_only="the count is hello's /stats")
+@h3case(timeout=60, reference_only="the count is reference's /stats")
 def forwarded_to_owner():
-    """A connection belongs to the worker that took its first packet;
-    after a client moves to a new port the kernel's SO_REUSEPORT hash
-    may hand its datagrams to another worker's socket, which forwards
-    them by the worker named in the connection ID. With 4 workers and 8
-    clients that each move once, every request still answers on its new
-    path, and hello counts forwarded datagrams (the chance that all 8
-    new paths land on their own worker is 4^-8)."""
+    """A connection belongs to the worker that took its first packet; after a
+    client moves to a new port the kernel's SO_REUSEPORT hash may hand its
+    datagrams to another worker's socket, which forwards them by the worker
+    named in the connection ID. With 4 workers and 8 clients that each move
+    once, every request still answers on its new path, and the reference server
+    counts forwarded datagrams (the chance that all 8 new paths land on their
+    own worker is 4^-8)."""
     with Hello(cert, key, "--workers", "4") as s:
         before = s.stats()["quic_forwarded"]
         for _ in range(8):
@@ -851,11 +853,11 @@ def transfer_loss():
 
 @h3case
 def retry():
-    """A server that validates every new connection with Retry (hello
+    """A server that validates every new connection with Retry (reference
     --quic-retry; gtlsserver -V): the client gets a Retry, comes back with
     the token, the server's transport parameters carry
     retry_source_connection_id = the Retry's SCID, and GET / answers;
-    hello counts one Retry sent."""
+    the reference server counts one Retry sent."""
     with start_peer(retry=True) as s, Counting(s) as n:
         r = get_root(s)
         m = re.search(r"pkt rx pkn=\d+ dcid=\S+ scid=(0x[0-9a-f]+) "
@@ -866,17 +868,17 @@ def retry():
            [m.group(1)], "retry_source_connection_id")
         eq(r.log.count("type=Retry"), 1, "Retries")
     if n.delta("quic_retries") is not None:
-        eq(n.delta("quic_retries"), 1, "hello's quic_retries")
+        eq(n.delta("quic_retries"), 1, "reference's quic_retries")
     # The shared server, without Retry, sends none.
     check(not get_root(peer).has("type=Retry"), "Retry without --quic-retry")
 
 
 @h3case
 def version_negotiation():
-    """A first Initial of the reserved version 0x1a2a3a4a: the server
-    answers Version Negotiation listing version 1, the client picks v1
-    (--preferred-versions=v1) and GET / answers; hello counts one Version
-    Negotiation sent."""
+    """A first Initial of the reserved version 0x1a2a3a4a: the server answers
+    Version Negotiation listing version 1, the client picks v1
+    (--preferred-versions=v1) and GET / answers; the reference server counts
+    one Version Negotiation sent."""
     with Counting(peer) as n:
         r = get_root(peer, "-v", "0x1a2a3a4a", "--preferred-versions=v1")
     check(re.search(r"pkt rx .* type=VN", r.log), "no Version Negotiation")
@@ -887,7 +889,7 @@ def version_negotiation():
     check(r.has("the negotiated version is 0x00000001"), "negotiated")
     if n.delta("quic_version_negotiations") is not None:
         eq(n.delta("quic_version_negotiations"), 1,
-           "hello's quic_version_negotiations")
+           "reference's quic_version_negotiations")
 
 
 @h3case
@@ -912,7 +914,7 @@ def upload_and_echo():
     up = os.path.join(tmp, "up.bin")
     with open(up, "wb") as f:
         f.write(data)
-    if peer.kind == "hello":
+    if peer.kind == "reference":
         r = client(peer, ["/echo"], "-m", "POST", "-d", up, timeout=40)
         eq(r.statuses().get(0), 200, "echo status (%r)" % r.tail())
         got = r.file("/echo")
@@ -965,9 +967,9 @@ def h3client_credit(port, n):
     return p.returncode, p.stdout, most
 
 
-@h3case(timeout=90, hello_only="hello's --max-stream-window")
+@h3case(timeout=90, reference_only="reference's --max-stream-window")
 def pinned_windows_upload():
-    """hello --max-stream-window 65536 --max-conn-window 65536: a 4 MB
+    """reference --max-stream-window 65536 --max-conn-window 65536: a 4 MB
     h3client upload completes, and ngtcp2 never gives the client more than
     64 KiB of credit on the stream or the connection (the windows stay at
     their start: ngtcp2's auto-tuning grows only below the maximum).
@@ -987,7 +989,7 @@ def pinned_windows_upload():
         eq(rc, 0, "pinned upload: %s" % out)
         check("stream 0 status 200" in out, "status: %s" % out)
         check("stream 0 body %d sha256 %s" % (len(str(n)), want) in out,
-              "hello counted %d bytes: %s" % (n, out))
+              "reference counted %d bytes: %s" % (n, out))
         check(0 < most["stream"] <= 65536, "stream credit %r" % most)
         check(most["conn"] <= 65536, "connection credit %r" % most)
 
@@ -1084,9 +1086,9 @@ def raw_garbage():
 @h3case
 def raw_small_initial():
     """Initial-looking datagrams below 1200 bytes (1199, 1000, 100 bytes,
-    version 1) are dropped without an answer; so is a 1199-byte datagram
-    of an unknown version (no Version Negotiation for it: RFC 9000 §6.1
-    bounds amplification). hello counts no VN, Retry, reset or refusal
+    version 1) are dropped without an answer; so is a 1199-byte datagram of an
+    unknown version (no Version Negotiation for it: RFC 9000 §6.1 bounds
+    amplification). The reference server counts no VN, Retry, reset or refusal
     for them."""
     rng = random.Random(12)
     s = udp_sock()
@@ -1100,16 +1102,16 @@ def raw_small_initial():
     s.close()
     for k in ("quic_version_negotiations", "quic_retries", "quic_resets",
               "quic_refused"):
-        check(c.delta(k) in (None, 0), "hello's %s grew by %s"
+        check(c.delta(k) in (None, 0), "reference's %s grew by %s"
               % (k, c.delta(k)))
     still_serves()
 
 
 @h3case
 def raw_version_negotiation():
-    """A 1200-byte datagram of the unknown version 0x1a2a3a4a gets one
-    Version Negotiation packet back: version 0, the CIDs swapped, version
-    1 listed, and no longer than the datagram that caused it; hello counts
+    """A 1200-byte datagram of the unknown version 0x1a2a3a4a gets one Version
+    Negotiation packet back: version 0, the CIDs swapped, version 1 listed, and
+    no longer than the datagram that caused it; the reference server counts
     it."""
     rng = random.Random(13)
     s = udp_sock()
@@ -1120,7 +1122,7 @@ def raw_version_negotiation():
         back = receive(s, 0.5)
     if n.delta("quic_version_negotiations") is not None:
         eq(n.delta("quic_version_negotiations"), 1,
-           "hello's quic_version_negotiations")
+           "reference's quic_version_negotiations")
     eq(len(back), 1, "answers")
     d = back[0]
     check(d[0] & 0x80, "long header")
@@ -1218,14 +1220,14 @@ def initial_flood():
     still_serves()
 
 
-@h3case(hello_only="gtlsserver never sends stateless resets")
+@h3case(reference_only="gtlsserver never sends stateless resets")
 def stateless_reset():
-    """A short-header packet for a connection ID the server never issued
-    gets a stateless reset (a short-header-looking datagram of at least
-    21 bytes, smaller than the packet that caused it); and one for a CID
-    it no longer knows (issued to a client whose connection has since
-    closed) gets a reset ending in exactly the token the server gave for
-    that CID (in NEW_CONNECTION_ID, or the transport parameters). hello
+    """A short-header packet for a connection ID the server never issued gets a
+    stateless reset (a short-header-looking datagram of at least 21 bytes,
+    smaller than the packet that caused it); and one for a CID it no longer
+    knows (issued to a client whose connection has since closed) gets a reset
+    ending in exactly the token the server gave for that CID (in
+    NEW_CONNECTION_ID, or the transport parameters). The reference server
     counts its resets."""
     before = peer.stats()["quic_resets"]
     s = udp_sock()
@@ -1274,15 +1276,15 @@ def stateless_reset():
     check(21 <= len(found) < len(pkt), "reset of %d bytes for a %d-byte "
           "packet" % (len(found), len(pkt)))
     got = peer.stats()["quic_resets"] - before
-    check(got >= 2, "hello counted %d stateless resets" % got)
+    check(got >= 2, "reference counted %d stateless resets" % got)
 
 
 def restart_and_reset(secret_a, secret_b):
-    """hello A (--quic-secret secret_a) on a UDP port; a client connects
-    and holds its request back 1.5 s (--delay-stream); A is killed
-    (SIGKILL: the client is told nothing) and hello B (secret_b) takes the
-    same port before the request leaves. Returns the client's run, the
-    reset tokens A gave it, and B's quic_resets."""
+    """Reference server A (--quic-secret secret_a) on a UDP port; a client
+    connects and holds its request back 1.5 s (--delay-stream); A is killed
+    (SIGKILL: the client is told nothing) and reference server B (secret_b)
+    takes the same port before the request leaves. Returns the client's run,
+    the reset tokens A gave it, and B's quic_resets."""
     a = Hello(cert, key, "--quic-secret", secret_a)
     port = a.port
     try:
@@ -1312,7 +1314,7 @@ def restart_and_reset(secret_a, secret_b):
     return r, tokens, resets
 
 
-@h3case(timeout=60, hello_only="gtlsserver never sends stateless resets")
+@h3case(timeout=60, reference_only="gtlsserver never sends stateless resets")
 def stateless_reset_after_restart():
     """RFC 9000 §10.3: a server restarted with the same secret
     (--quic-secret) resets the connections of its previous life: the
@@ -1327,20 +1329,21 @@ def stateless_reset_after_restart():
     check(sr, "no stateless reset reached the client: %r" % r.tail())
     check(set(sr) <= tokens, "reset tokens %r, issued %r" % (sr, tokens))
     eq(r.statuses(), {}, "responses after the restart")
-    check(resets >= 1, "the new hello counted %d resets" % resets)
+    check(resets >= 1, "the new reference server counted %d resets" % resets)
     r, tokens, resets = restart_and_reset(same, "ff" * 24)
     eq(re.findall(r"\bSR token=", r.log), [], "a reset from a server with "
        "another secret was accepted")
-    check(resets >= 1, "the other-secret hello sent no reset (%d)" % resets)
+    check(resets >= 1,
+          "the other-secret reference sent no reset (%d)" % resets)
 
 
-@h3case(timeout=40, hello_only="the stop is hello's (SIGTERM: a graceful "
-          "stop with a 5 s deadline)")
+@h3case(timeout=40, reference_only="the stop is reference's (SIGTERM: a "
+        "graceful stop with a 5 s deadline)")
 def graceful_stop():
-    """SIGTERM while a request is in flight (/defer?ms=1500) and a
-    client's handshake hangs half-done (it drops all it receives): the
-    request is answered in full, the connection then closes with
-    H3_NO_ERROR, and hello exits 0 within its 5 s stop deadline."""
+    """SIGTERM while a request is in flight (/defer?ms=1500) and a client's
+    handshake hangs half-done (it drops all it receives): the request is
+    answered in full, the connection then closes with H3_NO_ERROR, and the
+    reference server exits 0 within its 5 s stop deadline."""
     s = start_peer()
     res = {}
 
@@ -1364,13 +1367,13 @@ def graceful_stop():
         s.kill()
         for t in ts:
             t.join()
-    eq(rc, 0, "hello's exit status after SIGTERM")
+    eq(rc, 0, "reference's exit status after SIGTERM")
     a = res.get("a")
     check(a is not None, "the in-flight client failed")
     eq(a.statuses(), {0: 200}, "the in-flight request's status")
     eq(a.file("/defer?ms=1500"), b"deferred", "its body")
     eq(a.closed(), {0: 0x100}, "its stream")
-    check(took < 5.5, "hello took %.1f s to stop" % took)
+    check(took < 5.5, "reference took %.1f s to stop" % took)
     suite.note("stopped in %.2f s" % took)
 
 
@@ -1387,7 +1390,7 @@ def ipv6():
         get_root(s, host="::1")
 
 
-@h3case(hello_only="gtlsserver has no HTTP/1.1 or HTTP/2 port")
+@h3case(reference_only="gtlsserver has no HTTP/1.1 or HTTP/2 port")
 def alt_svc():
     """HTTP/1.1 and HTTP/2 responses over TLS (curl -sI -k) advertise the
     HTTP/3 port: alt-svc: h3=":PORT"."""
@@ -1435,7 +1438,7 @@ def chromium_h3():
         raise Skip("playwright-core is missing: test/deps.sh installs it")
     nbig, necho = 1000000, 300000
     big = peer.big_path(nbig)
-    echo = "/echo" if peer.kind == "hello" else "/%d" % necho
+    echo = "/echo" if peer.kind == "reference" else "/%d" % necho
     p = subprocess.run(["node", os.path.join(BROWSER, "h3.mjs"),
                         "localhost:%d" % peer.port, spki_hash(cert), big,
                         echo, str(necho)], capture_output=True, timeout=80)
@@ -1451,7 +1454,7 @@ def chromium_h3():
     eq(r["big"]["protocol"], "h3", "big protocol")
     sent = bytes((i * 7 + (i >> 10)) & 255 for i in range(necho))
     eq(r["sent_sha256"], hashlib.sha256(sent).hexdigest(), "pattern")
-    want = sent if peer.kind == "hello" else b"\0" * necho
+    want = sent if peer.kind == "reference" else b"\0" * necho
     eq(r["echo"]["status"], 200, "echo status")
     eq(r["echo"]["length"], len(want), "echo length")
     eq(r["echo"]["sha256"], hashlib.sha256(want).hexdigest(), "echo bytes")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HTTP/3 defences against hello, with tern's own HTTP/3 client
+"""HTTP/3 defences against the reference server, with tern's own HTTP/3 client
 (build/test/net/h3client, test/net/h3client.c), which misbehaves on
 purpose: oversized and too many header fields (431), a stream reset in
 the middle of an upload (the connection survives and serves the next
@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from harness import BUILD, Conn, Server, Skip, Suite, check, eq, \
-    shared_hello_teardown, sanitized, stats_from
+    shared_reference_teardown, sanitized, stats_from
 
 suite = Suite()
 case = suite.case
@@ -43,9 +43,11 @@ def make_cert():
 
 
 def start(*extra):
-    """hello with TLS and QUIC on ephemeral ports; .quic_port set."""
-    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
-                         "--key", key, "--quic-port", "0"] + list(extra))
+    """The reference server with TLS and QUIC on ephemeral ports; .quic_port
+    set."""
+    s = Server("reference", ["--workers", "1", "--tls-port", "0",
+                             "--cert", cert, "--key", key, "--quic-port",
+                             "0"] + list(extra))
     for _ in range(3):
         m = re.match(r"quic listening on (\d+)$", s.next_line())
         if m:
@@ -160,11 +162,11 @@ def download_byte_exact():
 @case
 def download_not_stalled():
     need()
-    # 1 MB over loopback takes 40 ms (HTTP/2 from the same hello: 10 ms).
-    # A stall shows as whole seconds: the pacing timer's callback (on_timer
-    # in lib/quic/conn.c) only marks the connection dirty, and the dirty
-    # list is flushed in the check phase, after a poll that then blocks to
-    # the next timer (about a second), so each paced burst waits for it.
+    # 1 MB over loopback takes 40 ms (HTTP/2 from the same reference server:
+    # 10 ms). A stall shows as whole seconds: the pacing timer's callback
+    # (on_timer in lib/quic/conn.c) only marks the connection dirty, and the
+    # dirty list is flushed in the check phase, after a poll that then blocks
+    # to the next timer (about a second), so each paced burst waits for it.
     n = 1000000
     took = []
     for _ in range(3):
@@ -243,7 +245,8 @@ def upload_byte_exact():
 @case
 def oversized_header_431():
     need()
-    # hello's max_head_size is 16 KiB: one field of 20 000 bytes.
+    # The reference server's max_head_size is 16 KiB: one field of 20 000
+    # bytes.
     r = h3("GET", srv.quic_port, "/", "--header-bytes", "20000")
     eq(r.rc, 0, "exit status (%r)" % r)
     eq(r.status.get(0), 431, "status (%r)" % r)
@@ -272,7 +275,7 @@ def huge_field_value_costs_only_its_stream():
 @case
 def too_many_headers_431():
     need()
-    # hello's max_header_count is 100.
+    # The reference server's max_header_count is 100.
     r = h3("GET", srv.quic_port, "/", "--headers", "150")
     eq(r.rc, 0, "exit status (%r)" % r)
     eq(r.status.get(0), 431, "status (%r)" % r)
@@ -319,7 +322,7 @@ def client_that_never_reads():
         if stalled.poll() is None:
             stalled.kill()
             stalled.wait()
-        shared_hello_teardown(s)
+        shared_reference_teardown(s)
     took = time.monotonic() - t0
     r = Run(out, stalled.returncode, took)
     eq(r.rc, 0, "exit status (%r)" % r)
@@ -376,7 +379,7 @@ def idle_connection_closed_by_server():
         check(r.took <= 5.0 * SLACK, "closed after %.2f s" % r.took)
         eq(settle_active(s.port, 1), 1, "the server let the connection go")
     finally:
-        shared_hello_teardown(s)
+        shared_reference_teardown(s)
 
 
 @case
@@ -419,12 +422,12 @@ def blocking_queue_drops_cancelled_streams():
         check(runs <= 100, "%d /block handlers ran for 300 cancelled "
               "streams" % (runs - 1))
     finally:
-        shared_hello_teardown(s)
+        shared_reference_teardown(s)
 
 
 def teardown():
     if srv is not None:
-        shared_hello_teardown(srv)
+        shared_reference_teardown(srv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""hello behind Debian's haproxy (2.6, mode tcp) with --proxy-protocol:
-haproxy's send-proxy-v2 and send-proxy (v1) headers carry the client's
-address and port, which is what tern_request_peer answers (GET /peer),
+"""The reference server behind Debian's haproxy (2.6, mode tcp) with
+--proxy-protocol: haproxy's send-proxy-v2 and send-proxy (v1) headers carry the
+client's address and port, which is what tern_request_peer answers (GET /peer),
 on plain HTTP/1.1, h2c and TLS that tern terminates. haproxy's listening
 sockets are bound here on port 0 and handed to it (bind fd@N)."""
 
@@ -17,7 +17,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import self_signed  # noqa: E402
-from harness import Server, Skip, Suite, check, eq, shared_hello_teardown
+from harness import Server, Skip, Suite, check, eq, shared_reference_teardown
 
 suite = Suite()
 case = suite.case
@@ -37,11 +37,12 @@ def setup():
     if not os.path.exists(HAPROXY):
         return
     cert, key = make_cert()
-    srv = Server("hello", ["--workers", "2", "--proxy-protocol",
-                           "--tls-port", "0", "--cert", cert, "--key", key])
+    srv = Server("reference", ["--workers", "2", "--proxy-protocol",
+                               "--tls-port", "0", "--cert", cert, "--key",
+                               key])
     srv.tls_port = int(re.match(r"tls listening on (\d+)$",
                                 srv.next_line()).group(1))
-    srv.check_alive = lambda: check(srv.alive(), "hello died")
+    srv.check_alive = lambda: check(srv.alive(), "reference died")
     socks = []
     cfg = ["global", "  maxconn 200", "defaults", "  mode tcp",
            "  timeout connect 2s", "  timeout client 10s",
@@ -133,7 +134,7 @@ def teardown():
         hap.terminate()
         hap.wait(5)
     if srv is not None:
-        shared_hello_teardown(srv)
+        shared_reference_teardown(srv)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

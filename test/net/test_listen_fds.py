@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Socket activation: a parent (this test, as systemd would) binds a TCP
-socket and a Unix socket, then starts hello --listen-fds through bash
-that sets LISTEN_PID to its own pid and execs hello (so the pid is
-hello's), the sockets as descriptors 3 and 4 (LISTEN_FDS=2). hello must
-serve on both; a LISTEN_PID of another process is ignored; a UDP socket
-is refused without certificates (hello serves HTTP/3 on it with
---tls-port: test_quic_fleet.py)."""
+"""Socket activation: a parent (this test, as systemd would) binds a TCP socket
+and a Unix socket, then starts reference --listen-fds through bash that sets
+LISTEN_PID to its own pid and execs the reference server (so the pid is the
+reference server's), the sockets as descriptors 3 and 4 (LISTEN_FDS=2). The
+reference server must serve on both; a LISTEN_PID of another process is
+ignored; a UDP socket is refused without certificates (the reference server
+serves HTTP/3 on it with --tls-port: test_quic_fleet.py)."""
 
 import os
 import re
@@ -26,7 +26,7 @@ SHELL = 'LISTEN_PID=$$ LISTEN_FDS=%d exec "$@" %s'
 
 
 def spawn(socks, pid_ok=True):
-    """hello with socks as fds 3, 4, ... through bash."""
+    """The reference server with socks as fds 3, 4, ... through bash."""
     # Through high numbers first, so that no target is a later source.
     redir = " ".join("%d<&%d %d<&-" % (40 + i, s.fileno(), s.fileno())
                      for i, s in enumerate(socks))
@@ -36,14 +36,15 @@ def spawn(socks, pid_ok=True):
     if not pid_ok:
         script = script.replace("LISTEN_PID=$$", "LISTEN_PID=1")
     return subprocess.Popen(
-        ["bash", "-c", script, "bash", binary("hello"), "--port", "0",
+        ["bash", "-c", script, "bash", binary("reference"), "--port", "0",
          "--workers", "2", "--listen-fds"],
         pass_fds=[s.fileno() for s in socks], stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def first_line(p):
-    """hello's own listener; served once hello is fully up."""
+    """The reference server's own listener; served once the reference server is
+    fully up."""
     m = re.match(r"listening on (\d+)$", p.stdout.readline().strip())
     check(m, "first line")
     return int(m.group(1))
@@ -51,9 +52,9 @@ def first_line(p):
 
 def stop(p, port):
     with Conn(port) as c:  # up, signal handlers in place
-        eq(c.request("GET", "/").status, 200, "hello's own port")
+        eq(c.request("GET", "/").status, 200, "reference's own port")
     p.terminate()
-    eq(p.wait(10), 0, "hello exit status")
+    eq(p.wait(10), 0, "reference exit status")
 
 
 @case

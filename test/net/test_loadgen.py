@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The benchmark tools checked against hello: that h1rate corrects for
-coordinated omission and keeps its schedule, that churn and idle work, and
-that the allocation-counting shim agrees with tern's own counters. These
-are tests of the tools, not benchmarks: the loads are small."""
+"""The benchmark tools checked against the reference server: that h1rate
+corrects for coordinated omission and keeps its schedule, that churn and idle
+work, and that the allocation-counting shim agrees with tern's own counters.
+These are tests of the tools, not benchmarks: the loads are small."""
 
 import contextlib
 import json
@@ -66,7 +66,7 @@ def h1rate_coordinated_omission():
     # the stall by sending fewer requests; so the count must match the
     # schedule too.
     rate, conns, duration, warmup = 2000, 8, 3.0, 0.5
-    with Server("hello", ["--workers", "1"]) as s, \
+    with Server("reference", ["--workers", "1"]) as s, \
             tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "h1rate.json")
         cmd = [tool("load", "h1rate"), "--host", "127.0.0.1",
@@ -131,7 +131,7 @@ def h1rate_coordinated_omission():
 @case(timeout=20)
 def h1rate_keeps_rate_and_parses_bodies():
     # Chunked and sized bodies, a 404, no warm-up: counts must add up.
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         base = [tool("load", "h1rate"), "--host", "127.0.0.1",
                 "--port", str(s.port), "--connections", "4",
                 "--rate", "1000", "--duration", "1"]
@@ -147,7 +147,7 @@ def h1rate_keeps_rate_and_parses_bodies():
 
 @case(timeout=20)
 def churn_against_hello():
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         with Conn(s.port) as st:
             before = stats_from(st)
             _, text, r = run_json(
@@ -169,7 +169,7 @@ def churn_against_hello():
 
 
 def tls_hello(d):
-    """hello with a TLS port and a fresh self-signed ECDSA P-256
+    """The reference server with a TLS port and a fresh self-signed ECDSA P-256
     certificate in d; returns (Server, TLS port)."""
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2",
@@ -178,12 +178,12 @@ def tls_hello(d):
                     "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
                     "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=30)
-    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
-                         "--key", key])
+    s = Server("reference", ["--workers", "1", "--tls-port", "0",
+                             "--cert", cert, "--key", key])
     m = re.match(r"tls listening on (\d+)$", s.next_line())
     if m is None:
         s.kill()
-        raise AssertionError("hello printed no tls port line")
+        raise AssertionError("reference printed no tls port line")
     return s, int(m.group(1))
 
 
@@ -216,9 +216,9 @@ def churn_tls(port, *extra):
 
 @case(timeout=60)
 def churn_tls_full_and_resumed_handshakes():
-    # tls-handshake and tls-resume rest on churn's counts: without
-    # --resume no session is offered, so every handshake must be a full
-    # one; with it each of the 16 slots offers its last session, and hello
+    # tls-handshake and tls-resume rest on churn's counts: without --resume no
+    # session is offered, so every handshake must be a full one; with it each
+    # of the 16 slots offers its last session, and the reference server
     # (tickets with either engine) must resume nearly all of them. Only a
     # slot's first connection, in the warm-up, has nothing to offer.
     with tempfile.TemporaryDirectory() as d:
@@ -242,7 +242,7 @@ def churn_tls_full_and_resumed_handshakes():
 @case(timeout=30)
 def idle_holds_connections():
     n = 300
-    with Server("hello", ["--workers", "1"]) as s, \
+    with Server("reference", ["--workers", "1"]) as s, \
             tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "idle.json")
         p = subprocess.Popen(
@@ -298,12 +298,13 @@ def allocshim_agrees_with_tern():
     # - POST /collect with a chunked body: tern collects the body into a
     #   buffer it reallocs (NULL -> 4096) through its allocator hook, which
     #   by default is libc's malloc, and frees it when the request ends;
-    #   hello allocates nothing. Both must see 1 allocation, 4096 bytes and
-    #   1 free per request. (With Content-Length, a body that arrived with
-    #   the head is referenced in place and nothing is allocated.)
-    # - POST /echo: hello callocs its state and mallocs a copy of each
-    #   piece itself, outside tern's hook: the shim must see them, tern
-    #   must not.
+    #   the reference server allocates nothing. Both must see 1
+    #   allocation, 4096 bytes and 1 free per request. (With
+    #   Content-Length, a body that arrived with the head is referenced in
+    #   place and nothing is allocated.)
+    # - POST /echo: the reference server callocs its state and mallocs a
+    #   copy of each piece itself, outside tern's hook: the shim must see
+    #   them, tern must not.
     # The /stats reads go over one keep-alive connection set up before
     # the window. Tern takes its snapshot inside the /stats handler, so
     # the response to the first read allocates after it (a block of
@@ -317,7 +318,7 @@ def allocshim_agrees_with_tern():
                             chunked([b"0123456789"]))
     echo = build_request("POST", "/echo", body=b"0123456789")
     with tempfile.TemporaryDirectory() as d:
-        with Server("hello", ["--workers", "1"],
+        with Server("reference", ["--workers", "1"],
                     env={"LD_PRELOAD": shim,
                          "TERN_ALLOCSHIM_DIR": d}) as s:
             pid = s.proc.pid
@@ -356,15 +357,16 @@ def allocshim_agrees_with_tern():
     echo_tern = t2["allocations"] - t1["allocations"]
     suite.note("1000 POST /echo: shim %d allocations, tern %d"
                % (echo_shim, echo_tern))
-    check(echo_shim >= 2000, "the shim missed hello's own allocations "
+    check(echo_shim >= 2000, "the shim missed reference's own allocations "
           "(%d for 1000 echoes)" % echo_shim)
     check(echo_tern <= 2 + 0.01 * 1000,
           "tern counted %d allocations for 1000 echoes" % echo_tern)
 
 # ---- h3load -----------------------------------------------------------------
-# h3load against hello's HTTP/3 (and gtlsserver's, where installed): its
-# counts agree with the server's, its checks catch what they should, and
-# its exit status follows its contract. Skipped where tern has no HTTP/3.
+# h3load against the reference server's HTTP/3 (and gtlsserver's, where
+# installed): its counts agree with the server's, its checks catch what they
+# should, and its exit status follows its contract. Skipped where tern has no
+# HTTP/3.
 
 GTLSCLIENT = shutil.which("gtlsclient")
 GTLSSERVER = shutil.which("gtlsserver")
@@ -389,18 +391,18 @@ def make_cert(d):
 
 
 @contextlib.contextmanager
-def quic_hello():
-    """with quic_hello() as (s, quic): hello --workers 1 with a QUIC port
-    (Skip where tern was built without HTTP/3); like Server, it must
-    still serve and stop cleanly at the end."""
+def quic_reference():
+    """with quic_reference() as (s, quic): reference --workers 1 with a
+    QUIC port (Skip where tern was built without HTTP/3); like Server, it
+    must still serve and stop cleanly at the end."""
     h3load_tool()
     with tempfile.TemporaryDirectory() as d:
         cert, key = make_cert(d)
         quic = None
         try:
-            s = Server("hello", ["--workers", "1", "--tls-port", "0",
-                                 "--quic-port", "0", "--cert", cert,
-                                 "--key", key])
+            s = Server("reference", ["--workers", "1", "--tls-port", "0",
+                                     "--quic-port", "0", "--cert", cert,
+                                     "--key", key])
             for _ in range(3):
                 m = re.match(r"quic listening on (\d+)$", s.next_line())
                 if m:
@@ -409,10 +411,10 @@ def quic_hello():
         except ServerError as e:
             if re.search(r"unknown option --quic-port|quic: not built",
                          str(e)):
-                raise Skip("hello has no HTTP/3 here")
+                raise Skip("reference has no HTTP/3 here")
             raise
         with s:
-            check(quic is not None, "hello printed no quic port line")
+            check(quic is not None, "reference printed no quic port line")
             yield s, quic
 
 
@@ -448,12 +450,12 @@ def h3_ok(rc, text, r):
 
 @case(timeout=90)
 def h3load_counts_agree_with_hello_and_gtlsclient():
-    # 3000 GET / on 4 connections x 32 streams: every response correct,
-    # and hello, which counts an HTTP/3 response when the client has
-    # acknowledged all of it, counted exactly as many: h3load's graceful
-    # close (after its last ACKs) loses none.
+    # 3000 GET / on 4 connections x 32 streams: every response correct, and the
+    # reference server, which counts an HTTP/3 response when the client has
+    # acknowledged all of it, counted exactly as many: h3load's graceful close
+    # (after its last ACKs) loses none.
     n = 3000
-    with quic_hello() as (s, quic):
+    with quic_reference() as (s, quic):
         with Conn(s.port) as st:
             before = stats_from(st)
             rc, text, r = h3load(quic, "--requests", str(n),
@@ -462,7 +464,7 @@ def h3load_counts_agree_with_hello_and_gtlsclient():
         h3_ok(rc, text, r)
         eq(r["requests"], n, "h3load's requests")
         eq(after["requests"] - before["requests"] - 1, n,
-           "hello's request count (less the first /stats)")
+           "reference's request count (less the first /stats)")
         eq(r["bytes_down"], n * len(HELLO_BODY), "bytes_down")
         eq(r["conns"], 4, "conns")
         eq(r["streams"], 32, "streams")
@@ -490,7 +492,7 @@ def h3load_counts_errors():
     # response; a status other than the expected one a status error; a
     # port nobody listens on gives connect errors and exit status 1 (it
     # could not start), still with a report.
-    with quic_hello() as (s, quic):
+    with quic_reference() as (s, quic):
         rc, text, r = h3load(quic, "--requests", "200",
                              "--expect-body", "Hello, World?")
         eq(rc, 0, "exit status (%s)" % text.strip())
@@ -520,7 +522,7 @@ def h3load_counts_errors():
 def h3load_rate_is_kept():
     # --rate: the open model; the rate achieved follows the rate offered
     # (loosely: a busy machine may lag, never by half).
-    with quic_hello() as (s, quic):
+    with quic_reference() as (s, quic):
         rc, text, r = h3load(quic, "--rate", "400", "--duration", "2",
                              "--expect-body", HELLO_BODY.decode())
     h3_ok(rc, text, r)
@@ -535,10 +537,10 @@ def h3load_rate_is_kept():
 
 @case(timeout=90)
 def h3load_uploads():
-    # 16 MiB POST bodies: each is read to its end by hello's /upload,
-    # which answers the byte count; bytes_up counts them all.
+    # 16 MiB POST bodies: each is read to its end by the reference server's
+    # /upload, which answers the byte count; bytes_up counts them all.
     n, size = 4, 16 << 20
-    with quic_hello() as (s, quic):
+    with quic_reference() as (s, quic):
         rc, text, r = h3load(quic, "--requests", str(n), "--path",
                              "/upload", "--upload-size", str(size),
                              "--expect-body", str(size))
@@ -551,9 +553,9 @@ def h3load_uploads():
 
 @case(timeout=60)
 def h3load_websocket_over_h3():
-    # --ws: extended CONNECT (RFC 9220) to hello's /ws echo, every echo
-    # checked; with --deflate, permessage-deflate on every socket.
-    with quic_hello() as (s, quic):
+    # --ws: extended CONNECT (RFC 9220) to the reference server's /ws echo,
+    # every echo checked; with --deflate, permessage-deflate on every socket.
+    with quic_reference() as (s, quic):
         for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
             rc, text, r = h3load(quic, "--ws", "--conns", "2",
                                  "--streams", "8", "--duration", "1",
@@ -645,7 +647,7 @@ def h3load_rejects_bad_arguments():
 def wsload_echo_against_hello():
     # wsload (its WebSocket side in wsproto.c, shared with h3load --ws):
     # every echo correct, plain and with permessage-deflate.
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         for extra in ([], ["--deflate", "--binary", "--size", "3000"]):
             _, text, r = run_json(
                 [tool("load", "wsload"), "--port", str(s.port), "--conns",
@@ -703,7 +705,7 @@ def perf_compare(d, servers, scenarios, *extra, timeout=300):
     argv = [sys.executable, os.path.join(PERF, "perf"), "compare",
             "--servers", servers, "--scenarios", scenarios,
             "--rounds", "1", "--load-wait", "0", "--out-dir", d,
-            "--hello", os.path.join(BUILD, "examples", "hello"),
+            "--reference", os.path.join(BUILD, "examples", "reference"),
             "--load-dir", os.path.join(BUILD, "perf", "load"),
             "--alloc-dir", os.path.join(BUILD, "perf", "alloc")] + list(extra)
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -719,12 +721,12 @@ def perf_compare(d, servers, scenarios, *extra, timeout=300):
 
 @case(timeout=60)
 def perf_h3_check_wants_the_exact_answer():
-    """The h3 rows' check (gtlsclient): hello's body and upload count
-    pass, a body other than the one expected is refused."""
+    """The h3 rows' check (gtlsclient): the reference server's body and upload
+    count pass, a body other than the one expected is refused."""
     if shutil.which("gtlsclient") is None:
         raise Skip("gtlsclient not installed (ngtcp2-client)")
     common, scenarios, tlsclient = perf_driver()
-    with quic_hello() as (s, quic), tempfile.TemporaryDirectory() as d:
+    with quic_reference() as (s, quic), tempfile.TemporaryDirectory() as d:
         get = scenarios.REGISTRY["h3-get"]
         r = tlsclient.gtls_check(quic, get, b"Hello, World!", d)
         eq(r["status"], 200, "status")
@@ -736,7 +738,8 @@ def perf_h3_check_wants_the_exact_answer():
             check("expected" in str(e), "the reason: %s" % e)
         up = scenarios.REGISTRY["h3-upload"]
         body = tlsclient.upload_file(d, 1 << 20)
-        # hello answers the byte count it read: the whole body arrived
+        # The reference server answers the byte count it read: the whole body
+        # arrived
         r = tlsclient.gtls_check(quic, up, b"1048576", d, upload_path=body)
         eq(r["status"], 200, "upload status")
 
@@ -752,8 +755,8 @@ def perf_compare_h3_rows_against_gtlsserver():
     if GTLSSERVER is None or shutil.which("gtlsclient") is None:
         raise Skip("gtlsserver or gtlsclient not installed (ngtcp2-server, "
                    "ngtcp2-client)")
-    with quic_hello():
-        pass  # skips where hello or h3load has no HTTP/3
+    with quic_reference():
+        pass  # skips where the reference server or h3load has no HTTP/3
     with tempfile.TemporaryDirectory() as d:
         rc, text, summ = perf_compare(d, "tern,gtlsserver", "h3-get,h3-upload",
                                       "--duration", "1", "--warmup", "1")
@@ -796,7 +799,7 @@ def perf_rtt50_pinned_window_is_bounded_by_the_round_trip():
         check(summ is not None, "no summary.json: %s" % text[-800:])
         (r,) = summ["rows"]
         if "unknown option --max-stream-window" in " ".join(r["problems"]):
-            raise Skip("hello has no --max-stream-window here")
+            raise Skip("reference has no --max-stream-window here")
         eq(r["status"], "ok", "status: %s" % r["problems"])
         eq(r["errors"], 0, "errors")
         check(r["uploads_done"] >= 1, "no upload completed in the window")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Operations over real sockets: the access log (hello --access-log, tern's
-built-in writer) and the metrics (hello's /metrics, tern_metrics_handler).
+"""Operations over real sockets: the access log (reference --access-log, tern's
+built-in writer) and the metrics (the reference server's /metrics,
+tern_metrics_handler).
 
 Access log: JSON lines read back and checked field by field for HTTP/1.1,
 HTTP/2 (curl), HTTP/3 (gtlsclient), a WebSocket session (logged when it
@@ -54,12 +55,13 @@ def cert():
 
 
 class TlsHello(Server):
-    """hello with --tls-port and --quic-port (HTTP/3), ports read back."""
+    """The reference server with --tls-port and --quic-port (HTTP/3), ports
+    read back."""
 
     def __init__(self, *extra):
         c, k = cert()
-        Server.__init__(self, "hello", ["--tls-port", "0", "--cert", c,
-                                        "--key", k, "--quic-port", "0"] +
+        Server.__init__(self, "reference", ["--tls-port", "0", "--cert", c,
+                                            "--key", k, "--quic-port", "0"] +
                         list(extra))
         self.tls_port = self.quic_port = None
         while self.quic_port is None:
@@ -354,8 +356,8 @@ def access_log_json():
 def access_log_combined():
     """The combined format, as nginx and Apache write it."""
     path = os.path.join(tmp, "combined.log")
-    with Server("hello", ["--access-log", path, "--access-log-format",
-                          "combined", "--workers", "1"]) as s:
+    with Server("reference", ["--access-log", path, "--access-log-format",
+                              "combined", "--workers", "1"]) as s:
         eq(get(s.port, '/?q="x"', headers=[("User-Agent", "agent/1"),
                                             ("Referer", "http://ref/")])
            .status, 200, "GET")
@@ -385,8 +387,8 @@ def access_log_long_fields_cut():
     target = "/?q=" + "t" * 3000
     for fmt in ("json", "combined"):
         path = os.path.join(tmp, "long-%s.log" % fmt)
-        with Server("hello", ["--access-log", path, "--access-log-format",
-                              fmt, "--workers", "1"]) as s:
+        with Server("reference", ["--access-log", path, "--access-log-format",
+                                  fmt, "--workers", "1"]) as s:
             with Conn(s.port) as c:
                 c.send(("GET %s HTTP/1.1\r\nHost: x\r\nUser-Agent: %s\r\n"
                         "Referer: %s\r\n\r\n" % (target, ua, ref))
@@ -433,7 +435,7 @@ def access_log_long_fields_cut():
 def access_log_sighup_reopen():
     """After a rename, SIGHUP makes new lines go to a new file."""
     path = os.path.join(tmp, "rot.log")
-    with Server("hello", ["--access-log", path]) as s:
+    with Server("reference", ["--access-log", path]) as s:
         eq(get(s.port, "/before").status, 404, "before")
         eq(len(read_lines(path, 1)), 1, "first line")
         os.rename(path, path + ".1")
@@ -467,8 +469,8 @@ def pipelined_gets(port, batches, per):
 
 
 def stop_draining(s, rfd):
-    """Stop hello while a thread reads the FIFO behind `rfd` (opened
-    non-blocking) to its end, so that the log writer can flush what it
+    """Stop the reference server while a thread reads the FIFO behind `rfd`
+    (opened non-blocking) to its end, so that the log writer can flush what it
     queued; the bytes read."""
     drained = []
 
@@ -481,7 +483,7 @@ def stop_draining(s, rfd):
             drained.append(b)
     t = threading.Thread(target=drain, daemon=True)
     t.start()
-    eq(s.stop(), 0, "hello exits cleanly once the FIFO drains")
+    eq(s.stop(), 0, "reference exits cleanly once the FIFO drains")
     t.join(5)
     return b"".join(drained)
 
@@ -496,9 +498,9 @@ def access_log_full_queue_drops():
     # until the end: the pipe fills and the writer thread blocks.
     rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        s = Server("hello", ["--access-log", fifo, "--workers", "1",
-                             "--access-log-buffers", "2",
-                             "--access-log-buffer-size", "1024"])
+        s = Server("reference", ["--access-log", fifo, "--workers", "1",
+                                 "--access-log-buffers", "2",
+                                 "--access-log-buffer-size", "1024"])
         n = pipelined_gets(s.port, 20, 50)
         d = scrape(s.port)
         lines = m(d, "tern_access_log_lines_total")
@@ -524,7 +526,7 @@ def access_log_writer_stall_loses_nothing():
     os.mkfifo(fifo)
     rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        s = Server("hello", ["--access-log", fifo, "--workers", "1"])
+        s = Server("reference", ["--access-log", fifo, "--workers", "1"])
         n = pipelined_gets(s.port, 30, 100)
         time.sleep(1.0)  # the stall
         lines = stop_draining(s, rfd).splitlines()

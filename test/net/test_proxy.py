@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The PROXY protocol on hello's listeners (--proxy-protocol): versions 1
-and 2 from curl and from raw bytes, on plain TCP, under TLS and for h2c;
-the client address the header names is what tern_request_peer answers
-(GET /peer); LOCAL keeps the socket's; a missing, malformed, oversized or
-late header closes the connection, and so does an untrusted source."""
+"""The PROXY protocol on the reference server's listeners (--proxy-protocol):
+versions 1 and 2 from curl and from raw bytes, on plain TCP, under TLS and for
+h2c; the client address the header names is what tern_request_peer answers (GET
+/peer); LOCAL keeps the socket's; a missing, malformed, oversized or late
+header closes the connection, and so does an untrusted source."""
 
 import os
 import re
@@ -20,7 +20,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import self_signed  # noqa: E402
 from harness import (Conn, Server, Skip, Suite, check, eq, recv_until_close,
-                     shared_hello_teardown)
+                     shared_reference_teardown)
 
 suite = Suite()
 case = suite.case
@@ -37,9 +37,10 @@ def make_cert():
 def setup():
     global srv
     cert, key = make_cert()
-    srv = Server("hello", ["--workers", "2", "--proxy-protocol",
-                           "--head-timeout-ms", str(HEAD_TIMEOUT_MS),
-                           "--tls-port", "0", "--cert", cert, "--key", key])
+    srv = Server("reference", ["--workers", "2", "--proxy-protocol",
+                               "--head-timeout-ms", str(HEAD_TIMEOUT_MS),
+                               "--tls-port", "0", "--cert", cert, "--key",
+                               key])
     m = re.match(r"tls listening on (\d+)$", srv.next_line())
     check(m is not None, "no tls port line")
     srv.tls_port = int(m.group(1))
@@ -48,7 +49,7 @@ def setup():
 
 def proxied_alive(s):
     """The runner's check after each case, through a PROXY header."""
-    check(s.alive(), "hello died; stderr: %s" % s.stderr_text())
+    check(s.alive(), "reference died; stderr: %s" % s.stderr_text())
     with Conn(s.port) as c:
         c.send(b"PROXY TCP4 192.0.2.1 127.0.0.1 1 2\r\n")
         r = c.request("GET", "/")
@@ -219,8 +220,8 @@ def header_within_head_timeout():
 
 @case
 def untrusted_source_refused():
-    s = Server("hello", ["--workers", "1", "--proxy-protocol",
-                         "--proxy-trusted", "192.0.2.0/24, 2001:db8::/32"])
+    s = Server("reference", ["--workers", "1", "--proxy-protocol",
+                             "--proxy-trusted", "192.0.2.0/24, 2001:db8::/32"])
     try:
         with Conn(s.port) as c:
             # tern closes an untrusted source at accept: the sends may
@@ -233,16 +234,17 @@ def untrusted_source_refused():
             except (BrokenPipeError, ConnectionResetError):
                 got, how = b"", "reset"
             eq((got, how != "timeout"), (b"", True), "(answer, closed)")
-        t = Server("hello", ["--workers", "1", "--proxy-protocol",
-                             "--proxy-trusted", "10.0.0.0/8, 127.0.0.0/31"])
+        t = Server("reference", ["--workers", "1", "--proxy-protocol",
+                                 "--proxy-trusted",
+                                 "10.0.0.0/8, 127.0.0.0/31"])
         try:
             with Conn(t.port) as c:
                 c.send(v2_tcp4("192.0.2.1", 1))
                 eq(peer_of(c), "192.0.2.1 1", "a trusted network's header")
         finally:
-            eq(t.stop(), 0, "hello exit status")
+            eq(t.stop(), 0, "reference exit status")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
     r = subprocess.run([s.cmd[0], "--port", "0", "--proxy-protocol",
                         "--proxy-trusted", "10.0.0.0/40"],
                        capture_output=True, text=True, timeout=10)
@@ -327,7 +329,7 @@ def h2c_prior_knowledge():
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

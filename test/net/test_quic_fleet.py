@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""HTTP/3 in a fleet. Sockets handed over: a parent (this test, as
-systemd would) binds a UDP and a TCP socket and starts hello --listen-fds
-with them as descriptors 3 and 4 (LISTEN_PID set to hello's pid through
-bash's exec, LISTEN_FDNAMES naming them); hello serves HTTP/3 on the UDP
-one (tern_listen_with, quic and fd) and HTTP/1.1 on the TCP one, and reports the
-names; --quic-fd takes a plain inherited UDP
-socket (IPv6 here); a TCP socket, an unbound UDP socket and a Unix
-datagram socket are refused with the reason logged. Keys: a NEW_TOKEN
-token one hello issued spares the client a Retry on another hello that
-has the first one's secret as its previous one (and not on one without
-it), and a hello rotated to a new secret still resets, with the right
-token, a connection the old-secret hello had."""
+"""HTTP/3 in a fleet. Sockets handed over: a parent (this test, as systemd
+would) binds a UDP and a TCP socket and starts reference --listen-fds with them
+as descriptors 3 and 4 (LISTEN_PID set to the reference server's pid through
+bash's exec, LISTEN_FDNAMES naming them); the reference server serves HTTP/3 on
+the UDP one (tern_listen_with, quic and fd) and HTTP/1.1 on the TCP one, and
+reports the names; --quic-fd takes a plain inherited UDP socket (IPv6 here); a
+TCP socket, an unbound UDP socket and a Unix datagram socket are refused with
+the reason logged. Keys: a NEW_TOKEN token one reference server issued spares
+the client a Retry on another reference server that has the first one's secret
+as its previous one (and not on one without it), and a reference server rotated
+to a new secret still resets, with the right token, a connection the old-secret
+reference server had."""
 
 import os
 import re
@@ -49,11 +49,11 @@ def need_client():
         raise Skip("gtlsclient (Debian package ngtcp2-client) not installed")
 
 
-def hello(args, socks=(), listen_fds=False, names=None):
-    """hello with `socks` as fds 3, 4, ... (with LISTEN_FDS if
+def start_reference(args, socks=(), listen_fds=False, names=None):
+    """The reference server with `socks` as fds 3, 4, ... (with LISTEN_FDS if
     `listen_fds`, and LISTEN_FDNAMES `names`, else as they are, for
     --quic-fd)."""
-    base = [binary("hello"), "--port", "0", "--workers", "2"] + list(args)
+    base = [binary("reference"), "--port", "0", "--workers", "2"] + list(args)
     if listen_fds:
         # Through high numbers first, so that no target is a later source.
         redir = " ".join("%d<&%d %d<&-" % (40 + i, s.fileno(), s.fileno())
@@ -74,12 +74,13 @@ def hello(args, socks=(), listen_fds=False, names=None):
 
 
 def lines_until(p, pattern):
-    """hello's stdout lines up to the one matching `pattern`: its match."""
+    """The reference server's stdout lines up to the one matching `pattern`:
+    its match."""
     seen = []
     while True:
         line = p.stdout.readline()
         if not line:
-            raise AssertionError("hello ended before %r: %r; stderr %r"
+            raise AssertionError("reference ended before %r: %r; stderr %r"
                                  % (pattern, seen, p.stderr.read()[-800:]))
         seen.append(line.strip())
         m = re.match(pattern, line.strip())
@@ -127,8 +128,8 @@ def udp_and_tcp_from_listen_fds():
     t.bind(("127.0.0.1", 0))
     t.listen(16)
     tport = t.getsockname()[1]
-    p = hello(["--tls-port", "0", "--cert", cert, "--key", key,
-               "--listen-fds"], [u, t], listen_fds=True,
+    p = start_reference(["--tls-port", "0", "--cert", cert, "--key", key,
+                         "--listen-fds"], [u, t], listen_fds=True,
               names=["h3", "web"])
     u.close()
     t.close()
@@ -142,7 +143,7 @@ def udp_and_tcp_from_listen_fds():
             r = c.request("GET", "/")
             eq((r.status, r.body), (200, b"Hello, World!"), "over TCP")
         p.terminate()
-        eq(p.wait(10), 0, "hello exit status")
+        eq(p.wait(10), 0, "reference exit status")
         err = p.stderr.read()
         check("fd 3 named h3" in err and "fd 4 named web" in err,
               "LISTEN_FDNAMES: %r" % err[-600:])
@@ -160,8 +161,8 @@ def quic_fd_ipv6():
     except OSError as e:
         raise Skip("no IPv6 loopback: %s" % e)
     uport = u.getsockname()[1]
-    p = hello(["--tls-port", "0", "--cert", cert, "--key", key,
-               "--quic-fd", str(u.fileno())], [u])
+    p = start_reference(["--tls-port", "0", "--cert", cert, "--key", key,
+                         "--quic-fd", str(u.fileno())], [u])
     u.close()
     try:
         lines_until(p, r"fd \d+ quic listening on %d$" % uport)
@@ -171,14 +172,14 @@ def quic_fd_ipv6():
 
 
 def refused(args, socks, want, listen_fds=False):
-    p = hello(args, socks, listen_fds)
+    p = start_reference(args, socks, listen_fds)
     for s in socks:
         s.close()
     try:
         out, err = p.communicate(timeout=10)
     finally:
         kill(p)
-    check(p.returncode not in (0, None), "hello took it: %r" % out)
+    check(p.returncode not in (0, None), "reference took it: %r" % out)
     check(want in err, "%r not in %r" % (want, err[-600:]))
 
 
@@ -207,9 +208,9 @@ def wrong_sockets_refused():
             "a previous_secret needs a secret")
 
 
-def quic_hello(*extra, port=0):
-    p = hello(["--tls-port", "0", "--cert", cert, "--key", key,
-               "--quic-port", str(port)] + list(extra))
+def quic_reference(*extra, port=0):
+    p = start_reference(["--tls-port", "0", "--cert", cert, "--key", key,
+                         "--quic-port", str(port)] + list(extra))
     m, _ = lines_until(p, r"quic listening on (\d+)$")
     p.quic = int(m.group(1))
     return p
@@ -230,14 +231,14 @@ def h3client(port, token):
 
 @case
 def token_from_another_instance():
-    """NEW_TOKEN: a token from hello A (secret S1) spares the client the
-    Retry of hello B (--quic-retry, secret S2, previous secret S1), not
-    that of hello C (S2 alone)."""
+    """NEW_TOKEN: a token from reference server A (secret S1) spares the
+    client the Retry of reference server B (--quic-retry, secret S2,
+    previous secret S1), not that of reference server C (S2 alone)."""
     token = os.path.join(tmp, "token")
-    a = quic_hello("--quic-secret", S1)
-    b = quic_hello("--quic-retry", "--quic-secret", S2,
-                   "--quic-previous-secret", S1)
-    c = quic_hello("--quic-retry", "--quic-secret", S2)
+    a = quic_reference("--quic-secret", S1)
+    b = quic_reference("--quic-retry", "--quic-secret", S2,
+                       "--quic-previous-secret", S1)
+    c = quic_reference("--quic-retry", "--quic-secret", S2)
     try:
         out = h3client(a.quic, token)
         check(any(x.startswith("new-token ") for x in out), out)
@@ -264,10 +265,11 @@ def token_from_another_instance():
 
 
 def reset_after_rotation(new_args):
-    """hello A (S1) on a UDP port; a client connects and holds its request
-    back; A is killed and hello B (`new_args`) takes the port before the
-    request leaves. The client's log and the reset tokens A gave it."""
-    a = quic_hello("--quic-secret", S1)
+    """Reference server A (S1) on a UDP port; a client connects and holds
+    its request back; A is killed and reference server B (`new_args`) takes
+    the port before the request leaves. The client's log and the reset tokens A
+    gave it."""
+    a = quic_reference("--quic-secret", S1)
     port = a.quic
     out = {}
 
@@ -277,7 +279,7 @@ def reset_after_rotation(new_args):
     th.start()
     time.sleep(0.6)
     kill(a)
-    b = quic_hello(*new_args, port=port)
+    b = quic_reference(*new_args, port=port)
     try:
         th.join(20)
     finally:

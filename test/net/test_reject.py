@@ -10,7 +10,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Closed, Conn, Server, Suite, check, eq,
-                     recv_until_close, shared_hello_teardown)
+                     recv_until_close, shared_reference_teardown)
 
 MAX_URI = 256
 MAX_HEAD = 1024
@@ -24,10 +24,10 @@ srv = None
 
 def setup():
     global srv
-    srv = Server("hello", ["--max-uri", str(MAX_URI),
-                           "--max-head", str(MAX_HEAD),
-                           "--max-headers", str(MAX_HEADERS),
-                           "--max-body", str(MAX_BODY)])
+    srv = Server("reference", ["--max-uri", str(MAX_URI),
+                               "--max-head", str(MAX_HEAD),
+                               "--max-headers", str(MAX_HEADERS),
+                               "--max-body", str(MAX_BODY)])
 
 
 REASONS = {400: "Bad Request", 408: "Request Timeout",
@@ -428,29 +428,30 @@ def body_too_large_with_continue():
         check(c.at_eof(3), "not closed after 413")
 
 
-# ---- The application's own error answers (hello --error-hook) ------------
+# ---- The application's own error answers (reference --error-hook) --------
 
 hook_srv = None
 
 
 def hook_server():
-    """hello with --error-hook and this file's limits, started once."""
+    """The reference server with --error-hook and this file's limits, started
+    once."""
     global hook_srv
     if hook_srv is None:
-        hook_srv = Server("hello", ["--error-hook",
-                                    "--max-uri", str(MAX_URI),
-                                    "--max-head", str(MAX_HEAD),
-                                    "--max-headers", str(MAX_HEADERS),
-                                    "--max-body", str(MAX_BODY)])
+        hook_srv = Server("reference", ["--error-hook",
+                                        "--max-uri", str(MAX_URI),
+                                        "--max-head", str(MAX_HEAD),
+                                        "--max-headers", str(MAX_HEADERS),
+                                        "--max-body", str(MAX_BODY)])
     return hook_srv
 
 
 def hooked(data, status, method, closes=True, allow=None, what=None,
            head_only=False):
-    """Send `data`; the answer must be `status` with hello's JSON body
-    (or none for HEAD), tern's Connection semantics (close after a
-    rejection, keep-alive otherwise, whatever the hook asked for) and, on
-    a 405, Allow."""
+    """Send `data`; the answer must be `status` with the reference server's
+    JSON body (or none for HEAD), tern's Connection semantics (close after a
+    rejection, keep-alive otherwise, whatever the hook asked for) and, on a
+    405, Allow."""
     what = what or repr(data[:60])
     m = "null" if method is None else '"%s"' % method
     want = (b'{"error":%d,"reason":"%s","method":%s,"bad":-1}\n'
@@ -522,7 +523,7 @@ def error_hook_declines():
 
 @case
 def default_handler_404_and_405():
-    s = Server("hello", ["--default-handler"])
+    s = Server("reference", ["--default-handler"])
     try:
         with Conn(s.port) as c:
             r = c.request("GET", "/nope")
@@ -537,13 +538,13 @@ def default_handler_404_and_405():
             r = c.request("GET", "/")
             eq(r.status, 200, "a routed path")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
     if hook_srv is not None:
-        shared_hello_teardown(hook_srv)
+        shared_reference_teardown(hook_srv)
 
 
 if __name__ == "__main__":

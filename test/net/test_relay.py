@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """perf/load/relay, the delaying forwarder, on real sockets: TCP and UDP
 echo servers in this process behind it (on one port number, as the relay
-serves both on one), then hello over HTTP/2 (curl) and HTTP/3
+serves both on one), then the reference server over HTTP/2 (curl) and HTTP/3
 (gtlsclient) through it.
 
 Delays are checked only from below (a round trip through a relay that
@@ -23,7 +23,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_h3  # noqa: E402 (its certificate, hello and gtlsclient helpers)
+import test_h3  # noqa: E402 (its certificate, server and gtlsclient helpers)
 from harness import (BUILD, HELLO_BODY, Server, Skip, Suite, check,  # noqa
                      eq)
 
@@ -425,12 +425,13 @@ def cert_pair():
 
 @case(timeout=60)
 def h2_through_relay():
-    """curl over HTTP/2 (TLS) to hello through the relay: GET / and a
-    1 MiB POST /upload, whose length hello reports."""
+    """curl over HTTP/2 (TLS) to the reference server through the relay: GET /
+    and a 1 MiB POST /upload, whose length the reference server reports."""
     if not shutil.which("curl"):
         raise Skip("no curl")
     c, k = cert_pair()
-    with Server("hello", ["--tls-port", "0", "--cert", c, "--key", k]) as s:
+    with Server("reference", ["--tls-port", "0", "--cert", c, "--key",
+                              k]) as s:
         tls_port = None
         while tls_port is None:
             m = re.match(r"tls listening on (\d+)$", s.next_line())
@@ -450,8 +451,8 @@ def h2_through_relay():
             eq(p.returncode, 0, "curl: %r" % p.stderr)
             out = p.stdout.decode().split("\n")
             if out[1] != "2":
-                raise Skip("curl did not negotiate HTTP/2 (%r): hello built "
-                           "without it?" % out[1])
+                raise Skip("curl did not negotiate HTTP/2 (%r): reference "
+                           "built without it?" % out[1])
             eq(out[0].encode(), HELLO_BODY, "GET / body")
             eq(out[2], str(1 << 20), "upload length")
             eq(out[3], "2", "upload over HTTP/2")
@@ -462,8 +463,8 @@ def h2_through_relay():
 
 @case(timeout=60)
 def h3_through_relay():
-    """gtlsclient over HTTP/3 to hello through the relay's UDP side: GET /
-    and a 1 MiB download, bytes identical."""
+    """gtlsclient over HTTP/3 to the reference server through the relay's UDP
+    side: GET / and a 1 MiB download, bytes identical."""
     if test_h3.GTLSCLIENT is None:
         raise Skip("gtlsclient (ngtcp2-client) not installed")
     c, k = cert_pair()
@@ -471,7 +472,7 @@ def h3_through_relay():
         h = test_h3.Hello(c, k)
     except test_h3.ServerError as e:
         if re.search(r"unknown option --quic-port|quic: not built", str(e)):
-            raise Skip("hello has no HTTP/3 here")
+            raise Skip("reference has no HTTP/3 here")
         raise
     with h, Relay(h.port, D, "--udp") as r:
         n = 1 << 20

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The soak (perf/soak/soak) for 60 seconds, as one TAP result.
 
-It runs the hello of the build under test (TERN_BUILD): the normal build
-in the normal suite, build-asan/ in the sanitizer suite, where the soak
-also fails on any AddressSanitizer or UndefinedBehaviorSanitizer report.
-Every criterion of the long soak applies (docs/testing.md, "Soak") but
-one: a test asserts no speed on a shared machine, so a fresh client must be
-answered within 2 s here (a stalled worker), not 100 ms; the worst
-fresh-client latency is reported under the result. The summary goes to
-TERN_BUILD/soak-ci/. TERN_SOAK_SECONDS changes the duration.
+It runs the reference server of the build under test (TERN_BUILD): the normal
+build in the normal suite, build-asan/ in the sanitizer suite, where the soak
+also fails on any AddressSanitizer or UndefinedBehaviorSanitizer report. Every
+criterion of the long soak applies (docs/testing.md, "Soak") but one: a test
+asserts no speed on a shared machine, so a fresh client must be answered within
+2 s here (a stalled worker), not 100 ms; the worst fresh-client latency is
+reported under the result. The summary goes to TERN_BUILD/soak-ci/.
+TERN_SOAK_SECONDS changes the duration.
 """
 
 import os

@@ -1,4 +1,4 @@
-"""The static-file handler (tern_static_*, hello --static DIR at /static/)
+"""The static-file handler (tern_static_*, reference --static DIR at /static/)
 over real sockets: raw HTTP/1.1 and curl over HTTP/2 (h2c).
 
 Every conditional and Range case (overlapping and invalid ranges, If-Range
@@ -58,7 +58,7 @@ def setup():
         f.seek(BIG - 16)
         f.write(b"0123456789abcdef")
     S["dir"], S["root"], S["css"] = d, root, css
-    S["srv"] = Server("hello", ["--static", root])
+    S["srv"] = Server("reference", ["--static", root])
 
 
 def port():
@@ -391,7 +391,8 @@ def truncated_while_served_h2():
 
 
 def tls_server():
-    """hello with TLS (h1, h2) and HTTP/3 serving the same root."""
+    """The reference server with TLS (h1, h2) and HTTP/3 serving the same
+    root."""
     if "tls" not in S:
         c, k = self_signed(S["dir"], "c", "DNS:localhost,IP:127.0.0.1")
         args = ["--tls-port", "0", "--cert", c, "--key", k, "--static",
@@ -399,7 +400,7 @@ def tls_server():
         quic = shutil.which("gtlsclient") is not None
         if quic:
             args += ["--quic-port", "0"]
-        srv = Server("hello", args)
+        srv = Server("reference", args)
         srv.tls_port = srv.quic_port = None
         while srv.tls_port is None or (quic and srv.quic_port is None):
             line = srv.next_line()

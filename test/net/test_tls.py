@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""HTTP/1.1 and HTTP/2 over TLS against hello: handshakes, ALPN, SNI among
-several certificates, session tickets, TLS versions, hot certificate
-reload during traffic, configuration errors, and bad clients. Every case
-runs against the engine TERN_TEST_TLS_ENGINE names (meson runs the file
-once per engine the build has; unset: the library's default), which hello
+"""HTTP/1.1 and HTTP/2 over TLS against the reference server: handshakes, ALPN,
+SNI among several certificates, session tickets, TLS versions, hot certificate
+reload during traffic, configuration errors, and bad clients. Every case runs
+against the engine TERN_TEST_TLS_ENGINE names (meson runs the file once per
+engine the build has; unset: the library's default), which the reference server
 reports on stderr ("tls engine NAME")."""
 import hashlib
 import os
@@ -38,12 +38,12 @@ def make_cert(name, cn, sans, kind="ec"):
     return cert, key
 
 
-ENGINE = None  # the engine serving: "gnutls" or "mbedtls" (from hello)
+ENGINE = None  # the engine serving: "gnutls" or "mbedtls" (from reference)
 
 
 def start(cert, key, *extra):
-    s = Server("hello", ["--workers", "1", "--tls-port", "0", "--cert", cert,
-                         "--key", key] + list(extra))
+    s = Server("reference", ["--workers", "1", "--tls-port", "0",
+                             "--cert", cert, "--key", key] + list(extra))
     m = re.match(r"tls listening on (\d+)$", s.next_line())
     check(m is not None, "no tls port line")
     s.tls_port = int(m.group(1))
@@ -276,7 +276,7 @@ def tls_versions():
     if ENGINE != "gnutls":
         p = subprocess.run(
             [os.path.join(os.environ.get("TERN_BUILD", "build"), "examples",
-                          "hello"), "--port", "0", "--tls-port", "0",
+                          "reference"), "--port", "0", "--tls-port", "0",
              "--tls-engine", ENGINE, "--tls-min", "1.3",
              "--cert", ec_cert, "--key", ec_key],
             capture_output=True, timeout=10)
@@ -296,7 +296,7 @@ def tls_versions():
             s.sendall(GET)
             eq(read_response(s)[1], b"Hello, World!", "served afterwards")
     finally:
-        eq(s13.stop(), 0, "hello exit status")
+        eq(s13.stop(), 0, "reference exit status")
 
 
 @case
@@ -362,7 +362,7 @@ def sni_picks_certificate():
                 t.sendall(GET)
                 eq(read_response(t)[1], b"Hello, World!", "body")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case(timeout=30)
@@ -413,7 +413,7 @@ def hot_reload_during_traffic():
         eq(read_response(live)[1], b"Hello, World!", "old connection")
         live.close()
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case
@@ -433,7 +433,7 @@ def config_errors_are_reported_at_start():
     for cert, key, word in cases:
         p = subprocess.run(
             [os.path.join(os.environ.get("TERN_BUILD", "build"), "examples",
-                          "hello"), "--port", "0", "--tls-port", "0",
+                          "reference"), "--port", "0", "--tls-port", "0",
              "--cert", cert, "--key", key],
             capture_output=True, timeout=10)
         eq(p.returncode, 1, "exit status for %s" % word)
@@ -470,7 +470,7 @@ def handshake_timeout_and_garbage():
             t.sendall(GET)
             eq(read_response(t)[1], b"Hello, World!", "served afterwards")
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case(timeout=30)
@@ -561,7 +561,7 @@ def handshake_trickle_closed_at_head_timeout():
         check(closed_at < 2.5, "closed after %.2f s" % closed_at)
         suite.note("closed after %.2f s of trickling" % closed_at)
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case
@@ -594,7 +594,7 @@ def close_notify_ends_close_delimited_body():
 
 def teardown():
     if srv is not None:
-        eq(srv.stop(), 0, "hello exit status")
+        eq(srv.stop(), 0, "reference exit status")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""hello on Unix domain sockets (--unix, tern_listen_with's path): HTTP/1.1 and
-h2c (prior knowledge and Upgrade) from curl over a socket file and an
-abstract name, raw keep-alive requests, the file removed at the end, and
-a second server on the same path refused."""
+"""The reference server on Unix domain sockets (--unix, tern_listen_with's
+path): HTTP/1.1 and h2c (prior knowledge and Upgrade) from curl over a socket
+file and an abstract name, raw keep-alive requests, the file removed at the
+end, and a second server on the same path refused."""
 
 import os
 import shutil
@@ -21,7 +21,7 @@ tmp = tempfile.mkdtemp(prefix="tern-unix-")
 
 
 def start(path):
-    s = Server("hello", ["--workers", "2", "--unix", path])
+    s = Server("reference", ["--workers", "2", "--unix", path])
     eq(s.next_line(), "unix listening on " + path, "unix line")
     return s
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""WebSocket (RFC 6455, RFC 7692) against hello's /ws echo, over real
-sockets.
+"""WebSocket (RFC 6455, RFC 7692) against the reference server's /ws echo, over
+real sockets.
 
 Happy paths use a real client, Python's websockets (Debian's
 python3-websockets): messages of 0 B to 16 MiB, text and binary,
@@ -29,7 +29,7 @@ import zlib
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
-                     eq, sanitized, shared_hello_teardown, vmrss_kib)
+                     eq, sanitized, shared_reference_teardown, vmrss_kib)
 from wslib import (answer_going_away, close_payload, deflate_raw,
                    expect_close, frame, mask_bytes, payload,
                    push_until_stalled, read_back, read_frame,
@@ -55,7 +55,7 @@ tls_cert = None
 
 def setup():
     global srv, tls_cert
-    srv = Server("hello")
+    srv = Server("reference")
     tmp = tempfile.mkdtemp(prefix="tern-ws-")
     tls_cert = (os.path.join(tmp, "c.crt"), os.path.join(tmp, "c.key"))
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec",
@@ -66,7 +66,7 @@ def setup():
 
 
 def teardown():
-    shared_hello_teardown(srv)
+    shared_reference_teardown(srv)
 
 
 # ---------------------------------------------------------------------------
@@ -531,7 +531,7 @@ def client_vanishes_mid_message():
 def graceful_stop_sends_1001():
     """SIGTERM: every open socket gets close 1001; once the clients answer,
     the server exits cleanly."""
-    s = Server("hello", ["--workers", "2"])
+    s = Server("reference", ["--workers", "2"])
     try:
         conns = [opened(s.port)[0] for _ in range(4)]
         conns[0].send(frame(0x1, b"x"))
@@ -549,7 +549,7 @@ def slow_reader_bounded_by_high_water():
     """A client that sends 64 KiB messages and never reads: the server
     stops reading once 1 MiB of echoes is queued (hw=1048576), so its RSS
     stays bounded while the client pushes 64 MiB at it."""
-    s = Server("hello", ["--workers", "1"])
+    s = Server("reference", ["--workers", "1"])
     try:
         c, _ = opened(s.port, "/ws?hw=1048576")
         with c:
@@ -567,7 +567,7 @@ def slow_reader_bounded_by_high_water():
             # Reading now drains it, and reading resumes.
             read_back(c, msg, sent, off)
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case
@@ -964,8 +964,8 @@ def h2_echo_sizes_h2c():
 
 @case(timeout=300)
 def h2_echo_sizes_tls():
-    with Server("hello", ["--workers", "1", "--tls-port", "0", "--cert",
-                          tls_cert[0], "--key", tls_cert[1]]) as s:
+    with Server("reference", ["--workers", "1", "--tls-port", "0", "--cert",
+                              tls_cert[0], "--key", tls_cert[1]]) as s:
         m = re.match(r"tls listening on (\d+)$", s.next_line())
         check(m is not None, "no tls port line")
         with H2Tls(int(m.group(1))) as conn:
@@ -991,7 +991,7 @@ def h2_small_high_water_echo():
 def h2_large_message_leaves_worker_free():
     """With one worker, a 16 MiB message echoed over h2 does not hold up
     other connections: GETs on new connections are answered meanwhile."""
-    with Server("hello", ["--workers", "1"]) as s:
+    with Server("reference", ["--workers", "1"]) as s:
         done = threading.Event()
         err = []
 

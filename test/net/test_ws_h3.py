@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""WebSocket over HTTP/3 (RFC 9220) against hello's /ws echo and the chat
-example, over real QUIC sockets.
+"""WebSocket over HTTP/3 (RFC 9220) against the reference server's /ws echo and
+the chat example, over real QUIC sockets.
 
 The client is tern's own HTTP/3 client (test/net/h3client.c) in tunnel
 mode: it sends the extended CONNECT (:protocol websocket), reports the
@@ -19,7 +19,7 @@ the QUIC idle timeout; the RFC 9220 / 8441 request rules (version 13, a
 CONNECT needs :protocol, :scheme and :path); the carrier the server sees
 (chat says "via h3"); allocations per echo; and Chromium (flag
 EnableWebsocketsOverHttp3) chatting through examples/chat over h3. After
-every case the shared hello must still answer a GET over HTTP/3.
+every case the shared reference server must still answer a GET over HTTP/3.
 """
 
 import json
@@ -36,7 +36,7 @@ import zlib
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Conn, Server, Skip, Suite, build_request, check,
-                     eq, sanitized, shared_hello_teardown, vmrss_kib)
+                     eq, sanitized, shared_reference_teardown, vmrss_kib)
 import test_h3_defences as h3d  # noqa: E402 (its cases are not run here)
 from test_h3 import spki_hash  # noqa: E402
 from wslib import (answer_going_away, close_payload, deflate_raw,
@@ -55,10 +55,10 @@ cert = key = None
 srv = None
 
 
-def hello(*extra):
-    """hello with HTTP/3 on UDP .quic_port (test_h3_defences' start: one
-    worker, TLS too, plain TCP on .port). Alive after a case means the TCP
-    check and a GET / over HTTP/3."""
+def start_reference(*extra):
+    """The reference server with HTTP/3 on UDP .quic_port (test_h3_defences'
+    start: one worker, TLS too, plain TCP on .port). Alive after a case means
+    the TCP check and a GET / over HTTP/3."""
     s = h3d.start(*extra)
 
     def alive():
@@ -180,12 +180,12 @@ def opened(path="/ws", deflate=False, port=None, **kw):
 def setup():
     global srv, cert, key
     cert, key = h3d.cert, h3d.key = h3d.make_cert()
-    srv = hello()
+    srv = start_reference()
 
 
 def teardown():
     if srv is not None:
-        shared_hello_teardown(srv)
+        shared_reference_teardown(srv)
 
 
 # ---------------------------------------------------------------------------
@@ -540,7 +540,7 @@ def client_vanishes():
 def graceful_stop_sends_1001():
     """SIGTERM: every socket gets close 1001 over its stream; once the
     clients answer, the server exits cleanly."""
-    s = hello()
+    s = start_reference()
     try:
         ts = [opened(port=s.quic_port) for _ in range(4)]
         ts[0].send(frame(0x1, b"x"))
@@ -558,7 +558,7 @@ def graceful_stop_client_silent():
     """SIGTERM with a client that never answers the 1001: the socket ends
     at the close timeout, its stream closes, the GOAWAY'd connection goes,
     and the server exits 0 (no WebSocket keeps an HTTP/3 stop waiting)."""
-    s = hello()
+    s = start_reference()
     try:
         t = opened(port=s.quic_port)
         with t:
@@ -595,7 +595,7 @@ def slow_reader_bounded_by_high_water():
     the 1 MiB mark (hw=1048576) and it stops reading, so the client is
     flow-controlled in turn: far less than the 64 MiB it tries goes in,
     and the server's RSS stays bounded. Reading then drains everything."""
-    s = hello()
+    s = start_reference()
     try:
         t = opened("/ws?hw=1048576", port=s.quic_port)
         with t:
@@ -612,7 +612,7 @@ def slow_reader_bounded_by_high_water():
                 check(grown < 32 * 1024, "RSS grew %d KiB" % grown)
             read_back(t, msg, sent, off, timeout=30)
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case(timeout=60)
@@ -621,7 +621,7 @@ def idle_socket_outlives_quic_idle_timeout():
     socket left idle for 4 s still echoes (over HTTP/1.1 and HTTP/2 an
     open socket holds its connection too); the server keeps QUIC alive
     while a tunnel is open. A connection without one still idles out."""
-    s = hello("--idle-timeout-ms", "1000")
+    s = start_reference("--idle-timeout-ms", "1000")
     try:
         with opened(port=s.quic_port) as t:
             time.sleep(4)
@@ -637,14 +637,14 @@ def idle_socket_outlives_quic_idle_timeout():
         check("idle-close" in p.stdout or "closed " in p.stdout,
               "a connection without a tunnel idles out: %r" % p.stdout)
     finally:
-        eq(s.stop(), 0, "hello exit status")
+        eq(s.stop(), 0, "reference exit status")
 
 
 @case(timeout=120)
 def allocations_per_echo():
-    """hello's /stats counts every allocation through tern's hook: the
-    difference over 10 000 echoes on one socket, after a warm-up, shows
-    what a message costs over HTTP/3 (noted; the bound is loose)."""
+    """The reference server's /stats counts every allocation through tern's
+    hook: the difference over 10 000 echoes on one socket, after a warm-up,
+    shows what a message costs over HTTP/3 (noted; the bound is loose)."""
     n = 10000
     with opened() as t:
         def echoes(k):

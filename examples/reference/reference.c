@@ -1,4 +1,7 @@
-/* hello: tern's reference server, used by the tests and the benchmarks.
+/* reference: tern's reference server, the one the demo (examples/demo.sh),
+ * the tests (test/net) and the benchmarks (perf/perf) run: routes and
+ * flags for what they exercise, not a program to start from (that is
+ * examples/hello.c).
  *
  *   GET  /              200 "Hello, World!" (text/plain)
  *   POST /echo          the request body, streamed back (any size)
@@ -71,7 +74,7 @@
  *                       value, 404 for no such key, 502 when Redis fails
  *   GET  /db-blocking/:key  the same on the blocking lane (synchronous
  *                       hiredis, a connection per pool thread); both 501
- *                       without --redis or hiredis (examples/hello_db.c)
+ *                       without --redis or hiredis (reference_db.c)
  *   GET  /compress      (--compress) a route that compresses (gzip, br
  *                       and zstd where built, tern_compress_options'
  *                       defaults): bytes=N of
@@ -116,7 +119,7 @@
  * --max-compressors, --max-compressors-per-conn (streamed responses
  * compressed at once, in the server and on one connection).
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
- * 400, ...) with hello's JSON {"error":S,"reason":"...",
+ * 400, ...) with the server's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
  * routes unmatched requests to a handler answering {"default":404 or 405,
  * "allow":"..."} (405 with Allow). --access-log FILE logs every request
@@ -135,7 +138,7 @@
  * Unix) each printed as "fd N listening on PORT" (0 for Unix) after the
  * first line, UDP ones with HTTP/3 as --quic-fd does (after the TLS and
  * QUIC lines; they need --tls-port); each one's LISTEN_FDNAMES name goes
- * to stderr as "hello: fd N named NAME". --ticket-key HEX (128 digits) sets
+ * to stderr as "reference: fd N named NAME". --ticket-key HEX (128 digits) sets
  * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
  * instance of a fleet; --previous-ticket-key HEX the one being rotated
  * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
@@ -194,15 +197,15 @@ static void *reloader(void *arg) {
     if (reopen_wanted) {
       reopen_wanted = 0;
       if (tern_server_access_log_reopen(server) == 0)
-        fprintf(stderr, "hello: access log reopened\n");
+        fprintf(stderr, "reference: access log reopened\n");
     }
     if (!reload_wanted || tls == NULL)
       continue;
     reload_wanted = 0;
     if (add_certs() == 0 && tern_tls_commit(tls) == 0)
-      fprintf(stderr, "hello: certificates reloaded\n");
+      fprintf(stderr, "reference: certificates reloaded\n");
     else
-      fprintf(stderr, "hello: reload failed, the old ones stay\n");
+      fprintf(stderr, "reference: reload failed, the old ones stay\n");
   }
   return NULL;
 }
@@ -477,7 +480,7 @@ static void peer_block(tern_request *r, void *user) {
   rc = tern_request_peer(r, addr, sizeof(addr), &port);
   n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
                port);
-  fprintf(stderr, "hello: peer-block: %s\n", body);
+  fprintf(stderr, "reference: peer-block: %s\n", body);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
@@ -521,7 +524,7 @@ static void proxy_tlvs(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, len);
 }
 
-/* Work handed to a thread of hello's own, which then answers. */
+/* Work handed to a thread of the server's own, which then answers. */
 typedef struct {
   tern_request *r;
   long ms, n, bad, code, cl;
@@ -781,7 +784,7 @@ static void stats(tern_request *r, void *user) {
 /* ---- tern's own answers, the application's way ------------------------ */
 
 /* --error-hook: every answer tern makes itself (404, 405, 413, 414, 431,
- * 400, ...) carries a JSON body of hello's instead of tern's text. The
+ * 400, ...) carries a JSON body of the server's instead of tern's text. The
  * Connection field it tries to set is ignored, as for any response. */
 static void error_hook(const tern_error_info *e, void *user) {
   static const tern_header fields[] = {
@@ -812,7 +815,7 @@ static void error_hook(const tern_error_info *e, void *user) {
                m ? "\"" : "", bad);
   if (tern_error_respond(e->reply, fields, 3, body, (size_t)n) == 0 &&
       tern_error_respond(e->reply, fields, 3, body, (size_t)n) != TERN_ESTATE)
-    fprintf(stderr, "hello: a second tern_error_respond was not refused\n");
+    fprintf(stderr, "reference: a second tern_error_respond was not refused\n");
 }
 
 /* --default-handler: requests no route answers come here; the handler
@@ -1078,8 +1081,8 @@ static int add_app_routes(void) {
   return 0;
 }
 
-/* examples/hello_db.c: GET /db/:key and /db-blocking/:key. */
-int hello_db_routes(tern_server *srv, const char *redis_path);
+/* reference_db.c: GET /db/:key and /db-blocking/:key. */
+int reference_db_routes(tern_server *srv, const char *redis_path);
 
 static int option(int argc, char **argv, int *i, const char *name,
                   unsigned long long *out) {
@@ -1094,13 +1097,13 @@ static int hex_secret(const char *opt, const char *hx, unsigned char *out,
                       size_t *len) {
   size_t k, n = strlen(hx) / 2;
   if (n < 16 || n > 64 || strlen(hx) % 2 != 0) {
-    fprintf(stderr, "hello: %s wants 32 to 128 hex digits\n", opt);
+    fprintf(stderr, "reference: %s wants 32 to 128 hex digits\n", opt);
     return -1;
   }
   for (k = 0; k < n; k++) {
     unsigned v;
     if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
-      fprintf(stderr, "hello: %s: not hex\n", opt);
+      fprintf(stderr, "reference: %s: not hex\n", opt);
       return -1;
     }
     out[k] = (unsigned char)v;
@@ -1224,7 +1227,7 @@ int main(int argc, char **argv) {
     if (option(argc, argv, &i, "--quic-fd", &v)) {
       /* A UDP socket from a supervisor that is not systemd. */
       if (nquic_fds == sizeof(quic_fds) / sizeof(quic_fds[0])) {
-        fprintf(stderr, "hello: too many UDP sockets\n");
+        fprintf(stderr, "reference: too many UDP sockets\n");
         return 2;
       }
       quic_fds[nquic_fds++] = (int)v;
@@ -1241,14 +1244,14 @@ int main(int argc, char **argv) {
       unsigned char *out = prev ? prev_ticket_key : ticket_key;
       size_t k;
       if (strlen(hx) != 2 * TERN_TLS_TICKET_KEY_SIZE) {
-        fprintf(stderr, "hello: %s wants %d hex digits\n", argv[i - 1],
+        fprintf(stderr, "reference: %s wants %d hex digits\n", argv[i - 1],
                 2 * TERN_TLS_TICKET_KEY_SIZE);
         return 2;
       }
       for (k = 0; k < TERN_TLS_TICKET_KEY_SIZE; k++) {
         unsigned v;
         if (sscanf(hx + 2 * k, "%2x", &v) != 1) {
-          fprintf(stderr, "hello: %s: not hex\n", argv[i - 1]);
+          fprintf(stderr, "reference: %s: not hex\n", argv[i - 1]);
           return 2;
         }
         out[k] = (unsigned char)v;
@@ -1346,17 +1349,17 @@ int main(int argc, char **argv) {
     else if (option(argc, argv, &i, "--max-compressors-per-conn", &v))
       s.max_compressors_per_conn = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else {
-      fprintf(stderr, "hello: unknown option %s\n", argv[i]);
+      fprintf(stderr, "reference: unknown option %s\n", argv[i]);
       return 2;
     }
   }
   if ((rc = tern_server_new(&s, &server)) != 0) {
-    fprintf(stderr, "hello: %s\n", tern_strerror(rc));
+    fprintf(stderr, "reference: %s\n", tern_strerror(rc));
     return 1;
   }
   if (log_opts.path != NULL &&
       (rc = tern_server_access_log(server, &log_opts)) != 0) {
-    fprintf(stderr, "hello: access log: %s\n", tern_strerror(rc));
+    fprintf(stderr, "reference: access log: %s\n", tern_strerror(rc));
     return 1;
   }
   tern_route(server, "GET", "/metrics", tern_metrics_handler, NULL);
@@ -1431,17 +1434,17 @@ int main(int argc, char **argv) {
     tern_server_on_error(server, error_hook, NULL);
   if (want_default)
     tern_server_set_default_handler(server, default_handler, NULL, NULL);
-  if (hello_db_routes(server, redis_path) != 0) {
-    fprintf(stderr, "hello: cannot add the database routes\n");
+  if (reference_db_routes(server, redis_path) != 0) {
+    fprintf(stderr, "reference: cannot add the database routes\n");
     return 1;
   }
   if (add_app_routes() != 0) {
-    fprintf(stderr, "hello: cannot add the app routes\n");
+    fprintf(stderr, "reference: cannot add the app routes\n");
     return 1;
   }
   if ((rc = listen_one(&listen_opts, host, (int)port, NULL, -1, NULL, NULL,
                        &bound)) != 0) {
-    fprintf(stderr, "hello: listen %s:%llu: %s\n", host ? host : "*", port,
+    fprintf(stderr, "reference: listen %s:%llu: %s\n", host ? host : "*", port,
             tern_strerror(rc));
     return 1;
   }
@@ -1451,18 +1454,18 @@ int main(int argc, char **argv) {
     static char names[16][TERN_LISTEN_FD_NAME_MAX];
     int fds[16], n = tern_listen_fds_from_env_named(fds, names, 16), k;
     if (n < 0) {
-      fprintf(stderr, "hello: LISTEN_FDS: %s\n", tern_strerror(n));
+      fprintf(stderr, "reference: LISTEN_FDS: %s\n", tern_strerror(n));
       return 1;
     }
     for (k = 0; k < n; k++) {
       int p = 0, type = 0;
       socklen_t tlen = sizeof(type);
-      fprintf(stderr, "hello: fd %d named %s\n", fds[k], names[k]);
+      fprintf(stderr, "reference: fd %d named %s\n", fds[k], names[k]);
       if (getsockopt(fds[k], SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
           type == SOCK_DGRAM) {
         /* UDP: HTTP/3, once the certificates are in (below). */
         if (nquic_fds == sizeof(quic_fds) / sizeof(quic_fds[0])) {
-          fprintf(stderr, "hello: too many UDP sockets\n");
+          fprintf(stderr, "reference: too many UDP sockets\n");
           return 1;
         }
         quic_fds[nquic_fds++] = fds[k];
@@ -1470,7 +1473,7 @@ int main(int argc, char **argv) {
       }
       if ((rc = listen_one(&listen_opts, NULL, 0, NULL, fds[k], NULL, NULL,
                            &p)) != 0) {
-        fprintf(stderr, "hello: fd %d: %s\n", fds[k], tern_strerror(rc));
+        fprintf(stderr, "reference: fd %d: %s\n", fds[k], tern_strerror(rc));
         return 1;
       }
       printf("fd %d listening on %d\n", fds[k], p);
@@ -1479,17 +1482,17 @@ int main(int argc, char **argv) {
   if ((quic_port != 0 || nquic_fds > 0) && tls_port == 0) {
     if (nquic_fds > 0)
       fprintf(stderr,
-              "hello: fd %d: a UDP socket serves HTTP/3, which needs "
+              "reference: fd %d: a UDP socket serves HTTP/3, which needs "
               "--tls-port (its certificates)\n",
               quic_fds[0]);
     else
       fprintf(stderr,
-              "hello: --quic-port needs --tls-port (its certificates)\n");
+              "reference: --quic-port needs --tls-port (its certificates)\n");
     return 2;
   }
   if (tls_port != 0) {
     if (ncerts == 0 || ncerts != nkeys) {
-      fprintf(stderr, "hello: --tls-port needs --cert and --key pairs\n");
+      fprintf(stderr, "reference: --tls-port needs --cert and --key pairs\n");
       return 2;
     }
     if ((rc = tern_tls_new(server, &tls)) != 0 ||
@@ -1504,7 +1507,7 @@ int main(int argc, char **argv) {
         (rc = listen_one(&listen_opts, host,
                          tls_port == 65536 ? 0 : (int)tls_port, NULL, -1, tls,
                          NULL, &bound)) != 0) {
-      fprintf(stderr, "hello: tls: %s\n", tern_strerror(rc));
+      fprintf(stderr, "reference: tls: %s\n", tern_strerror(rc));
       return 1;
     }
     printf("tls listening on %d\n", bound);
@@ -1513,7 +1516,7 @@ int main(int argc, char **argv) {
       rc = listen_one(NULL, host, quic_port == 65536 ? 0 : (int)quic_port, NULL,
                       -1, tls, &quic_opts, &bound);
       if (rc != 0) {
-        fprintf(stderr, "hello: quic: %s\n", tern_strerror(rc));
+        fprintf(stderr, "reference: quic: %s\n", tern_strerror(rc));
         return 1;
       }
       printf("quic listening on %d\n", bound);
@@ -1521,7 +1524,8 @@ int main(int argc, char **argv) {
     for (i = 0; i < nquic_fds; i++) {
       if ((rc = listen_one(NULL, NULL, 0, NULL, quic_fds[i], tls, &quic_opts,
                            &bound)) != 0) {
-        fprintf(stderr, "hello: fd %d: %s\n", quic_fds[i], tern_strerror(rc));
+        fprintf(stderr, "reference: fd %d: %s\n", quic_fds[i],
+                tern_strerror(rc));
         return 1;
       }
       printf("fd %d quic listening on %d\n", quic_fds[i], bound);
@@ -1537,7 +1541,7 @@ int main(int argc, char **argv) {
     /* Plain HTTP/1.1 and h2c; no PROXY header on it. */
     if ((rc = listen_one(NULL, NULL, 0, unix_path, -1, NULL, NULL, NULL)) !=
         0) {
-      fprintf(stderr, "hello: unix %s: %s\n", unix_path, tern_strerror(rc));
+      fprintf(stderr, "reference: unix %s: %s\n", unix_path, tern_strerror(rc));
       return 1;
     }
     printf("unix listening on %s\n", unix_path);

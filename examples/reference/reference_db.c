@@ -1,5 +1,6 @@
-/* hello's database routes: one Redis GET per request, answered with the
- * value (200), 404 for a missing key, 502 when Redis fails or is gone.
+/* The reference server's database routes: one Redis GET per request,
+ * answered with the value (200), 404 for a missing key, 502 when Redis
+ * fails or is gone.
  *
  *   GET /db/:key           asynchronously on the worker's own loop, through
  *                          hiredis's libuv adapter: one connection per
@@ -28,13 +29,13 @@
 
 #include "tern.h"
 
-int hello_db_routes(tern_server *srv, const char *redis_path);
+int reference_db_routes(tern_server *srv, const char *redis_path);
 
 static const tern_header db_text[] = {
     {"content-type", 12, "text/plain", 10},
 };
 
-#ifdef HELLO_HIREDIS
+#ifdef REFERENCE_HIREDIS
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -68,7 +69,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
 static void on_connect(const redisAsyncContext *ac, int status) {
   unsigned w = (unsigned)(uintptr_t)ac->data;
   if (status != REDIS_OK) {
-    fprintf(stderr, "hello: worker %u: redis: %s\n", w, ac->errstr);
+    fprintf(stderr, "reference: worker %u: redis: %s\n", w, ac->errstr);
     if (db_async[w] == ac)
       db_async[w] = NULL; /* hiredis frees it */
   }
@@ -94,7 +95,7 @@ static redisAsyncContext *db_connect(unsigned w, uv_loop_t *loop) {
   if (ac == NULL)
     return NULL;
   if (ac->err != 0 || redisLibuvAttach(ac, loop) != REDIS_OK) {
-    fprintf(stderr, "hello: worker %u: redis: %s\n", w,
+    fprintf(stderr, "reference: worker %u: redis: %s\n", w,
             ac->err ? ac->errstr : "cannot attach to the loop");
     redisAsyncFree(ac);
     return NULL;
@@ -213,7 +214,7 @@ static void db_unavailable(tern_request *r, void *user) {
   tern_respond(r, 501, db_text, 1, "no database (--redis)\n", 22);
 }
 
-int hello_db_routes(tern_server *srv, const char *redis_path) {
+int reference_db_routes(tern_server *srv, const char *redis_path) {
   int rc = db_init(srv, redis_path);
   if (rc != 0)
     return rc < 0 ? -1 : 0;
