@@ -63,13 +63,7 @@
 #include "tern.h"
 #include "../common/listen.h"
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 #define OUT_MAX (16u << 20)
 #define LATER_MAX 64

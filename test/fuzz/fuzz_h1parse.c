@@ -23,13 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 static int is_error(int r) {
   return r == TERN__H1_E400 || r == TERN__H1_E414 || r == TERN__H1_E431 ||

@@ -14,13 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *t = NULL, *t2 = NULL;

@@ -24,13 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 static void view_inside(const char *v, size_t n, const char *buf, size_t len) {
   if (v == NULL) {

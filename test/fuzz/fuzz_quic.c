@@ -97,16 +97,7 @@
 #include "tern.h"
 #include "../common/listen.h"
 
-/* A failed check names itself before it traps. */
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e)) {                                                                \
-      fprintf(stderr, "fuzz_quic.c:%d: check failed: %s\n", __LINE__, #e);     \
-      __builtin_trap();                                                        \
-    }                                                                          \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 #define DGRAM_CAP 4096    /* a datagram of the input, at most */
 #define SERVER_READS 2048 /* TERN__UDP_DGRAM_MAX: larger ones are dropped */

@@ -24,13 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 #define MAX_ROUTES 24
 #define MAX_SEGS 4096 /* more than a 4 KiB input can hold */

@@ -21,11 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
+#include "fuzz.h"
 
 static void check_path(const char *p, size_t n, int hidden) {
   char out[512];

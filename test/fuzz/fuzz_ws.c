@@ -31,13 +31,7 @@
 
 #include "../unit/ref_utf8.h"
 
-#define CHECK(e)                                                               \
-  do {                                                                         \
-    if (!(e))                                                                  \
-      __builtin_trap();                                                        \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 /* FNV-1a, so that limits, modes and split points follow from the input
  * alone and every run of an input behaves the same. */
