@@ -106,13 +106,17 @@
 
 #include "core/mux.h"
 #include "core/worker.h"
+#include "http3/check.h"
 #include "quic/quic.h"
 
 extern const tern__proto tern__http3;
 extern const tern__quic_app tern__http3_app;
 
 #define H3_QPACK_TABLE 4096
-#define H3_QPACK_BLOCKED 100
+/* No field section may wait on the encoder stream: nghttp3 then decodes
+ * each one in the call that brings its end, where the field check
+ * (http3/check.h) has its count. */
+#define H3_QPACK_BLOCKED 0
 #define H3_DELIVER_MAX (64 * 1024) /* one body callback's largest piece */
 /* After an early answer, a body with a length at most this much short of
  * it is read to its end (its length checked) rather than stopped. */
@@ -161,6 +165,7 @@ struct h3_stream {
   int status;       /* a status tern answers instead of routing */
   int has_length;   /* content_length was given */
   size_t head_size; /* RFC 9114 4.2.2 size of the field section */
+  uint64_t nfields; /* fields nghttp3 handed over, of the head or trailers */
   nghttp3_rcbuf **rc;
   size_t nrc, rc_cap;
   size_t ncookie;
@@ -205,6 +210,8 @@ struct h3_conn {
   uint64_t stop_at;          /* loop time for the final GOAWAY */
   int64_t ctrl;              /* our control stream */
   tern__reset_budget resets; /* client stream resets (core/mux.h) */
+  tern__h3_check check;      /* field lines per section (http3/check.h) */
+  int64_t poisoned; /* a malformed request being read now: not routed */
 };
 
 /* ---- Small helpers --------------------------------------------------- */
@@ -740,7 +747,7 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
 
   if (h->dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (su != NULL || !is_bidi(id))
+  if (su != NULL || !is_bidi(id) || id == h->poisoned)
     return 0;
   s = tern__small_malloc(h->w, sizeof(*s));
   r = s != NULL ? tern__request_new(tern__quic_head(h->q)) : NULL;
@@ -788,6 +795,7 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
   if (s == NULL || !(s->flags & S_OPEN))
     return 0;
   r = s->r;
+  s->nfields++;
   if (h->rx_early)
     s->flags |= S_EARLY;
   n = nghttp3_rcbuf_get_buf(name);
@@ -863,13 +871,23 @@ static int on_end_headers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
   h3_conn *h = cu;
   h3_stream *s = su;
   tern_request *r;
+  uint64_t lines;
+  int known = tern__h3_check_take(&h->check, &lines);
 
   (void)ng;
-  (void)id;
   if (h->dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN) || (s->flags & S_HEAD_DONE))
+  if (s == NULL || !(s->flags & S_OPEN) || (s->flags & S_HEAD_DONE) ||
+      id == h->poisoned)
     return 0;
+  if (!known || lines != s->nfields) {
+    /* nghttp3 dropped a field of the head without a word (an invalid
+     * name or value, http3/check.h): the request is malformed, and is
+     * reset once nghttp3 returns (q_recv). */
+    h->poisoned = id;
+    return 0;
+  }
+  s->nfields = 0; /* the trailers' count starts */
   if (h->rx_early)
     s->flags |= S_EARLY;
   /* The handler may run and finish (or fail) the request at once. */
@@ -894,14 +912,14 @@ static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
   tern_header *t;
 
   (void)ng;
-  (void)id;
   (void)token;
   (void)flags;
   if (h->dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN))
+  if (s == NULL || !(s->flags & S_OPEN) || id == h->poisoned)
     return 0;
   r = s->r;
+  s->nfields++;
   /* The body is fine; trailers past the limits are not exposed. */
   s->head_size += n.len + v.len + 32;
   if (r->ntrailers >= h->w->srv->s.max_header_count ||
@@ -918,6 +936,24 @@ static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
   t[r->ntrailers].value = (const char *)v.base;
   t[r->ntrailers].value_len = v.len;
   r->ntrailers++;
+  return 0;
+}
+
+/* The trailers are in: as for the head, none may have been dropped. */
+static int on_end_trailers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
+                           void *su) {
+  h3_conn *h = cu;
+  h3_stream *s = su;
+  uint64_t lines;
+  int known = tern__h3_check_take(&h->check, &lines);
+
+  (void)ng;
+  (void)fin;
+  if (h->dead)
+    return NGHTTP3_ERR_CALLBACK_FAILURE;
+  if (s != NULL && (s->flags & S_OPEN) && id != h->poisoned &&
+      (!known || lines != s->nfields))
+    h->poisoned = id;
   return 0;
 }
 
@@ -993,11 +1029,10 @@ static int on_end_stream(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   tern_request *r;
 
   (void)ng;
-  (void)id;
   if (h->dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN))
-    return 0;
+  if (s == NULL || !(s->flags & S_OPEN) || id == h->poisoned)
+    return 0; /* a malformed request does not end: it is reset */
   r = s->r;
   r->refs++;
   remote_done(h, s);
@@ -1269,6 +1304,7 @@ static int q_start(tern__quic *q) {
   memset(h, 0, sizeof(*h));
   memset(h->refused, 0xff, sizeof(h->refused));
   h->max_first = -1;
+  h->poisoned = -1;
   h->q = q;
   h->w = head->w;
   h->refs = 1;
@@ -1288,6 +1324,7 @@ static int q_start(tern__quic *q) {
   cb.recv_header = on_header;
   cb.end_headers = on_end_headers;
   cb.recv_trailer = on_trailer;
+  cb.end_trailers = on_end_trailers;
   cb.stop_sending = on_stop_sending;
   cb.end_stream = on_end_stream;
   cb.reset_stream = on_reset_stream;
@@ -1298,6 +1335,9 @@ static int q_start(tern__quic *q) {
   settings.qpack_encoder_max_dtable_capacity = H3_QPACK_TABLE;
   settings.qpack_blocked_streams = H3_QPACK_BLOCKED;
   settings.enable_connect_protocol = 1; /* RFC 9220 */
+  tern__h3_check_init(&h->check,
+                      &(tern__h3_check_mem){tern__small_mem_malloc,
+                                            tern__small_mem_free, head->w});
   if (nghttp3_conn_server_new(&h->ng, &cb, &settings, &h->mem, h) != 0) {
     tern__free(srv, h);
     return TERN_ENOMEM;
@@ -1308,6 +1348,7 @@ static int q_start(tern__quic *q) {
       (rv = nghttp3_conn_bind_control_stream(h->ng, ctrl)) != 0 ||
       (rv = nghttp3_conn_bind_qpack_streams(h->ng, qenc, qdec)) != 0) {
     nghttp3_conn_del(h->ng);
+    tern__h3_check_free(&h->check);
     tern__free(srv, h);
     return rv == NGHTTP3_ERR_NOMEM ? TERN_ENOMEM : rv;
   }
@@ -1375,10 +1416,11 @@ static int was_refused(const h3_conn *h, int64_t id) {
   return h->refused[(uint64_t)id / 4 % H3_REFUSED] == id;
 }
 
-static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
-                  int fin, int early) {
+static int q_recv(tern__quic *q, int64_t id, uint64_t off, const uint8_t *p,
+                  size_t n, int fin, int early) {
   h3_conn *h = app_of(q);
   nghttp3_ssize rv;
+  int bad = 0;
 
   if (h == NULL)
     return 0;
@@ -1394,19 +1436,40 @@ static int q_recv(tern__quic *q, int64_t id, const uint8_t *p, size_t n,
     (void)tern__quic_credit(q, -1, n);
     return 0;
   }
+  /* The field lines of the sections these bytes end, for end_headers
+   * and end_trailers to hold against what nghttp3 handed over
+   * (http3/check.h). */
+  if (is_bidi(id))
+    bad = tern__h3_check_request(&h->check, id, off, p, n, fin);
+  else
+    tern__h3_check_clear(&h->check);
   h->refs++;
   h->rx_early = early != 0;
+  /* A malformed request's bytes still go to nghttp3, so that its QPACK
+   * state stays the client's, but its head is not routed and its end not
+   * taken (the callbacks look at `poisoned`, and set it where a field was
+   * dropped). */
+  h->poisoned = bad ? id : -1;
   rv = nghttp3_conn_read_stream(h->ng, id, p, n, fin);
+  if (h->poisoned != id)
+    bad = 0;
+  else if (bad == 0)
+    bad = 1;
+  h->poisoned = -1;
   h->rx_early = 0;
-  if (rv == NGHTTP3_ERR_MALFORMED_HTTP_MESSAGING && is_bidi(id) && !h->dead) {
+  if ((rv == NGHTTP3_ERR_MALFORMED_HTTP_MESSAGING || (bad && rv >= 0)) &&
+      is_bidi(id) && !h->dead) {
     /* A malformed request (its DATA does not match its Content-Length,
-     * RFC 9114 4.1.2) is a stream error: that stream is reset with
-     * H3_MESSAGE_ERROR both ways, its later bytes are dropped like a
-     * refused stream's (and credited), and the connection's other
-     * requests go on. */
+     * RFC 9114 4.1.2; a field with an invalid name or value, 4.2) is a
+     * stream error: that stream is reset with H3_MESSAGE_ERROR both ways
+     * (H3_INTERNAL_ERROR when the check ran out of memory), its later
+     * bytes are dropped like a refused stream's (and credited), and the
+     * connection's other requests go on. */
     h->refused[(uint64_t)id / 4 % H3_REFUSED] = id;
+    tern__h3_check_forget(&h->check, id);
     (void)tern__quic_credit(q, -1, n);
-    (void)tern__quic_shut(q, id, NGHTTP3_H3_MESSAGE_ERROR);
+    (void)tern__quic_shut(
+        q, id, bad < 0 ? NGHTTP3_H3_INTERNAL_ERROR : NGHTTP3_H3_MESSAGE_ERROR);
     conn_unref(h);
     return 0;
   }
@@ -1435,6 +1498,7 @@ static int q_closed(tern__quic *q, int64_t id, uint64_t code) {
   int rv;
   if (h == NULL)
     return 0;
+  tern__h3_check_forget(&h->check, id);
   h->refs++;
   rv = nghttp3_conn_close_stream(h->ng, id,
                                  code != 0 ? code : NGHTTP3_H3_NO_ERROR);
@@ -1489,6 +1553,7 @@ static int q_reset(tern__quic *q, int64_t id, uint64_t code) {
   (void)code;
   if (h == NULL)
     return 0;
+  tern__h3_check_forget(&h->check, id); /* no more bytes come */
   rv = nghttp3_conn_shutdown_stream_read(h->ng, id);
   if (rv != 0 && rv != NGHTTP3_ERR_STREAM_NOT_FOUND)
     return fail(h, rv);
@@ -1600,6 +1665,7 @@ static void q_free(tern__quic *q) {
   }
   nghttp3_conn_del(h->ng);
   h->ng = NULL;
+  tern__h3_check_free(&h->check);
   conn_unref(h); /* the rcbufs requests still hold keep h->mem alive */
 }
 

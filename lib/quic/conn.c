@@ -288,13 +288,12 @@ static int on_recv_stream_data(ngtcp2_conn *ng, uint32_t flags, int64_t id,
                                void *user, void *sud) {
   tern__quic *q = user;
   (void)ng;
-  (void)offset;
   (void)sud;
   if (!(q->flags & Q_STARTED))
     return NGTCP2_ERR_CALLBACK_FAILURE;
   if (flags & NGTCP2_STREAM_DATA_FLAG_EARLY)
     q->early = 1;
-  return app_rc(q, q->ops->recv(q, id, data, len,
+  return app_rc(q, q->ops->recv(q, id, offset, data, len,
                                 (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0,
                                 (flags & NGTCP2_STREAM_DATA_FLAG_EARLY) != 0));
 }

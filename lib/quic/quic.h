@@ -49,10 +49,10 @@ typedef struct {
   /* The 1-RTT keys are in (from the handshake, before any stream data):
    * open the app's own streams, make its state (tern__quic_set_app). */
   int (*start)(tern__quic *q);
-  /* Stream bytes in order, `fin` on the last; `early` when they came in
-   * 0-RTT (replayable). */
-  int (*recv)(tern__quic *q, int64_t id, const uint8_t *p, size_t n, int fin,
-              int early);
+  /* Stream bytes in order, from stream offset `off`, `fin` on the last;
+   * `early` when they came in 0-RTT (replayable). */
+  int (*recv)(tern__quic *q, int64_t id, uint64_t off, const uint8_t *p,
+              size_t n, int fin, int early);
   /* The peer acknowledged `n` more bytes of stream `id` (in order). */
   int (*acked)(tern__quic *q, int64_t id, uint64_t n);
   /* Stream `id` is closed both ways (code: the app error, if any). */

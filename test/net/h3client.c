@@ -29,6 +29,9 @@
  *                     windows open by what came meanwhile and move on as
  *                     usual: a reader that pauses, then resumes
  *   --idle            after the requests, stay idle until the server closes
+ *   --serial          open each request once the one before has finished
+ *                     (its QPACK encoder may then refer to the fields the
+ *                     earlier ones put in the dynamic table)
  *   --header 'N: V'   an extra request field (repeatable); the name may
  *                     start with ':' (a pseudo-field), and the value may
  *                     hold escapes \r, \n, \0 (a field nghttp3 sends as
@@ -162,7 +165,8 @@ static struct {
   req *reqs;
   size_t nreqs, next, finished, open_now, max_open;
   uint64_t body_size, header_bytes, nheaders, reset_k;
-  int no_read, idle, verbose, connected, blocked_seen, closed, cancel_all;
+  int no_read, idle, serial, verbose, connected, blocked_seen, closed,
+      cancel_all;
   int rapid_reset; /* --rapid-reset (with cancel_all set) */
   uint64_t stall_ms;
   uint64_t rebind_after, got_total; /* --rebind-after; 0 once done */
@@ -237,6 +241,8 @@ static void finish(req *r) {
     return;
   r->finished = 1;
   cl.finished++;
+  if (cl.serial)
+    cl.want_open = 1; /* the next one may go */
 }
 
 /* ---- ngtcp2 callbacks ---------------------------------------------------
@@ -1057,7 +1063,7 @@ static int usage(void) {
       stderr,
       "usage: h3client [-n|--streams N] [--body-size N] [--header-bytes N]\n"
       "  [--headers N] [--reset-mid-body K] [--no-read] [--stall-ms N]\n"
-      "  [--idle]\n"
+      "  [--idle] [--serial]\n"
       "  [--header 'N: V']... [--tunnel PROTO] [--omit :path|:scheme]\n"
       "  [--on-eof fin|reset|stop|close] [--body-out PATH]\n"
       "  [--timeout-ms N] [-v] GET|POST|CONNECT https://HOST:PORT/PATH\n");
@@ -1130,6 +1136,8 @@ int main(int argc, char **argv) {
       cl.cancel_all = cl.rapid_reset = 1;
     else if (strcmp(o, "--idle") == 0)
       cl.idle = 1;
+    else if (strcmp(o, "--serial") == 0)
+      cl.serial = 1;
     else if (strcmp(o, "-v") == 0)
       cl.verbose = 1;
     else if (a + 1 < argc && strcmp(o, "--token-file") == 0)
@@ -1258,6 +1266,8 @@ int main(int argc, char **argv) {
      * waits for the first one's reset. */
     while (cl.connected && cl.want_open) {
       if (cl.reset_k > 0 && cl.next == 1 && !cl.reqs[0].finished)
+        break;
+      if (cl.serial && cl.next > 0 && !cl.reqs[cl.next - 1].finished)
         break;
       r = open_one();
       if (r < 0) {

@@ -57,6 +57,7 @@ struct fake_quic {
   int64_t stopping[16]; /* STOP_SENDINGs to write (ngtcp2 tells the app) */
   int nstopping;
   uint64_t unacked[64];
+  uint64_t rx_off[4096]; /* bytes handed to recv, by client stream id / 2 */
   int early;
   int freed;
 };
@@ -339,13 +340,15 @@ static void exchange(void) {
       nghttp3_ssize k = nghttp3_conn_writev_stream(cl, &id, &fin, v, 16);
       if (k < 0 || id < 0)
         break;
+      T_ASSERT(id / 2 < 4096);
       for (i = 0; i < (size_t)k; i++) {
-        fake_http3_app.recv(Q, id, v[i].base, v[i].len,
+        fake_http3_app.recv(Q, id, Q->rx_off[id / 2], v[i].base, v[i].len,
                             fin && i + 1 == (size_t)k, Q->early);
+        Q->rx_off[id / 2] += v[i].len;
         n += v[i].len;
       }
       if (k == 0 && fin)
-        fake_http3_app.recv(Q, id, NULL, 0, 1, Q->early);
+        fake_http3_app.recv(Q, id, Q->rx_off[id / 2], NULL, 0, 1, Q->early);
       nghttp3_conn_add_write_offset(cl, id, n);
       nghttp3_conn_add_ack_offset(cl, id, n);
       if (fin)
