@@ -480,7 +480,7 @@ TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
  * listener: TCP, TLS, a Unix socket, a socket handed over, QUIC)
  * ------------------------------------------------------------------ */
 
-#define TERN_LISTEN_OPTIONS_VERSION 2
+#define TERN_LISTEN_OPTIONS_VERSION 3
 
 /* A listener, for tern_listen_with (versioned as the ABI rule at the top
  * says: fill with tern_listen_options_init, then change fields). Where:
@@ -488,7 +488,7 @@ TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
  * address, a port the kernel picks). What: HTTP/1.1 and HTTP/2 over a
  * byte stream (TCP or a Unix socket; TLS when tls is set), or HTTP/3 over
  * QUIC on UDP when quic is 1. Versions: 1 ends with proxy_trusted, 2 with
- * quic_options. */
+ * quic_options, 3 with http2_only. */
 typedef struct {
   int version;
   uint32_t size;
@@ -540,6 +540,15 @@ typedef struct {
   int quic;
   /* With quic: its options (NULL: the defaults; tern_quic_options). */
   const tern_quic_options *quic_options;
+  /* Version 3. 1: HTTP/2 only, in the clear (h2c with prior knowledge),
+   * as a gRPC backend or a proxy's h2c upstream speaks it: every
+   * connection must open with the HTTP/2 client preface, and one that
+   * does not is a connection error (GOAWAY PROTOCOL_ERROR, RFC 9113 3.4)
+   * where a port that also speaks HTTP/1.1 answers it as an HTTP/1.1
+   * request (400 for bytes that are neither). Default 0: HTTP/1.1 and
+   * h2c on one port. Not with tls (ALPN chooses there) or quic;
+   * TERN_ENOTSUP in a build without HTTP/2. */
+  int http2_only;
 } tern_listen_options;
 
 /* The defaults, with version and size set. */

@@ -133,13 +133,15 @@
  * balancer on loopback first (tern_listen_options); --proxy-trusted LIST
  * trusts LIST's networks instead. --unix PATH also serves HTTP/1.1 and
  * h2c on a Unix socket (a file, or "@name": abstract), printed as "unix
- * listening on PATH" after the other listeners. --listen-fds serves the
- * sockets systemd's LISTEN_PID/LISTEN_FDS hand over: stream ones (TCP or
- * Unix) each printed as "fd N listening on PORT" (0 for Unix) after the
- * first line, UDP ones with HTTP/3 as --quic-fd does (after the TLS and
- * QUIC lines; they need --tls-port); each one's LISTEN_FDNAMES name goes
- * to stderr as "reference: fd N named NAME". --ticket-key HEX (128 digits) sets
- * the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
+ * listening on PATH" after the other listeners. --h2c-port N also listens
+ * for HTTP/2 alone in the clear (http2_only: prior knowledge, no
+ * HTTP/1.1), printed as "h2c listening on PORT" after the unix line.
+ * --listen-fds serves the sockets systemd's LISTEN_PID/LISTEN_FDS hand over:
+ * stream ones (TCP or Unix) each printed as "fd N listening on PORT" (0 for
+ * Unix) after the first line, UDP ones with HTTP/3 as --quic-fd does (after the
+ * TLS and QUIC lines; they need --tls-port); each one's LISTEN_FDNAMES name
+ * goes to stderr as "reference: fd N named NAME". --ticket-key HEX (128 digits)
+ * sets the TLS session-ticket key (tern_tls_set_ticket_key), the same on every
  * instance of a fleet; --previous-ticket-key HEX the one being rotated
  * out, whose tickets still resume (tern_tls_set_previous_ticket_key).
  * --compress adds the compressing routes above (docs/compression.md).
@@ -1141,7 +1143,7 @@ int main(int argc, char **argv) {
   int want_compress = 0;
   tern_access_log_options log_opts;
   const char *host = "127.0.0.1", *redis_path = NULL;
-  unsigned long long v, port = 8080, tls_port = 0, quic_port = 0;
+  unsigned long long v, port = 8080, tls_port = 0, quic_port = 0, h2c_port = 0;
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
@@ -1198,6 +1200,10 @@ int main(int argc, char **argv) {
     }
     if (option(argc, argv, &i, "--quic-port", &quic_port)) {
       quic_port = quic_port ? quic_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (option(argc, argv, &i, "--h2c-port", &h2c_port)) {
+      h2c_port = h2c_port ? h2c_port : 65536; /* 0 means any port */
       continue;
     }
     if (strcmp(argv[i], "--quic-retry") == 0) {
@@ -1545,6 +1551,19 @@ int main(int argc, char **argv) {
       return 1;
     }
     printf("unix listening on %s\n", unix_path);
+  }
+  if (h2c_port != 0) {
+    tern_listen_options o;
+    int bound = 0;
+    tern_listen_options_init(&o);
+    o.host = host;
+    o.port = h2c_port == 65536 ? 0 : (int)h2c_port;
+    o.http2_only = 1;
+    if ((rc = tern_listen_with(server, &o, &bound)) != 0) {
+      fprintf(stderr, "reference: h2c port: %s\n", tern_strerror(rc));
+      return 1;
+    }
+    printf("h2c listening on %d\n", bound);
   }
   fflush(stdout);
   signal(SIGINT, on_signal);

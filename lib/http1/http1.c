@@ -937,10 +937,13 @@ static void h1_input(tern__conn *conn) {
   lim.max_headers = srv->s.max_header_count;
   lim.max_uri = srv->s.max_uri_length;
   /* HTTP/2 with prior knowledge (h2c): a cleartext connection whose first
-   * bytes are the client preface (or a prefix of it: wait for more). */
+   * bytes are the client preface (or a prefix of it: wait for more). On
+   * an http2_only listener, whatever they are: the HTTP/2 adapter judges
+   * the preface, and a wrong one is GOAWAY PROTOCOL_ERROR. */
   if (!c->not_h2 && c->rpos < c->rlen) {
     const tern__proto *h2 = NULL;
-    int m = c->filter == NULL
+    int m = c->h2_only ? 1
+            : c->filter == NULL
                 ? h2_preface(c->rbuf->data + c->rpos, c->rlen - c->rpos)
                 : 0;
     if (m < 0 && !(conn->flags & TERN__C_EOF)) {

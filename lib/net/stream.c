@@ -58,7 +58,7 @@ static int take_accepted(uv_stream_t *l) {
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
                          const tern__filter *filter, void *cfg,
-                         const tern__proxy_cfg *proxy) {
+                         const tern__proxy_cfg *proxy, int h2_only) {
   tern_server *srv = w->srv;
   int fd = take_accepted(l), unix_socket = l->type == UV_NAMED_PIPE;
   tern__conn *c;
@@ -112,6 +112,7 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
     s->proxy_wait = 1;
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
+  s->h2_only = h2_only != 0;     /* ... until the first bytes (h1_input) */
   s->filter = filter;
   if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
     reject(s);

@@ -62,7 +62,8 @@ typedef struct tern__stream {
    * into the read buffer until it is whole, before the filter or the
    * adapter sees any. */
   uint8_t proxy_wait;
-  uint8_t not_h2; /* the first bytes were not the HTTP/2 preface */
+  uint8_t not_h2;  /* the first bytes were not the HTTP/2 preface */
+  uint8_t h2_only; /* a plain listener's http2_only: no HTTP/1.1 */
 
   /* The HTTP/2 adapter's state once it has the connection. */
   void *h2;
@@ -89,9 +90,10 @@ static inline int tern__stream_fd(const tern__stream *s) {
 size_t tern__stream_buffered(const tern__stream *s);
 /* Accept a connection from TCP listener `l` on worker `w` through
  * `filter` (NULL: plain TCP) with `cfg`, first reading a PROXY protocol
- * header when `proxy` is not NULL (lib/net/tcp.c calls it). */
+ * header when `proxy` is not NULL; `h2_only`: HTTP/2 with prior
+ * knowledge alone (lib/net/tcp.c calls it). */
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
                          const tern__filter *filter, void *cfg,
-                         const tern__proxy_cfg *proxy);
+                         const tern__proxy_cfg *proxy, int h2_only);
 
 #endif

@@ -30,6 +30,7 @@ typedef struct {
   const tern__filter *filter; /* NULL: plain TCP */
   void *filter_cfg;           /* its configuration (a tern_tls) */
   tern__proxy_cfg proxy;      /* with proxy.nets: a PROXY header first */
+  int http2_only;             /* h2c with prior knowledge alone */
 } tcp_listener;
 
 static void on_connection(uv_stream_t *h, int status) {
@@ -48,7 +49,7 @@ static void on_connection(uv_stream_t *h, int status) {
     return;
   }
   tern__stream_accept(w, h, l->filter, l->filter_cfg,
-                      l->proxy.nets != NULL ? &l->proxy : NULL);
+                      l->proxy.nets != NULL ? &l->proxy : NULL, l->http2_only);
 }
 
 static int tcp_start(tern__listener *base, tern__worker *w) {
@@ -227,7 +228,8 @@ static int given_domain(int fd) {
 static int listen_on(tern_server *srv, const char *host, int port,
                      const char *unix_path, int given_fd,
                      const tern__filter *filter, void *cfg,
-                     const char *proxy_trusted, int *bound_port) {
+                     const char *proxy_trusted, int http2_only,
+                     int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
   tcp_listener *l;
@@ -260,6 +262,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
   l->srv = srv;
   l->filter = filter;
   l->filter_cfg = cfg;
+  l->http2_only = http2_only;
   if (proxy_trusted != NULL) {
     tern__proxy_net nets[TERN__PROXY_NETS];
     int n = tern__proxy_nets(proxy_trusted, nets, TERN__PROXY_NETS);
@@ -347,12 +350,13 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, bound_port);
+  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, 0, bound_port);
 }
 
 static const size_t listen_options_ends[] = {
     TERN__END(tern_listen_options, proxy_trusted),
     TERN__END(tern_listen_options, quic_options),
+    TERN__END(tern_listen_options, http2_only),
 };
 _Static_assert(sizeof(listen_options_ends) / sizeof(listen_options_ends[0]) ==
                    TERN_LISTEN_OPTIONS_VERSION,
@@ -401,12 +405,18 @@ int tern__listen_read(tern_server *srv, const tern_listen_options *in,
     bad = "quic needs tls (its certificates)";
   else if (!o->quic && o->quic_options != NULL)
     bad = "quic_options without quic";
+  else if (o->http2_only != 0 && o->http2_only != 1)
+    bad = "http2_only is 0 or 1";
+  else if (o->http2_only && (o->tls != NULL || o->quic))
+    bad = "http2_only is for plain listeners (over TLS, ALPN chooses)";
   if (bad != NULL) {
     tern__log(srv, TERN_LOG_ERROR, "tern_listen_with: %s", bad);
     return TERN_EINVAL;
   }
   if (o->tls != NULL && !tern__tls_ready(o->tls))
     return TERN_ESTATE;
+  if (o->http2_only && tern__proto_find("h2", 2) == NULL)
+    return TERN_ENOTSUP;
   return 0;
 }
 
@@ -420,7 +430,7 @@ int tern__listen_stream(tern_server *srv, const tern_listen_options *o,
       o->proxy_protocol
           ? (o->proxy_trusted != NULL ? o->proxy_trusted : "127.0.0.0/8, ::1")
           : NULL,
-      bound_port);
+      o->http2_only, bound_port);
 }
 
 /* LISTEN_FDNAMES into names[0 .. v): exactly v names, colon-separated,

@@ -369,6 +369,33 @@ def preface_trickled_and_late():
 
 
 @case
+def http2_only_listener():
+    """A listener with http2_only (the reference server's --h2c-port)
+    speaks HTTP/2 with prior knowledge alone: a real client is served, and
+    an invalid preface, or an HTTP/1.1 request, is a connection error,
+    GOAWAY PROTOCOL_ERROR then the close (RFC 9113 3.4; h2spec 3.5/2),
+    where the port that also speaks HTTP/1.1 answers such bytes as an
+    HTTP/1.1 request: 400."""
+    with Server("reference", ["--h2c-port", "0"]) as s:
+        m = re.match(r"h2c listening on (\d+)$", s.next_line())
+        check(m is not None, "no h2c line")
+        port = int(m.group(1))
+        rc, out, err = run(["nghttp", "-n", "-s", url(port)])
+        eq(rc, 0, "nghttp rc (%s)" % err)
+        for bad in (b"INVALID CONNECTION PREFACE\r\n\r\n",
+                    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                    PREFACE[:-6] + b"XX\r\n\r\n"):
+            with H2(port, preface=False) as h:
+                h.send(bad)
+                frames = h.frames_until_close()
+                eq(goaway_code(frames), 1, "GOAWAY PROTOCOL_ERROR for %r "
+                   "(frames %r)" % (bad, [f[0] for f in frames]))
+        with Conn(s.port) as c:
+            c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")
+            eq(c.response().status, 400, "the HTTP/1.1 port")
+
+
+@case
 def nghttp_frames():
     rc, out, err = run(["nghttp", "-nv", url(srv.port)])
     eq(rc, 0, "nghttp rc (%s)" % err)

@@ -805,6 +805,67 @@ static void test_listen_0_1_calls(void) {
   tern_server_free(srv);
 }
 
+/* tern_listen_options version 3: http2_only is 0 or 1, on a plain
+ * listener only; a version 2 caller's struct (no http2_only) still
+ * listens, read no further than its end. */
+static void test_listen_options_v3(void) {
+  typedef struct {
+    int version;
+    uint32_t size;
+    tern_tls *tls;
+    int proxy_protocol;
+    const char *proxy_trusted;
+    const char *host;
+    int port;
+    const char *path;
+    int fd;
+    int quic;
+    const tern_quic_options *quic_options;
+  } listen_options_v2;
+  listen_options_v2 *v2 = at_page_end(sizeof(*v2));
+  tern_listen_options o;
+  tern_server *srv = NULL;
+  tern_tls *tls = NULL;
+  int port = 0, rc;
+
+  T_EQ_INT(tern_server_new(NULL, &srv), 0);
+  tern_listen_options_init(&o);
+  T_EQ_INT(o.http2_only, 0);
+  o.host = "127.0.0.1";
+  o.http2_only = 2;
+  T_EQ_INT(tern_listen_with(srv, &o, NULL), TERN_EINVAL);
+  o.http2_only = 1;
+  rc = tern_listen_with(srv, &o, &port);
+  if (rc == TERN_ENOTSUP) { /* a build without HTTP/2 */
+    page_free(v2);
+    tern_server_free(srv);
+    return;
+  }
+  T_EQ_INT(rc, 0);
+  T_ASSERT(port > 0);
+  T_EQ_INT(tern_tls_new(srv, &tls), 0);
+  T_EQ_INT(tern_tls_add_cert_mem(tls, cert_pem, sizeof(cert_pem) - 1, key_pem,
+                                 sizeof(key_pem) - 1),
+           0);
+  T_EQ_INT(tern_tls_commit(tls), 0);
+  o.tls = tls;
+  T_EQ_INT(tern_listen_with(srv, &o, NULL), TERN_EINVAL);
+  memset(v2, 0, sizeof(*v2));
+  v2->version = 2;
+  v2->size = sizeof(*v2);
+  v2->host = "127.0.0.1";
+  v2->fd = -1;
+  port = 0;
+  T_EQ_INT(
+      tern_listen_with(srv, (const tern_listen_options *)(void *)v2, &port), 0);
+  T_ASSERT(port > 0);
+  v2->version = 3; /* with version 2's size */
+  T_EQ_INT(tern_listen_with(srv, (const tern_listen_options *)(void *)v2, NULL),
+           TERN_EINVAL);
+  page_free(v2);
+  tern_server_free(srv);
+}
+
 int main(void) {
   T_RUN(test_read_older_versions);
   T_RUN(test_write_older_versions);
@@ -817,5 +878,6 @@ int main(void) {
   T_RUN(test_ws_options_v1);
   T_RUN(test_quic_options_v1);
   T_RUN(test_listen_0_1_calls);
+  T_RUN(test_listen_options_v3);
   return T_DONE();
 }

@@ -791,14 +791,22 @@ class Server:
                "tern_listen_with %s" % what)
         return bound.value
 
-    def listen(self, host="127.0.0.1", port=0, *, tls=None, quic=False):
+    def listen(self, host="127.0.0.1", port=0, *, tls=None, quic=False,
+               http2_only=False):
         """Listen on host:port (0: any free port); tls: a TLS (or a
         (cert, key) pair) for HTTPS with HTTP/2; quic: HTTP/3 on the UDP
-        port of the same number too. Returns the bound port."""
+        port of the same number too; http2_only: HTTP/2 alone in the
+        clear (prior knowledge, no HTTP/1.1; not with tls). Returns the
+        bound port."""
         if isinstance(tls, tuple):
             tls = self.tls(*tls)
         h = host.encode() if host else None
-        if tls is None:
+        if http2_only:
+            if tls is not None:
+                raise ValueError("http2_only is for plain listeners")
+            bound = self._listen_with("%s:%s (h2c only)" % (host, port),
+                                      host=h, port=port, http2_only=1)
+        elif tls is None:
             bound = ctypes.c_int()
             _check(lib.tern_listen(self._srv, h, port, _byref(bound)),
                    "tern_listen %s:%s" % (host, port))

@@ -135,6 +135,34 @@ def test_http2_cleartext_with_nghttp(server):
     assert out.stdout == data
 
 
+@pytest.mark.skipif(not shutil.which("nghttp"), reason="nghttp missing")
+def test_http2_only_listener(server):
+    """listen(http2_only=True): HTTP/2 with prior knowledge is served, an
+    HTTP/1.1 request is not (the connection closes without an HTTP/1.1
+    answer)."""
+    import socket
+    app = server()
+
+    @app.route("GET", "/only")
+    def only(req):
+        return 200, {}, req.protocol
+    port = started(app, http2_only=True)
+    out = subprocess.run(["nghttp", "http://127.0.0.1:%d/only" % port],
+                         capture_output=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == b"HTTP/2"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /only HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    assert not got.startswith(b"HTTP/1.1")
+    assert got[3] == 4 and b"\x07\x00\x00\x00\x00" in got  # SETTINGS, GOAWAY
+
+
 def app_tmp():
     import tempfile
     import os
