@@ -152,15 +152,21 @@ def test_http2_only_listener(server):
     assert out.returncode == 0, out.stderr
     assert out.stdout == b"HTTP/2"
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"GET /only HTTP/1.1\r\nHost: x\r\n\r\n")
-        got = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
+        got = send_until_close(s, b"GET /only HTTP/1.1\r\nHost: x\r\n\r\n")
     assert not got.startswith(b"HTTP/1.1")
     assert got[3] == 4 and b"\x07\x00\x00\x00\x00" in got  # SETTINGS, GOAWAY
+
+
+def send_until_close(sock, data):
+    """Send `data` on a connected socket; what came back until the peer
+    closed."""
+    sock.sendall(data)
+    got = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
 
 
 def app_tmp():
@@ -230,13 +236,8 @@ def test_unix_socket(tmp_path):
         c = _s.socket(_s.AF_UNIX, _s.SOCK_STREAM)
         c.settimeout(10)
         c.connect(path)
-        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            data += b
+        data = send_until_close(
+            c, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         c.close()
         assert data.startswith(b"HTTP/1.1 200")
         assert data.endswith(b"over unix")
