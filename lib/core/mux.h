@@ -1,7 +1,12 @@
 /* What HTTP/2 and HTTP/3, the two multiplexing adapters, share and write
  * once (lib/core/mux.c): the client's stream-reset budget, the body bytes
- * a stream holds for its handler, and how a response field is put on the
- * wire. */
+ * a stream holds for its handler, how a response field is put on the
+ * wire, and a request stream's way from its head to its handler: the
+ * stream and connection state both keep (tern__mux_stream and
+ * tern__mux_conn, the first member of each adapter's own), and the
+ * routing, answering, counting and body delivery written once over them,
+ * with a small table per adapter (tern__mux_ops) for what only it can do:
+ * give window credit back, re-arm a stream's timer, schedule its pump. */
 #ifndef TERN_CORE_MUX_H
 #define TERN_CORE_MUX_H
 
@@ -9,6 +14,7 @@
 
 #include "core/base.h"
 #include "core/pool.h"
+#include "core/request.h"
 #include "core/text.h"
 
 /* Client stream resets (RST_STREAM, RESET_STREAM/STOP_SENDING): a
@@ -58,7 +64,131 @@ typedef struct {
 
 /* Append n bytes, growing (doubling from 16 KiB) or sliding the buffer
  * down as needed: 0, or TERN_ENOMEM with nothing appended. */
-int tern__mux_hold(tern__worker *w, tern__mux_pend *b, const void *p, size_t n);
+int tern__mux_pend_add(tern__worker *w, tern__mux_pend *b, const void *p,
+                       size_t n);
+
+/* ---- Request streams ------------------------------------------------ */
+
+/* A stream's flags both adapters keep; an adapter's own begin at
+ * TERN__MS_OWN. */
+enum {
+  TERN__MS_OPEN = 1u << 0,        /* the stream is ours; we hold a ref */
+  TERN__MS_COUNTED = 1u << 1,     /* counted in the connection's nq */
+  TERN__MS_HEAD_DONE = 1u << 2,   /* the request head is complete */
+  TERN__MS_REMOTE_DONE = 1u << 3, /* the client's end of stream arrived */
+  TERN__MS_PROVIDER = 1u << 4,    /* the response has a body to send */
+  TERN__MS_DEFERRED = 1u << 5,    /* its body reader waits for bytes */
+  TERN__MS_RESP_END = 1u << 6,    /* the response's last byte is queued */
+  TERN__MS_END_SENT = 1u << 7,    /* our end of stream is with the library */
+  TERN__MS_SETTLE = 1u << 8,      /* on the connection's settle list */
+  TERN__MS_FLOW = 1u << 9,        /* body delivery to retry */
+  TERN__MS_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 8441, 9220) */
+  TERN__MS_DRAIN = 1u << 11,      /* answered: the body's rest is dropped */
+  TERN__MS_TIMEDOUT = 1u << 12,   /* its body timer fired */
+  TERN__MS_OWN = 1u << 13
+};
+
+/* A request stream, as both adapters keep it: the first member of
+ * h2_stream and h3_stream. */
+typedef struct {
+  tern_request *r;
+  unsigned flags;          /* TERN__MS_* and the adapter's own */
+  int status;              /* a status tern answers instead of routing */
+  int has_length;          /* content_length was given */
+  size_t ncookie;          /* cookie crumbs in the head */
+  char *cookie;            /* those crumbs joined with "; " */
+  uint64_t content_length; /* the head's Content-Length */
+  tern__mux_pend pend;     /* body bytes the handler cannot take yet */
+  size_t owed;             /* delivered while paused: credited on resume */
+} tern__mux_stream;
+
+typedef struct tern__mux_conn tern__mux_conn;
+
+/* What only the adapter can do for the shared code. */
+typedef struct {
+  /* n body bytes reached the handler: give the client window credit as
+   * the adapter's policy says. */
+  void (*consume)(tern__mux_conn *m, tern__mux_stream *s, size_t n);
+  /* n held bytes were dropped unread: credit them back at once (to the
+   * stream while it is open, else to the connection). */
+  void (*release)(tern__mux_conn *m, tern__mux_stream *s, size_t n);
+  /* Arm or disarm the stream's timer as its state asks. */
+  void (*timer)(tern__mux_conn *m, tern__mux_stream *s);
+  /* Run the connection's pump soon (a stream has S_FLOW). */
+  void (*schedule)(tern__mux_conn *m);
+} tern__mux_ops;
+
+/* A multiplexed connection, as both adapters keep it: the first member
+ * of h2_conn and h3_conn. */
+struct tern__mux_conn {
+  const tern__mux_ops *ops;
+  tern__worker *w;
+  size_t nq;             /* streams the server is working on (COUNTED) */
+  size_t held;           /* bytes in all streams' pend buffers */
+  unsigned dead : 1;     /* the connection closed: no more calls out */
+  unsigned eof : 1;      /* no more bytes come (HTTP/2: the client's FIN) */
+  unsigned finished : 1; /* the session is over (HTTP/2) */
+  unsigned flow : 1;     /* some stream has TERN__MS_FLOW */
+};
+
+/* The stream counts among the requests the server works on (a stop
+ * waits for them), once. */
+static inline void tern__mux_count(tern__mux_conn *m, tern__mux_stream *s) {
+  if (!(s->flags & TERN__MS_COUNTED)) {
+    s->flags |= TERN__MS_COUNTED;
+    m->nq++;
+  }
+}
+
+static inline void tern__mux_uncount(tern__mux_conn *m, tern__mux_stream *s) {
+  if (s->flags & TERN__MS_COUNTED) {
+    s->flags &= ~(unsigned)TERN__MS_COUNTED;
+    m->nq--;
+  }
+}
+
+/* Hold n body bytes for the stream's handler: 0, or TERN_ENOMEM. */
+int tern__mux_hold(tern__mux_conn *m, tern__mux_stream *s, const void *p,
+                   size_t n);
+/* Drop what the stream holds (answered without reading the rest), its
+ * bytes credited back at once. */
+void tern__mux_drop_held(tern__mux_conn *m, tern__mux_stream *s);
+/* tern answers the request itself (404, 413, 431, ...), unless it was
+ * answered or started already. */
+void tern__mux_answer(tern__mux_conn *m, tern__mux_stream *s, int status,
+                      const char *allow, size_t allow_len);
+/* Route a complete head (tern__mux_head_done does): the handler runs now
+ * when it streams the body or the body is complete, else once it is
+ * collected; tern answers what no route takes. */
+void tern__mux_route(tern__mux_conn *m, tern__mux_stream *s);
+/* The head is complete: path and query split, HEAD and an extended
+ * CONNECT for WebSocket marked, cookies joined, then routed. */
+void tern__mux_head_done(tern__mux_conn *m, tern__mux_stream *s);
+/* The client's end of stream arrived: a collected body goes to its
+ * handler, a streamed one hears TERN_BODY_END. */
+void tern__mux_remote_done(tern__mux_conn *m, tern__mux_stream *s);
+/* Held bytes to a reading handler, as much as it takes. */
+void tern__mux_deliver(tern__mux_conn *m, tern__mux_stream *s);
+/* The handler started or stopped reading (tern_request_pause/resume):
+ * delivery is retried at the next pump. */
+void tern__mux_body_flow(tern__mux_conn *m, tern__mux_stream *s);
+/* Whether tern waits for the stream's body (its body timer runs): inline,
+ * as the adapters ask at every change of a stream's state. */
+static inline int tern__mux_wants_body(const tern__mux_conn *m,
+                                       const tern__mux_stream *s) {
+  unsigned rf = s->r->flags;
+  if ((s->flags & (TERN__MS_OPEN | TERN__MS_HEAD_DONE | TERN__MS_REMOTE_DONE |
+                   TERN__MS_TIMEDOUT)) !=
+          (TERN__MS_OPEN | TERN__MS_HEAD_DONE) ||
+      m->eof || m->finished || (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
+    return 0;
+  if (rf & TERN__RQ_ENDED)
+    return (s->flags & TERN__MS_DRAIN) != 0;
+  if (rf & TERN__RQ_STREAM)
+    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
+           TERN__RQ_READING;
+  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
+}
 
 /* A response field that HTTP/2 and HTTP/3 never send: the connection-
  * specific ones (RFC 9113 8.2.2, RFC 9114 4.2), and Date and

@@ -54,7 +54,7 @@
  * announces what it decides (HTTP/3 leaves its windows to ngtcp2's own
  * auto-tuning).
  *
- * The core's view. h->nq counts the streams the server is working on:
+ * The core's view. h->m.nq counts the streams the server is working on:
  * routed to a handler (or answered by tern) and not yet ended by the
  * response calls. The connection's timer (h2_timer) is, in this order:
  * the head timer while a header block is open (from its HEADERS frame to
@@ -134,65 +134,53 @@ static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 typedef struct h2_conn h2_conn;
 typedef struct h2_stream h2_stream;
 
+/* Stream flags: the shared ones (core/mux.h), under short names. */
 enum {
-  S_OPEN = 1u << 0,        /* nghttp2's stream is open; we hold a ref */
-  S_COUNTED = 1u << 1,     /* counted in h->nq */
-  S_HEAD_DONE = 1u << 2,   /* the request header block is complete */
-  S_REMOTE_DONE = 1u << 3, /* the client's END_STREAM arrived */
-  S_PROVIDER = 1u << 4,    /* the response has a body to frame */
-  S_DEFERRED = 1u << 5,    /* its data provider waits for bytes */
-  S_RESP_END = 1u << 6,    /* the response's last byte is queued */
-  S_END_SENT = 1u << 7,    /* our END_STREAM has been framed */
-  S_SETTLE = 1u << 8,      /* on the settle list */
-  S_FLOW = 1u << 9,        /* body delivery to retry */
-  S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 8441) */
-  S_DRAIN = 1u << 11,      /* answered: the body's rest is read, dropped */
-  S_TIMEDOUT = 1u << 12,   /* its body timer fired */
+  S_OPEN = TERN__MS_OPEN,
+  S_COUNTED = TERN__MS_COUNTED,
+  S_HEAD_DONE = TERN__MS_HEAD_DONE,
+  S_REMOTE_DONE = TERN__MS_REMOTE_DONE,
+  S_PROVIDER = TERN__MS_PROVIDER, /* the response has a body to frame */
+  S_DEFERRED = TERN__MS_DEFERRED, /* its data provider waits for bytes */
+  S_RESP_END = TERN__MS_RESP_END,
+  S_END_SENT = TERN__MS_END_SENT, /* our END_STREAM has been framed */
+  S_SETTLE = TERN__MS_SETTLE,
+  S_FLOW = TERN__MS_FLOW,
+  S_WEBSOCKET = TERN__MS_WEBSOCKET, /* :protocol websocket (RFC 8441) */
+  S_DRAIN = TERN__MS_DRAIN,
+  S_TIMEDOUT = TERN__MS_TIMEDOUT,
 };
 
 struct h2_stream {
-  tern__list link;   /* h->streams, while S_OPEN */
-  tern__timer timer; /* BODY while tern waits for its body (stream_timer) */
+  tern__mux_stream m; /* first: the shared part (core/mux.h) */
+  tern__list link;    /* h->streams, while S_OPEN */
+  tern__timer timer;  /* BODY while tern waits for its body (stream_timer) */
   h2_stream *settle_next;
   h2_conn *h; /* NULL once the stream has closed */
-  tern_request *r;
   int32_t id;
-  unsigned flags;
-  int status;         /* a status tern answers instead of routing */
-  int has_length;     /* content_length was given (next to status: the
-                         stream stays within a 256-byte small block) */
   size_t head_size;   /* RFC 9113 6.5.2 size of the header list */
   nghttp2_rcbuf **rc; /* header buffers the request points into */
   size_t nrc, rc_cap;
-  size_t ncookie;
-  char *cookie; /* cookie crumbs joined with "; " */
-  uint64_t content_length;
   uint64_t received;    /* request body bytes that arrived */
-  tern__mux_pend pend;  /* body bytes the handler cannot take yet */
-  size_t owed;          /* delivered while paused: consumed on resume */
   tern__window rwin;    /* our receive window for the stream */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
 };
 
 struct h2_conn {
+  tern__mux_conn m; /* first: the shared part (core/mux.h) */
   tern__stream *c;
-  tern__worker *w;
   nghttp2_session *ng;
   tern__list streams; /* open streams (each holds a request) */
   h2_stream *settle;  /* streams with framed bytes or markers to finish */
   int busy;           /* adapter frames on the stack: free when 0 */
   int in_ng;          /* inside nghttp2: no mem_send now */
   int pumping;
-  unsigned dead : 1;      /* the connection closed: free when not busy */
   unsigned want_send : 1; /* frames may be waiting */
   unsigned wake : 1;      /* a drain marker sits in c->out */
-  unsigned flow : 1;      /* some stream has S_FLOW */
   unsigned stopping : 1;  /* graceful stop: shutdown notice sent */
   unsigned final : 1;     /* the last GOAWAY is queued */
   unsigned urgent : 1;    /* terminating: pull past H2_OUT_HIGH */
-  unsigned finished : 1;  /* the session is over */
-  unsigned eof : 1;       /* the client sent FIN */
   unsigned full : 1;      /* send_data paused nghttp2 at H2_OUT_HIGH */
   uint32_t empty_data;
   tern__reset_budget resets; /* RST_STREAM from the client (core/mux.h) */
@@ -210,14 +198,12 @@ struct h2_conn {
   int32_t scan_id;
   tern__window rwin;   /* our receive window for the connection */
   uint32_t stream_win; /* the largest window a stream here grew to */
-  size_t held;         /* bytes in all streams' pend buffers */
   uint32_t waiting;    /* streams whose body timer is armed */
   /* Header blocks (RFC 9113 4.3), followed by scan_input: one is open
    * from its HEADERS frame's header to the end of the frame that carries
    * END_HEADERS; `blocks` counts those that ended. */
   uint8_t in_block, block_last;
   uint32_t blocks;
-  size_t nq; /* streams the server is working on (S_COUNTED) */
 };
 
 /* ---- Small helpers --------------------------------------------------- */
@@ -244,16 +230,16 @@ static void schedule(h2_conn *h) {
 }
 
 static void settle_add(h2_conn *h, h2_stream *s) {
-  if (s->flags & S_SETTLE)
+  if (s->m.flags & S_SETTLE)
     return;
-  s->flags |= S_SETTLE;
+  s->m.flags |= S_SETTLE;
   s->settle_next = h->settle;
   h->settle = s;
 }
 
 static void settle_remove(h2_conn *h, h2_stream *s) {
   h2_stream **p;
-  if (!(s->flags & S_SETTLE))
+  if (!(s->m.flags & S_SETTLE))
     return;
   for (p = &h->settle; *p != NULL; p = &(*p)->settle_next) {
     if (*p == s) {
@@ -261,7 +247,7 @@ static void settle_remove(h2_conn *h, h2_stream *s) {
       break;
     }
   }
-  s->flags &= ~(unsigned)S_SETTLE;
+  s->m.flags &= ~(unsigned)S_SETTLE;
 }
 
 /* Markers at the front of a response's queue (a write's `done`, with no
@@ -271,7 +257,7 @@ static void settle_remove(h2_conn *h, h2_stream *s) {
  * `done` that writes again cannot make this loop spin. */
 static int settle_one(h2_conn *h, h2_stream *s) {
   settle_remove(h, s);
-  return tern__outq_move(h->w, &h->c->out, &s->r->out, 0, s->r);
+  return tern__outq_move(h->m.w, &h->c->out, &s->m.r->out, 0, s->m.r);
 }
 
 static int settle_all(h2_conn *h) {
@@ -291,7 +277,7 @@ static uint32_t stream_win_start(const tern_server *srv) {
 }
 
 static void stream_win_init(h2_conn *h, h2_stream *s) {
-  const tern_server *srv = h->w->srv;
+  const tern_server *srv = h->m.w->srv;
   tern__window_init(&s->rwin, stream_win_start(srv), srv->s.max_stream_window);
 }
 
@@ -300,14 +286,14 @@ static void stream_win_init(h2_conn *h, h2_stream *s) {
 static void consume(h2_conn *h, h2_stream *s, size_t n) {
   uint32_t win;
 
-  if (n == 0 || h->dead || h->finished)
+  if (n == 0 || h->m.dead || h->m.finished)
     return;
   nghttp2_session_consume(h->ng, s->id, n);
   /* The core's policy decides; a stream that holds bytes, or can get no
    * more, does not grow. */
   win = tern__window_consumed(&s->rwin, n,
-                              s->pend.len > 0 || !(s->flags & S_OPEN) ||
-                                  (s->flags & S_REMOTE_DONE),
+                              s->m.pend.len > 0 || !(s->m.flags & S_OPEN) ||
+                                  (s->m.flags & S_REMOTE_DONE),
                               h->stream_win);
   if (win != 0) {
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, s->id,
@@ -315,85 +301,27 @@ static void consume(h2_conn *h, h2_stream *s, size_t n) {
     if (win > h->stream_win)
       h->stream_win = win;
   }
-  win = tern__window_consumed(&h->rwin, n, h->held > 0, 0);
+  win = tern__window_consumed(&h->rwin, n, h->m.held > 0, 0);
   if (win != 0)
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)win);
 }
 
-/* Body bytes the stream holds or owes go back to the connection window
- * (the stream's own window no longer matters). */
-static void drop_held(h2_conn *h, h2_stream *s) {
-  size_t n = s->pend.len + s->owed;
-  h->held -= s->pend.len;
-  s->pend.len = s->pend.off = 0;
-  s->owed = 0;
-  if (n > 0 && !h->dead && !h->finished) {
-    if (s->flags & S_OPEN)
-      nghttp2_session_consume(h->ng, s->id, n);
-    else
-      nghttp2_session_consume_connection(h->ng, n);
-  }
-}
-
-static int hold(h2_conn *h, h2_stream *s, const uint8_t *p, size_t n) {
-  int rc = tern__mux_hold(h->w, &s->pend, p, n);
-  if (rc == 0)
-    h->held += n;
-  return rc;
-}
-
 /* ---- Closing streams --------------------------------------------------- */
 
-static void count(h2_conn *h, h2_stream *s) {
-  if (!(s->flags & S_COUNTED)) {
-    s->flags |= S_COUNTED;
-    h->nq++;
-  }
-}
-
-static void uncount(h2_conn *h, h2_stream *s) {
-  if (s->flags & S_COUNTED) {
-    s->flags &= ~(unsigned)S_COUNTED;
-    h->nq--;
-  }
-}
-
 /* ---- Stream timers ---------------------------------------------------- */
-
-/* Does tern wait for the stream's body bytes, so that its body timer
- * applies? While it collects the body for the route, while a streaming
- * handler reads without having paused (paused, flow control holds the
- * client back, and the handler owns the wait), and after an early answer
- * while the short rest of a body with a length is read to check it. Not
- * while its header block arrives (that is the connection's head timer),
- * nor once the client's END_STREAM or FIN came, nor for a tunnel (a
- * WebSocket times its own peer). */
-static int wants_body(const h2_conn *h, const h2_stream *s) {
-  unsigned rf = s->r->flags;
-  if ((s->flags & (S_OPEN | S_HEAD_DONE | S_REMOTE_DONE | S_TIMEDOUT)) !=
-          (S_OPEN | S_HEAD_DONE) ||
-      h->eof || h->finished || (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
-    return 0;
-  if (rf & TERN__RQ_ENDED)
-    return (s->flags & S_DRAIN) != 0;
-  if (rf & TERN__RQ_STREAM)
-    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
-           TERN__RQ_READING;
-  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
-}
 
 /* Arm or disarm the stream's body timer as its state asks, keeping a
  * running one's deadline; h->waiting counts the armed ones. */
 static void stream_timer(h2_conn *h, h2_stream *s) {
-  int kind = wants_body(h, s) ? TERN__T_BODY : TERN__T_NONE;
+  int kind = tern__mux_wants_body(&h->m, &s->m) ? TERN__T_BODY : TERN__T_NONE;
   if (kind == s->timer.kind)
     return;
   if (kind == TERN__T_NONE)
     h->waiting--;
   else
     h->waiting++;
-  tern__timer_set(h->w, &s->timer, kind);
+  tern__timer_set(h->m.w, &s->timer, kind);
 }
 
 static void stream_timer_stop(h2_conn *h, h2_stream *s) {
@@ -402,27 +330,56 @@ static void stream_timer_stop(h2_conn *h, h2_stream *s) {
   tern__timer_stop(&s->timer);
 }
 
+/* ---- The shared stream code's table (core/mux.h) ---------------------- */
+
+static void mux_consume(tern__mux_conn *m, tern__mux_stream *s, size_t n) {
+  consume((h2_conn *)m, (h2_stream *)s, n);
+}
+
+/* Held bytes dropped unread go back at once, to the stream's window
+ * while it is open, else to the connection's. */
+static void mux_release(tern__mux_conn *m, tern__mux_stream *s, size_t n) {
+  h2_conn *h = (h2_conn *)m;
+  if (h->m.dead || h->m.finished)
+    return;
+  if (s->flags & S_OPEN)
+    nghttp2_session_consume(h->ng, ((h2_stream *)s)->id, n);
+  else
+    nghttp2_session_consume_connection(h->ng, n);
+}
+
+static void mux_timer(tern__mux_conn *m, tern__mux_stream *s) {
+  stream_timer((h2_conn *)m, (h2_stream *)s);
+}
+
+static void mux_schedule(tern__mux_conn *m) {
+  schedule((h2_conn *)m);
+}
+
+static const tern__mux_ops h2_mux = {mux_consume, mux_release, mux_timer,
+                                     mux_schedule};
+
 /* The stream is over (closed by nghttp2, abandoned, or its connection is
  * closing): settle what was framed, fail the rest, drop our reference. */
 static void stream_closed(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-  tern__worker *w = h->w;
+  tern_request *r = s->m.r;
+  tern__worker *w = h->m.w;
 
-  if (!(s->flags & S_OPEN))
+  if (!(s->m.flags & S_OPEN))
     return;
   stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
-  s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
+  s->m.flags &= ~(unsigned)(S_OPEN | S_FLOW);
   tern__list_remove(&s->link);
-  uncount(h, s);
+  tern__mux_uncount(&h->m, &s->m);
   if (h->stopping)
     h->want_send = 1; /* perhaps the last one: time for the last GOAWAY */
-  drop_held(h, s);
+  tern__mux_drop_held(&h->m, &s->m);
   r->refs++; /* held across the callbacks below */
-  if (!h->dead)
+  if (!h->m.dead)
     (void)settle_one(h, s); /* on failure they fail below */
   else
     settle_remove(h, s);
-  if (s->flags & S_END_SENT) {
+  if (s->m.flags & S_END_SENT) {
     TERN__STAT_ADD(w->stats.requests, 1);
     r->flags |= TERN__RQ_WRITTEN;
   } else {
@@ -448,7 +405,7 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
 /* Forget a stream nghttp2 still has open, resetting it with `code`
  * (CANCEL when the connection is ending). */
 static void abandon(h2_conn *h, h2_stream *s, uint32_t code) {
-  if (!h->dead && !h->finished) {
+  if (!h->m.dead && !h->m.finished) {
     nghttp2_session_set_stream_user_data(h->ng, s->id, NULL);
     nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id, code);
   }
@@ -464,7 +421,7 @@ static void drop_streams(h2_conn *h) {
 
 static void destroy(h2_conn *h) {
   nghttp2_session_del(h->ng);
-  tern__free(h->w->srv, h);
+  tern__free(h->m.w->srv, h);
 }
 
 static void enter(h2_conn *h) {
@@ -472,73 +429,21 @@ static void enter(h2_conn *h) {
 }
 
 static void leave(h2_conn *h) {
-  if (--h->busy == 0 && h->dead)
+  if (--h->busy == 0 && h->m.dead)
     destroy(h);
 }
 
 /* ---- Request bodies ---------------------------------------------------- */
 
-/* Hand held bytes (then the end) to a streaming handler while it reads. */
-static void deliver(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-
-  r->refs++;
-  for (;;) {
-    unsigned f = r->flags;
-    if (h->dead || !(s->flags & S_OPEN) || (f & TERN__RQ_BODY_DONE))
-      break;
-    if (f & TERN__RQ_ENDED) {
-      drop_held(h, s); /* answered without reading the rest */
-      break;
-    }
-    if (!(f & TERN__RQ_READING) || (f & TERN__RQ_PAUSED))
-      break;
-    if (s->owed > 0) {
-      size_t n = s->owed;
-      s->owed = 0;
-      consume(h, s, n);
-    }
-    if (s->pend.len > 0) {
-      size_t n = s->pend.len < H2_DELIVER_MAX ? s->pend.len : H2_DELIVER_MAX;
-      const char *p = s->pend.p + s->pend.off;
-      s->pend.off += n;
-      s->pend.len -= n;
-      r->bytes_in += n;
-      h->held -= n;
-      r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
-      if (s->pend.len == 0)
-        s->pend.off = 0;
-      if (h->dead || !(s->flags & S_OPEN))
-        break;
-      if (r->flags & TERN__RQ_PAUSED)
-        s->owed += n;
-      else
-        consume(h, s, n);
-      continue;
-    }
-    if (s->flags & S_REMOTE_DONE) {
-      r->flags |= TERN__RQ_BODY_DONE;
-      r->body_fn(r, TERN_BODY_END, NULL, 0, r->body_user);
-    } else if (h->eof) {
-      r->flags |= TERN__RQ_BODY_DONE | TERN__RQ_ABORT;
-      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
-    }
-    break;
-  }
-  if (!h->dead && (s->flags & S_OPEN))
-    stream_timer(h, s);
-  tern__request_unref(r);
-}
-
 static void run_flows(h2_conn *h) {
   tern__list *l;
-  h->flow = 0;
+  h->m.flow = 0;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
     h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
-    if (s->flags & S_FLOW) {
-      s->flags &= ~(unsigned)S_FLOW;
-      deliver(h, s); /* may change the list: start over */
+    if (s->m.flags & S_FLOW) {
+      s->m.flags &= ~(unsigned)S_FLOW;
+      tern__mux_deliver(&h->m, &s->m); /* may change the list: start over */
       goto again;
     }
   }
@@ -547,16 +452,6 @@ again:
 /* Append to a collected body. Returns 0 or the status to answer. */
 static int collect(tern_request *r, const uint8_t *p, size_t n) {
   return tern__request_collect(r, p, n);
-}
-
-/* tern answers the request itself (404, 413, 431, ...). */
-static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
-                   size_t allow_len) {
-  tern_request *r = s->r;
-  if (r->flags & (TERN__RQ_ENDED | TERN__RQ_STARTED))
-    return;
-  count(h, s);
-  tern__respond_status(r, status, allow, allow_len);
 }
 
 /* The stream's body stalled for body_timeout_ms (re-armed by each DATA
@@ -570,15 +465,15 @@ static void answer(h2_conn *h, h2_stream *s, int status, const char *allow,
 static void stream_timeout(tern__timer *t, int kind) {
   h2_stream *s = TERN__CONTAINER_OF(t, h2_stream, timer);
   h2_conn *h = s->h;
-  tern_request *r = s->r;
+  tern_request *r = s->m.r;
   unsigned started;
 
   (void)kind;
   h->waiting--; /* the sweep disarmed it */
   enter(h);
   r->refs++;
-  s->flags |= S_TIMEDOUT;
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: stream %d: body timed out",
+  s->m.flags |= S_TIMEDOUT;
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http2: stream %d: body timed out",
             (int)s->id);
   started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
   if ((r->flags & TERN__RQ_READING) &&
@@ -587,75 +482,33 @@ static void stream_timeout(tern__timer *t, int kind) {
     r->flags |= TERN__RQ_BODY_DONE;
     r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
   }
-  if (!h->dead && (s->flags & S_OPEN)) {
+  if (!h->m.dead && (s->m.flags & S_OPEN)) {
     if (started)
       abandon(h, s,
-              (s->flags & S_END_SENT) ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+              (s->m.flags & S_END_SENT) ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
     else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
       ; /* the handler answered just now: its answer goes out */
     else if (!(r->flags & TERN__RQ_HANDLED))
-      answer(h, s, 408, NULL, 0);
-    else if (tern__request_answer_held(r, 408) != 0 && !h->dead &&
-             (s->flags & S_OPEN))
+      tern__mux_answer(&h->m, &s->m, 408, NULL, 0);
+    else if (tern__request_answer_held(r, 408) != 0 && !h->m.dead &&
+             (s->m.flags & S_OPEN))
       abandon(h, s, NGHTTP2_CANCEL);
   }
   tern__request_unref(r);
-  if (!h->dead)
+  if (!h->m.dead)
     schedule(h);
   leave(h);
 }
 
 /* ---- Requests ---------------------------------------------------------- */
 
-static void route(h2_conn *h, h2_stream *s) {
-  tern_server *srv = h->w->srv;
-  tern_request *r = s->r;
-  const char *allow;
-  size_t allow_len;
-  int rc;
-
-  if (s->status != 0) {
-    answer(h, s, s->status, NULL, 0);
-    return;
-  }
-  if (r->target_len > srv->s.max_uri_length) {
-    answer(h, s, 414, NULL, 0);
-    return;
-  }
-  rc = tern__request_route(
-      r,
-      r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
-          memcmp(r->method, "OPTIONS", 7) == 0,
-      s->has_length && !(s->flags & S_REMOTE_DONE) ? (int64_t)s->content_length
-                                                   : -1,
-      &allow, &allow_len);
-  if (rc != 0) {
-    answer(h, s, rc, allow, allow_len);
-    return;
-  }
-  if (r->flags & TERN__RQ_STREAM) {
-    /* Even an empty body is delivered, as TERN_BODY_END, once the handler
-     * reads. */
-    r->flags |= TERN__RQ_STREAM;
-    count(h, s);
-    tern__request_dispatch(r);
-    return;
-  }
-  if (s->flags & S_REMOTE_DONE) {
-    r->flags |= TERN__RQ_BODY_DONE;
-    count(h, s);
-    tern__request_dispatch(r);
-    return;
-  }
-  /* Otherwise the body is collected as DATA arrives. */
-}
-
 static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
   if (nghttp2_rcbuf_is_static(b))
     return 0;
   if (s->nrc == s->rc_cap) {
     size_t cap = s->rc_cap ? s->rc_cap * 2 : 16;
-    nghttp2_rcbuf **nb = tern__small_realloc(h->w, s->rc, cap * sizeof(*s->rc));
+    nghttp2_rcbuf **nb =
+        tern__small_realloc(h->m.w, s->rc, cap * sizeof(*s->rc));
     if (nb == NULL)
       return TERN_ENOMEM;
     s->rc = nb;
@@ -666,52 +519,15 @@ static int keep_rcbuf(h2_conn *h, h2_stream *s, nghttp2_rcbuf *b) {
   return 0;
 }
 
-/* The request's header block is complete: fill in what HTTP/1.1 gets from
- * its request line, join cookie crumbs, route. */
-static void head_done(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-  const char *q;
-
-  s->flags |= S_HEAD_DONE;
-  if (r->target != NULL) {
-    r->path = r->target;
-    q = memchr(r->target, '?', r->target_len);
-    if (q != NULL) {
-      r->path_len = (size_t)(q - r->target);
-      r->query = q + 1;
-      r->query_len = r->target_len - r->path_len - 1;
-    } else {
-      r->path_len = r->target_len;
-    }
-  } else {
-    r->path = r->target = ""; /* CONNECT */
-  }
-  if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
-    r->flags |= TERN__RQ_HEAD;
-  if (s->flags & S_WEBSOCKET) {
-    /* RFC 8441 extended CONNECT: routed as the GET of an HTTP/1.1
-     * WebSocket handshake, so one route serves both carriers; its DATA is
-     * the WebSocket stream, so the handler runs at once. */
-    r->method = "GET";
-    r->method_len = 3;
-    r->flags |= TERN__RQ_WS_CONNECT;
-  }
-  /* Host fallback and the cookie join are the core's, as for HTTP/3; a
-   * request already failed is answered without joining. */
-  if (tern__request_fields(r, s->status == 0 ? s->ncookie : 0, &s->cookie) != 0)
-    s->status = 503;
-  route(h, s);
-}
-
 static int add_trailer(h2_conn *h, h2_stream *s, nghttp2_rcbuf *name,
                        nghttp2_rcbuf *value) {
-  tern_request *r = s->r;
+  tern_request *r = s->m.r;
   nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
   tern_header *t;
 
-  if (r->ntrailers >= h->w->srv->s.max_header_count)
+  if (r->ntrailers >= h->m.w->srv->s.max_header_count)
     return 0; /* the body is fine; excess trailers are not exposed */
-  t = tern__realloc(h->w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
+  t = tern__realloc(h->m.w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
   if (t == NULL)
     return TERN_ENOMEM;
   r->trailers = t;
@@ -733,24 +549,24 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   tern_request *r;
   h2_stream *s;
 
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (frame->hd.type != NGHTTP2_HEADERS ||
       frame->headers.cat != NGHTTP2_HCAT_REQUEST)
     return 0;
-  s = tern__small_malloc(h->w, sizeof(*s));
+  s = tern__small_malloc(h->m.w, sizeof(*s));
   if (s == NULL)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   r = tern__request_new(&h->c->head);
   if (r == NULL) {
-    tern__small_free(h->w, s);
+    tern__small_free(h->m.w, s);
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }
   memset(s, 0, sizeof(*s));
   s->h = h;
-  s->r = r;
+  s->m.r = r;
   s->id = frame->hd.stream_id;
-  s->flags = S_OPEN;
+  s->m.flags = S_OPEN;
   stream_win_init(h, s);
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
@@ -764,29 +580,29 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
                      nghttp2_rcbuf *name, nghttp2_rcbuf *value, uint8_t flags,
                      void *user) {
   h2_conn *h = user;
-  tern_server *srv = h->w->srv;
+  tern_server *srv = h->m.w->srv;
   h2_stream *s;
   tern_request *r;
   nghttp2_vec n, v;
 
   (void)flags;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   s = stream_of(ng, frame->hd.stream_id);
-  if (s == NULL || !(s->flags & S_OPEN))
+  if (s == NULL || !(s->m.flags & S_OPEN))
     return 0;
-  r = s->r;
+  r = s->m.r;
   n = nghttp2_rcbuf_get_buf(name);
   v = nghttp2_rcbuf_get_buf(value);
   s->head_size += n.len + v.len + 32;
   if (s->head_size > srv->s.max_head_size) {
     /* The client was told SETTINGS_MAX_HEADER_LIST_SIZE: 431. The rest of
      * the block is still decoded (HPACK state) but not kept. */
-    if (s->status == 0 && !(s->flags & S_HEAD_DONE))
-      s->status = 431;
+    if (s->m.status == 0 && !(s->m.flags & S_HEAD_DONE))
+      s->m.status = 431;
     return 0;
   }
-  if (s->status != 0)
+  if (s->m.status != 0)
     return 0;
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
     return add_trailer(h, s, name, value) == 0
@@ -807,9 +623,9 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
       /* nghttp2 lets :protocol through only on a CONNECT, since our
        * SETTINGS enable it. WebSocket is the one protocol served. */
       if (lit_eq(v.base, v.len, "websocket"))
-        s->flags |= S_WEBSOCKET;
+        s->m.flags |= S_WEBSOCKET;
       else
-        s->status = 501;
+        s->m.status = 501;
       return 0;
     } else {
       return 0; /* :scheme (nghttp2 checked it) */
@@ -819,7 +635,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
     return 0;
   }
   if (r->nheaders >= r->headers_cap) {
-    s->status = 431;
+    s->m.status = 431;
     return 0;
   }
   if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
@@ -830,7 +646,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
   r->headers[r->nheaders].value_len = v.len;
   r->nheaders++;
   if (lit_eq(n.base, n.len, "cookie")) {
-    s->ncookie++;
+    s->m.ncookie++;
   } else if (lit_eq(n.base, n.len, "content-length")) {
     /* nghttp2 has checked the syntax and will check the DATA against it;
      * here it lets an oversized body be refused before it arrives. */
@@ -838,27 +654,10 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
     size_t i;
     for (i = 0; i < v.len && cl < (1ull << 60); i++)
       cl = cl * 10 + (uint64_t)(v.base[i] - '0');
-    s->content_length = cl;
-    s->has_length = 1;
+    s->m.content_length = cl;
+    s->m.has_length = 1;
   }
   return 0;
-}
-
-static void remote_done(h2_conn *h, h2_stream *s) {
-  tern_request *r = s->r;
-  s->flags |= S_REMOTE_DONE;
-  if ((r->flags & TERN__RQ_ENDED) || !(s->flags & S_HEAD_DONE))
-    return;
-  if (r->flags & TERN__RQ_STREAM) {
-    deliver(h, s);
-    return;
-  }
-  if (!(r->flags & TERN__RQ_HANDLED) && r->route != NULL && s->status == 0) {
-    r->body = r->body_buf;
-    r->flags |= TERN__RQ_BODY_DONE;
-    count(h, s);
-    tern__request_dispatch(r);
-  }
 }
 
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
@@ -868,7 +667,7 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
   h2_stream *s;
   int rc;
 
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   switch (frame->hd.type) {
   case NGHTTP2_DATA:
@@ -889,25 +688,25 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame,
     return 0;
   }
   s = stream_of(ng, frame->hd.stream_id);
-  if (s == NULL || !(s->flags & S_OPEN))
+  if (s == NULL || !(s->m.flags & S_OPEN))
     return 0;
   /* head_done and remote_done may run the handler, whose finishing call
    * can fail (no memory) and abort the stream at once: the request, and
    * with it the stream, would be freed under us. Held until the end. */
-  r = s->r;
+  r = s->m.r;
   r->refs++;
   if (frame->hd.type == NGHTTP2_HEADERS &&
       frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-      s->flags |= S_REMOTE_DONE;
-    head_done(h, s);
+      s->m.flags |= S_REMOTE_DONE;
+    tern__mux_head_done(&h->m, &s->m);
   }
-  if (!h->dead && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-      (s->flags & S_OPEN))
-    remote_done(h, s);
-  if (!h->dead && (s->flags & S_OPEN))
+  if (!h->m.dead && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      (s->m.flags & S_OPEN))
+    tern__mux_remote_done(&h->m, &s->m);
+  if (!h->m.dead && (s->m.flags & S_OPEN))
     stream_timer(h, s); /* the head is routed, or the body complete */
-  rc = h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  rc = h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
   tern__request_unref(r);
   return rc;
 }
@@ -959,7 +758,7 @@ static void id_opened(h2_conn *h, int32_t id) {
  * has a bucket too, but it answers with INTERNAL_ERROR; this one runs
  * first and says ENHANCE_YOUR_CALM (RFC 9113 5.4.1, 7). */
 static int reset_allowed(h2_conn *h) {
-  return tern__reset_budget_take(&h->resets, uv_now(h->w->loop));
+  return tern__reset_budget_take(&h->resets, uv_now(h->m.w->loop));
 }
 
 /* DATA or HEADERS on a stream nghttp2 no longer has (RFC 9113 5.1):
@@ -973,7 +772,7 @@ static void check_stream_frame(h2_conn *h) {
   size_t word;
   uint64_t bit;
 
-  if (h->urgent || h->finished ||
+  if (h->urgent || h->m.finished ||
       nghttp2_session_find_stream(h->ng, id) != NULL ||
       !id_bit(h, id, &word, &bit))
     return;
@@ -1094,9 +893,9 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd,
   h2_conn *h = user;
 
   (void)ng;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if (h->urgent || h->finished)
+  if (h->urgent || h->m.finished)
     return 0;
   switch (hd->type) {
   case NGHTTP2_RST_STREAM:
@@ -1117,19 +916,19 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
   int status;
 
   (void)flags;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   h->empty_data = 0;
   s = stream_of(ng, id);
-  if (s == NULL || !(s->flags & S_OPEN)) {
+  if (s == NULL || !(s->m.flags & S_OPEN)) {
     nghttp2_session_consume(ng, id, len);
     return 0;
   }
-  r = s->r;
+  r = s->m.r;
   s->received += len;
   if (len > 0 && s->timer.kind == TERN__T_BODY)
-    tern__timer_set(h->w, &s->timer, TERN__T_BODY); /* progress re-arms it */
-  if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
+    tern__timer_set(h->m.w, &s->timer, TERN__T_BODY); /* progress re-arms it */
+  if ((r->flags & TERN__RQ_ENDED) || s->m.status != 0 || r->route == NULL ||
       is_gone(r)) {
     consume(h, s, len); /* answered already: the bytes are dropped */
     return 0;
@@ -1138,26 +937,26 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
     status = collect(r, data, len);
     consume(h, s, len);
     if (status != 0)
-      answer(h, s, status, NULL, 0);
-    return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+      tern__mux_answer(&h->m, &s->m, status, NULL, 0);
+    return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
   }
-  if (s->pend.len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+  if (s->m.pend.len == 0 && s->m.owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
     r->bytes_in += len;
     r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
-    if (!h->dead && (s->flags & S_OPEN)) {
+    if (!h->m.dead && (s->m.flags & S_OPEN)) {
       if (r->flags & TERN__RQ_PAUSED)
-        s->owed += len; /* credited when the handler resumes */
+        s->m.owed += len; /* credited when the handler resumes */
       else
         consume(h, s, len);
     }
     tern__request_unref(r);
-    return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+    return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
   }
   /* Not reading (yet) or paused: hold the bytes; the stream's window
    * bounds them. */
-  if (hold(h, s, data, len) != 0) {
+  if (tern__mux_hold(&h->m, &s->m, data, len) != 0) {
     nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id,
                               NGHTTP2_INTERNAL_ERROR);
     consume(h, s, len);
@@ -1171,12 +970,12 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code,
   h2_stream *s;
 
   (void)code;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   s = stream_of(ng, id);
   if (s != NULL)
     stream_closed(h, s);
-  return h->dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+  return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
@@ -1184,7 +983,7 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
   h2_conn *h = user;
   h2_stream *s;
 
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   switch (frame->hd.type) {
   case NGHTTP2_GOAWAY:
@@ -1192,7 +991,7 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
       /* An error GOAWAY ends the connection, whether nghttp2 or we sent
        * it (the rapid reset limit sends one and keeps going). */
       h->urgent = 1;
-      h->finished = 1;
+      h->m.finished = 1;
     }
     return 0;
   case NGHTTP2_RST_STREAM: {
@@ -1209,16 +1008,16 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
     s = stream_of(ng, frame->hd.stream_id);
     if (s == NULL)
       return 0;
-    s->flags |= S_END_SENT;
-    if (s->flags & S_REMOTE_DONE)
+    s->m.flags |= S_END_SENT;
+    if (s->m.flags & S_REMOTE_DONE)
       return 0;
-    if (!(s->flags & S_TIMEDOUT) && s->has_length &&
-        s->received <= s->content_length &&
-        s->content_length - s->received <= H2_DRAIN_MAX) {
+    if (!(s->m.flags & S_TIMEDOUT) && s->m.has_length &&
+        s->received <= s->m.content_length &&
+        s->m.content_length - s->received <= H2_DRAIN_MAX) {
       /* A short rest of a body with a length is read (and dropped), under
        * the body timer, so that nghttp2 can still check the length (RFC
        * 9113 8.1.1: a mismatch is PROTOCOL_ERROR). */
-      s->flags |= S_DRAIN;
+      s->m.flags |= S_DRAIN;
       stream_timer(h, s);
     } else {
       /* The response is complete before the request (RFC 9113 8.1), or
@@ -1234,7 +1033,7 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
 
 static int submit_trailers(h2_conn *h, h2_stream *s) {
   int rc = nghttp2_submit_trailer(h->ng, s->id, s->trailers, s->ntrailers);
-  tern__small_free(h->w, s->trailers);
+  tern__small_free(h->m.w, s->trailers);
   s->trailers = NULL;
   s->ntrailers = 0;
   return rc;
@@ -1250,18 +1049,18 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf,
   (void)ng;
   (void)id;
   (void)buf;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  avail = s->r->out.bytes;
-  if (avail == 0 && !(s->flags & S_RESP_END)) {
-    s->flags |= S_DEFERRED;
+  avail = s->m.r->out.bytes;
+  if (avail == 0 && !(s->m.flags & S_RESP_END)) {
+    s->m.flags |= S_DEFERRED;
     settle_add(h, s); /* markers waiting at the front move on now */
     return NGHTTP2_ERR_DEFERRED;
   }
   n = avail < length ? avail : length;
   if (n > 0)
     *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-  if (n == avail && (s->flags & S_RESP_END)) {
+  if (n == avail && (s->m.flags & S_RESP_END)) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     if (s->trailers != NULL) {
       *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
@@ -1285,12 +1084,12 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
   static const uint8_t zeros[256];
   h2_conn *h = user;
   h2_stream *s = source->ptr;
-  tern__worker *w = h->w;
+  tern__worker *w = h->m.w;
   tern__outq *out = &h->c->out;
   size_t pad = frame->data.padlen;
 
   (void)ng;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (tern__outq_copy(w, out, framehd, 9) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -1299,7 +1098,7 @@ static int send_data(nghttp2_session *ng, nghttp2_frame *frame,
     if (tern__outq_copy(w, out, &b, 1) != 0)
       return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
-  if (tern__outq_move(w, out, &s->r->out, length, s->r) != 0)
+  if (tern__outq_move(w, out, &s->m.r->out, length, s->m.r) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   if (pad > 1 && tern__outq_copy(w, out, zeros, pad - 1) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -1315,7 +1114,7 @@ static int on_error(nghttp2_session *ng, int code, const char *msg, size_t len,
   h2_conn *h = user;
   (void)ng;
   (void)code;
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: %.*s", (int)len, msg);
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http2: %.*s", (int)len, msg);
   return 0;
 }
 
@@ -1378,7 +1177,8 @@ static h2_conn *h2_new(tern__stream *c) {
     return NULL;
   memset(h, 0, sizeof(*h));
   h->c = c;
-  h->w = c->head.w;
+  h->m.w = c->head.w;
+  h->m.ops = &h2_mux;
   tern__list_init(&h->streams);
   /* A session lives on one worker: its small blocks (streams, header
    * buffers, queued frames) come from the worker's size-class pools, so
@@ -1434,9 +1234,9 @@ static void drop_stuck(h2_conn *h) {
   tern__list *l;
   int conn_shut = nghttp2_session_get_remote_window_size(h->ng) <= 0;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
     h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
-    if (s->r->out.bytes == 0 || !(s->flags & S_PROVIDER))
+    if (s->m.r->out.bytes == 0 || !(s->m.flags & S_PROVIDER))
       continue;
     if (conn_shut ||
         nghttp2_session_get_stream_remote_window_size(h->ng, s->id) <= 0) {
@@ -1448,10 +1248,10 @@ again:
 
 static void pump(h2_conn *h) {
   tern__stream *c = h->c;
-  tern__worker *w = h->w;
+  tern__worker *w = h->m.w;
   int blocked;
 
-  if (h->pumping || h->dead) {
+  if (h->pumping || h->m.dead) {
     h->want_send = 1;
     return;
   }
@@ -1465,7 +1265,7 @@ static void pump(h2_conn *h) {
       h->final = 1;
       nghttp2_session_terminate_session(h->ng, NGHTTP2_NO_ERROR);
     }
-    while (!h->finished || h->urgent) {
+    while (!h->m.finished || h->urgent) {
       const uint8_t *p;
       ssize_t n;
       if (c->out.bytes >= H2_OUT_HIGH && !h->urgent) {
@@ -1475,7 +1275,7 @@ static void pump(h2_conn *h) {
       h->in_ng++;
       n = nghttp2_session_mem_send(h->ng, &p);
       h->in_ng--;
-      if (h->dead)
+      if (h->m.dead)
         goto out;
       if (n < 0) {
         tern__log(w->srv, TERN_LOG_DEBUG, "http2: %s",
@@ -1498,23 +1298,23 @@ static void pump(h2_conn *h) {
       tern__conn_close(&c->head);
       goto out;
     }
-    if (h->flow)
+    if (h->m.flow)
       run_flows(h);
-    if (h->dead)
+    if (h->m.dead)
       goto out;
-    if (h->eof)
+    if (h->m.eof)
       drop_stuck(h);
-    if (h->dead)
+    if (h->m.dead)
       goto out;
   } while (h->want_send);
-  if (!h->finished && !nghttp2_session_want_read(h->ng) &&
+  if (!h->m.finished && !nghttp2_session_want_read(h->ng) &&
       !nghttp2_session_want_write(h->ng))
-    h->finished = 1; /* GOAWAY both ways, or a terminated session */
-  if (h->finished) {
+    h->m.finished = 1; /* GOAWAY both ways, or a terminated session */
+  if (h->m.finished) {
     /* Nothing more will be read or framed: what is in flight is gone. */
     h->urgent = 0;
     drop_streams(h);
-    if (h->dead)
+    if (h->m.dead)
       goto out;
     c->head.flags |= TERN__C_CLOSE_AFTER;
     tern__stream_read_stop(c);
@@ -1526,7 +1326,7 @@ static void pump(h2_conn *h) {
   tern__conn_mark_dirty(&c->head);
 out:
   h->pumping = 0;
-  if (h->want_send && !h->dead && !h->finished)
+  if (h->want_send && !h->m.dead && !h->m.finished)
     tern__conn_want_output(&c->head); /* asked for while finishing */
   leave(h);
 }
@@ -1546,7 +1346,7 @@ static void fatal(h2_conn *h, int rv) {
     code = NGHTTP2_ENHANCE_YOUR_CALM;
   else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
     code = NGHTTP2_PROTOCOL_ERROR;
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: %s", nghttp2_strerror(rv));
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http2: %s", nghttp2_strerror(rv));
   if (nghttp2_session_terminate_session(h->ng, code) != 0) {
     tern__conn_close(&h->c->head);
     return;
@@ -1559,12 +1359,12 @@ static void fatal(h2_conn *h, int rv) {
  * TERN_BODY_ERROR; the connection closes when the rest is answered. */
 static void on_eof(h2_conn *h) {
   tern__list *l;
-  h->eof = 1;
+  h->m.eof = 1;
   h->c->head.flags |= TERN__C_CLOSE_AFTER;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
     h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
-    tern_request *r = s->r;
+    tern_request *r = s->m.r;
     /* A handler that has not answered works for a client that has left
      * (HTTP/2 has no half-closed connections): its stream is gone, like
      * a stream the client reset. */
@@ -1573,19 +1373,19 @@ again:
       abandon(h, s, NGHTTP2_CANCEL);
       goto again;
     }
-    if (s->flags & S_REMOTE_DONE)
+    if (s->m.flags & S_REMOTE_DONE)
       continue;
     if (!(r->flags & (TERN__RQ_HANDLED | TERN__RQ_ENDED))) {
       abandon(h, s, NGHTTP2_CANCEL); /* its body will never come */
       goto again;
     }
-    if ((r->flags & TERN__RQ_STREAM) && !(s->flags & S_FLOW)) {
-      s->flags |= S_FLOW;
-      h->flow = 1;
+    if ((r->flags & TERN__RQ_STREAM) && !(s->m.flags & S_FLOW)) {
+      s->m.flags |= S_FLOW;
+      h->m.flow = 1;
     }
   }
   /* No more body bytes can come: no stream waits for them any more. */
-  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next)
+  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next)
     stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, link));
 }
 
@@ -1602,11 +1402,11 @@ static void h2_input(tern__conn *conn) {
     return;
   enter(h);
   blocks = h->blocks;
-  if (h->flow)
+  if (h->m.flow)
     run_flows(h);
-  while (!h->dead && c->rpos < c->rlen) {
+  while (!h->m.dead && c->rpos < c->rlen) {
     size_t len = c->rlen - c->rpos;
-    if (h->finished || h->urgent) {
+    if (h->m.finished || h->urgent) {
       c->rpos = c->rlen; /* ending: input is dropped */
       break;
     }
@@ -1617,7 +1417,7 @@ static void h2_input(tern__conn *conn) {
     n = nghttp2_session_mem_recv(h->ng,
                                  (const uint8_t *)c->rbuf->data + c->rpos, ok);
     h->in_ng--;
-    if (h->dead)
+    if (h->m.dead)
       goto out;
     c->rpos += ok;
     if (h->scan_check && n >= 0) {
@@ -1635,17 +1435,17 @@ static void h2_input(tern__conn *conn) {
       pump(h);
     }
   }
-  if (!h->dead && h->in_block && h->blocks != blocks &&
+  if (!h->m.dead && h->in_block && h->blocks != blocks &&
       c->head.timer.kind == TERN__T_HEAD)
     /* A header block ended and a new one began: the new one's own head
      * time starts now. Bytes of one block never re-arm it. */
     tern__conn_timer(&c->head, TERN__T_HEAD);
-  if (!h->dead && (c->head.flags & TERN__C_EOF) && !h->eof)
+  if (!h->m.dead && (c->head.flags & TERN__C_EOF) && !h->m.eof)
     on_eof(h);
-  if (!h->dead)
+  if (!h->m.dead)
     pump(h);
-  if (!h->dead && !(c->head.flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
-      !h->urgent)
+  if (!h->m.dead &&
+      !(c->head.flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) && !h->urgent)
     tern__stream_read_start(c);
 out:
   leave(h);
@@ -1653,7 +1453,7 @@ out:
 
 static void h2_stop(tern__conn *conn) {
   h2_conn *h = tern__stream_of(conn)->h2;
-  if (h == NULL || h->dead)
+  if (h == NULL || h->m.dead)
     return;
   h->stopping = 1;
   if (!tern__list_empty(&h->streams))
@@ -1668,7 +1468,7 @@ static void h2_close(tern__conn *conn) {
   if (h == NULL)
     return;
   c->h2 = NULL;
-  h->dead = 1;
+  h->m.dead = 1;
   enter(h);
   drop_streams(h);
   leave(h); /* frees the session unless an nghttp2 call is on the stack */
@@ -1708,8 +1508,8 @@ static size_t fields_bytes(const tern_header *f, size_t n, int values) {
 static h2_conn *live(tern_request *r, h2_stream **sp) {
   h2_stream *s = r->proto_data;
   *sp = s;
-  if (s == NULL || !(s->flags & S_OPEN) || s->h == NULL || s->h->dead ||
-      s->h->finished)
+  if (s == NULL || !(s->m.flags & S_OPEN) || s->h == NULL || s->h->m.dead ||
+      s->h->m.finished)
     return NULL;
   return s->h;
 }
@@ -1811,8 +1611,8 @@ static int h2_start(tern_request *r, int status, const tern_header *f, size_t n,
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
   if (!bodyless && cl != 0)
-    s->flags |= S_PROVIDER;
-  count(h, s);
+    s->m.flags |= S_PROVIDER;
+  tern__mux_count(&h->m, &s->m);
   schedule(h);
 done:
   head_close(w, &hd);
@@ -1820,8 +1620,8 @@ done:
 }
 
 static void resume(h2_conn *h, h2_stream *s) {
-  if (s->flags & S_DEFERRED) {
-    s->flags &= ~(unsigned)S_DEFERRED;
+  if (s->m.flags & S_DEFERRED) {
+    s->m.flags &= ~(unsigned)S_DEFERRED;
     nghttp2_session_resume_data(h->ng, s->id);
   }
 }
@@ -1840,7 +1640,7 @@ static int h2_write(tern_request *r, const void *p, size_t len, int copy,
   if (r->flags & TERN__RQ_HEAD)
     len = 0; /* HEAD: the length was announced, the bytes are not sent */
   if (h == NULL) {
-    if (s == NULL || (s->flags & S_OPEN) || !(s->flags & S_END_SENT))
+    if (s == NULL || (s->m.flags & S_OPEN) || !(s->m.flags & S_END_SENT))
       return TERN_ECLOSED;
     /* A bodyless answer, complete and its stream closed already: there
      * is nothing to send, so the write is done at once. */
@@ -1887,7 +1687,8 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
     r->flags |= TERN__RQ_ABORT;
   }
   r->flags |= TERN__RQ_ENDED;
-  uncount(h, s); /* what is left waits for the client (its window) */
+  tern__mux_uncount(&h->m,
+                    &s->m); /* what is left waits for the client (its window) */
   stream_timer(h, s);
   if (r->flags & TERN__RQ_ABORT) {
     /* Cut short: the stream must not look complete. */
@@ -1896,7 +1697,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
     schedule(h);
     return 0;
   }
-  if (n > 0 && (s->flags & S_PROVIDER)) {
+  if (n > 0 && (s->m.flags & S_PROVIDER)) {
     size_t k;
     nghttp2_nv *nv =
         tern__small_malloc(w, n * sizeof(*nv) + fields_bytes(t, n, 1) + 1);
@@ -1910,9 +1711,9 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
       tern__small_free(w, nv);
     }
   }
-  s->flags |= S_RESP_END;
+  s->m.flags |= S_RESP_END;
   if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
-    drop_held(h, s); /* the rest of the body is not wanted */
+    tern__mux_drop_held(&h->m, &s->m); /* the rest of the body is not wanted */
   settle_add(h, s);
   resume(h, s);
   schedule(h);
@@ -1925,8 +1726,8 @@ static void h2_body_flow(tern_request *r) {
   if (h == NULL || is_gone(r))
     return;
   if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
-    s->flags |= S_FLOW;
-    h->flow = 1;
+    s->m.flags |= S_FLOW;
+    h->m.flow = 1;
     schedule(h);
   }
   stream_timer(h, s); /* reading: the body timer; paused: none */
@@ -1960,8 +1761,8 @@ static void h2_release(tern_request *r) {
   for (i = 0; i < s->nrc; i++)
     nghttp2_rcbuf_decref(s->rc[i]);
   tern__small_free(w, s->rc);
-  tern__small_free(w, s->cookie);
-  tern__small_free(w, s->pend.p);
+  tern__small_free(w, s->m.cookie);
+  tern__small_free(w, s->m.pend.p);
   tern__small_free(w, s->trailers);
   tern__small_free(w, s);
   r->proto_data = NULL;
@@ -2002,7 +1803,7 @@ static int h2_timer(const tern__conn *conn) {
   const h2_conn *h = tern__stream_cof(conn)->h2;
   if (h != NULL && h->in_block)
     return TERN__T_HEAD;
-  if (h != NULL && h->nq > 0)
+  if (h != NULL && h->m.nq > 0)
     return TERN__T_NONE;
   if (h != NULL && h->waiting > 0)
     return TERN__T_NONE | TERN__T_DRAINED;
@@ -2016,10 +1817,10 @@ static int h2_timer(const tern__conn *conn) {
 static int h2_timeout(tern__conn *conn, int kind) {
   tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
-  if (kind != TERN__T_HEAD || h == NULL || h->dead || !h->in_block ||
-      h->finished || h->urgent)
+  if (kind != TERN__T_HEAD || h == NULL || h->m.dead || !h->in_block ||
+      h->m.finished || h->urgent)
     return 0;
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http2: header block timed out");
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http2: header block timed out");
   if (nghttp2_session_terminate_session(h->ng, NGHTTP2_PROTOCOL_ERROR) != 0)
     return 0;
   h->urgent = 1;
@@ -2135,9 +1936,9 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   }
   memset(s, 0, sizeof(*s));
   s->h = h;
-  s->r = r;
+  s->m.r = r;
   s->id = 1;
-  s->flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
+  s->m.flags = S_OPEN | S_HEAD_DONE | S_REMOTE_DONE;
   stream_win_init(h, s);
   tern__timer_init(&s->timer, stream_timeout);
   tern__conn_set_proto(&c->head, &tern__http2);
@@ -2151,7 +1952,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   nghttp2_session_set_stream_user_data(h->ng, 1, s);
   id_opened(h, 1);
   enter(h);
-  route(h, s);
+  tern__mux_route(&h->m, &s->m);
   schedule(h);
   leave(h);
   return 0;
@@ -2179,13 +1980,13 @@ static int h2_attach(tern__conn *conn, void *arg) {
 static void h2_output(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
   h2_conn *h = c->h2;
-  if (h == NULL || h->dead)
+  if (h == NULL || h->m.dead)
     return;
   /* A pump that ends the session (no memory) frees it when it leaves:
    * held here too, for the checks after it, as h2_input holds it. */
   enter(h);
   pump(h);
-  if (!h->dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
+  if (!h->m.dead && !(conn->flags & (TERN__C_CLOSING | TERN__C_CLOSE_AFTER)) &&
       !h->urgent)
     tern__stream_read_start(c);
   leave(h);
@@ -2194,7 +1995,7 @@ static void h2_output(tern__conn *conn) {
 /* Streams the server is working on. */
 static size_t h2_busy(const tern__conn *conn) {
   const h2_conn *h = tern__stream_cof(conn)->h2;
-  return h != NULL ? h->nq : 0;
+  return h != NULL ? h->m.nq : 0;
 }
 
 const tern__proto tern__http2 = {

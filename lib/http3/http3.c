@@ -64,7 +64,7 @@
  * trips: a fast handler gets a wide window, a slow or paused one keeps a
  * small one, the same policy as tern__window on HTTP/2.
  *
- * The core's view. h->nq (h3_busy) counts the streams the server is
+ * The core's view. h->m.nq (h3_busy) counts the streams the server is
  * working on: routed to a handler (or answered by tern) and not yet ended
  * by the response calls. The connection's timer is idle while no request
  * stream is open, else none: each stream times itself.
@@ -132,50 +132,44 @@ _Static_assert(sizeof(tern__qvec) == sizeof(nghttp3_vec) &&
 typedef struct h3_conn h3_conn;
 typedef struct h3_stream h3_stream;
 
+/* Stream flags: the shared ones (core/mux.h), under short names, then
+ * HTTP/3's own. */
 enum {
-  S_OPEN = 1u << 0,        /* the stream is ours; we hold a ref */
-  S_COUNTED = 1u << 1,     /* counted in h->nq */
-  S_HEAD_DONE = 1u << 2,   /* the request head is complete */
-  S_REMOTE_DONE = 1u << 3, /* the client's FIN arrived */
-  S_PROVIDER = 1u << 4,    /* the response has a body reader */
-  S_DEFERRED = 1u << 5,    /* its reader said WOULDBLOCK */
-  S_RESP_END = 1u << 6,    /* the response's last byte is queued */
-  S_END_SENT = 1u << 7,    /* nghttp3 has the end of our response */
-  S_SETTLE = 1u << 8,      /* on the settle list */
-  S_FLOW = 1u << 9,        /* body delivery to retry */
-  S_WEBSOCKET = 1u << 10,  /* :protocol websocket (RFC 9220) */
-  S_DRAIN = 1u << 11,      /* answered: the body's rest is read, dropped */
-  S_TIMEDOUT = 1u << 12,   /* its body timer fired */
-  S_EARLY = 1u << 13,      /* head bytes came in 0-RTT */
-  S_TRAILERS = 1u << 14,   /* response trailers are submitted */
-  S_STOP_READ = 1u << 15,  /* STOP_SENDING (H3_NO_ERROR) is due */
-  S_LIMBO = 1u << 16,      /* closed for us; bytes wait for QUIC's close */
-  S_PEER_STOP = 1u << 17,  /* the client's STOP_SENDING: abandon it */
-  S_TUNNEL = 1u << 18,     /* answered 200 to an extended CONNECT */
+  S_OPEN = TERN__MS_OPEN,
+  S_COUNTED = TERN__MS_COUNTED,
+  S_HEAD_DONE = TERN__MS_HEAD_DONE,
+  S_REMOTE_DONE = TERN__MS_REMOTE_DONE, /* the client's FIN arrived */
+  S_PROVIDER = TERN__MS_PROVIDER,       /* the response has a body reader */
+  S_DEFERRED = TERN__MS_DEFERRED,       /* its reader said WOULDBLOCK */
+  S_RESP_END = TERN__MS_RESP_END,
+  S_END_SENT = TERN__MS_END_SENT, /* nghttp3 has the end of our response */
+  S_SETTLE = TERN__MS_SETTLE,
+  S_FLOW = TERN__MS_FLOW,
+  S_WEBSOCKET = TERN__MS_WEBSOCKET, /* :protocol websocket (RFC 9220) */
+  S_DRAIN = TERN__MS_DRAIN,
+  S_TIMEDOUT = TERN__MS_TIMEDOUT,
+  S_EARLY = TERN__MS_OWN << 0,     /* head bytes came in 0-RTT */
+  S_TRAILERS = TERN__MS_OWN << 1,  /* response trailers are submitted */
+  S_STOP_READ = TERN__MS_OWN << 2, /* STOP_SENDING (H3_NO_ERROR) is due */
+  S_LIMBO = TERN__MS_OWN << 3,     /* closed for us; bytes wait for QUIC */
+  S_PEER_STOP = TERN__MS_OWN << 4, /* the client's STOP_SENDING: abandon */
+  S_TUNNEL = TERN__MS_OWN << 5,    /* answered 200 to an extended CONNECT */
 };
 
 struct h3_stream {
-  tern__list link;   /* h->streams, while S_OPEN */
-  tern__timer timer; /* HEAD, BODY or WRITE (stream_timer) */
+  tern__mux_stream m; /* first: the shared part (core/mux.h) */
+  tern__list link;    /* h->streams, while S_OPEN */
+  tern__timer timer;  /* HEAD, BODY or WRITE (stream_timer) */
   h3_stream *settle_next;
   h3_conn *h; /* referenced until the stream is freed */
-  tern_request *r;
   int64_t id;
-  unsigned flags;
-  int status;       /* a status tern answers instead of routing */
-  int has_length;   /* content_length was given */
   size_t head_size; /* RFC 9114 4.2.2 size of the field section */
   uint64_t nfields; /* fields nghttp3 handed over, of the head or trailers */
   nghttp3_rcbuf **rc;
   size_t nrc, rc_cap;
-  size_t ncookie;
-  char *cookie; /* cookie crumbs joined with "; " */
-  uint64_t content_length;
-  uint64_t received;   /* request body bytes that arrived */
-  tern__mux_pend pend; /* body bytes the handler cannot take yet */
-  size_t owed;         /* delivered while paused: credited on resume */
-  size_t handed;       /* bytes of r->out handed to nghttp3, not yet acked */
-  uint64_t acked;      /* acknowledged bytes not yet consumed from r->out */
+  uint64_t received; /* request body bytes that arrived */
+  size_t handed;     /* bytes of r->out handed to nghttp3, not yet acked */
+  uint64_t acked;    /* acknowledged bytes not yet consumed from r->out */
 };
 
 /* Request streams refused before nghttp3 saw them (refuse_oversized), by
@@ -183,8 +177,8 @@ struct h3_stream {
 #define H3_REFUSED 32
 
 struct h3_conn {
+  tern__mux_conn m; /* first: the shared part (core/mux.h) */
   tern__quic *q;
-  tern__worker *w;
   nghttp3_conn *ng;
   int64_t refused[H3_REFUSED]; /* -1: empty */
   int64_t max_first;           /* the highest request stream seen */
@@ -195,11 +189,8 @@ struct h3_conn {
   h3_stream *settle;   /* streams with work for the next pump */
   h3_stream *settling; /* those the pump running now takes, in turn */
   size_t nopen;        /* streams on `streams` */
-  size_t nq;           /* streams the server is working on (S_COUNTED) */
   size_t tunnels;      /* open S_TUNNEL streams: QUIC keep-alive is on */
   uint32_t waiting;    /* streams whose stream timer is armed */
-  unsigned dead : 1;   /* the connection is closing: no more calls out */
-  unsigned flow : 1;   /* some stream has S_FLOW */
   unsigned stopping : 1;
   unsigned noticed : 1;    /* the GOAWAY notice is queued */
   unsigned final : 1;      /* nghttp3_conn_shutdown was called (once!) */
@@ -227,19 +218,19 @@ static int is_bidi(int64_t id) {
 static void conn_unref(h3_conn *h) {
   if (--h->refs > 0)
     return;
-  tern__free(h->w->srv, h);
+  tern__free(h->m.w->srv, h);
 }
 
 /* Something for the next pump: it runs after the packet batch (input) or
  * in the check phase (output), before quic's write loop. */
 static void schedule(h3_conn *h) {
-  if (!h->dead)
+  if (!h->m.dead)
     tern__conn_want_output(tern__quic_head(h->q));
 }
 
 static void settle_add(h3_conn *h, h3_stream *s) {
-  if (!(s->flags & S_SETTLE)) {
-    s->flags |= S_SETTLE;
+  if (!(s->m.flags & S_SETTLE)) {
+    s->m.flags |= S_SETTLE;
     s->settle_next = h->settle;
     h->settle = s;
   }
@@ -259,17 +250,17 @@ static int unlink_from(h3_stream **p, h3_stream *s) {
 /* Off both lists: a stream the running pump has yet to take may end (and
  * be freed) while it settles another. */
 static void settle_remove(h3_conn *h, h3_stream *s) {
-  if (!(s->flags & S_SETTLE))
+  if (!(s->m.flags & S_SETTLE))
     return;
   if (!unlink_from(&h->settle, s))
     (void)unlink_from(&h->settling, s);
-  s->flags &= ~(unsigned)S_SETTLE;
+  s->m.flags &= ~(unsigned)S_SETTLE;
 }
 
 /* An nghttp3 call failed fatally: the connection closes with the error
  * nghttp3 maps it to. Returns the negative value the glue passes on. */
 static int fail(h3_conn *h, int rv) {
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: %s", nghttp3_strerror(rv));
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http3: %s", nghttp3_strerror(rv));
   tern__quic_set_app_error(h->q, nghttp3_err_infer_quic_app_error_code(rv));
   return rv < 0 ? rv : NGHTTP3_ERR_CALLBACK_FAILURE;
 }
@@ -280,69 +271,23 @@ static int fail(h3_conn *h, int rv) {
  * grows the windows itself (lib/quic sets its auto-tuning maxima), and only
  * while credit comes back quickly, that is while the handler keeps up. */
 static void consume(h3_conn *h, h3_stream *s, size_t n) {
-  if (n == 0 || h->dead)
+  if (n == 0 || h->m.dead)
     return;
-  (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
-}
-
-/* Body bytes the stream holds or owes go back to the connection window
- * (the stream's own no longer matters). */
-static void drop_held(h3_conn *h, h3_stream *s) {
-  size_t n = s->pend.len + s->owed;
-  s->pend.len = s->pend.off = 0;
-  s->owed = 0;
-  if (n > 0 && !h->dead)
-    (void)tern__quic_credit(h->q, (s->flags & S_OPEN) ? s->id : -1, n);
-}
-
-static int hold(h3_conn *h, h3_stream *s, const uint8_t *p, size_t n) {
-  return tern__mux_hold(h->w, &s->pend, p, n);
+  (void)tern__quic_credit(h->q, (s->m.flags & S_OPEN) ? s->id : -1, n);
 }
 
 /* ---- Counting and timers --------------------------------------------- */
-
-static void count(h3_conn *h, h3_stream *s) {
-  if (!(s->flags & S_COUNTED)) {
-    s->flags |= S_COUNTED;
-    h->nq++;
-  }
-}
-
-static void uncount(h3_conn *h, h3_stream *s) {
-  if (s->flags & S_COUNTED) {
-    s->flags &= ~(unsigned)S_COUNTED;
-    h->nq--;
-  }
-}
-
-/* Does tern wait for the stream's body bytes? As on HTTP/2: while it
- * collects them for the route, while a streaming handler reads without
- * having paused, and after an early answer while the short rest of a body
- * with a length is read to check it; never for a tunnel. */
-static int wants_body(const h3_stream *s) {
-  unsigned rf = s->r->flags;
-  if ((s->flags & (S_OPEN | S_HEAD_DONE | S_REMOTE_DONE | S_TIMEDOUT)) !=
-          (S_OPEN | S_HEAD_DONE) ||
-      (rf & (TERN__RQ_TUNNEL | TERN__RQ_WS_CONNECT)))
-    return 0;
-  if (rf & TERN__RQ_ENDED)
-    return (s->flags & S_DRAIN) != 0;
-  if (rf & TERN__RQ_STREAM)
-    return (rf & (TERN__RQ_READING | TERN__RQ_PAUSED | TERN__RQ_BODY_DONE)) ==
-           TERN__RQ_READING;
-  return s->r->route != NULL && s->status == 0 && !(rf & TERN__RQ_HANDLED);
-}
 
 /* Arm or disarm the stream's timer as its state asks, keeping a running
  * one's deadline; h->waiting counts the armed ones. */
 static void stream_timer(h3_conn *h, h3_stream *s) {
   int kind = TERN__T_NONE;
-  if ((s->flags & (S_OPEN | S_HEAD_DONE)) == S_OPEN)
+  if ((s->m.flags & (S_OPEN | S_HEAD_DONE)) == S_OPEN)
     kind = TERN__T_HEAD;
-  else if (wants_body(s))
+  else if (tern__mux_wants_body(&s->h->m, &s->m))
     kind = TERN__T_BODY;
-  else if ((s->flags & S_OPEN) && s->r->out.bytes > 0 &&
-           !(s->r->flags & TERN__RQ_TUNNEL))
+  else if ((s->m.flags & S_OPEN) && s->m.r->out.bytes > 0 &&
+           !(s->m.r->flags & TERN__RQ_TUNNEL))
     kind = TERN__T_WRITE; /* the client must take (and acknowledge) them */
   if (kind == s->timer.kind)
     return;
@@ -350,7 +295,7 @@ static void stream_timer(h3_conn *h, h3_stream *s) {
     h->waiting++;
   else if (kind == TERN__T_NONE)
     h->waiting--;
-  tern__timer_set(h->w, &s->timer, kind);
+  tern__timer_set(h->m.w, &s->timer, kind);
 }
 
 static void stream_timer_stop(h3_conn *h, h3_stream *s) {
@@ -358,6 +303,25 @@ static void stream_timer_stop(h3_conn *h, h3_stream *s) {
     h->waiting--;
   tern__timer_stop(&s->timer);
 }
+
+/* ---- The shared stream code's table (core/mux.h) ---------------------- */
+
+static void mux_consume(tern__mux_conn *m, tern__mux_stream *s, size_t n) {
+  consume((h3_conn *)m, (h3_stream *)s, n);
+}
+
+static void mux_timer(tern__mux_conn *m, tern__mux_stream *s) {
+  stream_timer((h3_conn *)m, (h3_stream *)s);
+}
+
+static void mux_schedule(tern__mux_conn *m) {
+  schedule((h3_conn *)m);
+}
+
+/* QUIC credits a stream's bytes to the stream while it is open, else to
+ * the connection (consume does both): held bytes dropped go back so. */
+static const tern__mux_ops h3_mux = {mux_consume, mux_consume, mux_timer,
+                                     mux_schedule};
 
 /* ---- Closing streams ------------------------------------------------- */
 
@@ -368,10 +332,10 @@ static void stream_timer_stop(h3_conn *h, h3_stream *s) {
  * request stays alive for them (s->link on h->limbo, a reference of its
  * own); nghttp3's stream_close, or the connection's end, lets go. */
 static void limbo_end(h3_conn *h, h3_stream *s) {
-  tern_request *r = s->r;
-  s->flags &= ~(unsigned)S_LIMBO;
+  tern_request *r = s->m.r;
+  s->m.flags &= ~(unsigned)S_LIMBO;
   tern__list_remove(&s->link);
-  tern__outq_fail(h->w, &r->out, TERN_ECLOSED);
+  tern__outq_fail(h->m.w, &r->out, TERN_ECLOSED);
   tern__request_unref(r);
 }
 
@@ -386,22 +350,22 @@ static void limbo_drop(h3_conn *h) {
  * bytes handed out wait in limbo. Returns whether they do: if not, `s`
  * may be gone. */
 static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
-  tern_request *r = s->r;
-  tern__worker *w = h->w;
+  tern_request *r = s->m.r;
+  tern__worker *w = h->m.w;
   uint64_t acked;
   size_t handed;
   int kept = 0;
 
-  if (!(s->flags & S_OPEN))
+  if (!(s->m.flags & S_OPEN))
     return 0;
   stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
-  drop_held(h, s);
-  if ((s->flags & S_TUNNEL) && --h->tunnels == 0 && !h->dead)
+  tern__mux_drop_held(&h->m, &s->m);
+  if ((s->m.flags & S_TUNNEL) && --h->tunnels == 0 && !h->m.dead)
     tern__quic_keep_alive(h->q, 0);
-  s->flags &= ~(unsigned)(S_OPEN | S_FLOW);
+  s->m.flags &= ~(unsigned)(S_OPEN | S_FLOW);
   tern__list_remove(&s->link);
   h->nopen--;
-  uncount(h, s);
+  tern__mux_uncount(&h->m, &s->m);
   settle_remove(h, s);
   if (h->stopping)
     schedule(h); /* perhaps the last one: time to close */
@@ -412,7 +376,7 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
   s->handed = 0;
   /* The peer has these bytes: their writes are done. */
   tern__outq_consume(w, &r->out, (size_t)acked);
-  if ((s->flags & S_END_SENT) && r->out.bytes == 0) {
+  if ((s->m.flags & S_END_SENT) && r->out.bytes == 0) {
     TERN__STAT_ADD(w->stats.requests, 1);
     r->flags |= TERN__RQ_WRITTEN;
   } else {
@@ -424,14 +388,14 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
     }
     tern__request_gone(r);
   }
-  if (keep && !h->dead && handed > 0 && handed <= r->out.bytes) {
+  if (keep && !h->m.dead && handed > 0 && handed <= r->out.bytes) {
     /* Only what follows the handed-out bytes fails now. read_body hands
      * out whole segments, so the cut never falls inside a reference. */
     tern__seg *cut = NULL;
     size_t ncut = 0;
     if (tern__outq_cut(w, &r->out, handed, &cut, &ncut) == 0) {
       tern__outq_fail_cut(w, &r->out, cut, ncut, TERN_ECLOSED);
-      s->flags |= S_LIMBO;
+      s->m.flags |= S_LIMBO;
       r->refs++; /* limbo's */
       tern__list_append(&h->limbo, &s->link);
       kept = 1;
@@ -455,15 +419,15 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
  * stream's user data only while bytes wait in limbo. */
 static void abandon(h3_conn *h, h3_stream *s, uint64_t code) {
   int64_t id = s->id;
-  if (!(s->flags & S_OPEN))
+  if (!(s->m.flags & S_OPEN))
     return;
-  if (!h->dead) {
+  if (!h->m.dead) {
     nghttp3_conn_shutdown_stream_write(h->ng, id);
     (void)nghttp3_conn_shutdown_stream_read(h->ng, id);
     (void)tern__quic_shut(h->q, id, code);
     tern__quic_want_write(h->q);
   }
-  if (!stream_closed(h, s, 1) && !h->dead)
+  if (!stream_closed(h, s, 1) && !h->m.dead)
     nghttp3_conn_set_stream_user_data(h->ng, id, NULL);
 }
 
@@ -477,89 +441,31 @@ static void drop_streams(h3_conn *h, uint64_t code) {
 
 /* ---- Request bodies ---------------------------------------------------- */
 
-/* Hand held bytes (then the end) to a streaming handler while it reads. */
-static void deliver(h3_conn *h, h3_stream *s) {
-  tern_request *r = s->r;
-
-  r->refs++;
-  for (;;) {
-    unsigned f = r->flags;
-    if (h->dead || !(s->flags & S_OPEN) || (f & TERN__RQ_BODY_DONE))
-      break;
-    if (f & TERN__RQ_ENDED) {
-      drop_held(h, s); /* answered without reading the rest */
-      break;
-    }
-    if (!(f & TERN__RQ_READING) || (f & TERN__RQ_PAUSED))
-      break;
-    if (s->owed > 0) {
-      size_t n = s->owed;
-      s->owed = 0;
-      consume(h, s, n);
-    }
-    if (s->pend.len > 0) {
-      size_t n = s->pend.len < H3_DELIVER_MAX ? s->pend.len : H3_DELIVER_MAX;
-      const char *p = s->pend.p + s->pend.off;
-      s->pend.off += n;
-      s->pend.len -= n;
-      r->bytes_in += n;
-      r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
-      if (s->pend.len == 0)
-        s->pend.off = 0;
-      if (h->dead || !(s->flags & S_OPEN))
-        break;
-      if (r->flags & TERN__RQ_PAUSED)
-        s->owed += n;
-      else
-        consume(h, s, n);
-      continue;
-    }
-    if (s->flags & S_REMOTE_DONE) {
-      r->flags |= TERN__RQ_BODY_DONE;
-      r->body_fn(r, TERN_BODY_END, NULL, 0, r->body_user);
-    }
-    break;
-  }
-  if (!h->dead && (s->flags & S_OPEN))
-    stream_timer(h, s);
-  tern__request_unref(r);
-}
-
 static void run_flows(h3_conn *h) {
   tern__list *l;
-  h->flow = 0;
+  h->m.flow = 0;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->dead; l = l->next) {
+  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
     h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, link);
-    if (s->flags & S_FLOW) {
-      s->flags &= ~(unsigned)S_FLOW;
-      deliver(h, s); /* may change the list: start over */
+    if (s->m.flags & S_FLOW) {
+      s->m.flags &= ~(unsigned)S_FLOW;
+      tern__mux_deliver(&h->m, &s->m); /* may change the list: start over */
       goto again;
     }
   }
-}
-
-/* tern answers the request itself (404, 413, 425, 431, ...). */
-static void answer(h3_conn *h, h3_stream *s, int status, const char *allow,
-                   size_t allow_len) {
-  tern_request *r = s->r;
-  if (r->flags & (TERN__RQ_ENDED | TERN__RQ_STARTED))
-    return;
-  count(h, s);
-  tern__respond_status(r, status, allow, allow_len);
 }
 
 /* The stream's timer fired (see "Stream timers" at the top). */
 static void stream_timeout(tern__timer *t, int kind) {
   h3_stream *s = TERN__CONTAINER_OF(t, h3_stream, timer);
   h3_conn *h = s->h;
-  tern_request *r = s->r;
+  tern_request *r = s->m.r;
   unsigned started;
 
   h->waiting--; /* the sweep disarmed it */
   r->refs++;
   if (kind == TERN__T_HEAD) {
-    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: stream %lld: head timed out",
+    tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http3: stream %lld: head timed out",
               (long long)s->id);
     abandon(h, s, NGHTTP3_H3_REQUEST_REJECTED);
     goto out;
@@ -568,13 +474,13 @@ static void stream_timeout(tern__timer *t, int kind) {
     /* No acknowledgement for a whole timeout: a client that holds back
      * its flow-control credit (or its ACKs) holds the response for
      * nothing. */
-    tern__log(h->w->srv, TERN_LOG_DEBUG,
+    tern__log(h->m.w->srv, TERN_LOG_DEBUG,
               "http3: stream %lld: response not taken", (long long)s->id);
     abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
     goto out;
   }
-  s->flags |= S_TIMEDOUT;
-  tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: stream %lld: body timed out",
+  s->m.flags |= S_TIMEDOUT;
+  tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http3: stream %lld: body timed out",
             (long long)s->id);
   started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
   if ((r->flags & TERN__RQ_READING) &&
@@ -583,11 +489,11 @@ static void stream_timeout(tern__timer *t, int kind) {
     r->flags |= TERN__RQ_BODY_DONE;
     r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
   }
-  if (!h->dead && (s->flags & S_OPEN)) {
+  if (!h->m.dead && (s->m.flags & S_OPEN)) {
     if (started) {
-      if (s->flags & S_END_SENT) {
+      if (s->m.flags & S_END_SENT) {
         /* The answer is out: only the client's upload is stopped. */
-        s->flags |= S_STOP_READ;
+        s->m.flags |= S_STOP_READ;
         settle_add(h, s);
       } else {
         abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
@@ -595,9 +501,9 @@ static void stream_timeout(tern__timer *t, int kind) {
     } else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) {
       ; /* the handler answered just now: its answer goes out */
     } else if (!(r->flags & TERN__RQ_HANDLED)) {
-      answer(h, s, 408, NULL, 0);
-    } else if (tern__request_answer_held(r, 408) != 0 && !h->dead &&
-               (s->flags & S_OPEN)) {
+      tern__mux_answer(&h->m, &s->m, 408, NULL, 0);
+    } else if (tern__request_answer_held(r, 408) != 0 && !h->m.dead &&
+               (s->m.flags & S_OPEN)) {
       abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
     }
   }
@@ -608,54 +514,13 @@ out:
 
 /* ---- Requests ---------------------------------------------------------- */
 
-static void route(h3_conn *h, h3_stream *s) {
-  tern_server *srv = h->w->srv;
-  tern_request *r = s->r;
-  const char *allow;
-  size_t allow_len;
-  int rc;
-
-  if (s->status != 0) {
-    answer(h, s, s->status, NULL, 0);
-    return;
-  }
-  if (r->target_len > srv->s.max_uri_length) {
-    answer(h, s, 414, NULL, 0);
-    return;
-  }
-  rc = tern__request_route(
-      r,
-      r->path_len == 1 && r->path[0] == '*' && r->method_len == 7 &&
-          memcmp(r->method, "OPTIONS", 7) == 0,
-      s->has_length && !(s->flags & S_REMOTE_DONE) ? (int64_t)s->content_length
-                                                   : -1,
-      &allow, &allow_len);
-  if (rc != 0) {
-    answer(h, s, rc, allow, allow_len);
-    return;
-  }
-  if (r->flags & TERN__RQ_STREAM) {
-    /* Even an empty body is delivered, as TERN_BODY_END, once the handler
-     * reads. */
-    count(h, s);
-    tern__request_dispatch(r);
-    return;
-  }
-  if (s->flags & S_REMOTE_DONE) {
-    r->flags |= TERN__RQ_BODY_DONE;
-    count(h, s);
-    tern__request_dispatch(r);
-    return;
-  }
-  /* Otherwise the body is collected as DATA arrives. */
-}
-
 static int keep_rcbuf(h3_conn *h, h3_stream *s, nghttp3_rcbuf *b) {
   if (nghttp3_rcbuf_is_static(b))
     return 0;
   if (s->nrc == s->rc_cap) {
     size_t cap = s->rc_cap ? s->rc_cap * 2 : 16;
-    nghttp3_rcbuf **nb = tern__small_realloc(h->w, s->rc, cap * sizeof(*s->rc));
+    nghttp3_rcbuf **nb =
+        tern__small_realloc(h->m.w, s->rc, cap * sizeof(*s->rc));
     if (nb == NULL)
       return TERN_ENOMEM;
     s->rc = nb;
@@ -678,64 +543,20 @@ static int safe_method(const tern_request *r) {
          (r->method_len == 7 && memcmp(r->method, "OPTIONS", 7) == 0);
 }
 
-/* The request head is complete: fill in what HTTP/1.1 gets from its
- * request line, join cookie crumbs, route. */
+/* HTTP/3's part of a complete head, then the shared part: nghttp3 checked
+ * the head, so a missing method is never seen; a head that began in
+ * 0-RTT is marked replayable and, unless its method is safe, answered
+ * 425 (RFC 8470). */
 static void head_done(h3_conn *h, h3_stream *s) {
-  tern_request *r = s->r;
-  const char *q;
-
-  s->flags |= S_HEAD_DONE;
-  if (r->target != NULL) {
-    r->path = r->target;
-    q = memchr(r->target, '?', r->target_len);
-    if (q != NULL) {
-      r->path_len = (size_t)(q - r->target);
-      r->query = q + 1;
-      r->query_len = r->target_len - r->path_len - 1;
-    } else {
-      r->path_len = r->target_len;
-    }
-  } else {
-    r->path = r->target = ""; /* CONNECT */
-  }
-  if (r->method == NULL) {
-    r->method = ""; /* nghttp3 checked the head; never seen */
-  }
-  if (s->flags & S_EARLY) {
+  tern_request *r = s->m.r;
+  if (r->method == NULL)
+    r->method = "";
+  if (s->m.flags & S_EARLY) {
     r->flags |= TERN__RQ_EARLY;
-    if (s->status == 0 && !safe_method(r))
-      s->status = 425; /* RFC 8470: it may be a replay */
+    if (s->m.status == 0 && !safe_method(r))
+      s->m.status = 425; /* RFC 8470: it may be a replay */
   }
-  if (r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0)
-    r->flags |= TERN__RQ_HEAD;
-  if (s->flags & S_WEBSOCKET) {
-    /* RFC 9220 extended CONNECT: routed as the GET of an HTTP/1.1
-     * WebSocket handshake, as on HTTP/2, so one route serves every
-     * carrier; its DATA is the WebSocket stream. */
-    r->method = "GET";
-    r->method_len = 3;
-    r->flags |= TERN__RQ_WS_CONNECT;
-  }
-  if (tern__request_fields(r, s->status == 0 ? s->ncookie : 0, &s->cookie) != 0)
-    s->status = 503;
-  route(h, s);
-}
-
-static void remote_done(h3_conn *h, h3_stream *s) {
-  tern_request *r = s->r;
-  s->flags |= S_REMOTE_DONE;
-  if ((r->flags & TERN__RQ_ENDED) || !(s->flags & S_HEAD_DONE))
-    return;
-  if (r->flags & TERN__RQ_STREAM) {
-    deliver(h, s);
-    return;
-  }
-  if (!(r->flags & TERN__RQ_HANDLED) && r->route != NULL && s->status == 0) {
-    r->body = r->body_buf;
-    r->flags |= TERN__RQ_BODY_DONE;
-    count(h, s);
-    tern__request_dispatch(r);
-  }
+  tern__mux_head_done(&h->m, &s->m);
 }
 
 /* ---- nghttp3 callbacks ------------------------------------------------- */
@@ -745,14 +566,14 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   tern_request *r;
   h3_stream *s;
 
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   if (su != NULL || !is_bidi(id) || id == h->poisoned)
     return 0;
-  s = tern__small_malloc(h->w, sizeof(*s));
+  s = tern__small_malloc(h->m.w, sizeof(*s));
   r = s != NULL ? tern__request_new(tern__quic_head(h->q)) : NULL;
   if (r == NULL) {
-    tern__small_free(h->w, s);
+    tern__small_free(h->m.w, s);
     /* No memory for a request: this stream alone is refused. */
     nghttp3_conn_shutdown_stream_write(ng, id);
     (void)nghttp3_conn_shutdown_stream_read(ng, id);
@@ -762,16 +583,16 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   memset(s, 0, sizeof(*s));
   s->h = h;
   h->refs++;
-  s->r = r;
+  s->m.r = r;
   s->id = id;
-  s->flags = S_OPEN;
+  s->m.flags = S_OPEN;
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP3;
   tern__list_append(&h->streams, &s->link);
   h->nopen++;
   if (h->rx_early)
-    s->flags |= S_EARLY; /* the head began in 0-RTT */
+    s->m.flags |= S_EARLY; /* the head began in 0-RTT */
   nghttp3_conn_set_stream_user_data(ng, id, s);
   stream_timer(h, s); /* HEAD until the head is complete */
   return 0;
@@ -781,7 +602,7 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
                      nghttp3_rcbuf *name, nghttp3_rcbuf *value, uint8_t flags,
                      void *cu, void *su) {
   h3_conn *h = cu;
-  tern_server *srv = h->w->srv;
+  tern_server *srv = h->m.w->srv;
   h3_stream *s = su;
   tern_request *r;
   nghttp3_vec n, v;
@@ -790,14 +611,14 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
   (void)ng;
   (void)id;
   (void)flags;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN))
+  if (s == NULL || !(s->m.flags & S_OPEN))
     return 0;
-  r = s->r;
+  r = s->m.r;
   s->nfields++;
   if (h->rx_early)
-    s->flags |= S_EARLY;
+    s->m.flags |= S_EARLY;
   n = nghttp3_rcbuf_get_buf(name);
   v = nghttp3_rcbuf_get_buf(value);
   /* nghttp3 0.8 only announces SETTINGS_MAX_FIELD_SECTION_SIZE: the
@@ -805,11 +626,11 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
    * (QPACK state) but not kept. */
   s->head_size += n.len + v.len + 32;
   if (s->head_size > srv->s.max_head_size) {
-    if (s->status == 0)
-      s->status = 431;
+    if (s->m.status == 0)
+      s->m.status = 431;
     return 0;
   }
-  if (s->status != 0)
+  if (s->m.status != 0)
     return 0;
   p = (const char *)v.base;
   switch (token) {
@@ -829,9 +650,9 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
     /* nghttp3 lets :protocol through only on a CONNECT, since our
      * SETTINGS enable it. WebSocket is the one protocol served. */
     if (lit_eq(v.base, v.len, "websocket"))
-      s->flags |= S_WEBSOCKET;
+      s->m.flags |= S_WEBSOCKET;
     else
-      s->status = 501;
+      s->m.status = 501;
     return 0;
   case NGHTTP3_QPACK_TOKEN__SCHEME:
     return 0; /* nghttp3 checked it */
@@ -839,7 +660,7 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
     if (n.len > 0 && n.base[0] == ':')
       return 0; /* other pseudo-fields (nghttp3 refuses unknown ones) */
     if (r->nheaders >= r->headers_cap) {
-      s->status = 431;
+      s->m.status = 431;
       return 0;
     }
     if (keep_rcbuf(h, s, name) != 0)
@@ -850,7 +671,7 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
     r->headers[r->nheaders].value_len = v.len;
     r->nheaders++;
     if (token == NGHTTP3_QPACK_TOKEN_COOKIE) {
-      s->ncookie++;
+      s->m.ncookie++;
     } else if (token == NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH) {
       /* nghttp3 has checked the syntax and checks the DATA against it;
        * here it lets an oversized body be refused before it arrives. */
@@ -858,8 +679,8 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
       size_t i;
       for (i = 0; i < v.len && cl < (1ull << 60); i++)
         cl = cl * 10 + (uint64_t)(v.base[i] - '0');
-      s->content_length = cl;
-      s->has_length = 1;
+      s->m.content_length = cl;
+      s->m.has_length = 1;
     }
     break;
   }
@@ -875,9 +696,9 @@ static int on_end_headers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
   int known = tern__h3_check_take(&h->check, &lines);
 
   (void)ng;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN) || (s->flags & S_HEAD_DONE) ||
+  if (s == NULL || !(s->m.flags & S_OPEN) || (s->m.flags & S_HEAD_DONE) ||
       id == h->poisoned)
     return 0;
   if (!known || lines != s->nfields) {
@@ -889,17 +710,17 @@ static int on_end_headers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
   }
   s->nfields = 0; /* the trailers' count starts */
   if (h->rx_early)
-    s->flags |= S_EARLY;
+    s->m.flags |= S_EARLY;
   /* The handler may run and finish (or fail) the request at once. */
-  r = s->r;
+  r = s->m.r;
   r->refs++;
   if (fin)
-    s->flags |= S_REMOTE_DONE;
+    s->m.flags |= S_REMOTE_DONE;
   head_done(h, s);
-  if (!h->dead && (s->flags & S_OPEN))
+  if (!h->m.dead && (s->m.flags & S_OPEN))
     stream_timer(h, s);
   tern__request_unref(r);
-  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+  return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
@@ -914,18 +735,18 @@ static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
   (void)ng;
   (void)token;
   (void)flags;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN) || id == h->poisoned)
+  if (s == NULL || !(s->m.flags & S_OPEN) || id == h->poisoned)
     return 0;
-  r = s->r;
+  r = s->m.r;
   s->nfields++;
   /* The body is fine; trailers past the limits are not exposed. */
   s->head_size += n.len + v.len + 32;
-  if (r->ntrailers >= h->w->srv->s.max_header_count ||
-      s->head_size > 2 * (size_t)h->w->srv->s.max_head_size)
+  if (r->ntrailers >= h->m.w->srv->s.max_header_count ||
+      s->head_size > 2 * (size_t)h->m.w->srv->s.max_head_size)
     return 0;
-  t = tern__realloc(h->w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
+  t = tern__realloc(h->m.w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
   if (t == NULL)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   r->trailers = t;
@@ -949,9 +770,9 @@ static int on_end_trailers(nghttp3_conn *ng, int64_t id, int fin, void *cu,
 
   (void)ng;
   (void)fin;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s != NULL && (s->flags & S_OPEN) && id != h->poisoned &&
+  if (s != NULL && (s->m.flags & S_OPEN) && id != h->poisoned &&
       (!known || lines != s->nfields))
     h->poisoned = id;
   return 0;
@@ -965,17 +786,17 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
   int status;
 
   (void)ng;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN)) {
+  if (s == NULL || !(s->m.flags & S_OPEN)) {
     (void)tern__quic_credit(h->q, id, len);
     return 0;
   }
-  r = s->r;
+  r = s->m.r;
   s->received += len;
   if (len > 0 && s->timer.kind == TERN__T_BODY)
-    tern__timer_set(h->w, &s->timer, TERN__T_BODY); /* progress re-arms it */
-  if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
+    tern__timer_set(h->m.w, &s->timer, TERN__T_BODY); /* progress re-arms it */
+  if ((r->flags & TERN__RQ_ENDED) || s->m.status != 0 || r->route == NULL ||
       is_gone(r)) {
     consume(h, s, len); /* answered already: the bytes are dropped */
     return 0;
@@ -985,28 +806,28 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
     consume(h, s, len);
     if (status != 0) {
       r->refs++;
-      answer(h, s, status, NULL, 0);
+      tern__mux_answer(&h->m, &s->m, status, NULL, 0);
       tern__request_unref(r);
     }
-    return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+    return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
   }
-  if (s->pend.len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+  if (s->m.pend.len == 0 && s->m.owed == 0 && (r->flags & TERN__RQ_READING) &&
       !(r->flags & TERN__RQ_PAUSED)) {
     r->refs++;
     r->bytes_in += len;
     r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
-    if (!h->dead && (s->flags & S_OPEN)) {
+    if (!h->m.dead && (s->m.flags & S_OPEN)) {
       if (r->flags & TERN__RQ_PAUSED)
-        s->owed += len; /* credited when the handler resumes */
+        s->m.owed += len; /* credited when the handler resumes */
       else
         consume(h, s, len);
     }
     tern__request_unref(r);
-    return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+    return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
   }
   /* Not reading (yet) or paused: hold the bytes; the stream's window
    * bounds them. */
-  if (hold(h, s, data, len) != 0) {
+  if (tern__mux_hold(&h->m, &s->m, data, len) != 0) {
     consume(h, s, len);
     abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
   }
@@ -1018,7 +839,7 @@ static int on_deferred_consume(nghttp3_conn *ng, int64_t id, size_t n, void *cu,
   h3_conn *h = cu;
   (void)ng;
   (void)su;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   return tern__quic_credit(h->q, id, n) == 0 ? 0 : NGHTTP3_ERR_CALLBACK_FAILURE;
 }
@@ -1029,17 +850,17 @@ static int on_end_stream(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   tern_request *r;
 
   (void)ng;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN) || id == h->poisoned)
+  if (s == NULL || !(s->m.flags & S_OPEN) || id == h->poisoned)
     return 0; /* a malformed request does not end: it is reset */
-  r = s->r;
+  r = s->m.r;
   r->refs++;
-  remote_done(h, s);
-  if (!h->dead && (s->flags & S_OPEN))
+  tern__mux_remote_done(&h->m, &s->m);
+  if (!h->m.dead && (s->m.flags & S_OPEN))
     stream_timer(h, s);
   tern__request_unref(r);
-  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+  return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
 }
 
 /* The peer acknowledged `n` more bytes of what read_body handed out. The
@@ -1050,9 +871,9 @@ static int on_acked(nghttp3_conn *ng, int64_t id, uint64_t n, void *cu,
   h3_stream *s = su;
   (void)ng;
   (void)id;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN) || n == 0)
+  if (s == NULL || !(s->m.flags & S_OPEN) || n == 0)
     return 0;
   s->acked += n;
   settle_add(h, s);
@@ -1065,9 +886,9 @@ static int on_stream_close(nghttp3_conn *ng, int64_t id, uint64_t code,
   h3_stream *s = su;
   (void)ng;
   (void)code;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s != NULL && (s->flags & S_LIMBO))
+  if (s != NULL && (s->m.flags & S_LIMBO))
     limbo_end(h, s);
   else if (s != NULL)
     stream_closed(h, s, 0);
@@ -1083,7 +904,7 @@ static int on_stop_sending(nghttp3_conn *ng, int64_t id, uint64_t code,
   h3_conn *h = cu;
   (void)ng;
   (void)su;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   return tern__quic_shut_read(h->q, id, code) == 0
              ? 0
@@ -1094,16 +915,16 @@ static int on_reset_stream(nghttp3_conn *ng, int64_t id, uint64_t code,
                            void *cu, void *su) {
   h3_conn *h = cu;
   h3_stream *s = su;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   if (tern__quic_shut_write(h->q, id, code) != 0)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
   tern__quic_want_write(h->q);
-  if (s != NULL && (s->flags & S_OPEN)) {
+  if (s != NULL && (s->m.flags & S_OPEN)) {
     if (!stream_closed(h, s, 1))
       nghttp3_conn_set_stream_user_data(ng, id, NULL);
   }
-  return h->dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
+  return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
 }
 
 /* The client sent GOAWAY: for a server its id is a push id, and tern
@@ -1120,16 +941,16 @@ static int on_shutdown(nghttp3_conn *ng, int64_t id, void *cu) {
  * (nghttp3 checks the length), else the client is asked to stop sending,
  * without error (RFC 9114 4.1.1). */
 static void end_sent(h3_conn *h, h3_stream *s) {
-  s->flags |= S_END_SENT;
-  if (s->flags & S_REMOTE_DONE)
+  s->m.flags |= S_END_SENT;
+  if (s->m.flags & S_REMOTE_DONE)
     return;
-  if (!(s->flags & S_TIMEDOUT) && s->has_length &&
-      s->received <= s->content_length &&
-      s->content_length - s->received <= H3_DRAIN_MAX) {
-    s->flags |= S_DRAIN;
+  if (!(s->m.flags & S_TIMEDOUT) && s->m.has_length &&
+      s->received <= s->m.content_length &&
+      s->m.content_length - s->received <= H3_DRAIN_MAX) {
+    s->m.flags |= S_DRAIN;
     stream_timer(h, s);
   } else {
-    s->flags |= S_STOP_READ;
+    s->m.flags |= S_STOP_READ;
     settle_add(h, s);
   }
 }
@@ -1147,13 +968,13 @@ static nghttp3_ssize read_body(nghttp3_conn *ng, int64_t id, nghttp3_vec *vec,
 
   (void)ng;
   (void)id;
-  if (h->dead)
+  if (h->m.dead)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  if (s == NULL || !(s->flags & S_OPEN))
+  if (s == NULL || !(s->m.flags & S_OPEN))
     return NGHTTP3_ERR_WOULDBLOCK; /* abandoned: its write side is shut */
-  r = s->r;
-  if (r->out.bytes == s->handed && !(s->flags & S_RESP_END)) {
-    s->flags |= S_DEFERRED;
+  r = s->m.r;
+  if (r->out.bytes == s->handed && !(s->m.flags & S_RESP_END)) {
+    s->m.flags |= S_DEFERRED;
     return NGHTTP3_ERR_WOULDBLOCK;
   }
   k = tern__outq_iov_from(&r->out, s->handed, iov,
@@ -1164,9 +985,9 @@ static nghttp3_ssize read_body(nghttp3_conn *ng, int64_t id, nghttp3_vec *vec,
     sum += iov[i].len;
   }
   s->handed += sum;
-  if (s->handed == r->out.bytes && (s->flags & S_RESP_END)) {
+  if (s->handed == r->out.bytes && (s->m.flags & S_RESP_END)) {
     *pflags |= NGHTTP3_DATA_FLAG_EOF;
-    if (s->flags & S_TRAILERS)
+    if (s->m.flags & S_TRAILERS)
       *pflags |= NGHTTP3_DATA_FLAG_NO_END_STREAM;
     end_sent(h, s);
   }
@@ -1181,7 +1002,7 @@ static void count_reset(h3_conn *h);
  * `done` may write again: it only queues), zero-length markers at the
  * front run, a reader that waited is resumed, a STOP_SENDING goes out. */
 static void settle_one(h3_conn *h, h3_stream *s) {
-  tern_request *r = s->r;
+  tern_request *r = s->m.r;
   uint64_t acked = s->acked;
 
   r->refs++;
@@ -1189,24 +1010,24 @@ static void settle_one(h3_conn *h, h3_stream *s) {
   if (acked > s->handed)
     acked = s->handed; /* never past what nghttp3 was given */
   s->handed -= (size_t)acked;
-  tern__outq_consume(h->w, &r->out, (size_t)acked);
-  if (acked > 0 && s->timer.kind == TERN__T_WRITE && (s->flags & S_OPEN))
-    tern__timer_set(h->w, &s->timer, TERN__T_WRITE); /* progress re-arms */
-  if (!h->dead && (s->flags & S_PEER_STOP) && (s->flags & S_OPEN)) {
+  tern__outq_consume(h->m.w, &r->out, (size_t)acked);
+  if (acked > 0 && s->timer.kind == TERN__T_WRITE && (s->m.flags & S_OPEN))
+    tern__timer_set(h->m.w, &s->timer, TERN__T_WRITE); /* progress re-arms */
+  if (!h->m.dead && (s->m.flags & S_PEER_STOP) && (s->m.flags & S_OPEN)) {
     count_reset(h);
     abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
   }
-  if (!h->dead && (s->flags & S_OPEN)) {
-    if ((s->flags & S_DEFERRED) &&
-        (r->out.bytes > s->handed || (s->flags & S_RESP_END))) {
-      s->flags &= ~(unsigned)S_DEFERRED;
+  if (!h->m.dead && (s->m.flags & S_OPEN)) {
+    if ((s->m.flags & S_DEFERRED) &&
+        (r->out.bytes > s->handed || (s->m.flags & S_RESP_END))) {
+      s->m.flags &= ~(unsigned)S_DEFERRED;
       (void)nghttp3_conn_resume_stream(h->ng, s->id);
       tern__quic_want_write(h->q);
     }
-    if (s->flags & S_STOP_READ) {
-      s->flags &= ~(unsigned)S_STOP_READ;
-      if (!(s->flags & S_REMOTE_DONE)) {
-        drop_held(h, s);
+    if (s->m.flags & S_STOP_READ) {
+      s->m.flags &= ~(unsigned)S_STOP_READ;
+      if (!(s->m.flags & S_REMOTE_DONE)) {
+        tern__mux_drop_held(&h->m, &s->m);
         (void)nghttp3_conn_shutdown_stream_read(h->ng, s->id);
         (void)tern__quic_shut_read(h->q, s->id, NGHTTP3_H3_NO_ERROR);
         tern__quic_want_write(h->q);
@@ -1220,7 +1041,7 @@ static void settle_one(h3_conn *h, h3_stream *s) {
 /* Graceful stop: the notice, a probe timeout later the final GOAWAY (once),
  * and the close when no request stream is left. */
 static void stop_step(h3_conn *h) {
-  uint64_t now = uv_now(h->w->loop);
+  uint64_t now = uv_now(h->m.w->loop);
   int rv;
 
   if (!h->noticed) {
@@ -1268,18 +1089,18 @@ static void pump(h3_conn *h) {
    * is settled in the next one. */
   h->settling = h->settle;
   h->settle = NULL;
-  while ((s = h->settling) != NULL && !h->dead) {
+  while ((s = h->settling) != NULL && !h->m.dead) {
     h->settling = s->settle_next;
-    s->flags &= ~(unsigned)S_SETTLE;
+    s->m.flags &= ~(unsigned)S_SETTLE;
     settle_one(h, s);
   }
   while ((s = h->settling) != NULL) { /* the connection closed under us */
     h->settling = s->settle_next;
-    s->flags &= ~(unsigned)S_SETTLE;
+    s->m.flags &= ~(unsigned)S_SETTLE;
   }
-  if (!h->dead && h->flow)
+  if (!h->m.dead && h->m.flow)
     run_flows(h);
-  if (!h->dead && h->stopping && !h->closed)
+  if (!h->m.dead && h->stopping && !h->closed)
     stop_step(h);
   h->pumping = 0;
   conn_unref(h);
@@ -1306,7 +1127,8 @@ static int q_start(tern__quic *q) {
   h->max_first = -1;
   h->poisoned = -1;
   h->q = q;
-  h->w = head->w;
+  h->m.w = head->w;
+  h->m.ops = &h3_mux;
   h->refs = 1;
   tern__list_init(&h->streams);
   tern__list_init(&h->limbo);
@@ -1354,7 +1176,7 @@ static int q_start(tern__quic *q) {
   }
   nghttp3_conn_set_max_client_streams_bidi(h->ng, tern__quic_max_bidi(q));
   h->ctrl = ctrl;
-  tern__reset_budget_init(&h->resets, uv_now(h->w->loop));
+  tern__reset_budget_init(&h->resets, uv_now(h->m.w->loop));
   tern__quic_set_app(q, h);
   if (head->flags & TERN__C_STOPPING)
     h->stopping = 1;        /* the stop came during the handshake */
@@ -1365,7 +1187,7 @@ static int q_start(tern__quic *q) {
 
 static h3_conn *app_of(tern__quic *q) {
   h3_conn *h = tern__quic_app_data(q);
-  return h != NULL && !h->dead ? h : NULL;
+  return h != NULL && !h->m.dead ? h : NULL;
 }
 
 /* An HTTP/3 variable-length integer at p[0 .. n): its length, or 0 when
@@ -1399,7 +1221,7 @@ static size_t varint(const uint8_t *p, size_t n, uint64_t *v) {
  * frame header that finely meets nghttp3's own limit instead. */
 static int refuse_oversized(h3_conn *h, int64_t id, const uint8_t *p,
                             size_t n) {
-  uint64_t type, len, max = 2 * (uint64_t)h->w->srv->s.max_head_size + 4096;
+  uint64_t type, len, max = 2 * (uint64_t)h->m.w->srv->s.max_head_size + 4096;
   size_t a, b;
   if (max > 65535 - 16)
     max = 65535 - 16;
@@ -1426,7 +1248,7 @@ static int q_recv(tern__quic *q, int64_t id, uint64_t off, const uint8_t *p,
     return 0;
   if (is_bidi(id) && id > h->max_first) {
     h->max_first = id;
-    if (!h->dead && refuse_oversized(h, id, p, n)) {
+    if (!h->m.dead && refuse_oversized(h, id, p, n)) {
       (void)tern__quic_credit(q, -1, n);
       return 0;
     }
@@ -1458,7 +1280,7 @@ static int q_recv(tern__quic *q, int64_t id, uint64_t off, const uint8_t *p,
   h->poisoned = -1;
   h->rx_early = 0;
   if ((rv == NGHTTP3_ERR_MALFORMED_HTTP_MESSAGING || (bad && rv >= 0)) &&
-      is_bidi(id) && !h->dead) {
+      is_bidi(id) && !h->m.dead) {
     /* A malformed request (its DATA does not match its Content-Length,
      * RFC 9114 4.1.2; a field with an invalid name or value, 4.2) is a
      * stream error: that stream is reset with H3_MESSAGE_ERROR both ways
@@ -1478,7 +1300,7 @@ static int q_recv(tern__quic *q, int64_t id, uint64_t off, const uint8_t *p,
     conn_unref(h);
     return e;
   }
-  if (rv > 0 && !h->dead)
+  if (rv > 0 && !h->m.dead)
     (void)tern__quic_credit(q, id, (uint64_t)rv);
   conn_unref(h);
   return 0;
@@ -1504,7 +1326,7 @@ static int q_closed(tern__quic *q, int64_t id, uint64_t code) {
                                  code != 0 ? code : NGHTTP3_H3_NO_ERROR);
   if (rv == NGHTTP3_ERR_STREAM_NOT_FOUND) {
     /* A stream nghttp3 never saw (reset before any byte arrived). */
-    if (is_bidi(id) && !h->dead)
+    if (is_bidi(id) && !h->m.dead)
       tern__quic_more_streams(q, 1);
     rv = 0;
   }
@@ -1516,7 +1338,7 @@ static int q_closed(tern__quic *q, int64_t id, uint64_t code) {
 
 /* A client stream reset: the reset budget (core/mux.h). */
 static int reset_allowed(h3_conn *h) {
-  return tern__reset_budget_take(&h->resets, uv_now(h->w->loop));
+  return tern__reset_budget_take(&h->resets, uv_now(h->m.w->loop));
 }
 
 /* The stream nghttp3 knows as `id`, ours, or NULL. nghttp3 0.8 has no
@@ -1536,7 +1358,7 @@ static h3_stream *find_stream(h3_conn *h, int64_t id) {
  * nothing (CVE-2023-44487): past the bucket the connection closes. */
 static void count_reset(h3_conn *h) {
   if (!reset_allowed(h) && !h->closed) {
-    tern__log(h->w->srv, TERN_LOG_DEBUG, "http3: too many stream resets");
+    tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http3: too many stream resets");
     tern__quic_close(h->q, NGHTTP3_H3_EXCESSIVE_LOAD, "too many resets");
     h->closed = 1;
   }
@@ -1559,9 +1381,9 @@ static int q_reset(tern__quic *q, int64_t id, uint64_t code) {
     return fail(h, rv);
   if (!is_bidi(id) || (s = find_stream(h, id)) == NULL)
     return 0;
-  if (s->flags & S_END_SENT) {
-    s->flags |= S_REMOTE_DONE;
-    drop_held(h, s);
+  if (s->m.flags & S_END_SENT) {
+    s->m.flags |= S_REMOTE_DONE;
+    tern__mux_drop_held(&h->m, &s->m);
     stream_timer(h, s);
     return 0;
   }
@@ -1648,7 +1470,7 @@ static int q_shut_wr(tern__quic *q, int64_t id) {
     return 0;
   nghttp3_conn_shutdown_stream_write(h->ng, id);
   if (is_bidi(id) && (s = find_stream(h, id)) != NULL) {
-    s->flags |= S_PEER_STOP;
+    s->m.flags |= S_PEER_STOP;
     settle_add(h, s);
   }
   return 0;
@@ -1659,8 +1481,8 @@ static void q_free(tern__quic *q) {
   if (h == NULL)
     return;
   tern__quic_set_app(q, NULL);
-  if (!h->dead) {
-    h->dead = 1;
+  if (!h->m.dead) {
+    h->m.dead = 1;
     drop_streams(h, NGHTTP3_H3_NO_ERROR);
   }
   nghttp3_conn_del(h->ng);
@@ -1718,7 +1540,7 @@ static void h3_close(tern__conn *c) {
   h3_conn *h = app_of(tern__quic_of(c));
   if (h == NULL)
     return;
-  h->dead = 1;
+  h->m.dead = 1;
   h->refs++;
   drop_streams(h, NGHTTP3_H3_NO_ERROR);
   conn_unref(h);
@@ -1726,7 +1548,7 @@ static void h3_close(tern__conn *c) {
 
 static size_t h3_busy(const tern__conn *c) {
   const h3_conn *h = tern__quic_app_data((const tern__quic *)(const void *)c);
-  return h != NULL ? h->nq : 0;
+  return h != NULL ? h->m.nq : 0;
 }
 
 /* Idle while no request stream is open; each open one times itself. */
@@ -1768,7 +1590,7 @@ static size_t names_bytes(const tern_header *f, size_t n) {
 static h3_conn *live(tern_request *r, h3_stream **sp) {
   h3_stream *s = r->proto_data;
   *sp = s;
-  if (s == NULL || !(s->flags & S_OPEN) || s->h->dead)
+  if (s == NULL || !(s->m.flags & S_OPEN) || s->h->m.dead)
     return NULL;
   return s->h;
 }
@@ -1867,9 +1689,9 @@ static int h3_start(tern_request *r, int status, const tern_header *f, size_t n,
   r->resp_left = bodyless ? 0 : cl;
   if (bodyless)
     r->flags |= TERN__RQ_HEAD; /* from here on: no body bytes */
-  count(h, s);
+  tern__mux_count(&h->m, &s->m);
   if (!bodyless && cl != 0)
-    s->flags |= S_PROVIDER;
+    s->m.flags |= S_PROVIDER;
   else
     end_sent(h, s); /* the FIN follows the head */
   tern__quic_want_write(h->q);
@@ -1892,7 +1714,7 @@ static int h3_write(tern_request *r, const void *p, size_t len, int copy,
   if (r->flags & TERN__RQ_HEAD)
     len = 0; /* HEAD: the length was announced, the bytes are not sent */
   if (h == NULL) {
-    if (s == NULL || (s->flags & S_OPEN) || !(s->flags & S_END_SENT) ||
+    if (s == NULL || (s->m.flags & S_OPEN) || !(s->m.flags & S_END_SENT) ||
         !(r->flags & TERN__RQ_HEAD))
       return TERN_ECLOSED;
     /* A bodyless answer, complete and its stream closed already: there
@@ -1938,14 +1760,15 @@ static int h3_end(tern_request *r, const tern_header *t, size_t n) {
     r->flags |= TERN__RQ_ABORT;
   }
   r->flags |= TERN__RQ_ENDED;
-  uncount(h, s); /* what is left waits for the client (its window) */
+  tern__mux_uncount(&h->m,
+                    &s->m); /* what is left waits for the client (its window) */
   stream_timer(h, s);
   if (r->flags & TERN__RQ_ABORT) {
     /* Cut short: the stream must not look complete. */
     abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
     return 0;
   }
-  if (n > 0 && (s->flags & S_PROVIDER)) {
+  if (n > 0 && (s->m.flags & S_PROVIDER)) {
     /* Submitted now, sent after the body (the reader's last vectors say
      * NO_END_STREAM): nghttp3 copies the fields. */
     h3_fields hd;
@@ -1955,15 +1778,15 @@ static int h3_end(tern_request *r, const tern_header *t, size_t n) {
       if (rc != 0)
         rc = ng_error(rc);
       else
-        s->flags |= S_TRAILERS;
+        s->m.flags |= S_TRAILERS;
     }
     fields_close(w, &hd);
     if (rc != 0)
       return rc;
   }
-  s->flags |= S_RESP_END;
+  s->m.flags |= S_RESP_END;
   if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
-    drop_held(h, s); /* the rest of the body is not wanted */
+    tern__mux_drop_held(&h->m, &s->m); /* the rest of the body is not wanted */
   settle_add(h, s);
   return 0;
 }
@@ -1974,8 +1797,8 @@ static void h3_body_flow(tern_request *r) {
   if (h == NULL || is_gone(r))
     return;
   if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
-    s->flags |= S_FLOW;
-    h->flow = 1;
+    s->m.flags |= S_FLOW;
+    h->m.flow = 1;
     schedule(h);
   }
   stream_timer(h, s); /* reading: the body timer; paused: none */
@@ -1998,7 +1821,7 @@ static int h3_tunnel(tern_request *r, const tern_header *f, size_t n) {
   /* A WebSocket may stay quiet for longer than QUIC's idle timeout; over
    * TCP an open socket holds its connection, so here QUIC's keep-alive
    * does, while any tunnel is open (stream_closed turns it off). */
-  s->flags |= S_TUNNEL;
+  s->m.flags |= S_TUNNEL;
   if (h->tunnels++ == 0)
     tern__quic_keep_alive(h->q, 1);
   return 0;
@@ -2022,8 +1845,8 @@ static void h3_release(tern_request *r) {
   for (i = 0; i < s->nrc; i++)
     nghttp3_rcbuf_decref(s->rc[i]);
   tern__small_free(w, s->rc);
-  tern__small_free(w, s->cookie);
-  tern__small_free(w, s->pend.p);
+  tern__small_free(w, s->m.cookie);
+  tern__small_free(w, s->m.pend.p);
   tern__small_free(w, s);
   r->proto_data = NULL;
   conn_unref(h);
