@@ -2,6 +2,9 @@
  * request stream's way from its head to its handler. */
 #include "core/mux.h"
 
+#include <stdatomic.h>
+
+#include "core/outq.h"
 #include "core/request.h"
 #include "core/stats.h"
 #include "core/worker.h"
@@ -211,4 +214,110 @@ void tern__mux_body_flow(tern__mux_conn *m, tern__mux_stream *s) {
     m->ops->schedule(m);
   }
   m->ops->timer(m, s); /* reading: the body timer; paused: none */
+}
+
+int tern__mux_data(tern__mux_conn *m, tern__mux_stream *s, tern__timer *t,
+                   const uint8_t *data, size_t len) {
+  tern_request *r = s->r;
+  int status;
+
+  s->received += len;
+  if (len > 0 && t->kind == TERN__T_BODY)
+    tern__timer_set(m->w, t, TERN__T_BODY); /* progress re-arms it */
+  if ((r->flags & TERN__RQ_ENDED) || s->status != 0 || r->route == NULL ||
+      atomic_load_explicit(&r->gone, memory_order_acquire)) {
+    m->ops->consume(m, s, len); /* answered already: the bytes are dropped */
+    return 0;
+  }
+  if (!(r->flags & TERN__RQ_STREAM)) {
+    status = tern__request_collect(r, data, len);
+    m->ops->consume(m, s, len);
+    if (status != 0) {
+      r->refs++;
+      tern__mux_answer(m, s, status, NULL, 0);
+      tern__request_unref(r);
+    }
+    return 0;
+  }
+  if (s->pend.len == 0 && s->owed == 0 && (r->flags & TERN__RQ_READING) &&
+      !(r->flags & TERN__RQ_PAUSED)) {
+    r->refs++;
+    r->bytes_in += len;
+    r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
+    if (!m->dead && (s->flags & TERN__MS_OPEN)) {
+      if (r->flags & TERN__RQ_PAUSED)
+        s->owed += len; /* credited when the handler resumes */
+      else
+        m->ops->consume(m, s, len);
+    }
+    tern__request_unref(r);
+    return 0;
+  }
+  /* Not reading (yet) or paused: hold the bytes; the stream's window
+   * bounds them. */
+  if (tern__mux_hold(m, s, data, len) != 0) {
+    m->ops->consume(m, s, len);
+    return 1;
+  }
+  return 0;
+}
+
+int tern__mux_write(tern_request *r, int state, const void *p, size_t len,
+                    int copy, tern_write_fn done, void *duser,
+                    tern_release_fn release, void *ruser) {
+  tern__worker *w = r->w;
+  int rc = 0;
+
+  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
+      (uint64_t)len > (uint64_t)r->resp_left)
+    return TERN_EINVAL;
+  if (r->flags & TERN__RQ_HEAD)
+    len = 0; /* HEAD: the length was announced, the bytes are not sent */
+  if (state < 0)
+    return TERN_ECLOSED;
+  if (state == 0) {
+    /* A bodyless answer, complete and its stream closed already: there
+     * is nothing to send, so the write is done at once. */
+    if (release != NULL)
+      release((void *)(uintptr_t)p, ruser);
+    if (done != NULL) {
+      if (tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser) != 0)
+        return TERN_ENOMEM;
+      tern__outq_consume(w, &r->out, 0);
+    }
+    return 0;
+  }
+  if (len > 0 || release != NULL) {
+    if (copy)
+      rc = tern__outq_copy(w, &r->out, p, len);
+    else
+      rc = tern__outq_ref(w, &r->out, p, len, release, ruser);
+  }
+  if (rc == 0 && done != NULL)
+    rc = tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser);
+  if (rc != 0)
+    return rc;
+  if (r->resp_left > 0)
+    r->resp_left -= (int64_t)len;
+  return 0;
+}
+
+int tern__mux_end(tern__mux_conn *m, tern__mux_stream *s, tern_request *r) {
+  r->flags |= TERN__RQ_ENDED;
+  if (m == NULL)
+    return 0;
+  if (r->resp_left > 0) {
+    tern__log(m->w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
+    r->flags |= TERN__RQ_ABORT;
+  }
+  tern__mux_uncount(m, s); /* what is left waits for the client's window */
+  m->ops->timer(m, s);
+  return (r->flags & TERN__RQ_ABORT) ? -1 : 1;
+}
+
+void tern__mux_end_queued(tern__mux_conn *m, tern__mux_stream *s) {
+  tern_request *r = s->r;
+  s->flags |= TERN__MS_RESP_END;
+  if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
+    tern__mux_drop_held(m, s); /* the rest of the body is not wanted */
 }

@@ -16,6 +16,7 @@
 #include "core/pool.h"
 #include "core/request.h"
 #include "core/text.h"
+#include "core/timer.h"
 
 /* Client stream resets (RST_STREAM, RESET_STREAM/STOP_SENDING): a
  * bucket of TERN__MUX_RESET_BURST tokens refilled at
@@ -98,6 +99,7 @@ typedef struct {
   size_t ncookie;          /* cookie crumbs in the head */
   char *cookie;            /* those crumbs joined with "; " */
   uint64_t content_length; /* the head's Content-Length */
+  uint64_t received;       /* request body bytes that arrived */
   tern__mux_pend pend;     /* body bytes the handler cannot take yet */
   size_t owed;             /* delivered while paused: credited on resume */
 } tern__mux_stream;
@@ -169,6 +171,32 @@ void tern__mux_head_done(tern__mux_conn *m, tern__mux_stream *s);
 void tern__mux_remote_done(tern__mux_conn *m, tern__mux_stream *s);
 /* Held bytes to a reading handler, as much as it takes. */
 void tern__mux_deliver(tern__mux_conn *m, tern__mux_stream *s);
+/* Request body bytes of an open stream, in order: counted, its body timer
+ * `t` re-armed, then collected, handed to a reading handler, held, or
+ * dropped (answered already), window credit given as each case says.
+ * 0, or 1 when they could not be held (no memory: the adapter resets the
+ * stream). */
+int tern__mux_data(tern__mux_conn *m, tern__mux_stream *s, tern__timer *t,
+                   const uint8_t *data, size_t len);
+/* tern_request_write's part both adapters share: the length held to what
+ * the response announced (TERN_EINVAL), HEAD's bytes not sent, then the
+ * bytes (copied, or referenced until `release`) and the `done` marker
+ * queued in r->out. `state`: 1, the stream is live (the adapter sends
+ * them); 0, a complete bodyless answer whose stream closed already (the
+ * write is done at once); -1, gone (TERN_ECLOSED). */
+int tern__mux_write(tern_request *r, int state, const void *p, size_t len,
+                    int copy, tern_write_fn done, void *duser,
+                    tern_release_fn release, void *ruser);
+/* tern_request_end's part both adapters share, on the stream `s` of the
+ * live connection `m` (NULL: a bodyless answer whose stream closed
+ * already: 0, nothing to do). A response shorter than its Content-Length
+ * is cut short (logged, TERN__RQ_ABORT): -1, the adapter resets the
+ * stream. Else 1: the adapter queues the trailers, then calls
+ * tern__mux_end_queued. */
+int tern__mux_end(tern__mux_conn *m, tern__mux_stream *s, tern_request *r);
+/* The response's end is queued: a streamed body's unread rest is not
+ * wanted any more. */
+void tern__mux_end_queued(tern__mux_conn *m, tern__mux_stream *s);
 /* The handler started or stopped reading (tern_request_pause/resume):
  * delivery is retried at the next pump. */
 void tern__mux_body_flow(tern__mux_conn *m, tern__mux_stream *s);

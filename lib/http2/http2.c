@@ -161,7 +161,6 @@ struct h2_stream {
   size_t head_size;   /* RFC 9113 6.5.2 size of the header list */
   nghttp2_rcbuf **rc; /* header buffers the request points into */
   size_t nrc, rc_cap;
-  uint64_t received;    /* request body bytes that arrived */
   tern__window rwin;    /* our receive window for the stream */
   nghttp2_nv *trailers; /* response trailers, sent after the last DATA */
   size_t ntrailers;
@@ -447,11 +446,6 @@ again:
       goto again;
     }
   }
-}
-
-/* Append to a collected body. Returns 0 or the status to answer. */
-static int collect(tern_request *r, const uint8_t *p, size_t n) {
-  return tern__request_collect(r, p, n);
 }
 
 /* The stream's body stalled for body_timeout_ms (re-armed by each DATA
@@ -912,8 +906,6 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
                          const uint8_t *data, size_t len, void *user) {
   h2_conn *h = user;
   h2_stream *s;
-  tern_request *r;
-  int status;
 
   (void)flags;
   if (h->m.dead)
@@ -924,44 +916,10 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id,
     nghttp2_session_consume(ng, id, len);
     return 0;
   }
-  r = s->m.r;
-  s->received += len;
-  if (len > 0 && s->timer.kind == TERN__T_BODY)
-    tern__timer_set(h->m.w, &s->timer, TERN__T_BODY); /* progress re-arms it */
-  if ((r->flags & TERN__RQ_ENDED) || s->m.status != 0 || r->route == NULL ||
-      is_gone(r)) {
-    consume(h, s, len); /* answered already: the bytes are dropped */
-    return 0;
-  }
-  if (!(r->flags & TERN__RQ_STREAM)) {
-    status = collect(r, data, len);
-    consume(h, s, len);
-    if (status != 0)
-      tern__mux_answer(&h->m, &s->m, status, NULL, 0);
-    return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
-  }
-  if (s->m.pend.len == 0 && s->m.owed == 0 && (r->flags & TERN__RQ_READING) &&
-      !(r->flags & TERN__RQ_PAUSED)) {
-    r->refs++;
-    r->bytes_in += len;
-    r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
-    if (!h->m.dead && (s->m.flags & S_OPEN)) {
-      if (r->flags & TERN__RQ_PAUSED)
-        s->m.owed += len; /* credited when the handler resumes */
-      else
-        consume(h, s, len);
-    }
-    tern__request_unref(r);
-    return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
-  }
-  /* Not reading (yet) or paused: hold the bytes; the stream's window
-   * bounds them. */
-  if (tern__mux_hold(&h->m, &s->m, data, len) != 0) {
+  if (tern__mux_data(&h->m, &s->m, &s->timer, data, len) != 0)
     nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id,
                               NGHTTP2_INTERNAL_ERROR);
-    consume(h, s, len);
-  }
-  return 0;
+  return h->m.dead ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code,
@@ -1012,8 +970,8 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame,
     if (s->m.flags & S_REMOTE_DONE)
       return 0;
     if (!(s->m.flags & S_TIMEDOUT) && s->m.has_length &&
-        s->received <= s->m.content_length &&
-        s->m.content_length - s->received <= H2_DRAIN_MAX) {
+        s->m.received <= s->m.content_length &&
+        s->m.content_length - s->m.received <= H2_DRAIN_MAX) {
       /* A short rest of a body with a length is read (and dropped), under
        * the body timer, so that nghttp2 can still check the length (RFC
        * 9113 8.1.1: a mismatch is PROTOCOL_ERROR). */
@@ -1631,40 +1589,14 @@ static int h2_write(tern_request *r, const void *p, size_t len, int copy,
                     void *ruser) {
   h2_stream *s;
   h2_conn *h = live(r, &s);
-  tern__worker *w = r->w;
-  int rc = 0;
+  int state = h != NULL ? 1 : -1, rc;
 
-  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
-      (uint64_t)len > (uint64_t)r->resp_left)
-    return TERN_EINVAL;
-  if (r->flags & TERN__RQ_HEAD)
-    len = 0; /* HEAD: the length was announced, the bytes are not sent */
-  if (h == NULL) {
-    if (s == NULL || (s->m.flags & S_OPEN) || !(s->m.flags & S_END_SENT))
-      return TERN_ECLOSED;
-    /* A bodyless answer, complete and its stream closed already: there
-     * is nothing to send, so the write is done at once. */
-    if (release != NULL)
-      release((void *)(uintptr_t)p, ruser);
-    if (done != NULL) {
-      if (tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser) != 0)
-        return TERN_ENOMEM;
-      tern__outq_consume(w, &r->out, 0);
-    }
-    return 0;
-  }
-  if (len > 0 || release != NULL) {
-    if (copy)
-      rc = tern__outq_copy(w, &r->out, p, len);
-    else
-      rc = tern__outq_ref(w, &r->out, p, len, release, ruser);
-  }
-  if (rc == 0 && done != NULL)
-    rc = tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser);
-  if (rc != 0)
+  if (h == NULL && s != NULL && !(s->m.flags & S_OPEN) &&
+      (s->m.flags & S_END_SENT))
+    state = 0; /* a complete bodyless answer, its stream closed */
+  rc = tern__mux_write(r, state, p, len, copy, done, duser, release, ruser);
+  if (rc != 0 || h == NULL)
     return rc;
-  if (r->resp_left > 0)
-    r->resp_left -= (int64_t)len;
   /* Markers and zero-length pieces at the front move to the connection's
    * queue at the next settle; bytes wait for the data provider. */
   settle_add(h, s);
@@ -1678,19 +1610,11 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
   h2_conn *h = live(r, &s);
   tern__worker *w = r->w;
 
-  if (h == NULL) {
-    r->flags |= TERN__RQ_ENDED;
+  int rc = tern__mux_end(h != NULL ? &h->m : NULL, h != NULL ? &s->m : NULL, r);
+
+  if (rc == 0)
     return 0; /* a bodyless answer whose stream has closed already */
-  }
-  if (r->resp_left > 0) {
-    tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
-    r->flags |= TERN__RQ_ABORT;
-  }
-  r->flags |= TERN__RQ_ENDED;
-  tern__mux_uncount(&h->m,
-                    &s->m); /* what is left waits for the client (its window) */
-  stream_timer(h, s);
-  if (r->flags & TERN__RQ_ABORT) {
+  if (rc < 0) {
     /* Cut short: the stream must not look complete. */
     nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, s->id,
                               NGHTTP2_INTERNAL_ERROR);
@@ -1711,9 +1635,7 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
       tern__small_free(w, nv);
     }
   }
-  s->m.flags |= S_RESP_END;
-  if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
-    tern__mux_drop_held(&h->m, &s->m); /* the rest of the body is not wanted */
+  tern__mux_end_queued(&h->m, &s->m);
   settle_add(h, s);
   resume(h, s);
   schedule(h);
@@ -1723,14 +1645,8 @@ static int h2_end(tern_request *r, const tern_header *t, size_t n) {
 static void h2_body_flow(tern_request *r) {
   h2_stream *s;
   h2_conn *h = live(r, &s);
-  if (h == NULL || is_gone(r))
-    return;
-  if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
-    s->m.flags |= S_FLOW;
-    h->m.flow = 1;
-    schedule(h);
-  }
-  stream_timer(h, s); /* reading: the body timer; paused: none */
+  if (h != NULL && !is_gone(r))
+    tern__mux_body_flow(&h->m, &s->m);
 }
 
 /* RFC 8441: the answer to an extended CONNECT is a 200 without a length;

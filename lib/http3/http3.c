@@ -167,9 +167,8 @@ struct h3_stream {
   uint64_t nfields; /* fields nghttp3 handed over, of the head or trailers */
   nghttp3_rcbuf **rc;
   size_t nrc, rc_cap;
-  uint64_t received; /* request body bytes that arrived */
-  size_t handed;     /* bytes of r->out handed to nghttp3, not yet acked */
-  uint64_t acked;    /* acknowledged bytes not yet consumed from r->out */
+  size_t handed;  /* bytes of r->out handed to nghttp3, not yet acked */
+  uint64_t acked; /* acknowledged bytes not yet consumed from r->out */
 };
 
 /* Request streams refused before nghttp3 saw them (refuse_oversized), by
@@ -782,8 +781,6 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
                    size_t len, void *cu, void *su) {
   h3_conn *h = cu;
   h3_stream *s = su;
-  tern_request *r;
-  int status;
 
   (void)ng;
   if (h->m.dead)
@@ -792,46 +789,9 @@ static int on_data(nghttp3_conn *ng, int64_t id, const uint8_t *data,
     (void)tern__quic_credit(h->q, id, len);
     return 0;
   }
-  r = s->m.r;
-  s->received += len;
-  if (len > 0 && s->timer.kind == TERN__T_BODY)
-    tern__timer_set(h->m.w, &s->timer, TERN__T_BODY); /* progress re-arms it */
-  if ((r->flags & TERN__RQ_ENDED) || s->m.status != 0 || r->route == NULL ||
-      is_gone(r)) {
-    consume(h, s, len); /* answered already: the bytes are dropped */
-    return 0;
-  }
-  if (!(r->flags & TERN__RQ_STREAM)) {
-    status = tern__request_collect(r, data, len);
-    consume(h, s, len);
-    if (status != 0) {
-      r->refs++;
-      tern__mux_answer(&h->m, &s->m, status, NULL, 0);
-      tern__request_unref(r);
-    }
-    return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
-  }
-  if (s->m.pend.len == 0 && s->m.owed == 0 && (r->flags & TERN__RQ_READING) &&
-      !(r->flags & TERN__RQ_PAUSED)) {
-    r->refs++;
-    r->bytes_in += len;
-    r->body_fn(r, TERN_BODY_DATA, (const char *)data, len, r->body_user);
-    if (!h->m.dead && (s->m.flags & S_OPEN)) {
-      if (r->flags & TERN__RQ_PAUSED)
-        s->m.owed += len; /* credited when the handler resumes */
-      else
-        consume(h, s, len);
-    }
-    tern__request_unref(r);
-    return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
-  }
-  /* Not reading (yet) or paused: hold the bytes; the stream's window
-   * bounds them. */
-  if (tern__mux_hold(&h->m, &s->m, data, len) != 0) {
-    consume(h, s, len);
+  if (tern__mux_data(&h->m, &s->m, &s->timer, data, len) != 0)
     abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
-  }
-  return 0;
+  return h->m.dead ? NGHTTP3_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_deferred_consume(nghttp3_conn *ng, int64_t id, size_t n, void *cu,
@@ -945,8 +905,8 @@ static void end_sent(h3_conn *h, h3_stream *s) {
   if (s->m.flags & S_REMOTE_DONE)
     return;
   if (!(s->m.flags & S_TIMEDOUT) && s->m.has_length &&
-      s->received <= s->m.content_length &&
-      s->m.content_length - s->received <= H3_DRAIN_MAX) {
+      s->m.received <= s->m.content_length &&
+      s->m.content_length - s->m.received <= H3_DRAIN_MAX) {
     s->m.flags |= S_DRAIN;
     stream_timer(h, s);
   } else {
@@ -1705,41 +1665,14 @@ static int h3_write(tern_request *r, const void *p, size_t len, int copy,
                     void *ruser) {
   h3_stream *s;
   h3_conn *h = live(r, &s);
-  tern__worker *w = r->w;
-  int rc = 0;
+  int state = h != NULL ? 1 : -1, rc;
 
-  if (!(r->flags & TERN__RQ_HEAD) && r->resp_left >= 0 &&
-      (uint64_t)len > (uint64_t)r->resp_left)
-    return TERN_EINVAL;
-  if (r->flags & TERN__RQ_HEAD)
-    len = 0; /* HEAD: the length was announced, the bytes are not sent */
-  if (h == NULL) {
-    if (s == NULL || (s->m.flags & S_OPEN) || !(s->m.flags & S_END_SENT) ||
-        !(r->flags & TERN__RQ_HEAD))
-      return TERN_ECLOSED;
-    /* A bodyless answer, complete and its stream closed already: there
-     * is nothing to send, so the write is done at once. */
-    if (release != NULL)
-      release((void *)(uintptr_t)p, ruser);
-    if (done != NULL) {
-      if (tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser) != 0)
-        return TERN_ENOMEM;
-      tern__outq_consume(w, &r->out, 0);
-    }
-    return 0;
-  }
-  if (len > 0 || release != NULL) {
-    if (copy)
-      rc = tern__outq_copy(w, &r->out, p, len);
-    else
-      rc = tern__outq_ref(w, &r->out, p, len, release, ruser);
-  }
-  if (rc == 0 && done != NULL)
-    rc = tern__outq_mark(w, &r->out, TERN__SEG_MARK, r, done, duser);
-  if (rc != 0)
+  if (h == NULL && s != NULL && !(s->m.flags & S_OPEN) &&
+      (s->m.flags & S_END_SENT) && (r->flags & TERN__RQ_HEAD))
+    state = 0; /* a complete bodyless answer, its stream closed */
+  rc = tern__mux_write(r, state, p, len, copy, done, duser, release, ruser);
+  if (rc != 0 || h == NULL)
     return rc;
-  if (r->resp_left > 0)
-    r->resp_left -= (int64_t)len;
   /* The reader is resumed, and markers with nothing unacknowledged before
    * them run, at the next pump. */
   settle_add(h, s);
@@ -1751,19 +1684,11 @@ static int h3_end(tern_request *r, const tern_header *t, size_t n) {
   h3_conn *h = live(r, &s);
   tern__worker *w = r->w;
 
-  if (h == NULL) {
-    r->flags |= TERN__RQ_ENDED;
+  int rc = tern__mux_end(h != NULL ? &h->m : NULL, h != NULL ? &s->m : NULL, r);
+
+  if (rc == 0)
     return 0; /* a bodyless answer whose stream has closed already */
-  }
-  if (r->resp_left > 0) {
-    tern__log(w->srv, TERN_LOG_WARN, "response shorter than Content-Length");
-    r->flags |= TERN__RQ_ABORT;
-  }
-  r->flags |= TERN__RQ_ENDED;
-  tern__mux_uncount(&h->m,
-                    &s->m); /* what is left waits for the client (its window) */
-  stream_timer(h, s);
-  if (r->flags & TERN__RQ_ABORT) {
+  if (rc < 0) {
     /* Cut short: the stream must not look complete. */
     abandon(h, s, NGHTTP3_H3_INTERNAL_ERROR);
     return 0;
@@ -1784,9 +1709,7 @@ static int h3_end(tern_request *r, const tern_header *t, size_t n) {
     if (rc != 0)
       return rc;
   }
-  s->m.flags |= S_RESP_END;
-  if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
-    tern__mux_drop_held(&h->m, &s->m); /* the rest of the body is not wanted */
+  tern__mux_end_queued(&h->m, &s->m);
   settle_add(h, s);
   return 0;
 }
@@ -1794,14 +1717,8 @@ static int h3_end(tern_request *r, const tern_header *t, size_t n) {
 static void h3_body_flow(tern_request *r) {
   h3_stream *s;
   h3_conn *h = live(r, &s);
-  if (h == NULL || is_gone(r))
-    return;
-  if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_PAUSED)) {
-    s->m.flags |= S_FLOW;
-    h->m.flow = 1;
-    schedule(h);
-  }
-  stream_timer(h, s); /* reading: the body timer; paused: none */
+  if (h != NULL && !is_gone(r))
+    tern__mux_body_flow(&h->m, &s->m);
 }
 
 /* RFC 9220: the answer to an extended CONNECT is a 200 without a length;
