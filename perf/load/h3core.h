@@ -1,5 +1,5 @@
 /* h3core: the HTTP/3 client set-up that tern's two QUIC clients share,
- * perf/load/h3load.c (load) and test/net/h3client.c (tests that
+ * perf/load/h3load.c (load) and test/net/http3/h3client.c (tests that
  * misbehave on purpose): a GnuTLS session for QUIC, the ngtcp2 callbacks
  * that the crypto helper and GnuTLS's random numbers fill, the client
  * connection with fresh connection IDs, and the HTTP/3 connection with

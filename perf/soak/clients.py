@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "test",
                                                  "net")))
 from harness import (Conn, Closed, ProtocolError,  # noqa: E402,F401
                      build_request)
-import test_h2 as h2  # noqa: E402 (frame and HPACK literal helpers)
+from http2 import test_h2 as h2  # noqa: E402 (frame and HPACK helpers)
 
 HOST = "127.0.0.1"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

@@ -299,7 +299,7 @@ def kind_h2():
 
 
 # ---------------------------------------------------------------------------
-# HTTP/3: tern's own h3client (test/net/h3client.c) of the build under
+# HTTP/3: tern's own h3client (test/net/http3/h3client.c) of the build under
 # test, one QUIC connection a run, its answers checked by length and
 # SHA-256.
 

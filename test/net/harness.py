@@ -37,8 +37,10 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.environ.get("TERN_BUILD") or os.path.normpath(
-    os.path.join(HERE, "..", "..", "build"))
+# The source tree; the test files sit in subject folders below HERE and
+# find the tree's other parts (test/browser, perf, examples) from REPO.
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+BUILD = os.environ.get("TERN_BUILD") or os.path.join(REPO, "build")
 HOST = "127.0.0.1"
 HELLO_BODY = b"Hello, World!"  # the reference server's GET / body
 

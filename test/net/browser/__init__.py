@@ -1,0 +1,1 @@
+"""Headless Chromium over HTTP/1.1, HTTP/2 and WebSocket."""

@@ -1,0 +1,1 @@
+"""The reference server's handlers: static files, compression, Redis."""

@@ -1,0 +1,1 @@
+"""HTTP/1.1: requests and responses, bodies, rejections, connections."""

@@ -1,0 +1,1 @@
+"""Operations (docs/operations.md): the access log and the metrics."""

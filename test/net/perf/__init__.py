@@ -1,0 +1,1 @@
+"""The tools under perf/: the load generators, the relay, the soak."""

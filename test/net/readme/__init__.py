@@ -1,0 +1,1 @@
+"""The README's commands and program: demo.sh, deps.sh, hello.c."""

@@ -1,0 +1,1 @@
+"""TLS: handshakes, ALPN, SNI, tickets, versions, reloads, on each engine."""
