@@ -321,3 +321,83 @@ void tern__mux_end_queued(tern__mux_conn *m, tern__mux_stream *s) {
   if ((r->flags & TERN__RQ_STREAM) && !(r->flags & TERN__RQ_BODY_DONE))
     tern__mux_drop_held(m, s); /* the rest of the body is not wanted */
 }
+
+void tern__mux_length(tern__mux_stream *s, const uint8_t *v, size_t n) {
+  uint64_t cl = 0;
+  size_t i;
+  for (i = 0; i < n && cl < (1ull << 60); i++)
+    cl = cl * 10 + (uint64_t)(v[i] - '0');
+  s->content_length = cl;
+  s->has_length = 1;
+}
+
+int tern__mux_trailer(tern__mux_conn *m, tern__mux_stream *s, const void *name,
+                      size_t name_len, const void *value, size_t value_len) {
+  tern_request *r = s->r;
+  tern_header *t =
+      tern__realloc(m->w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
+  if (t == NULL)
+    return TERN_ENOMEM;
+  r->trailers = t;
+  t[r->ntrailers].name = name;
+  t[r->ntrailers].name_len = name_len;
+  t[r->ntrailers].value = value;
+  t[r->ntrailers].value_len = value_len;
+  r->ntrailers++;
+  return 0;
+}
+
+int tern__mux_body_timeout(tern__mux_conn *m, tern__mux_stream *s, int *sent) {
+  tern_request *r = s->r;
+  unsigned started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
+
+  s->flags |= TERN__MS_TIMEDOUT;
+  *sent = (s->flags & TERN__MS_END_SENT) != 0;
+  if ((r->flags & TERN__RQ_READING) &&
+      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
+      r->body_fn != NULL) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+  }
+  if (m->dead || !(s->flags & TERN__MS_OPEN))
+    return 0;
+  if (started)
+    return 1;
+  if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+    return 0; /* the handler answered just now: its answer goes out */
+  if (!(r->flags & TERN__RQ_HANDLED)) {
+    tern__mux_answer(m, s, 408, NULL, 0);
+    return 0;
+  }
+  if (tern__request_answer_held(r, 408) != 0 && !m->dead &&
+      (s->flags & TERN__MS_OPEN)) {
+    *sent = 0;
+    return 1;
+  }
+  return 0;
+}
+
+void tern__mux_closed(tern__worker *w, tern_request *r, int complete) {
+  if (complete) {
+    TERN__STAT_ADD(w->stats.requests, 1);
+    r->flags |= TERN__RQ_WRITTEN;
+    return;
+  }
+  atomic_store_explicit(&r->gone, 1, memory_order_release);
+  if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_BODY_DONE) &&
+      !(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL) {
+    r->flags |= TERN__RQ_BODY_DONE;
+    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
+  }
+  tern__request_gone(r);
+}
+
+void tern__mux_unref_closed(tern_request *r) {
+  if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
+    /* Never handed to a handler: the user's reference goes too. */
+    r->flags |= TERN__RQ_ENDED;
+    tern__request_unref(r);
+  }
+  tern__request_unref(r); /* the adapter's */
+  tern__request_unref(r); /* the one the caller took */
+}

@@ -197,6 +197,26 @@ int tern__mux_end(tern__mux_conn *m, tern__mux_stream *s, tern_request *r);
 /* The response's end is queued: a streamed body's unread rest is not
  * wanted any more. */
 void tern__mux_end_queued(tern__mux_conn *m, tern__mux_stream *s);
+/* A head's Content-Length (its syntax checked by the library): kept, so
+ * that an oversized body is refused before it arrives. */
+void tern__mux_length(tern__mux_stream *s, const uint8_t *v, size_t n);
+/* One request trailer, viewing bytes the adapter keeps alive: appended
+ * (the array grows by one): 0, or TERN_ENOMEM. */
+int tern__mux_trailer(tern__mux_conn *m, tern__mux_stream *s, const void *name,
+                      size_t name_len, const void *value, size_t value_len);
+/* The stream's body timer fired: a reading handler hears TERN_BODY_ERROR,
+ * then an unanswered request gets 408 (from tern, or on its handler's
+ * behalf). 0 when that is all; 1 when the adapter must reset the stream
+ * instead (a response had started: *sent says whether it had ended). */
+int tern__mux_body_timeout(tern__mux_conn *m, tern__mux_stream *s, int *sent);
+/* A stream closed for good: its request counts as served when
+ * `complete` (its response wholly taken by the client); else it is
+ * gone: a reading handler hears TERN_BODY_ERROR, and the request's gone
+ * hook runs. */
+void tern__mux_closed(tern__worker *w, tern_request *r, int complete);
+/* The last of a closed stream: the adapter's reference and the one the
+ * caller took go, and the user's too when no handler ever had it. */
+void tern__mux_unref_closed(tern_request *r);
 /* The handler started or stopped reading (tern_request_pause/resume):
  * delivery is retried at the next pump. */
 void tern__mux_body_flow(tern__mux_conn *m, tern__mux_stream *s);

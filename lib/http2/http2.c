@@ -378,27 +378,10 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
     (void)settle_one(h, s); /* on failure they fail below */
   else
     settle_remove(h, s);
-  if (s->m.flags & S_END_SENT) {
-    TERN__STAT_ADD(w->stats.requests, 1);
-    r->flags |= TERN__RQ_WRITTEN;
-  } else {
-    atomic_store_explicit(&r->gone, 1, memory_order_release);
-    if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_BODY_DONE) &&
-        !(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL) {
-      r->flags |= TERN__RQ_BODY_DONE;
-      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
-    }
-    tern__request_gone(r);
-  }
+  tern__mux_closed(w, r, (s->m.flags & S_END_SENT) != 0);
   tern__outq_fail(w, &r->out, TERN_ECLOSED);
   s->h = NULL;
-  if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
-    /* Never handed to a handler: the user's reference goes too. */
-    r->flags |= TERN__RQ_ENDED;
-    tern__request_unref(r);
-  }
-  tern__request_unref(r); /* the adapter's */
-  tern__request_unref(r); /* the one taken above */
+  tern__mux_unref_closed(r);
 }
 
 /* Forget a stream nghttp2 still has open, resetting it with `code`
@@ -460,34 +443,16 @@ static void stream_timeout(tern__timer *t, int kind) {
   h2_stream *s = TERN__CONTAINER_OF(t, h2_stream, timer);
   h2_conn *h = s->h;
   tern_request *r = s->m.r;
-  unsigned started;
+  int sent;
 
   (void)kind;
   h->waiting--; /* the sweep disarmed it */
   enter(h);
   r->refs++;
-  s->m.flags |= S_TIMEDOUT;
   tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http2: stream %d: body timed out",
             (int)s->id);
-  started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
-  if ((r->flags & TERN__RQ_READING) &&
-      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
-      r->body_fn != NULL) {
-    r->flags |= TERN__RQ_BODY_DONE;
-    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
-  }
-  if (!h->m.dead && (s->m.flags & S_OPEN)) {
-    if (started)
-      abandon(h, s,
-              (s->m.flags & S_END_SENT) ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
-    else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
-      ; /* the handler answered just now: its answer goes out */
-    else if (!(r->flags & TERN__RQ_HANDLED))
-      tern__mux_answer(&h->m, &s->m, 408, NULL, 0);
-    else if (tern__request_answer_held(r, 408) != 0 && !h->m.dead &&
-             (s->m.flags & S_OPEN))
-      abandon(h, s, NGHTTP2_CANCEL);
-  }
+  if (tern__mux_body_timeout(&h->m, &s->m, &sent))
+    abandon(h, s, sent ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
   tern__request_unref(r);
   if (!h->m.dead)
     schedule(h);
@@ -517,22 +482,12 @@ static int add_trailer(h2_conn *h, h2_stream *s, nghttp2_rcbuf *name,
                        nghttp2_rcbuf *value) {
   tern_request *r = s->m.r;
   nghttp2_vec n = nghttp2_rcbuf_get_buf(name), v = nghttp2_rcbuf_get_buf(value);
-  tern_header *t;
 
   if (r->ntrailers >= h->m.w->srv->s.max_header_count)
     return 0; /* the body is fine; excess trailers are not exposed */
-  t = tern__realloc(h->m.w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
-  if (t == NULL)
-    return TERN_ENOMEM;
-  r->trailers = t;
   if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
     return TERN_ENOMEM;
-  t[r->ntrailers].name = (const char *)n.base;
-  t[r->ntrailers].name_len = n.len;
-  t[r->ntrailers].value = (const char *)v.base;
-  t[r->ntrailers].value_len = v.len;
-  r->ntrailers++;
-  return 0;
+  return tern__mux_trailer(&h->m, &s->m, n.base, n.len, v.base, v.len);
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------- */
@@ -642,14 +597,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame,
   if (lit_eq(n.base, n.len, "cookie")) {
     s->m.ncookie++;
   } else if (lit_eq(n.base, n.len, "content-length")) {
-    /* nghttp2 has checked the syntax and will check the DATA against it;
-     * here it lets an oversized body be refused before it arrives. */
-    uint64_t cl = 0;
-    size_t i;
-    for (i = 0; i < v.len && cl < (1ull << 60); i++)
-      cl = cl * 10 + (uint64_t)(v.base[i] - '0');
-    s->m.content_length = cl;
-    s->m.has_length = 1;
+    tern__mux_length(&s->m, v.base, v.len); /* nghttp2 checked it */
   }
   return 0;
 }

@@ -375,18 +375,7 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
   s->handed = 0;
   /* The peer has these bytes: their writes are done. */
   tern__outq_consume(w, &r->out, (size_t)acked);
-  if ((s->m.flags & S_END_SENT) && r->out.bytes == 0) {
-    TERN__STAT_ADD(w->stats.requests, 1);
-    r->flags |= TERN__RQ_WRITTEN;
-  } else {
-    atomic_store_explicit(&r->gone, 1, memory_order_release);
-    if ((r->flags & TERN__RQ_READING) && !(r->flags & TERN__RQ_BODY_DONE) &&
-        !(r->flags & TERN__RQ_ENDED) && r->body_fn != NULL) {
-      r->flags |= TERN__RQ_BODY_DONE;
-      r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
-    }
-    tern__request_gone(r);
-  }
+  tern__mux_closed(w, r, (s->m.flags & S_END_SENT) && r->out.bytes == 0);
   if (keep && !h->m.dead && handed > 0 && handed <= r->out.bytes) {
     /* Only what follows the handed-out bytes fails now. read_body hands
      * out whole segments, so the cut never falls inside a reference. */
@@ -402,13 +391,7 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
   }
   if (!kept)
     tern__outq_fail(w, &r->out, TERN_ECLOSED);
-  if (!(r->flags & TERN__RQ_HANDLED) && !(r->flags & TERN__RQ_ENDED)) {
-    /* Never handed to a handler: the user's reference goes too. */
-    r->flags |= TERN__RQ_ENDED;
-    tern__request_unref(r);
-  }
-  tern__request_unref(r); /* the adapter's */
-  tern__request_unref(r); /* the one taken above */
+  tern__mux_unref_closed(r);
   return kept;
 }
 
@@ -459,7 +442,7 @@ static void stream_timeout(tern__timer *t, int kind) {
   h3_stream *s = TERN__CONTAINER_OF(t, h3_stream, timer);
   h3_conn *h = s->h;
   tern_request *r = s->m.r;
-  unsigned started;
+  int sent;
 
   h->waiting--; /* the sweep disarmed it */
   r->refs++;
@@ -478,31 +461,14 @@ static void stream_timeout(tern__timer *t, int kind) {
     abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
     goto out;
   }
-  s->m.flags |= S_TIMEDOUT;
   tern__log(h->m.w->srv, TERN_LOG_DEBUG, "http3: stream %lld: body timed out",
             (long long)s->id);
-  started = r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED);
-  if ((r->flags & TERN__RQ_READING) &&
-      !(r->flags & (TERN__RQ_BODY_DONE | TERN__RQ_ENDED)) &&
-      r->body_fn != NULL) {
-    r->flags |= TERN__RQ_BODY_DONE;
-    r->body_fn(r, TERN_BODY_ERROR, NULL, 0, r->body_user);
-  }
-  if (!h->m.dead && (s->m.flags & S_OPEN)) {
-    if (started) {
-      if (s->m.flags & S_END_SENT) {
-        /* The answer is out: only the client's upload is stopped. */
-        s->m.flags |= S_STOP_READ;
-        settle_add(h, s);
-      } else {
-        abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
-      }
-    } else if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) {
-      ; /* the handler answered just now: its answer goes out */
-    } else if (!(r->flags & TERN__RQ_HANDLED)) {
-      tern__mux_answer(&h->m, &s->m, 408, NULL, 0);
-    } else if (tern__request_answer_held(r, 408) != 0 && !h->m.dead &&
-               (s->m.flags & S_OPEN)) {
+  if (tern__mux_body_timeout(&h->m, &s->m, &sent)) {
+    if (sent) {
+      /* The answer is out: only the client's upload is stopped. */
+      s->m.flags |= S_STOP_READ;
+      settle_add(h, s);
+    } else {
       abandon(h, s, NGHTTP3_H3_REQUEST_CANCELLED);
     }
   }
@@ -672,14 +638,7 @@ static int on_header(nghttp3_conn *ng, int64_t id, int32_t token,
     if (token == NGHTTP3_QPACK_TOKEN_COOKIE) {
       s->m.ncookie++;
     } else if (token == NGHTTP3_QPACK_TOKEN_CONTENT_LENGTH) {
-      /* nghttp3 has checked the syntax and checks the DATA against it;
-       * here it lets an oversized body be refused before it arrives. */
-      uint64_t cl = 0;
-      size_t i;
-      for (i = 0; i < v.len && cl < (1ull << 60); i++)
-        cl = cl * 10 + (uint64_t)(v.base[i] - '0');
-      s->m.content_length = cl;
-      s->m.has_length = 1;
+      tern__mux_length(&s->m, v.base, v.len); /* nghttp3 checked it */
     }
     break;
   }
@@ -729,7 +688,6 @@ static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
   h3_stream *s = su;
   tern_request *r;
   nghttp3_vec n = nghttp3_rcbuf_get_buf(name), v = nghttp3_rcbuf_get_buf(value);
-  tern_header *t;
 
   (void)ng;
   (void)token;
@@ -745,17 +703,9 @@ static int on_trailer(nghttp3_conn *ng, int64_t id, int32_t token,
   if (r->ntrailers >= h->m.w->srv->s.max_header_count ||
       s->head_size > 2 * (size_t)h->m.w->srv->s.max_head_size)
     return 0;
-  t = tern__realloc(h->m.w->srv, r->trailers, (r->ntrailers + 1) * sizeof(*t));
-  if (t == NULL)
+  if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0 ||
+      tern__mux_trailer(&h->m, &s->m, n.base, n.len, v.base, v.len) != 0)
     return NGHTTP3_ERR_CALLBACK_FAILURE;
-  r->trailers = t;
-  if (keep_rcbuf(h, s, name) != 0 || keep_rcbuf(h, s, value) != 0)
-    return NGHTTP3_ERR_CALLBACK_FAILURE;
-  t[r->ntrailers].name = (const char *)n.base;
-  t[r->ntrailers].name_len = n.len;
-  t[r->ntrailers].value = (const char *)v.base;
-  t[r->ntrailers].value_len = v.len;
-  r->ntrailers++;
   return 0;
 }
 
