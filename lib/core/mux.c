@@ -401,3 +401,17 @@ void tern__mux_unref_closed(tern_request *r) {
   tern__request_unref(r); /* the adapter's */
   tern__request_unref(r); /* the one the caller took */
 }
+
+void tern__mux_run_flows(tern__mux_conn *m) {
+  tern__list *l;
+  m->flow = 0;
+again:
+  for (l = m->streams.next; l != &m->streams && !m->dead; l = l->next) {
+    tern__mux_stream *s = TERN__CONTAINER_OF(l, tern__mux_stream, link);
+    if (s->flags & TERN__MS_FLOW) {
+      s->flags &= ~(unsigned)TERN__MS_FLOW;
+      tern__mux_deliver(m, s); /* may change the list: start over */
+      goto again;
+    }
+  }
+}

@@ -92,6 +92,7 @@ enum {
 /* A request stream, as both adapters keep it: the first member of
  * h2_stream and h3_stream. */
 typedef struct {
+  tern__list link; /* the connection\'s streams, while TERN__MS_OPEN */
   tern_request *r;
   unsigned flags;          /* TERN__MS_* and the adapter's own */
   int status;              /* a status tern answers instead of routing */
@@ -125,6 +126,7 @@ typedef struct {
 struct tern__mux_conn {
   const tern__mux_ops *ops;
   tern__worker *w;
+  tern__list streams;    /* the open streams (each holds a request) */
   size_t nq;             /* streams the server is working on (COUNTED) */
   size_t held;           /* bytes in all streams' pend buffers */
   unsigned dead : 1;     /* the connection closed: no more calls out */
@@ -217,6 +219,9 @@ void tern__mux_closed(tern__worker *w, tern_request *r, int complete);
 /* The last of a closed stream: the adapter's reference and the one the
  * caller took go, and the user's too when no handler ever had it. */
 void tern__mux_unref_closed(tern_request *r);
+/* Delivery to retry on each stream marked TERN__MS_FLOW (the pump runs
+ * it when m->flow is set). */
+void tern__mux_run_flows(tern__mux_conn *m);
 /* The handler started or stopped reading (tern_request_pause/resume):
  * delivery is retried at the next pump. */
 void tern__mux_body_flow(tern__mux_conn *m, tern__mux_stream *s);

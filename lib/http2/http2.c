@@ -153,7 +153,6 @@ enum {
 
 struct h2_stream {
   tern__mux_stream m; /* first: the shared part (core/mux.h) */
-  tern__list link;    /* h->streams, while S_OPEN */
   tern__timer timer;  /* BODY while tern waits for its body (stream_timer) */
   h2_stream *settle_next;
   h2_conn *h; /* NULL once the stream has closed */
@@ -170,10 +169,9 @@ struct h2_conn {
   tern__mux_conn m; /* first: the shared part (core/mux.h) */
   tern__stream *c;
   nghttp2_session *ng;
-  tern__list streams; /* open streams (each holds a request) */
-  h2_stream *settle;  /* streams with framed bytes or markers to finish */
-  int busy;           /* adapter frames on the stack: free when 0 */
-  int in_ng;          /* inside nghttp2: no mem_send now */
+  h2_stream *settle; /* streams with framed bytes or markers to finish */
+  int busy;          /* adapter frames on the stack: free when 0 */
+  int in_ng;         /* inside nghttp2: no mem_send now */
   int pumping;
   unsigned want_send : 1; /* frames may be waiting */
   unsigned wake : 1;      /* a drain marker sits in c->out */
@@ -368,7 +366,7 @@ static void stream_closed(h2_conn *h, h2_stream *s) {
     return;
   stream_timer_stop(h, s); /* before S_OPEN goes: it must never fire now */
   s->m.flags &= ~(unsigned)(S_OPEN | S_FLOW);
-  tern__list_remove(&s->link);
+  tern__list_remove(&s->m.link);
   tern__mux_uncount(&h->m, &s->m);
   if (h->stopping)
     h->want_send = 1; /* perhaps the last one: time for the last GOAWAY */
@@ -395,8 +393,8 @@ static void abandon(h2_conn *h, h2_stream *s, uint32_t code) {
 }
 
 static void drop_streams(h2_conn *h) {
-  while (!tern__list_empty(&h->streams)) {
-    h2_stream *s = TERN__CONTAINER_OF(h->streams.next, h2_stream, link);
+  while (!tern__list_empty(&h->m.streams)) {
+    h2_stream *s = TERN__CONTAINER_OF(h->m.streams.next, h2_stream, m.link);
     abandon(h, s, NGHTTP2_CANCEL);
   }
 }
@@ -416,20 +414,6 @@ static void leave(h2_conn *h) {
 }
 
 /* ---- Request bodies ---------------------------------------------------- */
-
-static void run_flows(h2_conn *h) {
-  tern__list *l;
-  h->m.flow = 0;
-again:
-  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
-    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
-    if (s->m.flags & S_FLOW) {
-      s->m.flags &= ~(unsigned)S_FLOW;
-      tern__mux_deliver(&h->m, &s->m); /* may change the list: start over */
-      goto again;
-    }
-  }
-}
 
 /* The stream's body stalled for body_timeout_ms (re-armed by each DATA
  * frame of the stream; the connection's other traffic does not count).
@@ -520,7 +504,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame,
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP2;
-  tern__list_append(&h->streams, &s->link);
+  tern__list_append(&h->m.streams, &s->m.link);
   nghttp2_session_set_stream_user_data(ng, s->id, s);
   return 0;
 }
@@ -1085,7 +1069,7 @@ static h2_conn *h2_new(tern__stream *c) {
   h->c = c;
   h->m.w = c->head.w;
   h->m.ops = &h2_mux;
-  tern__list_init(&h->streams);
+  tern__list_init(&h->m.streams);
   /* A session lives on one worker: its small blocks (streams, header
    * buffers, queued frames) come from the worker's size-class pools, so
    * a steady stream of requests does not call the allocator at all. */
@@ -1140,8 +1124,8 @@ static void drop_stuck(h2_conn *h) {
   tern__list *l;
   int conn_shut = nghttp2_session_get_remote_window_size(h->ng) <= 0;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
-    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
+  for (l = h->m.streams.next; l != &h->m.streams && !h->m.dead; l = l->next) {
+    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, m.link);
     if (s->m.r->out.bytes == 0 || !(s->m.flags & S_PROVIDER))
       continue;
     if (conn_shut ||
@@ -1166,7 +1150,7 @@ static void pump(h2_conn *h) {
   blocked = 0;
   do {
     h->want_send = 0;
-    if (h->stopping && !h->final && tern__list_empty(&h->streams)) {
+    if (h->stopping && !h->final && tern__list_empty(&h->m.streams)) {
       /* Graceful stop and nothing in flight: the last GOAWAY. */
       h->final = 1;
       nghttp2_session_terminate_session(h->ng, NGHTTP2_NO_ERROR);
@@ -1205,7 +1189,7 @@ static void pump(h2_conn *h) {
       goto out;
     }
     if (h->m.flow)
-      run_flows(h);
+      tern__mux_run_flows(&h->m);
     if (h->m.dead)
       goto out;
     if (h->m.eof)
@@ -1268,8 +1252,8 @@ static void on_eof(h2_conn *h) {
   h->m.eof = 1;
   h->c->head.flags |= TERN__C_CLOSE_AFTER;
 again:
-  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
-    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, link);
+  for (l = h->m.streams.next; l != &h->m.streams && !h->m.dead; l = l->next) {
+    h2_stream *s = TERN__CONTAINER_OF(l, h2_stream, m.link);
     tern_request *r = s->m.r;
     /* A handler that has not answered works for a client that has left
      * (HTTP/2 has no half-closed connections): its stream is gone, like
@@ -1291,8 +1275,8 @@ again:
     }
   }
   /* No more body bytes can come: no stream waits for them any more. */
-  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next)
-    stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, link));
+  for (l = h->m.streams.next; l != &h->m.streams && !h->m.dead; l = l->next)
+    stream_timer(h, TERN__CONTAINER_OF(l, h2_stream, m.link));
 }
 
 static void h2_input(tern__conn *conn) {
@@ -1309,7 +1293,7 @@ static void h2_input(tern__conn *conn) {
   enter(h);
   blocks = h->blocks;
   if (h->m.flow)
-    run_flows(h);
+    tern__mux_run_flows(&h->m);
   while (!h->m.dead && c->rpos < c->rlen) {
     size_t len = c->rlen - c->rpos;
     if (h->m.finished || h->urgent) {
@@ -1362,7 +1346,7 @@ static void h2_stop(tern__conn *conn) {
   if (h == NULL || h->m.dead)
     return;
   h->stopping = 1;
-  if (!tern__list_empty(&h->streams))
+  if (!tern__list_empty(&h->m.streams))
     nghttp2_submit_shutdown_notice(h->ng);
   /* With nothing in flight pump() sends the last GOAWAY at once. */
   schedule(h);
@@ -1812,7 +1796,7 @@ static int upgrade(tern__stream *c, const tern__h2c_upgrade *up) {
   r->proto_data = s;
   r->ops = tern__http2.ops;
   r->protocol = TERN_PROTO_HTTP2;
-  tern__list_append(&h->streams, &s->link);
+  tern__list_append(&h->m.streams, &s->m.link);
   nghttp2_session_set_stream_user_data(h->ng, 1, s);
   id_opened(h, 1);
   enter(h);

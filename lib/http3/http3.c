@@ -158,7 +158,6 @@ enum {
 
 struct h3_stream {
   tern__mux_stream m; /* first: the shared part (core/mux.h) */
-  tern__list link;    /* h->streams, while S_OPEN */
   tern__timer timer;  /* HEAD, BODY or WRITE (stream_timer) */
   h3_stream *settle_next;
   h3_conn *h; /* referenced until the stream is freed */
@@ -183,7 +182,6 @@ struct h3_conn {
   int64_t max_first;           /* the highest request stream seen */
   nghttp3_mem mem;     /* nghttp3 keeps a pointer to it, as its rcbufs do */
   int refs;            /* quic's (until app->free) + one per h3_stream */
-  tern__list streams;  /* open streams (each holds a request) */
   tern__list limbo;    /* streams ended early, bytes still with QUIC */
   h3_stream *settle;   /* streams with work for the next pump */
   h3_stream *settling; /* those the pump running now takes, in turn */
@@ -328,19 +326,19 @@ static const tern__mux_ops h3_mux = {mux_consume, mux_consume, mux_timer,
  * they are until QUIC has closed the stream: ngtcp2 0.12 keeps pointers
  * to them for retransmission, and it may resend lost pieces even after
  * our RESET_STREAM (its loss recovery does not look at the reset). The
- * request stays alive for them (s->link on h->limbo, a reference of its
+ * request stays alive for them (s->m.link on h->limbo, a reference of its
  * own); nghttp3's stream_close, or the connection's end, lets go. */
 static void limbo_end(h3_conn *h, h3_stream *s) {
   tern_request *r = s->m.r;
   s->m.flags &= ~(unsigned)S_LIMBO;
-  tern__list_remove(&s->link);
+  tern__list_remove(&s->m.link);
   tern__outq_fail(h->m.w, &r->out, TERN_ECLOSED);
   tern__request_unref(r);
 }
 
 static void limbo_drop(h3_conn *h) {
   while (!tern__list_empty(&h->limbo))
-    limbo_end(h, TERN__CONTAINER_OF(h->limbo.next, h3_stream, link));
+    limbo_end(h, TERN__CONTAINER_OF(h->limbo.next, h3_stream, m.link));
 }
 
 /* The stream is over (nghttp3 closed it, we abandoned it, or the
@@ -362,7 +360,7 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
   if ((s->m.flags & S_TUNNEL) && --h->tunnels == 0 && !h->m.dead)
     tern__quic_keep_alive(h->q, 0);
   s->m.flags &= ~(unsigned)(S_OPEN | S_FLOW);
-  tern__list_remove(&s->link);
+  tern__list_remove(&s->m.link);
   h->nopen--;
   tern__mux_uncount(&h->m, &s->m);
   settle_remove(h, s);
@@ -385,7 +383,7 @@ static int stream_closed(h3_conn *h, h3_stream *s, int keep) {
       tern__outq_fail_cut(w, &r->out, cut, ncut, TERN_ECLOSED);
       s->m.flags |= S_LIMBO;
       r->refs++; /* limbo's */
-      tern__list_append(&h->limbo, &s->link);
+      tern__list_append(&h->limbo, &s->m.link);
       kept = 1;
     }
   }
@@ -414,28 +412,14 @@ static void abandon(h3_conn *h, h3_stream *s, uint64_t code) {
 }
 
 static void drop_streams(h3_conn *h, uint64_t code) {
-  while (!tern__list_empty(&h->streams)) {
-    h3_stream *s = TERN__CONTAINER_OF(h->streams.next, h3_stream, link);
+  while (!tern__list_empty(&h->m.streams)) {
+    h3_stream *s = TERN__CONTAINER_OF(h->m.streams.next, h3_stream, m.link);
     abandon(h, s, code);
   }
   limbo_drop(h);
 }
 
 /* ---- Request bodies ---------------------------------------------------- */
-
-static void run_flows(h3_conn *h) {
-  tern__list *l;
-  h->m.flow = 0;
-again:
-  for (l = h->streams.next; l != &h->streams && !h->m.dead; l = l->next) {
-    h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, link);
-    if (s->m.flags & S_FLOW) {
-      s->m.flags &= ~(unsigned)S_FLOW;
-      tern__mux_deliver(&h->m, &s->m); /* may change the list: start over */
-      goto again;
-    }
-  }
-}
 
 /* The stream's timer fired (see "Stream timers" at the top). */
 static void stream_timeout(tern__timer *t, int kind) {
@@ -554,7 +538,7 @@ static int on_begin_headers(nghttp3_conn *ng, int64_t id, void *cu, void *su) {
   tern__timer_init(&s->timer, stream_timeout);
   r->proto_data = s;
   r->protocol = TERN_PROTO_HTTP3;
-  tern__list_append(&h->streams, &s->link);
+  tern__list_append(&h->m.streams, &s->m.link);
   h->nopen++;
   if (h->rx_early)
     s->m.flags |= S_EARLY; /* the head began in 0-RTT */
@@ -1009,7 +993,7 @@ static void pump(h3_conn *h) {
     s->m.flags &= ~(unsigned)S_SETTLE;
   }
   if (!h->m.dead && h->m.flow)
-    run_flows(h);
+    tern__mux_run_flows(&h->m);
   if (!h->m.dead && h->stopping && !h->closed)
     stop_step(h);
   h->pumping = 0;
@@ -1040,7 +1024,7 @@ static int q_start(tern__quic *q) {
   h->m.w = head->w;
   h->m.ops = &h3_mux;
   h->refs = 1;
-  tern__list_init(&h->streams);
+  tern__list_init(&h->m.streams);
   tern__list_init(&h->limbo);
   h->mem.user_data = head->w;
   h->mem.malloc = tern__small_mem_malloc;
@@ -1256,8 +1240,8 @@ static int reset_allowed(h3_conn *h) {
  * (resets are rare, and bounded by the bucket). */
 static h3_stream *find_stream(h3_conn *h, int64_t id) {
   tern__list *l;
-  for (l = h->streams.next; l != &h->streams; l = l->next) {
-    h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, link);
+  for (l = h->m.streams.next; l != &h->m.streams; l = l->next) {
+    h3_stream *s = TERN__CONTAINER_OF(l, h3_stream, m.link);
     if (s->id == id)
       return s;
   }
