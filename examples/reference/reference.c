@@ -9,6 +9,8 @@
  *   POST /upload        reads the body to its end (streamed, any size) and
  *                       answers its length in bytes, as text; pause=1
  *                       pauses reading after the first piece, for good;
+ *                       pause=2 pauses after each piece and resumes from
+ *                       another thread 1 ms later, writing nothing;
  *                       late=1 answers a failed body not in the body
  *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
@@ -343,7 +345,16 @@ static void collect(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, len);
 }
 
-enum { UPLOAD_PAUSE = 1, UPLOAD_LATE = 2 };
+enum { UPLOAD_PAUSE = 1, UPLOAD_LATE = 2, UPLOAD_RESUME = 4 };
+
+/* pause=2: the reading is resumed from another thread a millisecond after
+ * each pause, and nothing is written until the end: a handler that
+ * throttles its reading (tern must send the window credit itself). */
+static void *resume_thread(void *arg) {
+  sleep_ms(1);
+  tern_request_resume(arg);
+  return NULL;
+}
 
 static void hand_off(tern_request *r, void *(*fn)(void *));
 static void *defer_thread(void *arg);
@@ -360,8 +371,15 @@ static void upload_body(tern_request *r, int event, const char *data,
   (void)data;
   if (event == TERN_BODY_DATA) {
     *total += len;
-    if (knobs & UPLOAD_PAUSE)
+    if (knobs & (UPLOAD_PAUSE | UPLOAD_RESUME))
       tern_request_pause(r);
+    if (knobs & UPLOAD_RESUME) {
+      pthread_t t;
+      if (pthread_create(&t, NULL, resume_thread, r) == 0)
+        pthread_detach(t);
+      else
+        tern_request_resume(r);
+    }
     return;
   }
   if (event == TERN_BODY_ERROR && (knobs & UPLOAD_LATE)) {
@@ -380,7 +398,9 @@ static void upload_body(tern_request *r, int event, const char *data,
 
 static void upload(tern_request *r, void *user) {
   uint64_t *total = calloc(1, sizeof(*total));
-  unsigned knobs = (query_num(r, "pause") == 1 ? UPLOAD_PAUSE : 0u) |
+  unsigned knobs = (query_num(r, "pause") == 1   ? UPLOAD_PAUSE
+                    : query_num(r, "pause") == 2 ? UPLOAD_RESUME
+                                                 : 0u) |
                    (query_num(r, "late") == 1 ? UPLOAD_LATE : 0u);
   (void)user;
   if (total == NULL) {

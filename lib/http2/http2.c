@@ -302,6 +302,12 @@ static void consume(h2_conn *h, h2_stream *s, size_t n) {
   if (win != 0)
     nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0,
                                           (int32_t)win);
+  /* The credit is a WINDOW_UPDATE nghttp2 now wants to send: a pump must
+   * follow, or a client that waits for it (its window spent on bytes a
+   * paused handler just took) waits for ever. Delivery that runs at the
+   * end of a pump (run_flows) goes round once more for it. */
+  if (nghttp2_session_want_write(h->ng))
+    schedule(h);
 }
 
 /* ---- Closing streams --------------------------------------------------- */

@@ -37,6 +37,7 @@
 
 #include <stdlib.h>
 
+#include "fake_transport.h"
 #include "t.h"
 
 struct fake_quic {
@@ -143,27 +144,6 @@ void fake_quic_keep_alive(fake_quic *q, int on) {
 
 /* ---- The fake transport under the head ---- */
 
-static void tp_process(tern__conn *c) {
-  c->proto->input(c);
-}
-static void tp_output(tern__conn *c) {
-  c->proto->output(c);
-}
-static void tp_flush(tern__conn *c) {
-  (void)c;
-}
-static void tp_input(tern__conn *c, int on) {
-  (void)c;
-  (void)on;
-}
-static size_t tp_buffered(const tern__conn *c) {
-  (void)c;
-  return 0;
-}
-static void tp_timeout(tern__conn *c, int kind) {
-  (void)c;
-  (void)kind;
-}
 static void tp_close(tern__conn *c) {
   fake_quic *q = (fake_quic *)(void *)c;
   fake_http3_app.free(q);
@@ -173,18 +153,8 @@ static void tp_close(tern__conn *c) {
 static void tp_free(tern__conn *c) {
   free(c);
 }
-static const tern__transport fake_tp = {
-    .name = "fake",
-    .conn_size = sizeof(fake_quic),
-    .process = tp_process,
-    .output = tp_output,
-    .flush = tp_flush,
-    .input = tp_input,
-    .buffered = tp_buffered,
-    .timeout = tp_timeout,
-    .close = tp_close,
-    .free = tp_free,
-};
+static const tern__transport fake_tp =
+    FAKE_TRANSPORT(sizeof(fake_quic), tp_close, tp_free);
 
 /* ---- The client's view of each stream ---- */
 

@@ -503,6 +503,25 @@ def upload_64mib():
 
 
 @case
+def throttled_reader_is_credited():
+    """A handler that pauses its reading after each piece and resumes from
+    another thread, writing nothing until the end (/upload?pause=2): each
+    resume hands the held bytes over, and the window credit for them must
+    go out then. The WINDOW_UPDATE once stayed inside nghttp2 until some
+    other frame was sent, so a 1 MiB upload stalled at the first window
+    (64 KiB) for good."""
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(os.urandom(1 << 20))
+        f.flush()
+        rc, out, err = run(["curl", "-sS", "--http2-prior-knowledge",
+                            "--max-time", "20", "--data-binary", "@" + f.name,
+                            url(srv.port, "/upload?pause=2")], 30)
+    eq(rc, 0, "curl rc (%s)" % err)
+    eq(out, b"%d" % (1 << 20), "bytes the handler counted")
+    check_serves(srv.port)
+
+
+@case
 def collect_too_large_413():
     with tempfile.NamedTemporaryFile() as f:
         f.write(b"x" * (9 << 20))  # over the reference server's default 8 MiB
