@@ -32,13 +32,14 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # venv); haproxy as the real load balancer in front of the reference server
 # (test_haproxy.py, test_fleet.py);
 # the zstd and brotli tools decode compressed answers (test_compress.py);
-# abigail-tools' abidw describes the built library for .ci/abi-check.
+# abigail-tools' abidw describes the built library for .ci/abi-check;
+# cmake finds the installed library with find_package (test/packaging).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
     valgrind libhiredis-dev redis-server python3-pytest python3-venv
-    haproxy zstd brotli abigail-tools)
+    haproxy zstd brotli abigail-tools cmake)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
