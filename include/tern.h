@@ -58,7 +58,8 @@
  *                     tern_server_set_alt_svc
  *   Routing           tern_route, tern_route_with, route options and
  *                     response compression, the default handler
- *   The request       method, target, path, query, fields, peer, body;
+ *   The request       method, target, path, query, fields (TERN_HEADER),
+ *                     TLS (tern_request_tls), peer, body;
  *                     streaming bodies (tern_request_read/pause/resume);
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
@@ -808,6 +809,12 @@ typedef struct {
   size_t value_len;
 } tern_header;
 
+/* A tern_header from two string literals, their lengths counted by the
+ * compiler: static const tern_header h[] = {TERN_HEADER("cache-control",
+ * "no-store")}; */
+#define TERN_HEADER(name, value)                                               \
+  { (name), sizeof(name) - 1, (value), sizeof(value) - 1 }
+
 TERN_EXTERN const char *tern_request_method(const tern_request *r, size_t *len);
 /* The request-target as sent (path and query). */
 TERN_EXTERN const char *tern_request_target(const tern_request *r, size_t *len);
@@ -820,6 +827,12 @@ TERN_EXTERN const char *tern_request_authority(const tern_request *r,
                                                size_t *len);
 /* TERN_PROTO_*. */
 TERN_EXTERN int tern_request_protocol(const tern_request *r);
+/* The TLS version the request came over: TERN_TLS_1_3 or TERN_TLS_1_2
+ * (HTTPS; HTTP/3 is always TERN_TLS_1_3), or 0 in the clear (plain TCP, a
+ * Unix socket; behind a TLS-terminating balancer, see
+ * tern_request_proxy_tlv with TERN_PROXY_SSL). Any thread holding the
+ * request. */
+TERN_EXTERN int tern_request_tls(const tern_request *r);
 /* 1 when the request's head arrived in TLS early data (0-RTT on HTTP/3,
  * with tern_quic_options.early_data on), else 0. Such a request may be a
  * replay of one the client sent before, by an attacker that recorded it:
@@ -835,7 +848,10 @@ TERN_EXTERN const char *tern_request_param(const tern_request *r,
                                            const char *name, size_t name_len,
                                            size_t *len);
 
-/* The first header named `name` (ASCII case-insensitive), or NULL. */
+/* The first header named `name` (ASCII case-insensitive), or NULL. On
+ * HTTP/2 and HTTP/3 a request carries its host as :authority rather than
+ * a Host field: "host" answers it there too (as tern_request_authority
+ * does), so a handler reads the same on every protocol. */
 TERN_EXTERN const char *tern_request_header(const tern_request *r,
                                             const char *name, size_t name_len,
                                             size_t *len);

@@ -14,6 +14,9 @@
  *                       late=1 answers a failed body not in the body
  *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
+ *   GET  /whoami        "tls V host H proto P": tern_request_tls (hex),
+ *                       the host (Host, or :authority on HTTP/2 and 3) and
+ *                       tern_request_protocol
  *   GET  /trailers      a streamed body followed by two trailer fields
  *   GET  /big?bytes=N   N bytes of 'x' (at most 64 MiB; 1 MiB without
  *                       bytes=), referenced from static memory
@@ -268,6 +271,24 @@ static void fields(tern_request *r, void *user) {
     len += (size_t)k;
   }
   tern_respond(r, 200, text_plain, 1, body, len);
+}
+
+/* What a handler knows of where the request came from, the same on
+ * every protocol: "tls V host H proto P" (V: tern_request_tls, in hex;
+ * H: tern_request_header(r, "host"), which answers :authority on HTTP/2
+ * and HTTP/3). */
+static void whoami(tern_request *r, void *user) {
+  static const tern_header plain[] = {
+      TERN_HEADER("content-type", "text/plain")};
+  char body[300];
+  size_t hl = 0;
+  const char *h = tern_request_header(r, "host", 4, &hl);
+  int n = snprintf(body, sizeof(body), "tls %x host %.*s proto %d",
+                   (unsigned)tern_request_tls(r), h ? (int)hl : 1, h ? h : "-",
+                   tern_request_protocol(r));
+  (void)user;
+  tern_respond(r, 200, plain, 1, body,
+               n > 0 && (size_t)n < sizeof(body) ? (size_t)n : 0);
 }
 
 /* Echo: each piece is copied and written; reading pauses while more than
@@ -1433,6 +1454,7 @@ int main(int argc, char **argv) {
                       &compress_opts);
   }
   tern_route(server, "GET", "/fields", fields, NULL);
+  tern_route(server, "GET", "/whoami", whoami, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);
   tern_route(server, "POST", "/collect", collect, NULL);

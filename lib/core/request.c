@@ -460,6 +460,12 @@ int tern_request_protocol(const tern_request *r) {
   return r->protocol;
 }
 
+int tern_request_tls(const tern_request *r) {
+  /* Set once the handshake is done, before the connection's first
+   * request: read-only from then on. */
+  return r != NULL && r->conn != NULL ? r->conn->tls_version : 0;
+}
+
 int tern_request_early(const tern_request *r) {
   return (r->flags & TERN__RQ_EARLY) != 0;
 }
@@ -488,6 +494,14 @@ const char *tern_request_header(const tern_request *r, const char *name,
         *len = h->value_len;
       return h->value;
     }
+  }
+  /* HTTP/2 and HTTP/3 carry the host as :authority (RFC 9113 8.3.1, RFC
+   * 9114 4.3.1): "host" answers it. */
+  if (r->protocol >= TERN_PROTO_HTTP2 && r->authority != NULL &&
+      name_len == 4 && tern__ieq(name, "host", 4)) {
+    if (len != NULL)
+      *len = r->authority_len;
+    return r->authority;
   }
   return NULL;
 }

@@ -264,6 +264,8 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
     return;
   }
   c = tern__conn_new(w, &tern__quic_transport);
+  if (c != NULL)
+    c->tls_version = TERN_TLS_1_3; /* QUIC is TLS 1.3 (RFC 9001) */
   if (c == NULL)
     return;
   q = tern__quic_of(c);

@@ -235,6 +235,13 @@ class Request:
             fast.tern_request_protocol(p), "?"))
 
     @property
+    def tls(self):
+        """The TLS version the request came over, '1.3' or '1.2', or None
+        in the clear (tern_request_tls)."""
+        return self._read("tls", lambda p: {0x0304: "1.3", 0x0303: "1.2"}.get(
+            fast.tern_request_tls(p)))
+
+    @property
     def headers(self):
         def load(p):
             items = []

@@ -281,6 +281,7 @@ FUNCTIONS = {
     "tern_request_authority": (_P, [_P, _SZ], "fast"),
     "tern_request_protocol": (c_int, [_P], "fast"),
     "tern_request_early": (c_int, [_P], "fast"),
+    "tern_request_tls": (c_int, [_P], "fast"),
     "tern_request_param": (_P, [_P, c_char_p, c_size_t, _SZ], "fast"),
     "tern_request_header": (_P, [_P, c_char_p, c_size_t, _SZ], "fast"),
     "tern_request_header_count": (c_size_t, [_P], "fast"),

@@ -178,12 +178,14 @@ def app_tmp():
 @pytest.mark.skipif(not shutil.which("curl"), reason="curl missing")
 def test_tls_with_curl(server, cert):
     app = server()
-    app.add_route("GET", "/tls", lambda r: "over %s" % r.protocol)
+    app.add_route("GET", "/tls",
+                  lambda r: "over %s %s" % (r.protocol, r.tls))
     tls = app.tls(*cert)
     port = started(app, tls=tls)
     assert tls.engine in ("gnutls", "mbedtls")
-    for flag, want in (("--http1.1", b"over HTTP/1.1"),
-                       ("--http2", b"over HTTP/2")):
+    v = "1.3" if tls.engine == "gnutls" else "1.2"
+    for flag, want in (("--http1.1", b"over HTTP/1.1 " + v.encode()),
+                       ("--http2", b"over HTTP/2 " + v.encode())):
         out = subprocess.run(["curl", "-sS", flag, "--cacert", cert[0],
                               "https://localhost:%d/tls" % port,
                               "--resolve", "localhost:%d:127.0.0.1" % port],

@@ -403,6 +403,20 @@ def length_mismatch_resets_only_its_stream():
 
 
 @case
+def request_knows_tls_and_host():
+    """Over HTTP/3 the request is TLS 1.3 (tern_request_tls answers
+    0x0304) and its host, carried as :authority, is what
+    tern_request_header(r, "host") answers (the reference server's
+    /whoami; test_tls.py checks HTTP/1.1 and HTTP/2)."""
+    need()
+    with tempfile.NamedTemporaryFile() as f:
+        r = h3("GET", srv.quic_port, "/whoami", "--body-out", f.name)
+        eq(r.status.get(0), 200, "status (%r)" % r)
+        eq(open(f.name).read(), "tls 304 host 127.0.0.1:%d proto 30"
+           % srv.quic_port, "the handler's view")
+
+
+@case
 def invalid_fields_reset_only_their_stream():
     """A field whose name is not a token, or whose value holds CR, LF, NUL
     or whitespace at an end, makes the request malformed (RFC 9114 4.2,

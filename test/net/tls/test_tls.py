@@ -181,6 +181,27 @@ def curl_https():
 
 
 @case
+def request_knows_tls_and_host():
+    """tern_request_tls and tern_request_header(r, "host") answer the same
+    way on every carrier (the reference server's /whoami): the TLS version
+    over HTTPS, 0 in the clear, and the host from Host on HTTP/1.1 and
+    from :authority on HTTP/2, which has no Host field."""
+    tls13 = best_version() == "TLSv1.3"
+    want_tls = "304" if tls13 else "303"
+    for args, tls, proto in ((["--http1.1"], want_tls, "11"),
+                             (["--http2"], want_tls, "20"),
+                             (["--http1.1"], "0", "11"),
+                             (["--http2-prior-knowledge"], "0", "20")):
+        port = srv.tls_port if tls != "0" else srv.port
+        scheme = "https" if tls != "0" else "http"
+        out = subprocess.run(["curl", "-sk"] + args +
+                             ["%s://localhost:%d/whoami" % (scheme, port)],
+                             capture_output=True, timeout=20).stdout
+        eq(out.decode(), "tls %s host localhost:%d proto %s"
+           % (tls, port, proto), "curl %s %s" % (scheme, args[0]))
+
+
+@case
 def keep_alive_and_pipelining():
     # Sixteen requests in one write, then one more on the same connection.
     with tls_connect(srv.tls_port) as s:
