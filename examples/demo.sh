@@ -45,16 +45,37 @@ stop() {
   exit 0
 }
 trap stop INT TERM
+# Each server's lines pass through (the chat's marked "chat: "), and once
+# its ports are printed the hints follow with the ports it really has
+# (with --port 0 the kernel picks them).
+hints() { # PREFIX: the server's lines on stdin
+  local p="" t="" line
+  while IFS= read -r line; do
+    printf '%s%s\n' "$1" "$line"
+    case $line in
+    "listening on "*) p=${line##* } ;;
+    "tls listening on "*) t=${line##* } ;;
+    "quic listening on "*)
+      if [ -n "$1" ]; then
+        echo "demo: the chat room is at http://127.0.0.1:$p/ and" \
+          "https://localhost:$t/ (HTTP/3 on UDP ${line##* })"
+      else
+        echo "demo: try  curl http://127.0.0.1:$p/  and  curl -k https://127.0.0.1:$t/"
+        echo "demo: HTTP/3: gtlsclient 127.0.0.1 ${line##* }" \
+          "https://localhost:${line##* }/ (package ngtcp2-client)"
+        echo "demo: a page served from examples/static:" \
+          "http://127.0.0.1:$p/static/ (and over TLS and HTTP/3)"
+      fi
+      ;;
+    esac
+  done
+}
 build/examples/chat --port "$chat_port" --tls-port "$chat_tls" --quic \
-  --cert "$certs/cert.pem" --key "$certs/key.pem" > >(sed -u 's/^/chat: /') &
+  --cert "$certs/cert.pem" --key "$certs/key.pem" > >(hints "chat: ") &
 pids+=($!)
-echo "demo: try  curl http://127.0.0.1:PORT/  and  curl -k https://127.0.0.1:TLSPORT/"
-echo "demo: HTTP/3: gtlsclient 127.0.0.1 TLSPORT https://localhost:TLSPORT/ (package ngtcp2-client)"
-echo "demo: a page served from examples/static: http://127.0.0.1:PORT/static/ (and over TLS and HTTP/3)"
-echo "demo: the chat room (chat: lines) is at http://127.0.0.1:PORT/ and https://localhost:TLSPORT/"
 build/examples/reference --port "$port" --tls-port "$tls_port" \
   --quic-port "$tls_port" --cert "$certs/cert.pem" --key "$certs/key.pem" \
-  --static examples/static &
+  --static examples/static > >(hints "") &
 pids+=($!)
 # Either server ending on its own (a port in use, say) ends the demo.
 rc=0
