@@ -59,7 +59,8 @@
  *   Routing           tern_route, tern_route_with, route options and
  *                     response compression, the default handler
  *   The request       method, target, path, query, fields (TERN_HEADER),
- *                     TLS (tern_request_tls), peer, body;
+ *                     TLS (tern_request_tls), peer, body; query strings
+ *                     and forms (tern_form_next, _decode, _get);
  *                     streaming bodies (tern_request_read/pause/resume);
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
@@ -897,6 +898,34 @@ TERN_EXTERN const char *tern_request_body(const tern_request *r, size_t *len);
 TERN_EXTERN size_t tern_request_trailer_count(const tern_request *r);
 TERN_EXTERN const tern_header *tern_request_trailer_at(const tern_request *r,
                                                        size_t i);
+
+/* ---- Query strings and forms ---- */
+
+/* A query string (tern_request_query) or an application/x-www-form-
+ * urlencoded body (tern_request_body) is pairs separated by '&' (empty
+ * pieces are skipped), each "name=value" or a bare "name" (empty value);
+ * names and values are percent-encoded, '+' standing for a space. These
+ * read such a string as it is: any thread, no allocation, nothing kept.
+ *
+ * The next pair from *pos (start at 0): 1 and its still-encoded name and
+ * value as views into s in *pair, *pos moved past it; 0 when none is
+ * left. */
+TERN_EXTERN int tern_form_next(const char *s, size_t len, size_t *pos,
+                               tern_header *pair);
+/* Decode `len` bytes of a name or value into out (`cap` bytes): its
+ * length in *out_len (may be NULL), a NUL after it when there is room.
+ * It is never longer than the input. Errors: TERN_EINVAL (a '%' not
+ * followed by two hex digits), TERN_ETOOBIG (cap too small). */
+TERN_EXTERN int tern_form_decode(const char *in, size_t len, char *out,
+                                 size_t cap, size_t *out_len);
+/* The first pair whose decoded name is `name` (`name_len` bytes), its
+ * value decoded into out as tern_form_decode does. TERN_ENOTFOUND when
+ * there is none. For example, with a query "q=tern%20http&page=2":
+ * tern_form_get(q, qlen, "q", 1, buf, sizeof(buf), &n) gives
+ * "tern http". */
+TERN_EXTERN int tern_form_get(const char *s, size_t len, const char *name,
+                              size_t name_len, char *out, size_t cap,
+                              size_t *out_len);
 
 /* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
 

@@ -14,6 +14,8 @@
  *                       late=1 answers a failed body not in the body
  *                       callback but from another thread after ms=N ms
  *   GET  /stream        a chunked body written in pieces
+ *   GET  /form?PAIRS    (and POST /form with an urlencoded body) each pair
+ *                       decoded, "name=value" a line; "?" for a bad escape
  *   GET  /whoami        "tls V host H proto P": tern_request_tls (hex),
  *                       the host (Host, or :authority on HTTP/2 and 3) and
  *                       tern_request_protocol
@@ -271,6 +273,37 @@ static void fields(tern_request *r, void *user) {
     len += (size_t)k;
   }
   tern_respond(r, 200, text_plain, 1, body, len);
+}
+
+/* The pairs of the query (GET) or of the urlencoded body (POST), one
+ * "name=value" line each, decoded (tern_form_next, tern_form_decode); a
+ * bad escape shows as "?". */
+static void form(tern_request *r, void *user) {
+  char out[4096], name[256], value[1024];
+  size_t pos = 0, len = 0, slen = 0, nl, vl;
+  const char *s;
+  tern_header p;
+  (void)user;
+  tern_request_method(r, &nl);
+  s = nl == 4 ? tern_request_body(r, &slen) : tern_request_query(r, &slen);
+  while (tern_form_next(s, slen, &pos, &p)) {
+    int k;
+    if (tern_form_decode(p.name, p.name_len, name, sizeof(name), &nl) != 0) {
+      name[0] = '?'; /* a bad escape */
+      nl = 1;
+    }
+    if (tern_form_decode(p.value, p.value_len, value, sizeof(value), &vl) !=
+        0) {
+      value[0] = '?';
+      vl = 1;
+    }
+    k = snprintf(out + len, sizeof(out) - len, "%.*s=%.*s\n", (int)nl, name,
+                 (int)vl, value);
+    if (k < 0 || (size_t)k >= sizeof(out) - len)
+      break;
+    len += (size_t)k;
+  }
+  tern_respond(r, 200, text_plain, 1, out, len);
 }
 
 /* What a handler knows of where the request came from, the same on
@@ -1455,6 +1488,8 @@ int main(int argc, char **argv) {
   }
   tern_route(server, "GET", "/fields", fields, NULL);
   tern_route(server, "GET", "/whoami", whoami, NULL);
+  tern_route(server, "GET", "/form", form, NULL);
+  tern_route(server, "POST", "/form", form, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);
   tern_route(server, "POST", "/collect", collect, NULL);

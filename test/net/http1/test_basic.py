@@ -611,5 +611,24 @@ def teardown():
     shared_reference_teardown(srv)
 
 
+@case
+def query_and_form_pairs():
+    """tern_form_next and tern_form_decode as a handler uses them (the
+    reference server's /form): the query's pairs, and an urlencoded POST
+    body's, each decoded ('+' and %XX), a bad escape refused; the same
+    over HTTP/1.1 and h2c."""
+    pairs = "q=tern%20http&&x+y=%E2%82%AC&bad=%zz&flag&page=2"
+    want = "q=tern http\nx y=\u20ac\nbad=?\nflag=\npage=2\n"
+    for proto in ("--http1.1", "--http2-prior-knowledge"):
+        got = subprocess.run(["curl", "-s", proto, "http://127.0.0.1:%d/form?%s"
+                              % (srv.port, pairs)],
+                             capture_output=True, timeout=20).stdout
+        eq(got.decode(), want, "GET " + proto)
+        got = subprocess.run(["curl", "-s", proto, "--data-raw", pairs,
+                              "http://127.0.0.1:%d/form" % srv.port],
+                             capture_output=True, timeout=20).stdout
+        eq(got.decode(), want, "POST " + proto)
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
