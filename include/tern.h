@@ -60,7 +60,8 @@
  *                     response compression, the default handler
  *   The request       method, target, path, query, fields (TERN_HEADER),
  *                     TLS (tern_request_tls), peer, body; query strings
- *                     and forms (tern_form_next, _decode, _get);
+ *                     and forms (tern_form_next, _decode, _get); cookies
+ *                     (tern_request_cookie, tern_cookie_next, _format);
  *                     streaming bodies (tern_request_read/pause/resume);
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
@@ -926,6 +927,34 @@ TERN_EXTERN int tern_form_decode(const char *in, size_t len, char *out,
 TERN_EXTERN int tern_form_get(const char *s, size_t len, const char *name,
                               size_t name_len, char *out, size_t cap,
                               size_t *out_len);
+
+/* ---- Cookies ---- */
+
+/* The value of the request's cookie `name` (`name_len` bytes, compared
+ * exactly), as a view into its Cookie field (the quotes of a quoted value
+ * left out), with *len; NULL when there is none. Every Cookie field is
+ * looked through (HTTP/2 and HTTP/3 crumbs arrive joined). Cookie values
+ * are not decoded: what the server set is what comes back. */
+TERN_EXTERN const char *tern_request_cookie(const tern_request *r,
+                                            const char *name, size_t name_len,
+                                            size_t *len);
+/* The next "name=value" pair of a Cookie field value `s` from *pos (start
+ * at 0), separated by ';' and spaces, as views in *pair: 1, or 0 when
+ * none is left. Pieces without '=' or without a name are passed over. */
+TERN_EXTERN int tern_cookie_next(const char *s, size_t len, size_t *pos,
+                                 tern_header *pair);
+/* A Set-Cookie field value into out (`cap` bytes, NUL-terminated; its
+ * length in *out_len, may be NULL): "name=value", then "; " and `attrs`
+ * as given when it is not NULL or empty (e.g. "Path=/; Max-Age=3600;
+ * Secure; HttpOnly; SameSite=Lax"). The name must be a token and the
+ * value RFC 6265 cookie-octets (no space, quote, comma, semicolon,
+ * backslash or control: encode such values yourself), and attrs hold no
+ * control character: else TERN_EINVAL, so that no field can be split.
+ * TERN_ETOOBIG when cap is too small. */
+TERN_EXTERN int tern_cookie_format(char *out, size_t cap, size_t *out_len,
+                                   const char *name, size_t name_len,
+                                   const char *value, size_t value_len,
+                                   const char *attrs);
 
 /* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
 

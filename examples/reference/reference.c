@@ -16,6 +16,8 @@
  *   GET  /stream        a chunked body written in pieces
  *   GET  /form?PAIRS    (and POST /form with an urlencoded body) each pair
  *                       decoded, "name=value" a line; "?" for a bad escape
+ *   GET  /cookie?name=N the value of cookie N (404: none), and a Set-Cookie
+ *                       "seen=1" made by tern_cookie_format
  *   GET  /whoami        "tls V host H proto P": tern_request_tls (hex),
  *                       the host (Host, or :authority on HTTP/2 and 3) and
  *                       tern_request_protocol
@@ -304,6 +306,29 @@ static void form(tern_request *r, void *user) {
     len += (size_t)k;
   }
   tern_respond(r, 200, text_plain, 1, out, len);
+}
+
+/* GET /cookie?name=N: the value of the request's cookie N (404 when it
+ * has none), and a Set-Cookie "seen=1" built by tern_cookie_format. */
+static void cookie(tern_request *r, void *user) {
+  char name[64], set[128];
+  size_t qlen, nl = 0, vl, sl, nh = 1;
+  const char *q = tern_request_query(r, &qlen), *v;
+  tern_header h[2] = {TERN_HEADER("content-type", "text/plain"),
+                      TERN_HEADER("set-cookie", "")};
+  (void)user;
+  if (tern_form_get(q, qlen, "name", 4, name, sizeof(name), &nl) != 0 ||
+      (v = tern_request_cookie(r, name, nl, &vl)) == NULL) {
+    tern_respond(r, 404, h, 1, "no such cookie\n", 15);
+    return;
+  }
+  if (tern_cookie_format(set, sizeof(set), &sl, "seen", 4, "1", 1,
+                         "Path=/; HttpOnly; SameSite=Lax") == 0) {
+    h[1].value = set;
+    h[1].value_len = sl;
+    nh = 2;
+  }
+  tern_respond(r, 200, h, nh, v, vl);
 }
 
 /* What a handler knows of where the request came from, the same on
@@ -1489,6 +1514,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/fields", fields, NULL);
   tern_route(server, "GET", "/whoami", whoami, NULL);
   tern_route(server, "GET", "/form", form, NULL);
+  tern_route(server, "GET", "/cookie", cookie, NULL);
   tern_route(server, "POST", "/form", form, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);

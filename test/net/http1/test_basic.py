@@ -630,5 +630,28 @@ def query_and_form_pairs():
         eq(got.decode(), want, "POST " + proto)
 
 
+@case
+def cookies_read_and_set():
+    """tern_request_cookie finds a cookie among several (quoted or not,
+    over HTTP/1.1 and h2c, where curl may send crumbs) and
+    tern_cookie_format builds the Set-Cookie (the reference server's
+    /cookie); a cookie the request lacks is a 404."""
+    for proto in ("--http1.1", "--http2-prior-knowledge"):
+        p = subprocess.run(["curl", "-s", "-i", proto, "-b",
+                            'a=1; sid="abc"; b=2',
+                            "http://127.0.0.1:%d/cookie?name=sid" % srv.port],
+                           capture_output=True, timeout=20).stdout.decode()
+        head, _, body = p.partition("\r\n\r\n")
+        eq(body, "abc", "the cookie's value " + proto)
+        check(re.search(r"(?im)^set-cookie: seen=1; Path=/; HttpOnly; "
+                        r"SameSite=Lax\r$", head) is not None,
+              "Set-Cookie %s: %r" % (proto, head))
+        p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w",
+                            "%{http_code}", proto, "-b", "a=1",
+                            "http://127.0.0.1:%d/cookie?name=sid" % srv.port],
+                           capture_output=True, timeout=20).stdout
+        eq(p, b"404", "no such cookie " + proto)
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
