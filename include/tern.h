@@ -62,6 +62,8 @@
  *                     TLS (tern_request_tls), peer, body; query strings
  *                     and forms (tern_form_next, _decode, _get); cookies
  *                     (tern_request_cookie, tern_cookie_next, _format);
+ *                     Basic authentication (tern_request_basic_auth,
+ *                     tern_equal_secret);
  *                     streaming bodies (tern_request_read/pause/resume);
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
@@ -955,6 +957,27 @@ TERN_EXTERN int tern_cookie_format(char *out, size_t cap, size_t *out_len,
                                    const char *name, size_t name_len,
                                    const char *value, size_t value_len,
                                    const char *attrs);
+
+/* ---- Basic authentication ---- */
+
+/* The credentials of an "Authorization: Basic ..." value `v` (RFC 7617):
+ * the base64 is decoded into buf (`cap` bytes), and *cred's name is the
+ * user-id and its value the password, views into buf. Errors:
+ * TERN_ENOTFOUND (another scheme), TERN_EINVAL (bad base64, no ':', or a
+ * control character), TERN_ETOOBIG (buf too small). */
+TERN_EXTERN int tern_basic_auth_parse(const char *v, size_t len, char *buf,
+                                      size_t cap, tern_header *cred);
+/* The same for the request's Authorization field; TERN_ENOTFOUND when it
+ * has none. Check the password with tern_equal_secret, and answer 401
+ * with a WWW-Authenticate field when it does not match. */
+TERN_EXTERN int tern_request_basic_auth(const tern_request *r, char *buf,
+                                        size_t cap, tern_header *cred);
+/* 1 when the two byte strings are equal, else 0, in a time that depends
+ * on their lengths only, not on where they differ: for passwords, tokens
+ * and MACs, where an early exit would tell an attacker how much of a
+ * guess was right. */
+TERN_EXTERN int tern_equal_secret(const void *a, size_t alen, const void *b,
+                                  size_t blen);
 
 /* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
 

@@ -18,6 +18,8 @@
  *                       decoded, "name=value" a line; "?" for a bad escape
  *   GET  /cookie?name=N the value of cookie N (404: none), and a Set-Cookie
  *                       "seen=1" made by tern_cookie_format
+ *   GET  /private       Basic authentication as admin:s3cret ("hello
+ *                       admin"), else 401 with WWW-Authenticate
  *   GET  /whoami        "tls V host H proto P": tern_request_tls (hex),
  *                       the host (Host, or :authority on HTTP/2 and 3) and
  *                       tern_request_protocol
@@ -329,6 +331,27 @@ static void cookie(tern_request *r, void *user) {
     nh = 2;
   }
   tern_respond(r, 200, h, nh, v, vl);
+}
+
+/* GET /private: Basic authentication as user "admin", password
+ * "s3cret" (tern_request_basic_auth, tern_equal_secret); 401 with
+ * WWW-Authenticate otherwise. */
+static void private_area(tern_request *r, void *user) {
+  static const tern_header challenge[] = {TERN_HEADER(
+      "www-authenticate", "Basic realm=\"tern\", charset=\"UTF-8\"")};
+  char buf[256], msg[300];
+  tern_header c;
+  int n;
+  (void)user;
+  if (tern_request_basic_auth(r, buf, sizeof(buf), &c) != 0 ||
+      !tern_equal_secret(c.name, c.name_len, "admin", 5) ||
+      !tern_equal_secret(c.value, c.value_len, "s3cret", 6)) {
+    tern_respond(r, 401, challenge, 1, "who are you?\n", 13);
+    return;
+  }
+  n = snprintf(msg, sizeof(msg), "hello %.*s\n", (int)c.name_len, c.name);
+  tern_respond(r, 200, text_plain, 1, msg,
+               n > 0 && (size_t)n < sizeof(msg) ? (size_t)n : 0);
 }
 
 /* What a handler knows of where the request came from, the same on
@@ -1515,6 +1538,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/whoami", whoami, NULL);
   tern_route(server, "GET", "/form", form, NULL);
   tern_route(server, "GET", "/cookie", cookie, NULL);
+  tern_route(server, "GET", "/private", private_area, NULL);
   tern_route(server, "POST", "/form", form, NULL);
   tern_route_with(server, "POST", "/echo", echo, NULL, &stream_opts);
   tern_route_with(server, "POST", "/upload", upload, NULL, &stream_opts);

@@ -653,5 +653,30 @@ def cookies_read_and_set():
         eq(p, b"404", "no such cookie " + proto)
 
 
+@case
+def basic_auth():
+    """tern_request_basic_auth and tern_equal_secret as a handler uses
+    them (the reference server's /private): the right user and password
+    get in, a wrong password, an unknown user or no credentials get 401
+    with a WWW-Authenticate challenge, over HTTP/1.1 and h2c."""
+    for proto in ("--http1.1", "--http2-prior-knowledge"):
+        for cred, code, body in (("admin:s3cret", 200, "hello admin\n"),
+                                 ("admin:s3creT", 401, "who are you?\n"),
+                                 ("root:s3cret", 401, "who are you?\n"),
+                                 (None, 401, "who are you?\n")):
+            args = ["curl", "-s", "-i", proto] + (
+                ["-u", cred] if cred else []) + [
+                "http://127.0.0.1:%d/private" % srv.port]
+            out = subprocess.run(args, capture_output=True,
+                                 timeout=20).stdout.decode()
+            head, _, got = out.partition("\r\n\r\n")
+            check(head.split(" ")[1] == str(code), "%s %s: %r"
+                  % (proto, cred, head[:40]))
+            eq(got, body, "%s %s" % (proto, cred))
+            if code == 401:
+                check(re.search(r'(?im)^www-authenticate: Basic realm="tern"',
+                                head) is not None, "challenge %r" % head)
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
