@@ -339,6 +339,18 @@ FUNCTIONS = {
 
 # Exported and deliberately not bound, with the reason.
 LEFT_OUT = {
+    # The C helpers for what Python's standard library already does, on a
+    # request's own strings (headers, query, body) that the binding hands
+    # over as str and bytes.
+    "tern_form_next": "urllib.parse.parse_qsl on Request.query or body",
+    "tern_form_decode": "urllib.parse.unquote_plus",
+    "tern_form_get": "urllib.parse.parse_qs on Request.query or body",
+    "tern_request_cookie": "http.cookies.SimpleCookie on the Cookie header",
+    "tern_cookie_next": "http.cookies.SimpleCookie",
+    "tern_cookie_format": "http.cookies.SimpleCookie's output, or a header",
+    "tern_request_basic_auth": "base64.b64decode of the Authorization header",
+    "tern_basic_auth_parse": "base64.b64decode and str.partition",
+    "tern_equal_secret": "hmac.compare_digest",
     # 0.1's listener calls, still exported for programs built against 0.1
     # (lib/core/abi_legacy.c); tern_listen_with replaced them.
     "tern_set_default_handler": "0.1's name, kept for 0.1 programs: "
