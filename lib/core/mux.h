@@ -68,13 +68,6 @@ typedef struct {
 int tern__mux_pend_add(tern__worker *w, tern__mux_pend *b, const void *p,
                        size_t n);
 
-/* A response's :status value: its three digits into st. */
-static inline void tern__mux_status_digits(char st[3], int status) {
-  st[0] = (char)('0' + status / 100);
-  st[1] = (char)('0' + status / 10 % 10);
-  st[2] = (char)('0' + status % 10);
-}
-
 /* ---- Request streams ------------------------------------------------ */
 
 /* A stream's flags both adapters keep; an adapter's own begin at

@@ -26,5 +26,12 @@ int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
 /* The reason phrase for a status code ("Not Found"), "Unknown" for an
  * unregistered one (lib/core/status.c, generated from status.txt). */
 const char *tern__reason(int status);
+/* A status code's three digits (100 to 999) into out[0 .. 3), as the
+ * status line and :status carry them. */
+static inline void tern__status_digits(char *out, int status) {
+  out[0] = (char)('0' + status / 100);
+  out[1] = (char)('0' + status / 10 % 10);
+  out[2] = (char)('0' + status % 10);
+}
 
 #endif

@@ -281,9 +281,8 @@ static int h1_start(tern_request *r, int status, const tern_header *h, size_t n,
     o = PUT_LIT(o, ok_line);
   } else {
     o = PUT_LIT(o, "HTTP/1.1 ");
-    *o++ = (char)('0' + status / 100);
-    *o++ = (char)('0' + status / 10 % 10);
-    *o++ = (char)('0' + status % 10);
+    tern__status_digits(o, status);
+    o += 3;
     *o++ = ' ';
     o = PUT(o, reason, reason_len);
     o = PUT_LIT(o, "\r\n");
@@ -379,9 +378,8 @@ static int h1_interim(tern_request *r, int status, const tern_header *h,
   if ((o = wbuf_open(w, q, fields_size(h, n) + 16 + reason_len, &b)) == NULL)
     return TERN_ENOMEM;
   o = PUT_LIT(o, "HTTP/1.1 ");
-  *o++ = (char)('0' + status / 100);
-  *o++ = (char)('0' + status / 10 % 10);
-  *o++ = (char)('0' + status % 10);
+  tern__status_digits(o, status);
+  o += 3;
   *o++ = ' ';
   o = PUT(o, reason, reason_len);
   o = PUT_LIT(o, "\r\n");

@@ -1432,7 +1432,7 @@ static int head_open(tern__worker *w, h2_head *hd, int status,
     hd->buf = tern__malloc(w->srv, names);
   if (hd->nv == NULL || hd->buf == NULL)
     return TERN_ENOMEM;
-  tern__mux_status_digits(hd->st, status);
+  tern__status_digits(hd->st, status);
   hd->nv[0].name = (uint8_t *)":status";
   hd->nv[0].namelen = 7;
   hd->nv[0].value = (uint8_t *)hd->st;

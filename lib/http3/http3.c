@@ -1513,7 +1513,7 @@ static int fields_open(tern__worker *w, h3_fields *hd, int status,
   if (hd->nv == NULL || hd->buf == NULL)
     return TERN_ENOMEM;
   if (status != 0) {
-    tern__mux_status_digits(hd->st, status);
+    tern__status_digits(hd->st, status);
     hd->nv[0].name = (uint8_t *)":status";
     hd->nv[0].namelen = 7;
     hd->nv[0].value = (uint8_t *)hd->st;
