@@ -611,6 +611,16 @@ def teardown():
     shared_reference_teardown(srv)
 
 
+def curl_head(proto, path, *args):
+    """curl() (`proto`: --http1.1 or --http2-prior-knowledge) to the shared
+    server's `path` with `args`, the head shown: (status, head, body) as
+    text."""
+    out = curl("-i", proto, *args,
+               "http://127.0.0.1:%d%s" % (srv.port, path)).decode()
+    head, _, body = out.partition("\r\n\r\n")
+    return int(head.split(" ")[1]), head, body
+
+
 @case
 def query_and_form_pairs():
     """tern_form_next and tern_form_decode as a handler uses them (the
@@ -620,14 +630,9 @@ def query_and_form_pairs():
     pairs = "q=tern%20http&&x+y=%E2%82%AC&bad=%zz&flag&page=2"
     want = "q=tern http\nx y=\u20ac\nbad=?\nflag=\npage=2\n"
     for proto in ("--http1.1", "--http2-prior-knowledge"):
-        got = subprocess.run(["curl", "-s", proto, "http://127.0.0.1:%d/form?%s"
-                              % (srv.port, pairs)],
-                             capture_output=True, timeout=20).stdout
-        eq(got.decode(), want, "GET " + proto)
-        got = subprocess.run(["curl", "-s", proto, "--data-raw", pairs,
-                              "http://127.0.0.1:%d/form" % srv.port],
-                             capture_output=True, timeout=20).stdout
-        eq(got.decode(), want, "POST " + proto)
+        eq(curl_head(proto, "/form?" + pairs)[2], want, "GET " + proto)
+        eq(curl_head(proto, "/form", "--data-raw", pairs)[2], want,
+           "POST " + proto)
 
 
 @case
@@ -637,20 +642,14 @@ def cookies_read_and_set():
     tern_cookie_format builds the Set-Cookie (the reference server's
     /cookie); a cookie the request lacks is a 404."""
     for proto in ("--http1.1", "--http2-prior-knowledge"):
-        p = subprocess.run(["curl", "-s", "-i", proto, "-b",
-                            'a=1; sid="abc"; b=2',
-                            "http://127.0.0.1:%d/cookie?name=sid" % srv.port],
-                           capture_output=True, timeout=20).stdout.decode()
-        head, _, body = p.partition("\r\n\r\n")
+        _, head, body = curl_head(proto, "/cookie?name=sid", "-b",
+                             'a=1; sid="abc"; b=2')
         eq(body, "abc", "the cookie's value " + proto)
         check(re.search(r"(?im)^set-cookie: seen=1; Path=/; HttpOnly; "
                         r"SameSite=Lax\r$", head) is not None,
               "Set-Cookie %s: %r" % (proto, head))
-        p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w",
-                            "%{http_code}", proto, "-b", "a=1",
-                            "http://127.0.0.1:%d/cookie?name=sid" % srv.port],
-                           capture_output=True, timeout=20).stdout
-        eq(p, b"404", "no such cookie " + proto)
+        eq(curl_head(proto, "/cookie?name=sid", "-b", "a=1")[0], 404,
+           "no such cookie " + proto)
 
 
 @case
@@ -664,14 +663,9 @@ def basic_auth():
                                  ("admin:s3creT", 401, "who are you?\n"),
                                  ("root:s3cret", 401, "who are you?\n"),
                                  (None, 401, "who are you?\n")):
-            args = ["curl", "-s", "-i", proto] + (
-                ["-u", cred] if cred else []) + [
-                "http://127.0.0.1:%d/private" % srv.port]
-            out = subprocess.run(args, capture_output=True,
-                                 timeout=20).stdout.decode()
-            head, _, got = out.partition("\r\n\r\n")
-            check(head.split(" ")[1] == str(code), "%s %s: %r"
-                  % (proto, cred, head[:40]))
+            status, head, got = curl_head(proto, "/private",
+                                     *(["-u", cred] if cred else []))
+            eq(status, code, "%s %s: %r" % (proto, cred, head[:40]))
             eq(got, body, "%s %s" % (proto, cred))
             if code == 401:
                 check(re.search(r'(?im)^www-authenticate: Basic realm="tern"',
