@@ -10,6 +10,24 @@ import json
 import re
 import sys
 
+
+
+def print_failures(out, limit=40):
+    """The failed cases with the notes under them, so that the end of the
+    run (all a CI page may keep) says which case failed and why."""
+    shown = 0
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("not ok ") and not line.startswith("Bail out!"):
+            continue
+        print("  " + line)
+        for note in lines[i + 1:]:
+            if not note.startswith("#") or shown >= limit:
+                break
+            print("    " + note[:300])
+            shown += 1
+
+
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
     try:
@@ -38,6 +56,7 @@ for path in sys.argv[1:]:
         failed += bad
         if result not in ("OK", "EXPECTEDFAIL", "SKIP"):
             print(f"FAILED: {t.get('name')} ({result})")
+            print_failures(out)
 line = f"{passed} passed, {failed} failed"
 print(line + (f", {skipped} skipped" if skipped else ""))
 sys.exit(1 if failed or passed == 0 else 0)

@@ -48,7 +48,7 @@ def head_timeout_408():
             t_close = time.monotonic() - t0
         suite.note("408 after %.3f s, closed after %.3f s" % (t, t_close))
         check(t >= 0.4, "408 after %.3f s, before the 500 ms timeout" % t)
-        check(t_close <= 2.0, "closed %.3f s after the partial head" % t_close)
+        check(t_close <= 3.0, "closed %.3f s after the partial head" % t_close)
 
 
 @case
@@ -72,7 +72,7 @@ def head_timeout_not_extended_by_trickle():
             r = c.response(timeout=2)
             eq(r.status, 408, "status")
             suite.note("408 after %.3f s of trickling" % got)
-            check(0.4 <= got <= 1.5, "408 after %.3f s (timeout 0.5 s)" % got)
+            check(0.4 <= got <= 3.0, "408 after %.3f s (timeout 0.5 s)" % got)
             check(c.at_eof(2), "not closed after the 408")
 
 
@@ -87,15 +87,18 @@ def head_timeout_silent_connection():
         t = time.monotonic() - t0
         c.close()
         eq((data, how), (b"", "eof"), "silent connection")
-        check(0.4 <= t <= 2.0, "closed after %.3f s (timeout 0.5 s)" % t)
+        check(0.4 <= t <= 3.0, "closed after %.3f s (timeout 0.5 s)" % t)
 
 
 @case
 def idle_timeout():
-    with Server("reference", ["--idle-timeout-ms", "500"]) as s:
+    # The bounds leave room for a loaded machine (CI runs two tests at
+    # once on two cores): a request late by 700 ms or a close late by
+    # 2 s is the scheduler, not the timer.
+    with Server("reference", ["--idle-timeout-ms", "1000"]) as s:
         with Conn(s.port) as c:
             # Requests 300 ms apart keep the connection: it is never idle
-            # for 500 ms, so the server must not close it.
+            # for 1000 ms, so the server must not close it.
             t_first = last = None
             for i in range(4):
                 if i:
@@ -117,7 +120,7 @@ def idle_timeout():
             check(c.at_eof(4), "idle connection not closed")
             t = time.monotonic() - t0
         suite.note("idle close after %.3f s" % t)
-        check(0.4 <= t <= 2.0, "idle close after %.3f s (timeout 0.5 s)" % t)
+        check(0.9 <= t <= 3.0, "idle close after %.3f s (timeout 1 s)" % t)
 
 
 @case
@@ -131,7 +134,7 @@ def idle_timeout_plain():
             check(c.at_eof(4), "idle connection not closed")
             t = time.monotonic() - t0
         suite.note("idle close after %.3f s" % t)
-        check(0.4 <= t <= 2.0, "idle close after %.3f s (timeout 0.5 s)" % t)
+        check(0.4 <= t <= 3.0, "idle close after %.3f s (timeout 0.5 s)" % t)
 
 
 # ---- Many connections -------------------------------------------------------
@@ -805,7 +808,7 @@ def peer_address_after_client_left():
 
 # ---- Memory given back -------------------------------------------------------
 
-def settle_rss(s, start, within=5.0):
+def settle_rss(s, start, within=10.0):
     """The reference server's RSS once it is back within 16 MiB of `start`, or
     after `within` seconds: (the last figure, seconds taken)."""
     t0 = time.monotonic()
@@ -818,20 +821,21 @@ def settle_rss(s, start, within=5.0):
 
 def check_rss_returns(s, start, peak, burst_kib):
     """The burst took more than `burst_kib` (it happened), and RSS is
-    back within 16 MiB of `start` within 5 s of the last close."""
+    back within 16 MiB of `start` within 10 s of the last close (about 2 s
+    on a quiet machine: two trims; the rest is room for a loaded one)."""
     rss, took = settle_rss(s, start)
     suite.note("RSS %d KiB at start, %d in the burst, %d %.1f s after "
                "the last close" % (start, peak, rss, took))
     check(peak - start > burst_kib, "the burst took %d KiB" % (peak - start))
     check(rss - start <= 16 << 10, "RSS %d KiB, %d above its start, "
-          "5 s after the burst" % (rss, rss - start))
+          "%.1f s after the burst" % (rss, rss - start, took))
 
 
 @case(timeout=60)
 def rss_returns_after_pipelined_burst():
     """3,000 connections each pipeline 50 requests and close: RSS climbs
-    to some 170 MB, then returns within 16 MiB of its start within 5 s of
-    the last close. Two things give it back, and both are needed: the
+    to some 170 MB, then returns within 16 MiB of its start (about 2 s
+    after the last close on a quiet machine; the test allows 10). Two things give it back, and both are needed: the
     pools free what stayed unused two ticks in a row, their floors too,
     and worker 0 tells malloc to release its free pages (malloc_trim).
     With the pools' floors kept RSS stayed near 29 MB; without the trim,
@@ -866,7 +870,7 @@ def rss_returns_after_compression_burst():
     """10 h2c connections with 100 slow zstd streams each, every one
     compressed (the bounds raised for the test), then closed: RSS, some
     hundreds of MB at the peak, returns within 16 MiB of its start within
-    5 s (it once stayed at 804 MB)."""
+    10 s (it once stayed at 804 MB)."""
     if sanitized():
         raise Skip("AddressSanitizer's allocator keeps its own quarantine")
     from http2 import test_h2 as h2
