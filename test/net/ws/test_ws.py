@@ -30,8 +30,8 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
                      eq, sanitized, shared_reference_teardown, vmrss_kib)
-from wslib import (answer_going_away, close_payload, deflate_raw,
-                   expect_close, frame, mask_bytes, payload,
+from wslib import (CHOPS, answer_going_away, at_rest, close_payload,
+                   deflate_raw, expect_close, frame, mask_bytes, payload,
                    push_until_stalled, read_back, read_frame,
                    ws_frame_header, ws_key)
 
@@ -856,6 +856,8 @@ class H2WsMux:
                     t in (h2.DATA, h2.HEADERS):
                 st.ended = True
 
+    chop = 0  # > 0: DATA frames of at most this many bytes, one send each
+
     def flush(self):
         """Send what the windows allow, up to 128 KiB at a time: the
         caller reads between, so neither side's socket buffers fill up
@@ -864,11 +866,16 @@ class H2WsMux:
         for sid, st in self.streams.items():
             while st.out and self.win > 0 and st.win > 0 and \
                     len(out) < 128 << 10:
-                n = min(len(st.out), self.win, st.win, 16384)
-                out += h2.frame(h2.DATA, 0, sid, bytes(st.out[:n]))
+                n = min(len(st.out), self.win, st.win, self.chop or 16384)
+                f = h2.frame(h2.DATA, 0, sid, bytes(st.out[:n]))
                 del st.out[:n]
                 self.win -= n
                 st.win -= n
+                if self.chop:  # written to the socket as it is made
+                    self.c.sock.settimeout(30)
+                    self.c.send(f)
+                else:
+                    out += f
         if out:
             self.c.sock.settimeout(30)  # read_frame leaves its own
             self.c.send(bytes(out))
@@ -911,6 +918,9 @@ class H2Tls(h2.H2):
         ctx.verify_mode = ssl.CERT_NONE
         ctx.set_alpn_protocols(["h2"])
         raw = socket.create_connection((HOST, port), timeout=timeout)
+        # As browsers do: without it a small frame written right after
+        # another waits for the server's delayed ACK (some 40 ms).
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = ctx.wrap_socket(raw)
         self.buf = bytearray()
         self.eof = False
@@ -970,6 +980,62 @@ def h2_echo_sizes_tls():
         check(m is not None, "no tls port line")
         with H2Tls(int(m.group(1))) as conn:
             h2_echo_sizes(conn)
+
+
+def chopped_then_empties(port, connect):
+    """Issue 36's sequence, on a fresh one-worker server: six 1 MiB text
+    messages, each one frame on a connection of its own written in DATA
+    frames of 64 to 2048 bytes (one send() each) and closed with 1000
+    after its echo; then a new connection sends 1000 empty messages, each
+    waiting for its echo. It was reported to leave WebSocket over HTTP/2
+    silent on that worker. After each step the server's WebSocket,
+    stream and connection counts are back at rest."""
+    m = payload(1 << 20, True)
+    for chop in CHOPS:
+        with connect() as conn:
+            mux = H2WsMux(conn)
+            mux.chop = chop
+            st = mux.open(1)
+            st.send(m)
+            mux.run(lambda: st.messages, 120)
+            got = st.messages.pop(0)
+            check(got == (0x1, m.encode()), "1 MiB in %d-byte DATA frames: "
+                  "echo of %d bytes, opcode %d" % (chop, len(got[1]), got[0]))
+            st.out += frame(0x8, close_payload(1000))
+            mux.run(lambda: st.messages or st.ended, 10)
+            eq(st.messages[:1], [(0x8, close_payload(1000))],
+               "close echoed after the %d-byte chops" % chop)
+        at_rest(port, "after the %d-byte chops" % chop)
+    t0 = time.monotonic()
+    with connect() as conn:
+        mux = H2WsMux(conn)
+        st = mux.open(1)
+        for i in range(1000):
+            st.send("")
+            mux.run(lambda: st.messages, 10)
+            eq(st.messages.pop(0), (0x1, b""), "empty message %d echoed" % i)
+        st.out += frame(0x8, close_payload(1000))
+        mux.run(lambda: st.messages or st.ended, 10)
+    m = at_rest(port, "after the empties")
+    suite.note("1000 empty echoes in %.2f s; messages in/out %d/%d" % (
+        time.monotonic() - t0,
+        m['tern_websocket_messages_total{direction="in"}'],
+        m['tern_websocket_messages_total{direction="out"}']))
+
+
+@case(timeout=180)
+def h2_chopped_messages_then_empties_h2c():
+    with Server("reference", ["--workers", "1"]) as s:
+        chopped_then_empties(s.port, lambda: browser_h2(s.port))
+
+
+@case(timeout=180)
+def h2_chopped_messages_then_empties_tls():
+    with Server("reference", ["--workers", "1", "--tls-port", "0", "--cert",
+                              tls_cert[0], "--key", tls_cert[1]]) as s:
+        m = re.match(r"tls listening on (\d+)$", s.next_line())
+        check(m is not None, "no tls port line")
+        chopped_then_empties(s.port, lambda: H2Tls(int(m.group(1))))
 
 
 @case(timeout=60)

@@ -39,9 +39,9 @@ from harness import (REPO, Conn, Server, Skip, Suite, build_request, check,
                      eq, sanitized, shared_reference_teardown, vmrss_kib)
 from http3 import test_h3_defences as h3d  # noqa: E402 (not its cases)
 from http3.test_h3 import spki_hash  # noqa: E402
-from wslib import (answer_going_away, close_payload, deflate_raw,
-                   expect_close, frame, payload, push_until_stalled,
-                   read_back, read_frame)
+from wslib import (CHOPS, answer_going_away, at_rest, close_payload,
+                   deflate_raw, expect_close, frame, payload,
+                   push_until_stalled, read_back, read_frame)
 
 suite = Suite()
 case = suite.case
@@ -610,6 +610,47 @@ def slow_reader_bounded_by_high_water():
             if not sanitized():  # ASan's quarantine keeps freed memory
                 check(grown < 32 * 1024, "RSS grew %d KiB" % grown)
             read_back(t, msg, sent, off, timeout=30)
+    finally:
+        eq(s.stop(), 0, "reference exit status")
+
+
+@case(timeout=300)
+def chopped_messages_then_empties():
+    """Issue 36's sequence over HTTP/3 (RFC 9220) on a fresh one-worker
+    server (test_ws.py runs it over h2c and h2): six 1 MiB text messages,
+    each one frame on a connection of its own, written to the stream in
+    pieces of 64 to 2048 bytes and closed with 1000 after its echo; then
+    1000 empty messages on a new connection, each waiting for its echo.
+    The WebSocket, stream and connection counts are back at rest after
+    each step."""
+    s = start_reference()
+    try:
+        m = payload(1 << 20, True).encode()
+        f = frame(0x1, m)
+        for chop in CHOPS:
+            with opened(port=s.quic_port) as t:
+                def chopped():  # a thread: the echo is read meanwhile
+                    for i in range(0, len(f), chop):
+                        t.sock.sendall(f[i:i + chop])
+                w = threading.Thread(target=chopped, daemon=True)
+                w.start()
+                op, got = recv_message(t, None)
+                w.join(30)
+                check(op == 0x1 and got == m, "1 MiB in %d-byte pieces: "
+                      "echo of %d bytes, opcode %d" % (chop, len(got), op))
+                t.send(frame(0x8, close_payload(1000)))
+                expect_close(t, 1000)
+            at_rest(s.port, "after the %d-byte pieces" % chop)
+        t0 = time.monotonic()
+        with opened(port=s.quic_port) as t:
+            for i in range(1000):
+                t.send(frame(0x1, b""))
+                eq(read_frame(t)[2:], (0x1, b""), "empty message %d" % i)
+            t.send(frame(0x8, close_payload(1000)))
+            expect_close(t, 1000)
+        at_rest(s.port, "after the empties")
+        suite.note("1000 empty echoes over h3 in %.2f s"
+                   % (time.monotonic() - t0))
     finally:
         eq(s.stop(), 0, "reference exit status")
 

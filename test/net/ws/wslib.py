@@ -2,7 +2,8 @@
 carriers) and test_ws_h3.py (HTTP/3): a raw client's frames (masked, or
 deliberately broken), the server's frames read back from anything with
 Conn's read_exact / at_eof, close payloads, raw deflate, and test
-messages. No carrier is known here."""
+messages; and the server's WebSocket, stream and connection counts
+(its /metrics, over HTTP/1.1) back at rest. No carrier is known here."""
 
 import base64
 import hashlib
@@ -12,7 +13,7 @@ import threading
 import time
 import zlib
 
-from harness import check, eq
+from harness import Conn, check, eq
 
 
 def ws_key():
@@ -177,3 +178,41 @@ def answer_going_away(conns, timeout=5.0):
         c.send(frame(0x8, p[:2]))
         check(c.at_eof(timeout), "closed after the handshake")
         c.close()
+
+
+# ---------------------------------------------------------------------------
+# The server's counters at rest (issue 36's checks, on every carrier)
+
+# The write sizes of issue 36's chopped 1 MiB messages.
+CHOPS = (64, 128, 256, 512, 1024, 2048)
+
+
+def metrics(port):
+    """The reference server's Prometheus counters: {name{labels}: value}."""
+    with Conn(port) as c:
+        r = c.request("GET", "/metrics")
+    eq(r.status, 200, "/metrics")
+    out = {}
+    for line in r.body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def at_rest(port, what):
+    """WebSocket sessions, streams and connections other than the one
+    asking are back at zero (closes finish on the server's next turns,
+    so this waits a moment for them)."""
+    keys = ["tern_websocket_open"] + [
+        'tern_open_%s{protocol="%s"}' % (k, p)
+        for k in ("connections", "streams") for p in ("http2", "http3")]
+    deadline = time.monotonic() + 5
+    while True:
+        m = metrics(port)
+        busy = {k: m.get(k) for k in keys if m.get(k) != 0}
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    eq(busy, {}, "counters not at rest %s" % what)
+    return m
