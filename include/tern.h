@@ -68,6 +68,7 @@
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
  *   Answers tern makes itself  tern_server_on_error, tern_error_respond
+ *   The response hook tern_server_on_response, tern_response_head_add, _get
  *   Responses         tern_respond, tern_respond_ref, tern_response_start,
  *                     _write, _end, tern_respond_interim
  *   Serving files     tern_static_new, tern_static_handler,
@@ -1180,6 +1181,60 @@ TERN_EXTERN int tern_error_respond(tern_error_reply *reply,
                                    const void *body, size_t len);
 
 /* ---------------------------------------------------------------------
+ * The response hook: fields on every answer
+ * ------------------------------------------------------------------ */
+
+/* The head of one answer about to be sent, as the response hook sees it:
+ * the answer's own fields and those the hook adds. Valid only during the
+ * hook's call. */
+typedef struct tern_response_head tern_response_head;
+
+/* The response hook: runs on the connection's worker (so on several
+ * worker threads at once), synchronously, just before the head of every
+ * final answer is produced, on every protocol: the handlers' (from any
+ * thread: when the call is applied on the worker), the static handler's
+ * and the compressed ones, the error hook's, tern's own (400, 404, 405,
+ * 413, 503, ...), the stop deadline's, and a WebSocket handshake's 101 or
+ * 200. Not for 1xx interim answers, nor for the head timeout's 408 (no
+ * request exists yet). It is the place for fields every answer needs:
+ * CORS, HSTS, Content-Security-Policy, a request ID.
+ *
+ * `r` is the request, read-only (its accessors work on it), or NULL when
+ * its head did not parse; `status` the answer's status. The hook may add
+ * fields with tern_response_head_add() and read those already there with
+ * tern_response_head_get(). It must not block, and must not call the
+ * response functions on `r` (they are refused with TERN_ESTATE while it
+ * runs, and logged). Fields tern sets itself (Date, Content-Length,
+ * Transfer-Encoding, Connection) are ignored when added, as for any
+ * response. A server without a hook pays nothing for it. */
+typedef void (*tern_response_fn)(const tern_request *r, int status,
+                                 tern_response_head *head, void *user);
+
+/* Install the response hook (`fn` NULL removes it). Call before tern_run
+ * or tern_attach. Errors: TERN_EINVAL (srv NULL), TERN_ESTATE (running). */
+TERN_EXTERN int tern_server_on_response(tern_server *srv, tern_response_fn fn,
+                                        void *user);
+
+/* From inside the response hook only: add one field to the answer, after
+ * its own (name and value are copied). Errors: TERN_EINVAL (head NULL, a
+ * name that is not a token, a value with CR, LF or NUL, or called after
+ * the hook returned), TERN_ENOMEM (the hook already added 32 fields, or
+ * 4096 bytes of names and values, to this answer: this one is not added,
+ * and logged). */
+TERN_EXTERN int tern_response_head_add(tern_response_head *head,
+                                       const char *name, size_t name_len,
+                                       const char *value, size_t value_len);
+
+/* From inside the response hook only: the value of the first field named
+ * `name` (`name_len` bytes, any case) among the answer's own and those
+ * added so far, with its length in *value_len (if not NULL); NULL when
+ * there is none. Not NUL-terminated. */
+TERN_EXTERN const char *tern_response_head_get(const tern_response_head *head,
+                                               const char *name,
+                                               size_t name_len,
+                                               size_t *value_len);
+
+/* ---------------------------------------------------------------------
  * Responses
  *
  * tern adds Date, Content-Length or Transfer-Encoding, and Connection; a
@@ -1315,7 +1370,14 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
  * - Cache-Control from the options; with TERN_STATIC_PRECOMPRESSED, a
  *   sibling FILE.br, FILE.zst or FILE.gz chosen by Accept-Encoding's
  *   q-values (ties: br, zstd, gzip) with Content-Encoding, and
- *   Vary: Accept-Encoding on every answer.
+ *   Vary: Accept-Encoding on every answer;
+ * - the options' extra fields (`headers`) on every answer made from a
+ *   file (200, 206, 304, 412, 416), and with `fallback` a file served in
+ *   place of any path that does not exist (a single-page application's
+ *   index.html: try-files), with its own ETag and conditional answers;
+ * - its refusals (400, 403, 404, 414, 503) made as tern's own answers:
+ *   through the error hook (tern_server_on_error) when one is installed,
+ *   else "404 Not Found\n" as text/plain.
  * Files of any size (64-bit offsets). Opening and stat run on libuv's
  * thread pool. Over plain HTTP/1.1 (no TLS, no pipelined response ahead)
  * a file larger than one block goes from the page cache to the socket
@@ -1340,10 +1402,10 @@ enum {
   TERN_STATIC_NO_SENDFILE = 1u << 2,   /* never sendfile(2): see above */
 };
 
-#define TERN_STATIC_OPTIONS_VERSION 1
+#define TERN_STATIC_OPTIONS_VERSION 2
 
 /* Versions (see ABI above), each ending with the field named: 1 with
- * block_size. */
+ * block_size, 2 with fallback. */
 typedef struct {
   int version;               /* TERN_STATIC_OPTIONS_VERSION */
   uint32_t size;             /* sizeof(tern_static_options) */
@@ -1353,6 +1415,15 @@ typedef struct {
   unsigned flags;            /* TERN_STATIC_* */
   uint32_t block_size;       /* read block in bytes (4 KiB..16 MiB; 0:
                                 256 KiB) */
+  /* Version 2. Up to 16 fields added to every answer made from a file
+   * (copied; names tokens, values without CR, LF or NUL): security
+   * headers, CORS. */
+  const tern_header *headers;
+  size_t nheaders;
+  /* A file below the root (C string, e.g. "index.html"; NULL: none)
+   * served, with 200 and its own validators, for a GET or HEAD of a
+   * path that does not exist (not for a refused or forbidden one). */
+  const char *fallback;
 } tern_static_options;
 
 /* Fill `o` with defaults (index "index.html", no Cache-Control, no flags,

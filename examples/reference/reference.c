@@ -137,6 +137,16 @@
  * through tern's built-in writer (JSON lines; --access-log-format combined
  * for the combined format; --access-log-buffers N and
  * --access-log-buffer-size N set its queue); SIGHUP reopens the file.
+ * --static-fallback NAME serves NAME (below --static's DIR) for a path under
+ * /static/ that does not exist, and --static-header 'N: V' (up to 16) adds
+ * a field to every answer made from a file (tern_static_options version 2).
+ * --response-hook adds fields to every answer (tern_server_on_response):
+ * X-Hooked: the status; X-Content-Type-Options: nosniff unless the answer
+ * has one; with an Origin field, Access-Control-Allow-Origin: that origin
+ * and Vary: Origin. Paths under /hook- try the hook's limits and misuse:
+ * /hook-big adds a 5000-byte value, /hook-bad one with a CR LF, and
+ * /hook-respond calls tern_respond from the hook; each refusal (TERN_ENOMEM,
+ * TERN_EINVAL, TERN_ESTATE) shows as X-Hook-Refused: its code.
  * --metrics also keeps /metrics' request duration histogram
  * (tern_server_time_requests). --redis PATH: the /db routes' Redis
  * (a Unix socket). --proxy-protocol: every TCP listener
@@ -905,6 +915,43 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* ---- Fields on every answer: --response-hook --------------------------- */
+
+static void response_hook(const tern_request *r, int status,
+                          tern_response_head *head, void *user) {
+  char code[16];
+  size_t plen = 0, olen = 0;
+  const char *path = r != NULL ? tern_request_path(r, &plen) : NULL;
+  const char *origin =
+      r != NULL ? tern_request_header(r, "origin", 6, &olen) : NULL;
+  int n, rc = 0;
+  (void)user;
+  n = snprintf(code, sizeof(code), "%d", status);
+  tern_response_head_add(head, "x-hooked", 8, code, (size_t)n);
+  if (tern_response_head_get(head, "x-content-type-options", 22, NULL) == NULL)
+    tern_response_head_add(head, "x-content-type-options", 22, "nosniff", 7);
+  if (origin != NULL) {
+    tern_response_head_add(head, "access-control-allow-origin", 27, origin,
+                           olen);
+    tern_response_head_add(head, "vary", 4, "origin", 6);
+  }
+  if (path != NULL && plen > 6 && memcmp(path, "/hook-", 6) == 0) {
+    static char big[5000];
+    if (plen == 9 && memcmp(path + 6, "big", 3) == 0) {
+      memset(big, 'b', sizeof(big));
+      rc = tern_response_head_add(head, "x-big", 5, big, sizeof(big));
+    } else if (plen == 9 && memcmp(path + 6, "bad", 3) == 0) {
+      rc = tern_response_head_add(head, "x-bad", 5, "a\r\nb", 4);
+    } else if (plen == 13 && memcmp(path + 6, "respond", 7) == 0) {
+      rc = tern_respond((tern_request *)r, 500, NULL, 0, "no", 2);
+    }
+    if (rc != 0) {
+      n = snprintf(code, sizeof(code), "%d", rc);
+      tern_response_head_add(head, "x-hook-refused", 14, code, (size_t)n);
+    }
+  }
+}
+
 /* ---- tern's own answers, the application's way ------------------------ */
 
 /* --error-hook: every answer tern makes itself (404, 405, 413, 414, 431,
@@ -1275,8 +1322,11 @@ int main(int argc, char **argv) {
   int want_listen_fds = 0;
   int quic_fds[16], nquic_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
+  int want_response_hook = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
-  const char *static_dir = NULL;
+  const char *static_dir = NULL, *static_fallback = NULL;
+  tern_header static_fields[16];
+  size_t nstatic_fields = 0;
   tern_static *files = NULL;
 
   memset(big, 'x', sizeof(big));
@@ -1402,8 +1452,26 @@ int main(int argc, char **argv) {
       static_dir = argv[++i];
       continue;
     }
+    if (strcmp(argv[i], "--static-fallback") == 0 && i + 1 < argc) {
+      static_fallback = argv[++i];
+      continue;
+    }
+    if (strcmp(argv[i], "--static-header") == 0 && i + 1 < argc &&
+        nstatic_fields < 16) {
+      const char *f = argv[++i], *colon = strchr(f, ':');
+      tern_header *h = &static_fields[nstatic_fields++];
+      h->name = f;
+      h->name_len = colon != NULL ? (size_t)(colon - f) : strlen(f);
+      h->value = colon != NULL ? colon + 1 + (colon[1] == ' ') : "";
+      h->value_len = strlen(h->value);
+      continue;
+    }
     if (strcmp(argv[i], "--error-hook") == 0) {
       want_error_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--response-hook") == 0) {
+      want_response_hook = 1;
       continue;
     }
     if (strcmp(argv[i], "--listen-fds") == 0) {
@@ -1504,6 +1572,9 @@ int main(int argc, char **argv) {
     so.root = static_dir;
     so.cache_control = "no-cache";
     so.flags = TERN_STATIC_PRECOMPRESSED;
+    so.fallback = static_fallback;
+    so.headers = static_fields;
+    so.nheaders = nstatic_fields;
     if ((rc = tern_static_new(server, &so, &files)) != 0 ||
         (rc = tern_static_mount(server, "/static/", files)) != 0) {
       fprintf(stderr, "--static %s: %s\n", static_dir, tern_strerror(rc));
@@ -1565,6 +1636,8 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/ws", ws_route, NULL);
   if (want_error_hook)
     tern_server_on_error(server, error_hook, NULL);
+  if (want_response_hook)
+    tern_server_on_response(server, response_hook, NULL);
   if (want_default)
     tern_server_set_default_handler(server, default_handler, NULL, NULL);
   if (reference_db_routes(server, redis_path) != 0) {

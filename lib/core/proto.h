@@ -44,6 +44,29 @@ int tern__respond_whole(tern_request *r, int status, const tern_header *h,
                         size_t n, const void *body, size_t len, int copy,
                         tern_release_fn release, void *ruser, int *took);
 
+/* Header injection defence: 1 when every name is a token and no value
+ * has CR, LF or NUL (lib/core/response.c). */
+int tern__fields_valid(const tern_header *h, size_t n);
+
+/* The response hook (tern_server_on_response) for a head about to be
+ * produced: with no hook, *h and *n are left alone; with one, they become
+ * the fields plus those the hook added, valid until
+ * tern__response_hook_done. 0, or TERN_ENOMEM (more fields than fit on
+ * the stack and no memory for them: the answer fails as if queuing had). */
+#define TERN__HOOK_FIELDS 32  /* fields the hook may add to one head */
+#define TERN__HOOK_BYTES 4096 /* and their names and values, together */
+struct tern_response_head {
+  const tern_request *r;
+  tern_header *h; /* the answer's fields, then the added ones */
+  size_t n, given, cap;
+  char bytes[TERN__HOOK_BYTES]; /* the added names and values */
+  size_t used;
+  tern_header local[16 + TERN__HOOK_FIELDS];
+};
+int tern__response_hook(tern_request *r, int status, const tern_header **h,
+                        size_t *n, struct tern_response_head *head);
+void tern__response_hook_done(tern_request *r, struct tern_response_head *head);
+
 /* ---- Protocol adapters ------------------------------------------- */
 
 /* A protocol adapter has two tables. The connection side is called by

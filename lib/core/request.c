@@ -236,8 +236,14 @@ int tern__request_answer_held(tern_request *r, int status) {
   if (!(r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED | TERN__RQ_TUNNEL)) &&
       !atomic_load(&r->gone) && !(r->conn->flags & TERN__C_CLOSING) &&
       len > 0) {
+    struct tern_response_head head;
+    const tern_header *h = &text;
+    size_t n = 1;
     tern__request_started(r, status);
-    rc = p->start(r, status, &text, 1, (int64_t)len);
+    rc = tern__response_hook(r, status, &h, &n, &head);
+    if (rc == 0)
+      rc = p->start(r, status, h, n, (int64_t)len);
+    tern__response_hook_done(r, &head);
     r->bytes_out += (uint64_t)len;
     if (rc == 0)
       rc = p->write(r, body, (size_t)len, 1, NULL, NULL, NULL, NULL);

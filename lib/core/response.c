@@ -100,9 +100,18 @@ int tern__request_fail(tern_request *r, int rc) {
  * ends); write and end go through r->ops, wrapped or not. */
 static int resp_start(tern_request *r, int status, const tern_header *h,
                       size_t n, int64_t content_length) {
+  struct tern_response_head head;
+  int rc;
+  if (r->w->srv->response_fn != NULL &&
+      (rc = tern__response_hook(r, status, &h, &n, &head)) != 0)
+    return rc;
   if (r->route != NULL && r->route->filter != NULL)
-    return r->route->filter->start(r, status, h, n, content_length);
-  return r->ops->start(r, status, h, n, content_length);
+    rc = r->route->filter->start(r, status, h, n, content_length);
+  else
+    rc = r->ops->start(r, status, h, n, content_length);
+  if (r->w->srv->response_fn != NULL)
+    tern__response_hook_done(r, &head);
+  return rc;
 }
 
 static int resp_write(tern_request *r, const void *p, size_t len, int copy,
@@ -115,13 +124,57 @@ static int resp_end(tern_request *r, const tern_header *t, size_t n) {
   return r->ops->end(r, t, n);
 }
 
-/* tern__respond_whole's body, inline in respond_now: the answer of every
- * request that is not compressed goes through it. */
-static inline int respond_whole(tern_request *r, int status,
-                                const tern_header *h, size_t n,
-                                const void *body, size_t len, int copy,
-                                tern_release_fn release, void *ruser,
-                                int *took) {
+/* ---- The response hook ------------------------------------------------ */
+
+int tern__response_hook(tern_request *r, int status, const tern_header **h,
+                        size_t *n, struct tern_response_head *head) {
+  tern_server *srv = r->w->srv;
+  const tern_request *outer = r->w->hooked;
+
+  head->h = NULL;
+  if (srv->response_fn == NULL)
+    return 0;
+  head->r = r;
+  head->given = head->n = *n;
+  head->used = 0;
+  head->cap = *n + TERN__HOOK_FIELDS;
+  head->h = head->local;
+  if (head->cap > sizeof(head->local) / sizeof(head->local[0]) &&
+      (head->h = tern__malloc(srv, head->cap * sizeof(*head->h))) == NULL)
+    return TERN_ENOMEM;
+  if (*n > 0)
+    memcpy(head->h, *h, *n * sizeof(*head->h));
+  /* Only a request whose head parsed is shown (as to the error hook). */
+  r->w->hooked = r;
+  srv->response_fn(r->method != NULL ? r : NULL, status, head,
+                   srv->response_user);
+  r->w->hooked = outer;
+  *h = head->h;
+  *n = head->n;
+  return 0;
+}
+
+void tern__response_hook_done(tern_request *r,
+                              struct tern_response_head *head) {
+  if (head->h != NULL && head->h != head->local)
+    tern__free(r->w->srv, head->h);
+  head->h = NULL;
+}
+
+/* The hook is running for `r`: its response calls would start the answer
+ * inside its own start. */
+static int hook_running(tern_request *r, const char *call) {
+  if (r->w->hooked != r)
+    return 0;
+  tern__log(r->w->srv, TERN_LOG_ERROR,
+            "%s refused: called from the response hook", call);
+  return 1;
+}
+
+/* Start, write and end a whole answer. */
+static inline int whole(tern_request *r, int status, const tern_header *h,
+                        size_t n, const void *body, size_t len, int copy,
+                        tern_release_fn release, void *ruser, int *took) {
   const tern__req_ops *p = r->ops;
   int rc = p->start(r, status, h, n, (int64_t)len);
   if (rc == 0 && (len > 0 || release != NULL)) {
@@ -132,6 +185,31 @@ static inline int respond_whole(tern_request *r, int status,
   if (rc == 0)
     rc = p->end(r, NULL, 0);
   return rc;
+}
+
+/* A whole answer with the response hook's fields, out of line: only a
+ * server with a hook pays for it. */
+static int whole_hooked(tern_request *r, int status, const tern_header *h,
+                        size_t n, const void *body, size_t len, int copy,
+                        tern_release_fn release, void *ruser, int *took) {
+  struct tern_response_head head;
+  int rc = tern__response_hook(r, status, &h, &n, &head);
+  if (rc == 0)
+    rc = whole(r, status, h, n, body, len, copy, release, ruser, took);
+  tern__response_hook_done(r, &head);
+  return rc;
+}
+
+/* tern__respond_whole's body, inline in respond_now: the answer of every
+ * request that is not compressed goes through it. */
+static inline int respond_whole(tern_request *r, int status,
+                                const tern_header *h, size_t n,
+                                const void *body, size_t len, int copy,
+                                tern_release_fn release, void *ruser,
+                                int *took) {
+  if (r->w->srv->response_fn != NULL)
+    return whole_hooked(r, status, h, n, body, len, copy, release, ruser, took);
+  return whole(r, status, h, n, body, len, copy, release, ruser, took);
 }
 
 int tern__respond_whole(tern_request *r, int status, const tern_header *h,
@@ -152,7 +230,8 @@ static int respond_now(tern_request *r, int status, const tern_header *h,
     finish_user(r);
     return TERN_ECLOSED;
   }
-  if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+  if ((r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) ||
+      hook_running(r, "tern_respond"))
     return TERN_ESTATE;
   tern__request_started(r, status);
   r->bytes_out += len;
@@ -188,7 +267,7 @@ static const unsigned char tchar[256] = {
     ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
-static int fields_valid(const tern_header *h, size_t n) {
+int tern__fields_valid(const tern_header *h, size_t n) {
   size_t i, j;
   if (n > 0 && h == NULL)
     return 0;
@@ -206,6 +285,57 @@ static int fields_valid(const tern_header *h, size_t n) {
     }
   }
   return 1;
+}
+
+/* ---- The response hook's calls ---------------------------------------- */
+
+int tern_response_head_add(tern_response_head *head, const char *name,
+                           size_t name_len, const char *value,
+                           size_t value_len) {
+  tern_header f;
+  tern_header *h;
+
+  f.name = name;
+  f.name_len = name_len;
+  f.value = value;
+  f.value_len = value_len;
+  if (head == NULL || head->h == NULL || !tern__fields_valid(&f, 1))
+    return TERN_EINVAL;
+  if (head->n >= head->cap ||
+      name_len + value_len > sizeof(head->bytes) - head->used) {
+    tern__log(head->r->w->srv, TERN_LOG_ERROR,
+              "tern_response_head_add refused: more than %d fields or %d "
+              "bytes added to one answer",
+              TERN__HOOK_FIELDS, TERN__HOOK_BYTES);
+    return TERN_ENOMEM;
+  }
+  h = &head->h[head->n++];
+  h->name = head->bytes + head->used;
+  memcpy(head->bytes + head->used, name, name_len);
+  head->used += name_len;
+  h->name_len = name_len;
+  h->value = head->bytes + head->used;
+  if (value_len > 0)
+    memcpy(head->bytes + head->used, value, value_len);
+  head->used += value_len;
+  h->value_len = value_len;
+  return 0;
+}
+
+const char *tern_response_head_get(const tern_response_head *head,
+                                   const char *name, size_t name_len,
+                                   size_t *value_len) {
+  size_t i;
+  if (head == NULL || head->h == NULL || name == NULL)
+    return NULL;
+  for (i = 0; i < head->n; i++)
+    if (head->h[i].name_len == name_len &&
+        tern__ieq(head->h[i].name, name, name_len)) {
+      if (value_len != NULL)
+        *value_len = head->h[i].value_len;
+      return head->h[i].value_len > 0 ? head->h[i].value : "";
+    }
+  return NULL;
 }
 
 /* The error hook's view of one answer. It lives on the stack of
@@ -227,7 +357,8 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
   size_t i, nh = n;
   int rc, has_allow = 0;
 
-  if (rep == NULL || !fields_valid(headers, n) || (len > 0 && body == NULL))
+  if (rep == NULL || !tern__fields_valid(headers, n) ||
+      (len > 0 && body == NULL))
     return TERN_EINVAL;
   if (rep->used)
     return TERN_ESTATE;
@@ -626,7 +757,7 @@ int tern__request_post_flow(tern_request *r, int paused) {
  * whatever the calling thread. */
 static int check_args(tern_request *r, int status, const tern_header *h,
                       size_t n, const void *body, size_t len) {
-  if (r == NULL || status < 200 || status > 999 || !fields_valid(h, n) ||
+  if (r == NULL || status < 200 || status > 999 || !tern__fields_valid(h, n) ||
       (len > 0 && body == NULL))
     return TERN_EINVAL;
   return 0;
@@ -639,7 +770,7 @@ int tern_respond_interim(tern_request *r, int status,
   /* 100 is sent by tern itself when a body with Expect: 100-continue is
    * read, and 101 only by the upgrade it belongs to. */
   if (r == NULL || status < 102 || status > 199 ||
-      !fields_valid(headers, nheaders))
+      !tern__fields_valid(headers, nheaders))
     return TERN_EINVAL;
   if (tern__on_worker(r->w)) {
     if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
@@ -718,7 +849,8 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
   if (tern__on_worker(r->w)) {
     if (is_gone(r))
       return TERN_ECLOSED;
-    if (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED))
+    if ((r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)) ||
+        hook_running(r, "tern_response_start"))
       return TERN_ESTATE;
     tern__request_started(r, status);
     return resp_start(r, status, headers, nheaders, content_length);
@@ -813,12 +945,14 @@ int tern_response_end(tern_request *r, const tern_header *trailers,
                       size_t ntrailers) {
   resp_msg *m;
   int rc;
-  if (r == NULL || !fields_valid(trailers, ntrailers))
+  if (r == NULL || !tern__fields_valid(trailers, ntrailers))
     return TERN_EINVAL;
   if ((rc = user_step(r, CALL_END)) != 0)
     return rc;
   if (tern__on_worker(r->w))
-    return tern__response_end(r, trailers, ntrailers);
+    return hook_running(r, "tern_response_end")
+               ? TERN_ESTATE
+               : tern__response_end(r, trailers, ntrailers);
   m = msg_new(r, M_END, trailers, ntrailers, NULL, 0);
   if (m == NULL)
     return no_memory(r);

@@ -755,6 +755,16 @@ int tern_server_on_error(tern_server *srv, tern_error_fn fn, void *user) {
   return 0;
 }
 
+int tern_server_on_response(tern_server *srv, tern_response_fn fn, void *user) {
+  if (srv == NULL)
+    return TERN_EINVAL;
+  if (atomic_load(&srv->state) != TERN__S_IDLE)
+    return TERN_ESTATE;
+  srv->response_fn = fn;
+  srv->response_user = fn != NULL ? user : NULL;
+  return 0;
+}
+
 /* ---- Run, attach, stop ------------------------------------------- */
 
 /* Connections beyond the descriptors the process may open would make

@@ -53,6 +53,9 @@ typedef struct tern__msg tern__msg;
 struct tern__worker {
   tern_server *srv;
   unsigned id;
+  /* The request whose response hook runs now: its response calls are
+   * refused meanwhile (lib/core/response.c). */
+  const tern_request *hooked;
   uv_loop_t *loop;
   uv_loop_t own_loop;
   uv_thread_t thread;
@@ -114,6 +117,8 @@ struct tern_server {
   int has_default;
   tern_error_fn error_fn; /* tern_server_on_error */
   void *error_user;
+  tern_response_fn response_fn; /* tern_server_on_response */
+  void *response_user;
   tern_access_fn access_fn; /* tern_server_on_access, or the writer's */
   void *access_user;
   int durations; /* tern_server_time_requests */

@@ -39,6 +39,10 @@ struct tern_static {
   size_t root_real_len;
   char *index;
   char *cache_control;
+  tern_header *headers; /* the options' extra fields, in one block */
+  size_t nheaders;
+  char *fallback; /* normalised, below the root; NULL: none */
+  size_t fallback_len;
   unsigned flags;
   size_t block;
   uv_mutex_t lock; /* the cache, shared by the workers */
@@ -104,7 +108,8 @@ typedef struct {
   tern_static *st;
   int head;
   int q[TERN__ENC_N];
-  int dir; /* the request path ended with '/' */
+  int dir;       /* the request path ended with '/' */
+  int fell_back; /* the path is the fallback file's */
   /* Pool thread results. */
   int result;
   int fd;
@@ -129,8 +134,10 @@ typedef struct {
   char path[PATH_CAP];
 } job;
 
-static const size_t static_ends[] = {
-    TERN__END(tern_static_options, block_size)};
+static const size_t static_ends[] = {TERN__END(tern_static_options, block_size),
+                                     TERN__END(tern_static_options, fallback)};
+
+#define STATIC_FIELDS 16 /* extra fields at most */
 
 void tern_static_options_init_size(tern_static_options *out, size_t size) {
   tern_static_options d, *o = &d;
@@ -142,6 +149,33 @@ void tern_static_options_init_size(tern_static_options *out, size_t size) {
   o->index = "index.html";
   o->block_size = 256 * 1024;
   tern__abi_init(out, size, &d, static_ends, TERN_STATIC_OPTIONS_VERSION);
+}
+
+/* The options' extra fields, names and values in one block after the
+ * array. */
+static int copy_fields(tern_static *st, const tern_header *h, size_t n) {
+  size_t i, bytes = 0;
+  char *o;
+  if (n == 0)
+    return 0;
+  for (i = 0; i < n; i++)
+    bytes += h[i].name_len + h[i].value_len;
+  if ((st->headers = st_alloc(st, n * sizeof(*h) + bytes)) == NULL)
+    return TERN_ENOMEM;
+  o = (char *)(st->headers + n);
+  for (i = 0; i < n; i++) {
+    st->headers[i].name = o;
+    memcpy(o, h[i].name, h[i].name_len);
+    o += h[i].name_len;
+    st->headers[i].name_len = h[i].name_len;
+    st->headers[i].value = o;
+    if (h[i].value_len > 0)
+      memcpy(o, h[i].value, h[i].value_len);
+    o += h[i].value_len;
+    st->headers[i].value_len = h[i].value_len;
+  }
+  st->nheaders = n;
+  return 0;
 }
 
 /* A file server with allocator `a`; bad options are logged through
@@ -173,6 +207,10 @@ static int static_new(tern_server *srv, const tern_allocator *a,
   else if (o.block_size != 0 &&
            (o.block_size < 4096 || o.block_size > (16u << 20)))
     bad = "block_size outside 4 KiB to 16 MiB (or 0)";
+  else if (o.nheaders > STATIC_FIELDS || (o.nheaders > 0 && !o.headers))
+    bad = "more than 16 headers (or none given for nheaders)";
+  else if (o.nheaders > 0 && !tern__fields_valid(o.headers, o.nheaders))
+    bad = "a header name that is not a token, or a value with CR, LF or NUL";
   if (bad != NULL) {
     if (srv != NULL)
       tern__log(srv, TERN_LOG_ERROR, "tern_static_new: %s", bad);
@@ -205,9 +243,30 @@ static int static_new(tern_server *srv, const tern_allocator *a,
   st->flags = o.flags;
   st->block = o.block_size ? o.block_size : 256 * 1024;
   if (st->root_real == NULL || (o.index && o.index[0] && !st->index) ||
-      (o.cache_control && !st->cache_control)) {
+      (o.cache_control && !st->cache_control) ||
+      copy_fields(st, o.headers, o.nheaders) != 0) {
     tern_static_free(st);
     return TERN_ENOMEM;
+  }
+  if (o.fallback != NULL) {
+    char norm[PATH_CAP];
+    int dir, n = tern__static_path(o.fallback, strlen(o.fallback),
+                                   (o.flags & TERN_STATIC_HIDDEN) != 0, norm,
+                                   PATH_CAP - 32, &dir);
+    if (n <= 0 || dir) {
+      if (srv != NULL)
+        tern__log(srv, TERN_LOG_ERROR,
+                  "tern_static_new: fallback \"%s\" is not a file name below "
+                  "the root",
+                  o.fallback);
+      tern_static_free(st);
+      return TERN_EINVAL;
+    }
+    if ((st->fallback = st_strdup(st, norm)) == NULL) {
+      tern_static_free(st);
+      return TERN_ENOMEM;
+    }
+    st->fallback_len = (size_t)n;
   }
   *out = st;
   return 0;
@@ -246,6 +305,8 @@ void tern_static_free(tern_static *st) {
   st_free(st, st->root_real);
   st_free(st, st->index);
   st_free(st, st->cache_control);
+  st_free(st, st->headers);
+  st_free(st, st->fallback);
   st_free(st, st);
 }
 
@@ -633,7 +694,15 @@ static void read_next(job *j) {
     finish(j);
 }
 
-#define MAXH 10
+#define MAXH (10 + STATIC_FIELDS)
+
+/* A refusal is made as tern's own answer: through the error hook when
+ * there is one (and the response hook), with tern's text otherwise. The
+ * handler's call is recorded as made, as a finishing call would. */
+static void refuse(tern_request *r, int status) {
+  atomic_fetch_or(&r->ustate, TERN__U_STARTED | TERN__U_DONE);
+  tern__respond_status(r, status, NULL, 0);
+}
 
 static void after_cb(uv_work_t *req, int status) {
   job *j = req->data;
@@ -669,12 +738,22 @@ static void after_cb(uv_work_t *req, int status) {
         }
       }
     }
+    if (status == 0 && j->result == J_NOTFOUND && st->fallback != NULL &&
+        !j->fell_back && !j->stack) {
+      /* try-files: the fallback file answers for the missing path. */
+      memcpy(j->path, st->fallback, st->fallback_len + 1);
+      j->plen = j->klen = st->fallback_len;
+      j->dir = 0;
+      j->fell_back = 1;
+      j->result = J_ERROR;
+      if (uv_queue_work(j->loop, &j->work, work_cb, after_cb) == 0)
+        return;
+      status = UV_ECANCELED;
+    }
     if (status != 0) /* cancelled: the loop is closing */
-      tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+      refuse(r, 503);
     else
-      tern_respond(
-          r, j->result == J_FORBIDDEN ? 403 : 404, NULL, 0,
-          j->result == J_FORBIDDEN ? "403 Forbidden\n" : "404 Not Found\n", 14);
+      refuse(r, j->result == J_FORBIDDEN ? 403 : 404);
     release(j);
     return;
   }
@@ -691,6 +770,8 @@ static void after_cb(uv_work_t *req, int status) {
   ADD("last-modified", lm, 29);
   if (st->cache_control)
     ADD("cache-control", st->cache_control, strlen(st->cache_control));
+  for (size_t i = 0; i < st->nheaders; i++)
+    h[nh++] = st->headers[i];
   if (vary)
     ADD("vary", "Accept-Encoding", 15);
 
@@ -819,17 +900,13 @@ void tern_static_handler(tern_request *r, void *user) {
   n = tern__static_path(p, pl, (st->flags & TERN_STATIC_HIDDEN) != 0, j->path,
                         PATH_CAP - 32, &dir);
   if (n < 0) {
-    if (n == TERN__SP_HIDDEN)
-      tern_respond(r, 404, NULL, 0, "404 Not Found\n", 14);
-    else if (n == TERN__SP_LONG)
-      tern_respond(r, 414, NULL, 0, "414 URI Too Long\n", 17);
-    else
-      tern_respond(r, 400, NULL, 0, "400 Bad Request\n", 16);
+    refuse(r, n == TERN__SP_HIDDEN ? 404 : n == TERN__SP_LONG ? 414 : 400);
     return;
   }
   j->srv = r->w->srv;
   j->plen = j->klen = (size_t)n;
   j->dir = dir;
+  j->fell_back = 0;
   j->r = r;
   j->st = st;
   j->buf = NULL;
@@ -880,14 +957,14 @@ void tern_static_handler(tern_request *r, void *user) {
     }
   }
   if ((j = tern__malloc(sj.srv, sizeof *j)) == NULL) {
-    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    refuse(r, 503);
     return;
   }
   memcpy(j, &sj, offsetof(job, path) + sj.plen + 1);
   j->work.data = j;
   if (uv_queue_work(j->loop, &j->work, work_cb, after_cb) != 0) {
     tern__free(j->srv, j);
-    tern_respond(r, 503, NULL, 0, "503 Service Unavailable\n", 24);
+    refuse(r, 503);
   }
 }
 

@@ -833,7 +833,16 @@ int tern_ws_accept(tern_request *r, const tern_ws_options *opts, void *user,
     h[nh++].value_len = ext_len;
   }
   tern__request_started(r, r->protocol == TERN_PROTO_HTTP11 ? 101 : 200);
-  rc = r->ops->tunnel(r, h, nh);
+  {
+    /* The response hook's fields go on the handshake's answer too. */
+    struct tern_response_head head;
+    const tern_header *all = h;
+    size_t nall = nh;
+    rc = tern__response_hook(r, r->status, &all, &nall, &head);
+    if (rc == 0)
+      rc = r->ops->tunnel(r, all, nall);
+    tern__response_hook_done(r, &head);
+  }
   if (rc != 0) {
     r->status = 0;
     ws_free(ws);

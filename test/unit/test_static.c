@@ -247,9 +247,52 @@ static void test_options(void) {
   o.block_size = 0; /* the default */
   o.version = 0;
   T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
-  o.version = 2; /* newer than this library */
+  o.version = TERN_STATIC_OPTIONS_VERSION + 1; /* newer than this library */
   T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
   o.version = TERN_STATIC_OPTIONS_VERSION;
+  {
+    /* Version 2's fields: at most 16 extra fields, each one a valid
+     * field; a fallback that names a file below the root. */
+    static const tern_header ok = TERN_HEADER("x-frame-options", "DENY");
+    static const tern_header bad_name = TERN_HEADER("x frame", "DENY");
+    static const tern_header bad_value = TERN_HEADER("x-a", "a\r\nb: c");
+    tern_header many[17];
+    static const char *const bad_fallbacks[] = {"",   "/",    "../x",
+                                                "a/", "a\\b", ".env"};
+    size_t i;
+    for (i = 0; i < 17; i++)
+      many[i] = ok;
+    o.headers = many;
+    o.nheaders = 17;
+    T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+    o.headers = NULL;
+    o.nheaders = 1;
+    T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+    o.headers = &bad_name;
+    T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+    o.headers = &bad_value;
+    T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+    o.headers = many;
+    o.nheaders = 16;
+    for (i = 0; i < sizeof bad_fallbacks / sizeof bad_fallbacks[0]; i++) {
+      o.fallback = bad_fallbacks[i];
+      T_EQ_INT(tern_static_new(srv, &o, &st), TERN_EINVAL);
+    }
+    o.fallback = "app/index.html";
+    T_EQ_INT(tern_static_new(srv, &o, &st), 0);
+    tern_static_free(st);
+    st = NULL;
+    /* A program built against version 1 (its size, its version) is
+     * served as before. */
+    o.version = 1;
+    o.size = (uint32_t)(offsetof(tern_static_options, block_size) +
+                        sizeof o.block_size);
+    T_EQ_INT(tern_static_new(srv, &o, &st), 0);
+    tern_static_free(st);
+    st = NULL;
+    tern_static_options_init(&o);
+    o.root = "/";
+  }
   T_EQ_INT(tern_static_new(srv, NULL, &st), TERN_EINVAL);
   T_EQ_INT(tern_static_new(NULL, &o, &st), TERN_EINVAL);
   T_ASSERT(st == NULL);

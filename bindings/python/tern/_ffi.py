@@ -72,6 +72,7 @@ gone_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 release_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 write_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 error_fn = CFUNCTYPE(None, c_void_p, c_void_p)
+response_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_void_p)
 ws_open_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 ws_message_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t, c_int,
                           c_void_p)
@@ -298,6 +299,10 @@ FUNCTIONS = {
     "tern_request_on_gone": (c_int, [_P, gone_fn, _P], "lib"),
     "tern_server_on_error": (c_int, [_P, error_fn, _P], "lib"),
     "tern_error_respond": (c_int, [_P, _P, c_size_t, _P, c_size_t], "lib"),
+    "tern_server_on_response": (c_int, [_P, response_fn, _P], "lib"),
+    "tern_response_head_add": (c_int, [_P, c_char_p, c_size_t, c_char_p,
+                                       c_size_t], "fast"),
+    "tern_response_head_get": (_P, [_P, c_char_p, c_size_t, _SZ], "fast"),
     "tern_respond": (c_int, [_P, c_int, _P, c_size_t, _P, c_size_t], "lib"),
     "tern_respond_ref": (c_int, [_P, c_int, _P, c_size_t, _P, c_size_t,
                                  release_fn, _P], "lib"),

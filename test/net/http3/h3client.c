@@ -167,7 +167,8 @@ static struct {
   uint64_t body_size, header_bytes, nheaders, reset_k;
   int no_read, idle, serial, verbose, connected, blocked_seen, closed,
       cancel_all;
-  int rapid_reset; /* --rapid-reset (with cancel_all set) */
+  int rapid_reset;   /* --rapid-reset (with cancel_all set) */
+  int print_headers; /* --print-headers: every answer's fields */
   uint64_t stall_ms;
   uint64_t rebind_after, got_total; /* --rebind-after; 0 once done */
   ngtcp2_tstamp stall_until;        /* --stall-ms: 0 once the stall is over */
@@ -479,7 +480,7 @@ static int h3_header(nghttp3_conn *c, int64_t id, int32_t token,
   if (r != NULL && token == NGHTTP3_QPACK_TOKEN__STATUS && v.len == 3)
     r->status =
         (v.base[0] - '0') * 100 + (v.base[1] - '0') * 10 + (v.base[2] - '0');
-  else if (r != NULL && cl.tunnel != NULL) {
+  else if (r != NULL && (cl.tunnel != NULL || cl.print_headers)) {
     nghttp3_vec n = nghttp3_rcbuf_get_buf(name);
     out("stream %lld header %.*s: %.*s", (long long)id, (int)n.len, n.base,
         (int)v.len, v.base);
@@ -1063,7 +1064,7 @@ static int usage(void) {
       stderr,
       "usage: h3client [-n|--streams N] [--body-size N] [--header-bytes N]\n"
       "  [--headers N] [--reset-mid-body K] [--no-read] [--stall-ms N]\n"
-      "  [--idle] [--serial]\n"
+      "  [--idle] [--serial] [--print-headers]\n"
       "  [--header 'N: V']... [--tunnel PROTO] [--omit :path|:scheme]\n"
       "  [--on-eof fin|reset|stop|close] [--body-out PATH]\n"
       "  [--timeout-ms N] [-v] GET|POST|CONNECT https://HOST:PORT/PATH\n");
@@ -1140,6 +1141,8 @@ int main(int argc, char **argv) {
       cl.serial = 1;
     else if (strcmp(o, "-v") == 0)
       cl.verbose = 1;
+    else if (strcmp(o, "--print-headers") == 0)
+      cl.print_headers = 1;
     else if (a + 1 < argc && strcmp(o, "--token-file") == 0)
       cl.token_file = argv[++a];
     else if (a + 1 < argc && strcmp(o, "--tunnel") == 0)
