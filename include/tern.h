@@ -73,6 +73,7 @@
  *                     _write, _end, tern_respond_interim
  *   Serving files     tern_static_new, tern_static_handler,
  *                     tern_static_mount
+ *   Server-Sent Events tern_sse_start, _send, _close, hubs: tern_sse_publish
  *   WebSocket         tern_ws_accept, tern_ws_send, _fragment, _ping,
  *                     _close, _broadcast, flow control, per-socket data
  *   Statistics        tern_stats, tern_server_stats, tern_metrics_handler
@@ -1456,6 +1457,137 @@ TERN_EXTERN void tern_static_handler(tern_request *r, void *user);
  * TERN_EINVAL for a prefix not starting with '/'. */
 TERN_EXTERN int tern_static_mount(tern_server *srv, const char *prefix,
                                   tern_static *st);
+
+/* ---------------------------------------------------------------------
+ * Server-Sent Events (docs/sse.md)
+ *
+ * An event stream (the WHATWG HTML standard's text/event-stream, what a
+ * browser's EventSource reads) on a streamed response, over HTTP/1.1
+ * (chunked), HTTP/2 and HTTP/3. tern_sse_start answers 200 with
+ * Content-Type: text/event-stream and Cache-Control: no-cache and keeps
+ * the request open; tern_sse_send frames an event (id, event type, data
+ * over as many lines as it has) and queues it. tern keeps the stream
+ * alive with a comment line after `heartbeat_ms` without an event,
+ * closes a client that has more than `high_water` bytes waiting (too
+ * slow: its EventSource reconnects and asks for what it missed with
+ * Last-Event-ID), and ends every stream when the graceful stop begins.
+ *
+ * Threads: a stream is its worker's. tern_sse_start (from the handler),
+ * tern_sse_send and tern_sse_close are called on that worker (else
+ * TERN_ESTATE, logged); another thread publishes through a hub, or posts
+ * with tern_worker_call. A hub (tern_sse_hub_new) is a set of streams on
+ * every worker: tern_sse_publish, from any thread, frames the event once
+ * and has each worker write it to its own subscribers, without a lock.
+ *
+ * Lifetime: a tern_sse is valid from tern_sse_start until its on_close
+ * callback returns (on the worker; it may run inside tern_sse_send or
+ * tern_sse_publish's delivery when the client turns out gone or too
+ * slow). The request is tern's from tern_sse_start on: do not call the
+ * response functions on it. Do not start a stream on a route that
+ * compresses its responses: the compressor would hold the events back.
+ * ------------------------------------------------------------------ */
+
+typedef struct tern_sse tern_sse;
+typedef struct tern_sse_hub tern_sse_hub;
+
+/* Why a stream ended (on_close's `why`). */
+enum {
+  TERN_SSE_CLIENT_GONE = 1, /* the client went away (or could not be
+                               written to) */
+  TERN_SSE_TOO_SLOW = 2,    /* more than high_water bytes were waiting */
+  TERN_SSE_CLOSED = 3,      /* tern_sse_close */
+  TERN_SSE_STOPPING = 4,    /* the server's graceful stop began */
+};
+
+typedef void (*tern_sse_close_fn)(tern_sse *s, int why, void *user);
+
+#define TERN_SSE_OPTIONS_VERSION 1
+
+/* Versions (see ABI above), each ending with the field named: 1 with
+ * user. */
+typedef struct {
+  int version;                /* TERN_SSE_OPTIONS_VERSION */
+  uint32_t size;              /* sizeof(tern_sse_options) */
+  uint32_t retry_ms;          /* sent first as "retry:", the client's delay
+                                 before it reconnects; 0: none sent */
+  uint32_t heartbeat_ms;      /* a comment line after this long without
+                                 anything sent, checked once a second (0:
+                                 none; else at least 1000; default 15000) */
+  uint32_t high_water;        /* bytes the client may have waiting before it
+                                 is closed as too slow (0: 1 MiB, the
+                                 default) */
+  tern_sse_hub *hub;          /* a hub of the same server to join, or NULL */
+  tern_sse_close_fn on_close; /* the stream ended (may be NULL) */
+  void *user;                 /* for on_close */
+} tern_sse_options;
+
+/* Fill `o` with the defaults above, its version and its size. */
+TERN_EXTERN void tern_sse_options_init_size(tern_sse_options *o, size_t size);
+TERN__INIT_BY_SIZE(tern_sse_options, tern_sse_options_init)
+
+/* Answer `r` with an event stream (`o` NULL: the defaults) and set *out.
+ * Errors: TERN_EINVAL (r or out NULL, bad options, a hub of another
+ * server; logged), TERN_ESTATE (not on the request's worker, or a
+ * response was already started; logged), TERN_ENOMEM (nothing sent: the
+ * handler still answers), TERN_ECLOSED (the head went out but there is
+ * no stream: a HEAD request, the server is stopping, or the client left;
+ * the request is finished). */
+TERN_EXTERN int tern_sse_start(tern_request *r, const tern_sse_options *o,
+                               tern_sse **out);
+
+/* Send one event: `id` (a C string or NULL; what the client's
+ * Last-Event-ID names after a reconnect), `event` (its type, a C string
+ * or NULL for "message"), and `data` (`len` bytes; each line a data
+ * field, CR LF, CR and LF all ending a line, read back joined by LF). On
+ * the stream's worker. Errors: TERN_EINVAL (an id or event with CR or
+ * LF), TERN_ESTATE (another thread), TERN_ETOOBIG (the client was too
+ * slow) and TERN_ECLOSED (gone): for these two the stream has ended and
+ * on_close has run; TERN_ENOMEM (not sent, the stream goes on). */
+TERN_EXTERN int tern_sse_send(tern_sse *s, const char *id, const char *event,
+                              const char *data, size_t len);
+
+/* End the stream (on_close runs with TERN_SSE_CLOSED, then the response
+ * ends). On the stream's worker; TERN_ESTATE from another thread. */
+TERN_EXTERN int tern_sse_close(tern_sse *s);
+
+/* The client's Last-Event-ID (`*len` bytes, not NUL-terminated), or NULL
+ * when it sent none: after a reconnect, the id of the last event it
+ * saw. */
+TERN_EXTERN const char *tern_sse_last_event_id(const tern_sse *s, size_t *len);
+
+/* The stream's request, to read (its accessors); NULL for NULL. */
+TERN_EXTERN tern_request *tern_sse_request(const tern_sse *s);
+
+/* A hub for `srv`'s streams, from tern_server_new on. Errors:
+ * TERN_EINVAL, TERN_ENOMEM. */
+TERN_EXTERN int tern_sse_hub_new(tern_server *srv, tern_sse_hub **out);
+
+/* Free a hub once its server has stopped (every stream has ended then).
+ * NULL is a no-op. */
+TERN_EXTERN void tern_sse_hub_free(tern_sse_hub *h);
+
+/* Send one event (as tern_sse_send) to every subscriber of `h`, from any
+ * thread: framed once here, then written by each worker to its own
+ * subscribers in the order published (a client too slow or gone on the
+ * way is closed, as by tern_sse_send). A stream that joins while an
+ * event is on its way may or may not get it. Errors: TERN_EINVAL (h
+ * NULL, an id or event with CR or LF), TERN_ENOMEM. */
+TERN_EXTERN int tern_sse_publish(tern_sse_hub *h, const char *id,
+                                 const char *event, const char *data,
+                                 size_t len);
+
+/* The streams in `h` now, on every worker (any thread). */
+TERN_EXTERN size_t tern_sse_hub_subscribers(const tern_sse_hub *h);
+
+/* Frame one event as tern_sse_send does into `out` (`cap` bytes,
+ * NUL-terminated), sans-I/O: for an event stream of one's own. *len is
+ * set to the event's length (without the NUL) also when `cap` is too
+ * small (TERN_ETOOBIG; `out` may be NULL to ask for the size). Errors:
+ * TERN_EINVAL (len NULL, data NULL with len > 0, an id or event with CR
+ * or LF), TERN_ETOOBIG. */
+TERN_EXTERN int tern_sse_format(char *out, size_t cap, size_t *len,
+                                const char *id, const char *event,
+                                const char *data, size_t data_len);
 
 /* ---------------------------------------------------------------------
  * WebSocket (RFC 6455 over HTTP/1.1 Upgrade, RFC 8441 over HTTP/2, RFC

@@ -65,6 +65,7 @@ const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES] = {
 extern const tern__service tern__ws_service;
 extern const tern__service tern__tls_service;
 extern const tern__service tern__access_service;
+extern const tern__service tern__sse_service;
 
 /* The per-worker services, in the order the worker calls them: the
  * access log last, so that at the end it writes what the others' last
@@ -72,6 +73,7 @@ extern const tern__service tern__access_service;
 const tern__service *const tern__services[] = {
     &tern__ws_service,
     &tern__tls_service,
+    &tern__sse_service,
     &tern__access_service,
     NULL,
 };

@@ -103,6 +103,16 @@
  *                       streams N chunks, one per M ms
  *   GET  /cstatic/...   (--compress with --static DIR) DIR's files on a
  *                       compressing route (no precompressed siblings)
+ *   GET  /sse           a Server-Sent Events stream in the server's hub:
+ *                       an event "hello" (data: the Last-Event-ID the
+ *                       client sent, or "none"), then n=K events ids 1..K
+ *                       ("event K"); heartbeat=MS, hw=BYTES, retry=MS set
+ *                       its options, close=1 ends it after them
+ *   GET  /sse-publish   (another thread: a blocking route) publishes
+ *                       data=TEXT (id=I, event=E, size=N: N bytes of 'x'
+ *                       instead) to the hub; answers the subscriber count
+ *   GET  /sse-stats     the hub's subscribers and the streams ended by
+ *                       reason, as JSON
  *   GET  /api/v1/R/:id[/detail]   the benchmarks' routed app: 25
  *                       resources R, 50 routes; answers "R ID [detail ]RID"
  *                       with RID the X-Request-Id header
@@ -915,6 +925,99 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* ---- Server-Sent Events: /sse, /sse-publish, /sse-stats ---------------- */
+
+static tern_sse_hub *hub;
+static atomic_ulong sse_ended[5]; /* by on_close's why */
+
+static void sse_closed(tern_sse *s, int why, void *user) {
+  (void)s;
+  (void)user;
+  if (why >= 1 && why <= 4)
+    atomic_fetch_add(&sse_ended[why], 1);
+}
+
+static void sse_route(tern_request *r, void *user) {
+  tern_sse_options o;
+  tern_sse *s;
+  char id[24], data[64];
+  size_t len = 0;
+  const char *last;
+  long i, n = query_num(r, "n");
+  (void)user;
+  tern_sse_options_init(&o);
+  if (query_num(r, "heartbeat") >= 0)
+    o.heartbeat_ms = (uint32_t)query_num(r, "heartbeat");
+  if (query_num(r, "hw") > 0)
+    o.high_water = (uint32_t)query_num(r, "hw");
+  if (query_num(r, "retry") > 0)
+    o.retry_ms = (uint32_t)query_num(r, "retry");
+  o.hub = hub;
+  o.on_close = sse_closed;
+  if (tern_sse_start(r, &o, &s) != 0)
+    return;
+  last = tern_sse_last_event_id(s, &len);
+  if (tern_sse_send(s, NULL, "hello", last != NULL ? last : "none",
+                    last != NULL ? len : 4) != 0)
+    return;
+  for (i = 1; i <= n; i++) {
+    snprintf(id, sizeof(id), "%ld", i);
+    snprintf(data, sizeof(data), "event %ld", i);
+    if (tern_sse_send(s, id, NULL, data, strlen(data)) != 0)
+      return;
+  }
+  if (query_num(r, "close") == 1)
+    tern_sse_close(s);
+}
+
+static void sse_publish(tern_request *r, void *user) {
+  char id[64], event[64], body[32];
+  size_t n, len = 0, idl = 0, evl = 0;
+  const char *v;
+  char *data = NULL;
+  long size = query_num(r, "size");
+  int rc, blen;
+  (void)user;
+  id[0] = event[0] = '\0';
+  if ((v = query_value(r, "id", &len)) != NULL &&
+      tern_form_decode(v, len, id, sizeof(id), &idl) != 0)
+    idl = 0;
+  if ((v = query_value(r, "event", &len)) != NULL &&
+      tern_form_decode(v, len, event, sizeof(event), &evl) != 0)
+    evl = 0;
+  if (size > 0 && size <= (16L << 20) && (data = malloc((size_t)size))) {
+    memset(data, 'x', (size_t)size);
+    n = (size_t)size;
+  } else {
+    v = query_value(r, "data", &len);
+    n = 0;
+    data = malloc(len + 1);
+    if (data != NULL && v != NULL &&
+        tern_form_decode(v, len, data, len + 1, &n))
+      n = 0;
+  }
+  rc = data == NULL ? TERN_ENOMEM
+                    : tern_sse_publish(hub, idl > 0 ? id : NULL,
+                                       evl > 0 ? event : NULL, data, n);
+  free(data);
+  blen =
+      snprintf(body, sizeof(body), "%d %zu", rc, tern_sse_hub_subscribers(hub));
+  tern_respond(r, 200, text_plain, 1, body, (size_t)blen);
+}
+
+static void sse_stats(tern_request *r, void *user) {
+  char body[160];
+  int n;
+  (void)user;
+  n = snprintf(body, sizeof(body),
+               "{\"subscribers\":%zu,\"gone\":%lu,\"slow\":%lu,"
+               "\"closed\":%lu,\"stopping\":%lu}",
+               tern_sse_hub_subscribers(hub), atomic_load(&sse_ended[1]),
+               atomic_load(&sse_ended[2]), atomic_load(&sse_ended[3]),
+               atomic_load(&sse_ended[4]));
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
 /* ---- Fields on every answer: --response-hook --------------------------- */
 
 static void response_hook(const tern_request *r, int status,
@@ -1605,6 +1708,12 @@ int main(int argc, char **argv) {
       tern_route_with(server, "GET", "/cstatic/*", tern_static_handler, files,
                       &compress_opts);
   }
+  if (tern_sse_hub_new(server, &hub) != 0)
+    return 1;
+  tern_route(server, "GET", "/sse", sse_route, NULL);
+  tern_route_with(server, "GET", "/sse-publish", sse_publish, NULL,
+                  &blocking_opts);
+  tern_route(server, "GET", "/sse-stats", sse_stats, NULL);
   tern_route(server, "GET", "/fields", fields, NULL);
   tern_route(server, "GET", "/whoami", whoami, NULL);
   tern_route(server, "GET", "/form", form, NULL);
@@ -1770,6 +1879,7 @@ int main(int argc, char **argv) {
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
   rc = tern_run(server);
+  tern_sse_hub_free(hub); /* the server has stopped: no stream is left */
   tern_server_free(server);
   tern_static_free(files);
   return rc == 0 ? 0 : 1;

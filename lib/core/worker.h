@@ -21,6 +21,7 @@ enum {
   TERN__SVC_WS,     /* lib/ws/ws.c: open sockets, deferred closes, scratch */
   TERN__SVC_ACCESS, /* lib/handler/access.c: the access log's buffer */
   TERN__SVC_TLS,    /* lib/tls/tls.c: the record gathering buffer */
+  TERN__SVC_SSE,    /* lib/handler/sse.c: open event streams */
   TERN__SVC_COUNT
 };
 typedef struct tern__service {

@@ -73,6 +73,7 @@ release_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 write_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 error_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 response_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_void_p)
+sse_close_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 ws_open_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 ws_message_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t, c_int,
                           c_void_p)
@@ -316,6 +317,22 @@ FUNCTIONS = {
     "tern_ws_is_upgrade": (c_int, [_P], "fast"),
     "tern_ws_protocol_offered": (c_int, [_P, c_char_p, c_size_t], "fast"),
     "tern_ws_accept": (c_int, [_P, _P, _P, POINTER(_P)], "lib"),
+    # Server-Sent Events, at the ctypes level (tern.h's contract: a stream
+    # is its worker's; publish through a hub from any thread).
+    "tern_sse_options_init_size": (None, [_P, c_size_t], "lib"),
+    "tern_sse_start": (c_int, [_P, _P, POINTER(_P)], "lib"),
+    "tern_sse_send": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t],
+                      "lib"),
+    "tern_sse_close": (c_int, [_P], "lib"),
+    "tern_sse_last_event_id": (_P, [_P, _SZ], "fast"),
+    "tern_sse_request": (_P, [_P], "fast"),
+    "tern_sse_hub_new": (c_int, [_P, POINTER(_P)], "lib"),
+    "tern_sse_hub_free": (None, [_P], "lib"),
+    "tern_sse_publish": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t],
+                         "lib"),
+    "tern_sse_hub_subscribers": (c_size_t, [_P], "fast"),
+    "tern_sse_format": (c_int, [_P, c_size_t, _SZ, c_char_p, c_char_p,
+                                c_char_p, c_size_t], "fast"),
     "tern_ws_send": (c_int, [_P, c_int, _P, c_size_t], "lib"),
     "tern_ws_send_fragment": (c_int, [_P, c_int, _P, c_size_t, c_int], "lib"),
     "tern_ws_ping": (c_int, [_P, _P, c_size_t], "lib"),
