@@ -1,8 +1,11 @@
-/* chat: a chat room in the browser over WebSocket.
+/* chat: chat rooms in the browser over WebSocket.
  *
- *   GET /       the page (HTML and JavaScript, served from this file)
- *   GET /chat   the room's WebSocket: every text message a member sends
- *               goes to every member, prefixed with its sender's name
+ *   GET /             the page (HTML and JavaScript, served from this
+ *                     file); /?room=NAME joins room NAME
+ *   GET /chat         the lobby's WebSocket: every text message a member
+ *                     sends goes to every member of its room, prefixed
+ *                     with its sender's name
+ *   GET /chat/:room   room `room`'s (1 to 32 letters, digits, '-', '_')
  *
  * Over HTTP/1.1 the page's WebSocket is an Upgrade; when the page came
  * over HTTP/2 (TLS), Chromium opens it as an RFC 8441 extended CONNECT on
@@ -18,10 +21,11 @@
  * then advertise it with Alt-Svc), --workers N. SIGINT/SIGTERM stop
  * gracefully: members get close 1001.
  *
- * The room is a list under a mutex, since members may live on different
- * workers. A message is sent with tern_ws_broadcast: one frame, shared by
- * every member. Members are referenced while a broadcast uses them, so
- * one that closes meanwhile stays a valid handle.
+ * The members are a list under a mutex, since they may live on different
+ * workers; each knows its room. A message is sent with tern_ws_broadcast:
+ * one frame, shared by every member of the room. Members are referenced
+ * while a broadcast uses them, so one that closes meanwhile stays a valid
+ * handle.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -34,6 +38,13 @@
 
 #define MAX_MEMBERS 1024
 #define MAX_TEXT 4096
+#define MAX_ROOM 32
+
+/* A member: its name's number and its room (the socket's data). */
+typedef struct {
+  unsigned long id;
+  char room[MAX_ROOM + 1];
+} member;
 
 static tern_server *server;
 static pthread_mutex_t room_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -55,8 +66,10 @@ static const char page[] =
     "<script>\n"
     "const log = document.getElementById('log');\n"
     "const status = document.getElementById('status');\n"
+    "const room = new URLSearchParams(location.search).get('room');\n"
     "const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') +\n"
-    "  location.host + '/chat';\n"
+    "  location.host + '/chat' + (room ? '/' + encodeURIComponent(room) : "
+    "'');\n"
     "const ws = new WebSocket(url);\n"
     "function add(text) {\n"
     "  const d = document.createElement('div');\n"
@@ -102,17 +115,25 @@ static void serve_page(tern_request *r, void *user) {
   tern_respond_ref(r, 200, html, 1, page, sizeof(page) - 1, NULL, NULL);
 }
 
-/* Send `text` to every member. */
-static void broadcast(const char *text, size_t len) {
+static const char *room_of(const tern_ws *ws) {
+  return ((const member *)tern_ws_data(ws))->room;
+}
+
+static unsigned long id_of(const tern_ws *ws) {
+  return ((const member *)tern_ws_data(ws))->id;
+}
+
+/* Send `text` to every member of `room`. */
+static void broadcast(const char *room, const char *text, size_t len) {
   tern_ws *list[MAX_MEMBERS];
-  size_t i, n;
+  size_t i, n = 0;
 
   pthread_mutex_lock(&room_lock);
-  n = nmembers;
-  for (i = 0; i < n; i++) {
-    list[i] = members[i];
-    tern_ws_ref(list[i]);
-  }
+  for (i = 0; i < nmembers; i++)
+    if (strcmp(room_of(members[i]), room) == 0) {
+      list[n] = members[i];
+      tern_ws_ref(list[n++]);
+    }
   pthread_mutex_unlock(&room_lock);
   tern_ws_broadcast(list, n, TERN_WS_TEXT, text, len);
   for (i = 0; i < n; i++)
@@ -120,27 +141,29 @@ static void broadcast(const char *text, size_t len) {
 }
 
 static void on_open(tern_ws *ws, void *user) {
+  member *m = user;
   char line[64];
-  unsigned long id;
   int n, full;
-  (void)user;
+
+  tern_ws_set_data(ws, m);
 
   pthread_mutex_lock(&room_lock);
   full = nmembers == MAX_MEMBERS;
-  id = next_id++;
+  m->id = next_id++;
   if (!full)
     members[nmembers++] = ws;
   pthread_mutex_unlock(&room_lock);
   if (full) {
-    tern_ws_close(ws, 1008, "room full", 9);
+    tern_ws_close(ws, 1008, "rooms full", 10);
     return;
   }
-  tern_ws_set_data(ws, (void *)(uintptr_t)id);
-  n = snprintf(line, sizeof(line), "welcome user%lu (via %s)", id, carrier(ws));
+  n = snprintf(line, sizeof(line), "welcome user%lu (via %s)", m->id,
+               carrier(ws));
   tern_ws_send(ws, TERN_WS_TEXT, line, (size_t)n);
-  fprintf(stderr, "chat: user%lu joined via %s\n", id, carrier(ws));
-  n = snprintf(line, sizeof(line), "user%lu joined", id);
-  broadcast(line, (size_t)n);
+  fprintf(stderr, "chat: user%lu joined via %s (room %s)\n", m->id, carrier(ws),
+          m->room);
+  n = snprintf(line, sizeof(line), "user%lu joined", m->id);
+  broadcast(m->room, line, (size_t)n);
 }
 
 static void on_message(tern_ws *ws, int type, const char *data, size_t len,
@@ -151,9 +174,8 @@ static void on_message(tern_ws *ws, int type, const char *data, size_t len,
   (void)user;
   if (type != TERN_WS_TEXT)
     return;
-  n = snprintf(line, sizeof(line), "user%lu: %.*s",
-               (unsigned long)(uintptr_t)tern_ws_data(ws), (int)len, data);
-  broadcast(line, (size_t)n);
+  n = snprintf(line, sizeof(line), "user%lu: %.*s", id_of(ws), (int)len, data);
+  broadcast(room_of(ws), line, (size_t)n);
 }
 
 static void on_close(tern_ws *ws, int code, const char *reason, size_t len,
@@ -176,15 +198,37 @@ static void on_close(tern_ws *ws, int code, const char *reason, size_t len,
   }
   pthread_mutex_unlock(&room_lock);
   if (was_member && code != 1001) {
-    n = snprintf(line, sizeof(line), "user%lu left",
-                 (unsigned long)(uintptr_t)tern_ws_data(ws));
-    broadcast(line, (size_t)n);
+    n = snprintf(line, sizeof(line), "user%lu left", id_of(ws));
+    broadcast(room_of(ws), line, (size_t)n);
   }
+  free(tern_ws_data(ws));
 }
 
 static void chat_route(tern_request *r, void *user) {
   tern_ws_options o;
+  tern_ws *ws;
+  member *m;
+  size_t n = 5, i;
+  const char *room = tern_request_param(r, "room", 4, &n);
+  static const tern_header text[] = {TERN_HEADER("content-type", "text/plain")};
   (void)user;
+  if (room == NULL)
+    room = "lobby", n = 5;
+  for (i = 0; i < n; i++)
+    if (!((room[i] >= 'a' && room[i] <= 'z') ||
+          (room[i] >= 'A' && room[i] <= 'Z') ||
+          (room[i] >= '0' && room[i] <= '9') || room[i] == '-' ||
+          room[i] == '_'))
+      break;
+  if (n == 0 || n > MAX_ROOM || i < n) {
+    tern_respond(r, 400, text, 1, "bad room name\n", 14);
+    return;
+  }
+  if ((m = calloc(1, sizeof(*m))) == NULL) {
+    tern_respond(r, 503, text, 1, "no memory\n", 10);
+    return;
+  }
+  memcpy(m->room, room, n);
   tern_ws_options_init(&o);
   o.on_open = on_open;
   o.on_message = on_message;
@@ -194,7 +238,10 @@ static void chat_route(tern_request *r, void *user) {
    * broadcasts skip the member rather than grow its queue. */
   o.high_water = 256 * 1024;
   o.on_full = TERN_WS_FAIL_SEND;
-  tern_ws_accept(r, &o, NULL, NULL);
+  /* The member goes to the callbacks; on_open makes it the socket's
+   * data, on_close frees it. */
+  if (tern_ws_accept(r, &o, m, &ws) != 0 && m->id == 0)
+    free(m); /* refused (and answered) before on_open */
 }
 
 static int arg(int argc, char **argv, int *i, const char *name,
@@ -233,6 +280,7 @@ int main(int argc, char **argv) {
   if ((rc = tern_server_new(&s, &server)) != 0 ||
       (rc = tern_route(server, "GET", "/", serve_page, NULL)) != 0 ||
       (rc = tern_route(server, "GET", "/chat", chat_route, NULL)) != 0 ||
+      (rc = tern_route(server, "GET", "/chat/:room", chat_route, NULL)) != 0 ||
       (rc = tern_listen(server, host, atoi(port), &bound)) != 0) {
     fprintf(stderr, "chat: %s\n", tern_strerror(rc));
     return 1;

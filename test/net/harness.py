@@ -84,8 +84,10 @@ class Server:
     """A server binary in its own process (new session), on port 0."""
 
     def __init__(self, name="reference", args=(), env=None, start_timeout=10.0,
-                 prefix=()):
-        """`prefix`: a command to run the server under (e.g. prlimit)."""
+                 prefix=(), port_args=("--port", "0")):
+        """`prefix`: a command to run the server under (e.g. prlimit);
+        `port_args` what asks it for an ephemeral port (the examples that
+        take a bare PORT: () and "0" among `args`)."""
         self.name = name
         self.args = list(args)
         # TERN_TEST_TLS_ENGINE runs a test file's TLS servers on one TLS
@@ -100,7 +102,7 @@ class Server:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
-        cmd = list(prefix) + [binary(name), "--port", "0"] + self.args
+        cmd = list(prefix) + [binary(name)] + list(port_args) + self.args
         self.cmd = cmd
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -4,13 +4,16 @@
 #      pkg-config: a program compiles, links and runs against it;
 #   2. the same with CMake's find_package(tern) and the tern::tern target;
 #   3. as a meson subproject: the parent gets the library and nothing
-#      else (no example, tool or test target, no test).
+#      else (no example, tool or test target, no test);
+#   4. the programs a newcomer copies (examples/hello, rest, spa, feed,
+#      chat) compile against the installed library with pkg-config, and
+#      one of them (rest) answers when run against it.
 #   test/packaging/run.sh SRCDIR BUILDDIR
 set -uo pipefail
 src=$1 build=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "1..3"
+echo "1..4"
 n=0 bad=0
 result() { # ok?, name: one TAP line, and the log when it failed
   n=$((n + 1))
@@ -95,4 +98,29 @@ print(len(json.load(sys.stdin)))')
   rc=$?
 fi
 result $rc "a meson subproject gives the library alone"
+
+rc=1
+if [ -n "${flags:-}" ]; then
+  rc=0
+  for ex in hello rest spa feed chat; do
+    # shellcheck disable=SC2086
+    cc -std=c11 -Wall -Wextra -Werror "$src/examples/$ex.c" -o "$tmp/$ex" \
+      $flags -pthread >>"$tmp/log" 2>&1 || { rc=1; echo "$ex failed" >>"$tmp/log"; }
+  done
+  if [ $rc = 0 ]; then
+    LD_LIBRARY_PATH="$libdir" "$tmp/rest" 0 >"$tmp/rest.out" 2>>"$tmp/log" &
+    pid=$!
+    for _ in $(seq 50); do
+      port=$(sed -n 's/^listening on \([0-9]*\)$/\1/p' "$tmp/rest.out")
+      [ -n "$port" ] && break
+      sleep 0.1
+    done
+    out=$(curl -s "http://127.0.0.1:${port:-1}/todos" 2>>"$tmp/log")
+    echo "rest answered: $out" >>"$tmp/log"
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [ "$out" = "[]" ] || rc=1
+  fi
+fi
+result $rc "the newcomer examples build with pkg-config against the install"
 exit $bad

@@ -86,16 +86,16 @@ def parse_events(text):
 
 
 class Stream:
-    """curl -N on /sse, read as it arrives."""
+    """curl -N on /sse (or `path`), read as it arrives."""
 
-    def __init__(self, port, query="", h2=False, headers=()):
+    def __init__(self, port, query="", h2=False, headers=(), path="/sse"):
         args = ["curl", "-sN", "--max-time", "60"]
         if h2:
             args.append("--http2-prior-knowledge")
         for h in headers:
             args += ["-H", h]
         self.p = subprocess.Popen(
-            args + ["http://127.0.0.1:%d/sse%s" % (port, query)],
+            args + ["http://127.0.0.1:%d%s%s" % (port, path, query)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.buf = b""
         self.ended = False
