@@ -63,7 +63,8 @@
  *                     and forms (tern_form_next, _decode, _get); cookies
  *                     (tern_request_cookie, tern_cookie_next, _format);
  *                     Basic authentication (tern_request_basic_auth,
- *                     tern_equal_secret);
+ *                     tern_equal_secret); multipart bodies
+ *                     (tern_multipart_new, _next);
  *                     streaming bodies (tern_request_read/pause/resume);
  *                     the client going away (tern_request_on_gone); the
  *                     worker's loop (tern_worker_call, tern_request_loop)
@@ -980,6 +981,73 @@ TERN_EXTERN int tern_request_basic_auth(const tern_request *r, char *buf,
  * guess was right. */
 TERN_EXTERN int tern_equal_secret(const void *a, size_t alen, const void *b,
                                   size_t blen);
+
+/* ---- Multipart bodies (multipart/form-data, RFC 7578) ---- */
+
+/* A streaming multipart parser, sans-I/O: feed it the body in the pieces
+ * it arrives in (a TERN_ROUTE_STREAM_BODY route's TERN_BODY_DATA, or a
+ * collected body whole) and take one event per call. A part's data comes
+ * as views into the bytes fed, in as many DATA events as it takes: an
+ * upload of any size goes to a file or a hash without being held, and
+ * the caller's own pace is the backpressure (tern_request_pause while a
+ * consumer is behind). The parser keeps only the part being headed (up
+ * to max_head bytes) and a possible delimiter's start; any thread, one
+ * body per parser. */
+typedef struct tern_multipart tern_multipart;
+
+enum {
+  TERN_MULTIPART_MORE = 0,     /* every byte fed was taken: feed more */
+  TERN_MULTIPART_PART = 1,     /* a part starts: fields, name, filename */
+  TERN_MULTIPART_DATA = 2,     /* the next bytes of its data */
+  TERN_MULTIPART_PART_END = 3, /* the part's data is complete */
+  TERN_MULTIPART_END = 4,      /* the closing delimiter: the body is done
+                                  (what follows, the epilogue, is taken
+                                  and ignored) */
+};
+
+/* One event. The views (fields, name, filename, data) are valid until
+ * the next call on the parser, and into the bytes fed for data. */
+typedef struct {
+  int type;                  /* TERN_MULTIPART_* */
+  const tern_header *fields; /* PART: the part's fields, as sent */
+  size_t nfields;
+  const char *name; /* PART: Content-Disposition's name parameter, or
+                       NULL (a quoted one without its quotes; escapes as
+                       sent) */
+  size_t name_len;
+  const char *filename; /* PART: its filename parameter, or NULL: a
+                           client's name, never a path to trust */
+  size_t filename_len;
+  const char *data; /* DATA: `len` bytes */
+  size_t len;
+} tern_multipart_event;
+
+/* A parser for a body whose Content-Type is `content_type` (`len` bytes:
+ * multipart/ANY with a boundary parameter of 1 to 70 characters), with
+ * at most `max_parts` parts (0: 1000) and `max_head` bytes of fields per
+ * part (0: 8192; at most 65536) and 16 fields. Errors: TERN_EINVAL (not
+ * multipart, no or a bad boundary: answer 400 or 415), TERN_ENOMEM. */
+TERN_EXTERN int tern_multipart_new(const char *content_type, size_t len,
+                                   size_t max_parts, size_t max_head,
+                                   tern_multipart **out);
+
+/* Feed `len` bytes; *used is set to how many were taken (feed the rest,
+ * `in + *used`, to the next call), `ev` to the event. Returns the event's
+ * type, or an error that stays the parser's answer from then on:
+ * TERN_EINVAL (malformed: a delimiter not followed by CR LF or "--", a
+ * field without a name or folded, control bytes in a value; answer 400),
+ * TERN_ETOOBIG (more parts, fields or head bytes than allowed; 413). A
+ * body that ends before TERN_MULTIPART_END is incomplete
+ * (tern_multipart_finished). */
+TERN_EXTERN int tern_multipart_next(tern_multipart *m, const char *in,
+                                    size_t len, size_t *used,
+                                    tern_multipart_event *ev);
+
+/* 1 once the closing delimiter was read, else 0. */
+TERN_EXTERN int tern_multipart_finished(const tern_multipart *m);
+
+/* Free the parser; NULL is a no-op. */
+TERN_EXTERN void tern_multipart_free(tern_multipart *m);
 
 /* ---- Streaming request bodies (TERN_ROUTE_STREAM_BODY routes) ---- */
 

@@ -103,6 +103,11 @@
  *                       streams N chunks, one per M ms
  *   GET  /cstatic/...   (--compress with --static DIR) DIR's files on a
  *                       compressing route (no precompressed siblings)
+ *   POST /multipart     (streamed) a multipart/form-data body read with
+ *                       tern_multipart as it arrives: one line per part,
+ *                       "NAME FILENAME BYTES FNV1A64" ("-" for none), then
+ *                       "end"; 400 malformed or incomplete, 413 past the
+ *                       parser's limits, 415 not multipart
  *   GET  /sse           a Server-Sent Events stream in the server's hub:
  *                       an event "hello" (data: the Last-Event-ID the
  *                       client sent, or "none"), then n=K events ids 1..K
@@ -925,6 +930,100 @@ static void stats(tern_request *r, void *user) {
   tern_respond(r, 200, json, 1, body, (size_t)n);
 }
 
+/* ---- multipart/form-data: /multipart ------------------------------------ */
+
+typedef struct {
+  tern_multipart *m;
+  char out[4096];
+  size_t at;
+  uint64_t bytes, hash;
+  int failed; /* the status answered, once the body has ended */
+} mp_state;
+
+static void mp_line(mp_state *st, const char *fmt, const char *a, size_t al,
+                    const char *b, size_t bl) {
+  if (st->at < sizeof(st->out))
+    st->at += (size_t)snprintf(st->out + st->at, sizeof(st->out) - st->at, fmt,
+                               (int)al, a, (int)bl, b);
+}
+
+static void mp_body(tern_request *r, int event, const char *data, size_t len,
+                    void *user) {
+  mp_state *st = user;
+  tern_multipart_event ev;
+  size_t used, i;
+  int rc = 0;
+  while (event == TERN_BODY_DATA && st->failed == 0) {
+    rc = tern_multipart_next(st->m, data, len, &used, &ev);
+    data += used;
+    len -= used;
+    if (rc < 0) {
+      st->failed = rc == TERN_ETOOBIG ? 413 : 400;
+    } else if (rc == TERN_MULTIPART_PART) {
+      mp_line(st, "%.*s %.*s", ev.name ? ev.name : "-",
+              ev.name ? ev.name_len : 1, ev.filename ? ev.filename : "-",
+              ev.filename ? ev.filename_len : 1);
+      st->bytes = 0;
+      st->hash = 14695981039346656037ull; /* FNV-1a 64 */
+    } else if (rc == TERN_MULTIPART_DATA) {
+      for (i = 0; i < ev.len; i++)
+        st->hash = (st->hash ^ (unsigned char)ev.data[i]) * 1099511628211ull;
+      st->bytes += ev.len;
+    } else if (rc == TERN_MULTIPART_PART_END) {
+      char tail[48];
+      int n =
+          snprintf(tail, sizeof(tail), " %llu %016llx\n",
+                   (unsigned long long)st->bytes, (unsigned long long)st->hash);
+      mp_line(st, "%.*s%.*s", tail, (size_t)n, "", 0);
+    } else if (rc == TERN_MULTIPART_MORE || rc == TERN_MULTIPART_END) {
+      break;
+    }
+  }
+  if (event == TERN_BODY_DATA)
+    return;
+  if (event == TERN_BODY_END && st->failed == 0) {
+    if (tern_multipart_finished(st->m)) {
+      mp_line(st, "end%.*s%.*s\n", "", 0, "", 0);
+      tern_respond(r, 200, text_plain, 1, st->out, st->at);
+    } else {
+      tern_respond(r, 400, text_plain, 1, "incomplete\n", 11);
+    }
+  } else if (event == TERN_BODY_END) {
+    tern_respond(r, st->failed, text_plain, 1,
+                 st->failed == 413 ? "too big\n" : "malformed\n",
+                 st->failed == 413 ? 8 : 10);
+  } else {
+    tern_respond(r, 400, NULL, 0, NULL, 0);
+  }
+  tern_multipart_free(st->m);
+  free(st);
+}
+
+static void multipart_route(tern_request *r, void *user) {
+  size_t n = 0;
+  const char *ct = tern_request_header(r, "content-type", 12, &n);
+  mp_state *st = calloc(1, sizeof(*st));
+  (void)user;
+  if (st == NULL) {
+    tern_respond(r, 503, NULL, 0, NULL, 0);
+    return;
+  }
+  if (ct == NULL || tern_multipart_new(ct, n,
+                                       (size_t)query_num(r, "parts") > 0
+                                           ? (size_t)query_num(r, "parts")
+                                           : 0,
+                                       0, &st->m) != 0) {
+    free(st);
+    tern_respond(r, 415, text_plain, 1, "not multipart\n", 14);
+    return;
+  }
+  if (tern_request_read(r, mp_body, st) != 0) {
+    tern_multipart_free(st->m);
+    free(st);
+    tern_respond(r, 500, NULL, 0, NULL, 0);
+  }
+}
+
 /* ---- Server-Sent Events: /sse, /sse-publish, /sse-stats ---------------- */
 
 static tern_sse_hub *hub;
@@ -1710,6 +1809,8 @@ int main(int argc, char **argv) {
   }
   if (tern_sse_hub_new(server, &hub) != 0)
     return 1;
+  tern_route_with(server, "POST", "/multipart", multipart_route, NULL,
+                  &stream_opts);
   tern_route(server, "GET", "/sse", sse_route, NULL);
   tern_route_with(server, "GET", "/sse-publish", sse_publish, NULL,
                   &blocking_opts);

@@ -365,6 +365,11 @@ LEFT_OUT = {
     # request's own strings (headers, query, body) that the binding hands
     # over as str and bytes.
     "tern_form_next": "urllib.parse.parse_qsl on Request.query or body",
+    "tern_multipart_new": "email.parser.BytesFeedParser fed the Content-Type "
+                          "field and the body (streaming too)",
+    "tern_multipart_next": "email.parser.BytesFeedParser.feed",
+    "tern_multipart_finished": "email.parser.BytesFeedParser.close",
+    "tern_multipart_free": "(nothing to free in Python)",
     "tern_form_decode": "urllib.parse.unquote_plus",
     "tern_form_get": "urllib.parse.parse_qs on Request.query or body",
     "tern_request_cookie": "http.cookies.SimpleCookie on the Cookie header",
