@@ -178,12 +178,13 @@ enum {
  * a trailing newline. Called from any thread that tern runs on. */
 typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 
-#define TERN_SETTINGS_VERSION 3
+#define TERN_SETTINGS_VERSION 4
 
 /* Server settings. Initialise with tern_settings_init(), change what you
  * need, pass to tern_server_new(). Every limit has a safe default.
  * Versions (see ABI above), each ending with the field named: 1 with
- * log_level, 2 with max_conn_window, 3 with max_compressors_per_conn. */
+ * log_level, 2 with max_conn_window, 3 with max_compressors_per_conn, 4
+ * with ip_table_size. */
 typedef struct {
   int version;               /* TERN_SETTINGS_VERSION */
   uint32_t size;             /* sizeof(tern_settings) */
@@ -227,6 +228,23 @@ typedef struct {
    * is compressed within the call and counts only during it. */
   uint32_t max_compressors;
   uint32_t max_compressors_per_conn;
+  /* Version 4. Limits per client address, over every worker and listener
+   * (QUIC included), an IPv4 address or an IPv6 /64 (behind a trusted
+   * PROXY balancer: the address it names); 0 = none, the default.
+   * Beyond max_connections_per_ip open connections a new one is closed
+   * at accept (QUIC: refused). Beyond requests_per_ip_per_s a request is
+   * answered 429 with Retry-After, as tern's own answer (the error hook
+   * sees it), and its connection kept; the rate is a token bucket that
+   * holds request_burst requests (0: one second's worth), 1 to 1000000.
+   * At most ip_table_size addresses are tracked (0: 65536; up to 2^24,
+   * about 48 bytes each, allocated at tern_server_new): under a flood of
+   * addresses the one seen longest ago without an open connection is
+   * forgotten, and an address that finds no room is let in uncounted,
+   * so memory stays bounded whatever the number of addresses. */
+  uint32_t max_connections_per_ip;
+  uint32_t requests_per_ip_per_s;
+  uint32_t request_burst;
+  uint32_t ip_table_size;
 } tern_settings;
 
 /* Fill `s` with the defaults above, its version and its size. */
@@ -1201,7 +1219,9 @@ TERN_EXTERN int tern_worker_call(tern_server *srv, unsigned worker,
  * ------------------------------------------------------------------ */
 
 /* What the error hook is told about an answer tern makes by itself: 400
- * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 431,
+ * (malformed request, bad WebSocket handshake), 404, 405, 413, 414, 429
+ * (a client address past its request rate; Retry-After is kept unless
+ * the hook sets its own), 431,
  * 501 (unsupported HTTP/2 :protocol), 503 (out of memory or threads) and
  * HTTP/2's 408 for a collected body that stalled (body_timeout_ms); not
  * the head timeout's 408 (no request exists yet), the 408 answered for a
@@ -1867,7 +1887,7 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 4
+#define TERN_STATS_VERSION 5
 
 /* Version 3's arrays: by protocol (index TERN_STATS_H1 for HTTP/1.0 and
  * 1.1, TERN_STATS_H2, TERN_STATS_H3), by status class (index 0: no
@@ -1887,8 +1907,8 @@ enum {
  * tern_stats_init() (or set version and size); a call leaves both valid
  * for the next. Versions (see ABI above), each ending with the field
  * named: 1 with frees, 2 with quic_refused, 3 with access_log_dropped, 4
- * with reallocations. allocations - frees is the number of blocks tern
- * holds from the allocator now. */
+ * with reallocations, 5 with rejected_ip_rate. allocations - frees is the
+ * number of blocks tern holds from the allocator now. */
 typedef struct {
   int version;          /* TERN_STATS_VERSION */
   uint32_t size;        /* sizeof(tern_stats) */
@@ -1945,6 +1965,9 @@ typedef struct {
   uint64_t reallocations; /* blocks resized by realloc (a resize is not
                              an allocation: it leaves the count of blocks
                              held as it was) */
+  /* Version 5: the limits per client address (tern_settings). */
+  uint64_t rejected_ip_connections; /* connections closed at accept */
+  uint64_t rejected_ip_rate;        /* requests answered 429 */
 } tern_stats;
 
 /* The upper bound in nanoseconds of duration bucket `i` (0 ..

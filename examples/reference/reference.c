@@ -143,7 +143,9 @@
  * --max-conns, --max-stream-window, --max-conn-window (the largest HTTP/2
  * and HTTP/3 receive windows, per stream and per connection, in bytes),
  * --max-compressors, --max-compressors-per-conn (streamed responses
- * compressed at once, in the server and on one connection).
+ * compressed at once, in the server and on one connection),
+ * --max-conns-per-ip, --requests-per-ip, --request-burst, --ip-table-size
+ * (the limits per client address).
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
  * 400, ...) with the server's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
@@ -1746,6 +1748,14 @@ int main(int argc, char **argv) {
       s.max_compressors = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else if (option(argc, argv, &i, "--max-compressors-per-conn", &v))
       s.max_compressors_per_conn = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--max-conns-per-ip", &v))
+      s.max_connections_per_ip = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--requests-per-ip", &v))
+      s.requests_per_ip_per_s = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--request-burst", &v))
+      s.request_burst = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    else if (option(argc, argv, &i, "--ip-table-size", &v))
+      s.ip_table_size = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
     else {
       fprintf(stderr, "reference: unknown option %s\n", argv[i]);
       return 2;

@@ -89,8 +89,18 @@ void tern__conn_set_proto(tern__conn *c, const tern__proto *p) {
   }
 }
 
+int tern__conn_admit(tern__conn *c) {
+  int ok = tern__admit_conn(c->w->srv->admit, &c->peer);
+  c->admitted = ok == 1;
+  return ok != 0;
+}
+
 void tern__conn_closed(tern__conn *c) {
   TERN__STAT_ADD(c->w->stats.active, (uint64_t)-1);
+  if (c->admitted) {
+    tern__admit_release(c->w->srv->admit, &c->peer);
+    c->admitted = 0;
+  }
   if (c->counted_proto >= 0) {
     TERN__STAT_ADD(c->w->stats.conns[c->counted_proto], (uint64_t)-1);
     c->counted_proto = -1;

@@ -80,6 +80,7 @@ struct tern__conn {
   int tls_version;      /* TERN_TLS_1_2 / _1_3 once a handshake finished */
   uint32_t compressors; /* its streamed compressors open (compress.c) */
   int counted_proto;    /* its index in the open-connection counts, or -1 */
+  int admitted;         /* counted against its address's limit (admit.c) */
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;
@@ -130,6 +131,10 @@ static inline size_t tern__conn_buffered(const tern__conn *c) {
 void tern__conn_close(tern__conn *c);
 /* The transport has let go of the closed connection's socket: it no
  * longer counts as active, and drops its own reference. */
+/* The connection's client address (c->peer) is final: count it against
+ * that address's open connections (tern_settings'
+ * max_connections_per_ip); 0 when it is over the limit: close it. */
+int tern__conn_admit(tern__conn *c);
 void tern__conn_closed(tern__conn *c);
 /* The connection speaks `p` from now on (an adapter's attach): its
  * open-connection count moves with it. */

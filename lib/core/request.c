@@ -210,10 +210,19 @@ void tern__pool_threads_close(tern_server *srv) {
 
 void tern__request_dispatch(tern_request *r) {
   const tern__route *route = r->route;
+  unsigned wait;
   r->flags |= TERN__RQ_HANDLED;
   if (r->w->srv->access_fn != NULL)
     r->t_handler = uv_hrtime();
   tern__list_append(&r->w->held, &r->held_link);
+  /* Past its address's request rate: 429, its connection kept. */
+  if (r->w->srv->admit != NULL &&
+      (wait = tern__admit_request(r->w->srv->admit, &r->conn->peer)) != 0) {
+    char v[12];
+    int n = snprintf(v, sizeof(v), "%u", wait);
+    tern__respond_status_with(r, 429, "Retry-After", v, (size_t)n);
+    return;
+  }
   if (route->flags & TERN_ROUTE_BLOCKING) {
     if (pool_submit(r) == 0)
       return;

@@ -339,14 +339,17 @@ const char *tern_response_head_get(const tern_response_head *head,
 }
 
 /* The error hook's view of one answer. It lives on the stack of
- * tern__respond_status for the duration of the hook. */
+ * tern__respond_status_with for the duration of the hook. */
 struct tern_error_reply {
   tern_request *r;
   const tern_error_info *info;
+  const char *keep;   /* tern's own field (Allow, Retry-After) or NULL */
+  const char *keep_v; /* its value */
+  size_t keep_len;
   int used; /* tern_error_respond took over the answer */
 };
 
-/* Room for the hook's fields plus an Allow tern adds; more than this many
+/* Room for the hook's fields plus the one tern keeps; more than this many
  * fields are gathered on the heap, which only such an answer pays for. */
 #define ERROR_FIELDS 16
 
@@ -355,7 +358,7 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
   const tern_error_info *e;
   tern_header local[ERROR_FIELDS], *h = local;
   size_t i, nh = n;
-  int rc, has_allow = 0;
+  int rc, has_keep = 0;
 
   if (rep == NULL || !tern__fields_valid(headers, n) ||
       (len > 0 && body == NULL))
@@ -363,12 +366,14 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
   if (rep->used)
     return TERN_ESTATE;
   e = rep->info;
-  for (i = 0; i < n; i++)
-    if (tern__ieq_lit(headers[i].name, headers[i].name_len, "allow"))
-      has_allow = 1;
-  /* A 405 without Allow breaks RFC 9110 15.5.6: keep tern's list unless
-   * the hook wrote its own. */
-  if (e->allow != NULL && !has_allow)
+  for (i = 0; i < n && rep->keep != NULL; i++)
+    if (headers[i].name_len == strlen(rep->keep) &&
+        tern__ieq(headers[i].name, rep->keep, headers[i].name_len))
+      has_keep = 1;
+  /* A 405 without Allow breaks RFC 9110 15.5.6, a 429 without
+   * Retry-After leaves the client guessing: keep tern's field unless the
+   * hook wrote its own. */
+  if (rep->keep != NULL && !has_keep)
     nh++;
   if (nh > ERROR_FIELDS) {
     h = tern__malloc(rep->r->w->srv, nh * sizeof(*h));
@@ -381,10 +386,10 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
   if (n > 0)
     memcpy(h, headers, n * sizeof(*h));
   if (nh > n) {
-    h[n].name = "allow";
-    h[n].name_len = 5;
-    h[n].value = e->allow;
-    h[n].value_len = e->allow_len;
+    h[n].name = rep->keep;
+    h[n].name_len = strlen(rep->keep);
+    h[n].value = rep->keep_v;
+    h[n].value_len = rep->keep_len;
   }
   rep->used = 1;
   rc = respond_now(rep->r, e->status, nh > 0 ? h : NULL, nh, body, len, 1, NULL,
@@ -396,6 +401,12 @@ int tern_error_respond(tern_error_reply *rep, const tern_header *headers,
 
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len) {
+  tern__respond_status_with(r, status, allow != NULL ? "Allow" : NULL, allow,
+                            allow_len);
+}
+
+void tern__respond_status_with(tern_request *r, int status, const char *name,
+                               const char *value, size_t value_len) {
   tern_server *srv = r->w->srv;
   char body[64];
   tern_header h[2];
@@ -410,14 +421,19 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
     memset(&e, 0, sizeof(e));
     e.status = status;
     e.reason = tern__reason(status);
-    e.allow = allow;
-    e.allow_len = allow != NULL ? allow_len : 0;
+    if (status == 405 && name != NULL) {
+      e.allow = value;
+      e.allow_len = value_len;
+    }
     /* Only a request whose head parsed has a method: anything else would
      * show the hook empty or half-filled fields. */
     e.request = r->method != NULL ? r : NULL;
     e.reply = &rep;
     rep.r = r;
     rep.info = &e;
+    rep.keep = name;
+    rep.keep_v = value;
+    rep.keep_len = name != NULL ? value_len : 0;
     rep.used = 0;
     srv->error_fn(&e, srv->error_user);
     if (rep.used)
@@ -431,11 +447,11 @@ void tern__respond_status(tern_request *r, int status, const char *allow,
     h[n].value = "text/plain";
     h[n++].value_len = 10;
   }
-  if (allow != NULL) {
-    h[n].name = "Allow";
-    h[n].name_len = 5;
-    h[n].value = allow;
-    h[n++].value_len = allow_len;
+  if (name != NULL) {
+    h[n].name = name;
+    h[n].name_len = strlen(name);
+    h[n].value = value;
+    h[n++].value_len = value_len;
   }
   respond_now(r, status, h, n, body, (size_t)len, 1, NULL, NULL, NULL);
 }

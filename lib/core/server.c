@@ -81,14 +81,16 @@ SAME_HEAD(tern_stats);
 static const size_t settings_ends[] = {
     TERN__END(tern_settings, log_level),
     TERN__END(tern_settings, max_conn_window),
-    TERN__END(tern_settings, max_compressors_per_conn)};
+    TERN__END(tern_settings, max_compressors_per_conn),
+    TERN__END(tern_settings, ip_table_size)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size),
     TERN__END(tern_route_options, compress)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
                                     TERN__END(tern_stats, access_log_dropped),
-                                    TERN__END(tern_stats, reallocations)};
+                                    TERN__END(tern_stats, reallocations),
+                                    TERN__END(tern_stats, rejected_ip_rate)};
 const size_t tern__quic_options_ends[TERN_QUIC_OPTIONS_VERSION] = {
     TERN__END(tern_quic_options, secret_len),
     TERN__END(tern_quic_options, previous_secret_len)};
@@ -363,6 +365,12 @@ static int settings_problem(const tern_settings *s) {
       return 1;
     }
   }
+  if (s->requests_per_ip_per_s > 1000000 || s->request_burst > 1000000 ||
+      s->ip_table_size > (1u << 24)) {
+    settings_log(s, "settings: requests_per_ip_per_s and request_burst are "
+                    "at most 1000000, ip_table_size 16777216");
+    return 1;
+  }
   return 0;
 }
 
@@ -454,6 +462,14 @@ int tern_server_new(const tern_settings *caller, tern_server **out) {
     s->allocator.free(srv, s->allocator.user);
     return TERN_ENOMEM;
   }
+  if (tern__admit_new(srv, &srv->admit) != 0) {
+    uv_cond_destroy(&srv->bp_cond);
+    uv_mutex_destroy(&srv->bp_lock);
+    tern__router_free(srv->router);
+    tern__free(srv, srv->workers);
+    s->allocator.free(srv, s->allocator.user);
+    return TERN_ENOMEM;
+  }
   srv->bp_max = pool_size();
   atomic_init(&srv->refs, 1);
   *out = srv;
@@ -504,6 +520,7 @@ void tern__server_unref(tern_server *srv) {
       uv_mutex_destroy(&srv->workers[i].inbox_lock);
   uv_cond_destroy(&srv->bp_cond);
   uv_mutex_destroy(&srv->bp_lock);
+  tern__admit_free(srv, srv->admit);
   tern__free(srv, srv->workers);
   a = srv->s.allocator;
   a.free(srv, a.user);
@@ -975,6 +992,8 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
   st.bytes_allocated = atomic_load(&srv->alloc_bytes);
   st.frees = atomic_load(&srv->frees);
   st.reallocations = atomic_load(&srv->reallocs);
+  tern__admit_counts(srv->admit, &st.rejected_ip_connections,
+                     &st.rejected_ip_rate);
   if (tern__abi_write(out, &st, stats_ends, NVERSIONS(stats_ends), why,
                       sizeof(why)) != 0) {
     tern__log((tern_server *)srv, TERN_LOG_ERROR, "tern_server_stats: %s", why);

@@ -105,8 +105,13 @@ int tern__request_fail(tern_request *r, int rc);
  * its connection is closing): mark it gone and, unless its response is
  * finished, run the handler's gone callback once. Owning worker. */
 void tern__request_gone(tern_request *r);
-/* Answer an error status on behalf of tern (small text body). */
+/* Answer an error status on behalf of tern (small text body), with the
+ * Allow field of a 405 (NULL: none). */
 void tern__respond_status(tern_request *r, int status, const char *allow,
                           size_t allow_len);
+/* The same with one field of tern's (`name`: Allow, Retry-After), kept
+ * when the error hook answers unless the hook sets one of that name. */
+void tern__respond_status_with(tern_request *r, int status, const char *name,
+                               const char *value, size_t len);
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/window.h"
 #include "core/text.h"
 #include "core/abi.h"
+#include "core/admit.h"
 
 /* ---- Per-worker services ------------------------------------------ *
  *
@@ -120,7 +121,8 @@ struct tern_server {
   void *error_user;
   tern_response_fn response_fn; /* tern_server_on_response */
   void *response_user;
-  tern_access_fn access_fn; /* tern_server_on_access, or the writer's */
+  struct tern__admit *admit; /* limits per client address, or NULL */
+  tern_access_fn access_fn;  /* tern_server_on_access, or the writer's */
   void *access_user;
   int durations; /* tern_server_time_requests */
   int timing;    /* durations or an access hook: requests are timed */

@@ -194,11 +194,15 @@ static void format_all(text_t *t, const tern_stats *st) {
          st->ws_messages_out);
   family(t, "tern_rejected_total", "counter",
          "Requests or connections tern refused: limit (413, 414, 431), "
-         "timeout (408 or a timed-out connection), protocol (400).");
+         "timeout (408 or a timed-out connection), protocol (400), "
+         "ip_connections (past max_connections_per_ip), ip_rate (429).");
   sample(t, "tern_rejected_total", "reason=\"limit\"", st->rejected_limit);
   sample(t, "tern_rejected_total", "reason=\"timeout\"", st->rejected_timeout);
   sample(t, "tern_rejected_total", "reason=\"protocol\"",
          st->rejected_protocol);
+  sample(t, "tern_rejected_total", "reason=\"ip_connections\"",
+         st->rejected_ip_connections);
+  sample(t, "tern_rejected_total", "reason=\"ip_rate\"", st->rejected_ip_rate);
   family(t, "tern_allocations_total", "counter",
          "New blocks from the allocator (not resizes).");
   sample(t, "tern_allocations_total", NULL, st->allocations);

@@ -110,11 +110,18 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
       return;
     }
     s->proxy_wait = 1;
+  } else if (!tern__conn_admit(c)) {
+    /* Past its address's connection limit: closed before a byte is read.
+     * (Behind a PROXY balancer the address is known with the header.) */
+    reject(s);
+    return;
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->h2_only = h2_only != 0;     /* ... until the first bytes (h1_input) */
   s->filter = filter;
   if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
+    if (c->admitted)
+      tern__admit_release(srv->admit, &c->peer);
     reject(s);
     return;
   }
@@ -402,6 +409,10 @@ static int proxy_input(tern__stream *s) {
   if (!h.local) {
     tern__addr_set(&c->peer, (const struct sockaddr *)&h.src);
     tern__addr_set(&c->local, (const struct sockaddr *)&h.dst);
+  }
+  if (!tern__conn_admit(c)) {
+    tern__conn_close(c); /* the address is over its connection limit */
+    return -1;
   }
   if (keep_tlvs(c, &h) != 0) {
     tern__conn_close(c); /* a handler must not see them missing */

@@ -218,6 +218,14 @@ static int verify_regular(const quic_listener *l, const ngtcp2_pkt_hd *hd,
   return -1;
 }
 
+/* A connection made for a first Initial that cannot go on: its
+ * admission given back, then the block. */
+static void discard_new(tern__conn *c) {
+  if (c->admitted)
+    tern__admit_release(c->w->srv->admit, &c->peer);
+  tern__conn_discard(c);
+}
+
 /* A first Initial: validate the address where asked, then create. */
 static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
                            const tern__udp_path *path, unsigned ecn) {
@@ -264,15 +272,21 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
     return;
   }
   c = tern__conn_new(w, &tern__quic_transport);
-  if (c != NULL)
-    c->tls_version = TERN_TLS_1_3; /* QUIC is TLS 1.3 (RFC 9001) */
   if (c == NULL)
     return;
+  c->tls_version = TERN_TLS_1_3; /* QUIC is TLS 1.3 (RFC 9001) */
+  tern__addr_set(&c->peer, (const struct sockaddr *)&path->remote);
+  tern__addr_set(&c->local, (const struct sockaddr *)&path->local);
+  if (!tern__conn_admit(c)) { /* its address is over its limit */
+    tern__conn_discard(c);
+    send_refusal(wl, &hd, path, NGTCP2_CONNECTION_REFUSED);
+    return;
+  }
   q = tern__quic_of(c);
   memset((char *)q + sizeof(tern__conn), 0, sizeof(*q) - sizeof(tern__conn));
   c->proto = tern__proto_find(tern__quic_h3->alpn, strlen(tern__quic_h3->alpn));
   if (c->proto == NULL) {
-    tern__conn_discard(c);
+    discard_new(c);
     return;
   }
   q->ops = tern__quic_h3;
@@ -335,7 +349,7 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
                               &q->mem, q);
   if (rc != 0) {
     q->ng = NULL;
-    tern__conn_discard(c);
+    discard_new(c);
     return;
   }
   rc = tern__tls_engines[TERN__TLS_GNUTLS]->quic_session(
@@ -352,7 +366,7 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
     if (q->gen != NULL)
       tern__tls_release(q->gen);
     ngtcp2_conn_del(q->ng);
-    tern__conn_discard(c);
+    discard_new(c);
     return;
   }
   gnutls_session_set_ptr(q->tls, &q->ref);
@@ -362,8 +376,6 @@ static void accept_initial(quic_wl *wl, const uint8_t *p, size_t n,
   wl->nconns++;
   q->flags |= Q_HANDSHAKE;
   wl->handshaking++;
-  tern__addr_set(&c->peer, (const struct sockaddr *)&path->remote);
-  tern__addr_set(&c->local, (const struct sockaddr *)&path->local);
   tern__conn_start(c);
   feed(q, p, n, path, ecn);
 }

@@ -66,11 +66,24 @@ typedef struct {
   uint32_t max_compressors_per_conn;
 } settings_v3;
 
+/* Version 4 added the limits per client address. */
+typedef struct {
+  SETTINGS_V1_FIELDS
+  uint32_t max_stream_window;
+  uint32_t max_conn_window;
+  uint32_t max_compressors;
+  uint32_t max_compressors_per_conn;
+  uint32_t max_connections_per_ip;
+  uint32_t requests_per_ip_per_s;
+  uint32_t request_burst;
+  uint32_t ip_table_size;
+} settings_v4;
+
 /* A header one version ahead of this library's. */
 typedef struct {
-  settings_v3 v3;
+  settings_v4 v4;
   uint64_t future;
-} settings_v4;
+} settings_v5;
 
 typedef struct {
   int version;
@@ -130,19 +143,28 @@ typedef struct {
   uint64_t reallocations;
 } stats_v4;
 
+/* Version 5 counted what the limits per client address refused. */
 typedef struct {
   stats_v4 v4;
-  uint64_t future;
+  uint64_t rejected_ip_connections, rejected_ip_rate;
 } stats_v5;
+
+typedef struct {
+  stats_v5 v5;
+  uint64_t future;
+} stats_v6;
 
 /* The old layouts are the current header's prefixes, field for field. */
 _Static_assert(offsetof(settings_v1, log_level) ==
                    offsetof(tern_settings, log_level),
                "settings v1");
-_Static_assert(sizeof(settings_v3) == sizeof(tern_settings) &&
-                   offsetof(settings_v3, max_compressors_per_conn) ==
-                       offsetof(tern_settings, max_compressors_per_conn),
+_Static_assert(offsetof(settings_v3, max_compressors_per_conn) ==
+                   offsetof(tern_settings, max_compressors_per_conn),
                "settings v3");
+_Static_assert(sizeof(settings_v4) == sizeof(tern_settings) &&
+                   offsetof(settings_v4, ip_table_size) ==
+                       offsetof(tern_settings, ip_table_size),
+               "settings v4");
 _Static_assert(offsetof(settings_v2, max_conn_window) ==
                    offsetof(tern_settings, max_conn_window),
                "settings v2");
@@ -161,10 +183,13 @@ _Static_assert(offsetof(tern_stats, requests_by_class) == sizeof(stats_v2) &&
                    offsetof(tern_stats, access_log_dropped) ==
                        sizeof(stats_v3) - sizeof(uint64_t),
                "stats v3");
-_Static_assert(sizeof(stats_v4) == sizeof(tern_stats) &&
-                   offsetof(stats_v4, reallocations) ==
-                       offsetof(tern_stats, reallocations),
+_Static_assert(offsetof(stats_v4, reallocations) ==
+                   offsetof(tern_stats, reallocations),
                "stats v4");
+_Static_assert(sizeof(stats_v5) == sizeof(tern_stats) &&
+                   offsetof(stats_v5, rejected_ip_rate) ==
+                       offsetof(tern_stats, rejected_ip_rate),
+               "stats v5");
 
 /* `n` bytes whose end is the start of a PROT_NONE page. */
 static void *at_page_end(size_t n) {
@@ -429,23 +454,22 @@ static void test_settings_v3(void) {
 }
 
 static void test_settings_refused(void) {
-  settings_v4 n;
+  settings_v5 n;
   settings_v1 o;
   tern_server *srv = NULL;
 
   /* From a header newer than the library: its new field would be
    * ignored, so it is refused, logged through its own callback. */
-  old_settings((settings_v1 *)(void *)&n.v3);
-  n.v3.max_stream_window = n.v3.max_conn_window = 0;
-  n.v3.max_compressors = n.v3.max_compressors_per_conn = 0;
-  n.v3.version = 4;
-  n.v3.size = sizeof(n);
+  memset(&n, 0, sizeof(n));
+  old_settings((settings_v1 *)(void *)&n.v4);
+  n.v4.version = 5;
+  n.v4.size = sizeof(n);
   n.future = 1;
   T_EQ_INT(tern_server_new((const tern_settings *)(void *)&n, &srv),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 1);
-  T_LOGGED("version 4 is unknown");
+  T_LOGGED("version 5 is unknown");
 
   /* Version 1 but smaller than its layout (a size set by hand): its log
    * callback cannot be trusted to be where version 1 has it, so the line
@@ -522,6 +546,10 @@ static void test_stats(void) {
     stats_v5 s;
     unsigned char b[sizeof(stats_v5) + 32];
   } v5;
+  union {
+    stats_v6 s;
+    unsigned char b[sizeof(stats_v6) + 32];
+  } v6;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
@@ -592,18 +620,29 @@ static void test_stats(void) {
   for (i = sizeof(stats_v4); i < sizeof(v4.b); i++)
     T_EQ_INT(v4.b[i], 0xAB);
 
-  /* From a newer header: this library's fields, the version it filled
-   * written back, the newer field and what follows untouched. */
+  /* Version 5: what the limits per client address refused (none here). */
   memset(&v5, 0xAB, sizeof(v5));
   v5.s.v4.v3.v2.v1.version = 5;
   v5.s.v4.v3.v2.v1.size = sizeof(v5.s);
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v5), 0);
-  T_EQ_INT(v5.s.v4.v3.v2.v1.version, 4);
-  T_EQ_INT(v5.s.v4.v3.v2.v1.size, sizeof(stats_v5));
-  T_EQ_INT(v5.s.v4.v3.v2.v1.frees, v1.s.frees);
-  T_EQ_INT(v5.s.v4.v3.v2.quic_resets, 0);
-  for (i = sizeof(stats_v4); i < sizeof(v5.b); i++)
+  T_EQ_INT(v5.s.v4.v3.v2.v1.version, 5);
+  T_EQ_INT(v5.s.rejected_ip_connections, 0);
+  T_EQ_INT(v5.s.rejected_ip_rate, 0);
+  for (i = sizeof(stats_v5); i < sizeof(v5.b); i++)
     T_EQ_INT(v5.b[i], 0xAB);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v6, 0xAB, sizeof(v6));
+  v6.s.v5.v4.v3.v2.v1.version = 6;
+  v6.s.v5.v4.v3.v2.v1.size = sizeof(v6.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v6), 0);
+  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.version, 5);
+  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.size, sizeof(stats_v6));
+  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.frees, v1.s.frees);
+  T_EQ_INT(v6.s.v5.v4.v3.v2.quic_resets, 0);
+  for (i = sizeof(stats_v5); i < sizeof(v6.b); i++)
+    T_EQ_INT(v6.b[i], 0xAB);
   tern_server_free(srv);
 }
 

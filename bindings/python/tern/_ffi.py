@@ -115,17 +115,24 @@ class Settings(Structure):
                                ("max_conn_window", c_uint32),
                                # version 3
                                ("max_compressors", c_uint32),
-                               ("max_compressors_per_conn", c_uint32)]
+                               ("max_compressors_per_conn", c_uint32),
+                               # version 4
+                               ("max_connections_per_ip", c_uint32),
+                               ("requests_per_ip_per_s", c_uint32),
+                               ("request_burst", c_uint32),
+                               ("ip_table_size", c_uint32)]
 
 
-SETTINGS_VERSION = 3
+SETTINGS_VERSION = 4
 # The settings a Server takes as keyword arguments (tern.h documents each).
 SETTINGS_FIELDS = ("workers", "max_head_size", "max_header_count",
                    "max_uri_length", "max_body_size", "head_timeout_ms",
                    "idle_timeout_ms", "body_timeout_ms", "max_connections",
                    "max_pipeline", "tcp_nodelay", "read_buffer_size",
                    "log_level", "max_stream_window", "max_conn_window",
-                   "max_compressors", "max_compressors_per_conn")
+                   "max_compressors", "max_compressors_per_conn",
+                   "max_connections_per_ip", "requests_per_ip_per_s",
+                   "request_burst", "ip_table_size")
 
 
 class RouteOptions(Structure):
@@ -207,12 +214,15 @@ class Stats(Structure):
         ("rejected_protocol", c_uint64), ("access_log_lines", c_uint64),
         ("access_log_dropped", c_uint64),
         # version 4
-        ("reallocations", c_uint64)]
+        ("reallocations", c_uint64),
+        # version 5
+        ("rejected_ip_connections", c_uint64),
+        ("rejected_ip_rate", c_uint64)]
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"ListenOptions": 2, "Settings": 3, "RouteOptions": 2, "WsOptions": 2,
-            "QuicOptions": 2, "Stats": 4}
+VERSIONS = {"ListenOptions": 2, "Settings": 4, "RouteOptions": 2, "WsOptions": 2,
+            "QuicOptions": 2, "Stats": 5}
 def init_struct(cls, init):
     """cls() filled by the library's sized _init (`init` + "_size"): the
     library writes the newest version of its struct that fits in this
