@@ -748,10 +748,10 @@ TERN_EXTERN void tern_compress_options_init_size(tern_compress_options *o,
                                                  size_t size);
 TERN__INIT_BY_SIZE(tern_compress_options, tern_compress_options_init)
 
-#define TERN_ROUTE_OPTIONS_VERSION 2
+#define TERN_ROUTE_OPTIONS_VERSION 3
 
 /* Versions (see ABI above), each ending with the field named: 1 with
- * max_body_size, 2 with compress. */
+ * max_body_size, 2 with compress, 3 with host. */
 typedef struct {
   int version;            /* TERN_ROUTE_OPTIONS_VERSION */
   uint32_t size;          /* sizeof(tern_route_options) */
@@ -762,6 +762,15 @@ typedef struct {
    * a bad field is TERN_EINVAL with a log line). NULL (the default): no
    * compression. */
   const tern_compress_options *compress;
+  /* Version 3: a virtual host. The route serves only requests for this
+   * host (a C string, copied: "example.com", or "*.example.com" for any
+   * name below it, not itself), compared without case with the request's
+   * Host field (HTTP/2 and HTTP/3: :authority) less its port and a final
+   * dot. NULL (the default): any host. A host's routes are looked up
+   * first; a path none of them has falls through to the routes without a
+   * host (a path they have but not for the method is that host's 405).
+   * An exact host wins over a wildcard one. */
+  const char *host;
 } tern_route_options;
 
 /* Fill `o` with defaults (no flags, the server's body limit, no

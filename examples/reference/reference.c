@@ -157,6 +157,10 @@
  * --static-fallback NAME serves NAME (below --static's DIR) for a path under
  * /static/ that does not exist, and --static-header 'N: V' (up to 16) adds
  * a field to every answer made from a file (tern_static_options version 2).
+ * --vhosts adds virtual hosts (tern_route_options.host): GET /site on
+ * a.example answers "site a", on *.b.example "site b" and on x.b.example
+ * "site x"; POST /only-post on a.example answers "posted"; other paths
+ * on those hosts fall through to the routes above.
  * --response-hook adds fields to every answer (tern_server_on_response):
  * X-Hooked: the status; X-Content-Type-Options: nosniff unless the answer
  * has one; with an Origin field, Access-Control-Allow-Origin: that origin
@@ -1119,6 +1123,32 @@ static void sse_stats(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
+/* ---- Virtual hosts: --vhosts -------------------------------------------- */
+
+static void site(tern_request *r, void *user) {
+  tern_respond(r, 200, text_plain, 1, user, strlen(user));
+}
+
+static int add_vhosts(void) {
+  static const struct {
+    const char *host, *method, *path, *text;
+  } v[] = {{"a.example", "GET", "/site", "site a"},
+           {"*.b.example", "GET", "/site", "site b"},
+           {"x.b.example", "GET", "/site", "site x"},
+           {"A.Example", "POST", "/only-post", "posted"}};
+  tern_route_options o;
+  size_t i;
+  int rc;
+  for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+    tern_route_options_init(&o);
+    o.host = v[i].host;
+    if ((rc = tern_route_with(server, v[i].method, v[i].path, site,
+                              (void *)v[i].text, &o)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* ---- Fields on every answer: --response-hook --------------------------- */
 
 static void response_hook(const tern_request *r, int status,
@@ -1526,7 +1556,7 @@ int main(int argc, char **argv) {
   int want_listen_fds = 0;
   int quic_fds[16], nquic_fds = 0;
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
-  int want_response_hook = 0;
+  int want_response_hook = 0, want_vhosts = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
   const char *static_dir = NULL, *static_fallback = NULL;
   tern_header static_fields[16];
@@ -1676,6 +1706,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--response-hook") == 0) {
       want_response_hook = 1;
+      continue;
+    }
+    if (strcmp(argv[i], "--vhosts") == 0) {
+      want_vhosts = 1;
       continue;
     }
     if (strcmp(argv[i], "--listen-fds") == 0) {
@@ -1858,6 +1892,10 @@ int main(int argc, char **argv) {
     tern_server_on_error(server, error_hook, NULL);
   if (want_response_hook)
     tern_server_on_response(server, response_hook, NULL);
+  if (want_vhosts && (rc = add_vhosts()) != 0) {
+    fprintf(stderr, "reference: --vhosts: %s\n", tern_strerror(rc));
+    return 1;
+  }
   if (want_default)
     tern_server_set_default_handler(server, default_handler, NULL, NULL);
   if (reference_db_routes(server, redis_path) != 0) {

@@ -85,7 +85,8 @@ static const size_t settings_ends[] = {
     TERN__END(tern_settings, ip_table_size)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size),
-    TERN__END(tern_route_options, compress)};
+    TERN__END(tern_route_options, compress),
+    TERN__END(tern_route_options, host)};
 static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
                                     TERN__END(tern_stats, access_log_dropped),
@@ -498,6 +499,11 @@ void tern_server_free(tern_server *srv) {
   route_filter_free(srv, &srv->default_route);
   tern__free(srv, srv->route_ptrs);
   tern__router_free(srv->router);
+  for (i = 0; i < srv->nvhosts; i++) {
+    tern__router_free(srv->vhosts[i].router);
+    tern__free(srv, srv->vhosts[i].name);
+  }
+  tern__free(srv, srv->vhosts);
   if (srv->tls_free != NULL)
     srv->tls_free(srv);
   for (i = 0; tern__services[i] != NULL; i++)
@@ -689,9 +695,91 @@ static void note_method(tern_server *srv, const char *method) {
   srv->allow_all_len = cur + n;
 }
 
+/* ---- Virtual hosts ------------------------------------------------ */
+
+/* A host name as routes name it: letters, digits, '-' and '.', with an
+ * optional leading "*." ; 0 when it is not one. */
+static int host_valid(const char *h) {
+  size_t i = h[0] == '*' && h[1] == '.' ? 2 : 0, n = 0;
+  for (; h[i] != '\0'; i++, n++)
+    if (!((h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') ||
+          (h[i] >= '0' && h[i] <= '9') || h[i] == '-' || h[i] == '.'))
+      return 0;
+  return n > 0 && n <= 253;
+}
+
+static tern__router *vhost_router(tern_server *srv, const char *host) {
+  int wild = host[0] == '*';
+  const char *name = host + (wild ? 2 : 0);
+  size_t len = strlen(name), i;
+  tern__router_alloc ra = {router_malloc, router_realloc, router_free, srv};
+  tern__vhost *v, *grown;
+
+  for (i = 0; i < srv->nvhosts; i++) {
+    v = &srv->vhosts[i];
+    if (v->wildcard == wild && v->len == len && tern__ieq(v->name, name, len))
+      return v->router;
+  }
+  grown = tern__realloc(srv, srv->vhosts, (srv->nvhosts + 1) * sizeof(*v));
+  if (grown == NULL)
+    return NULL;
+  srv->vhosts = grown;
+  /* Exact hosts before wildcards: the first that matches wins. */
+  for (i = srv->nvhosts; i > 0 && !wild && srv->vhosts[i - 1].wildcard; i--)
+    srv->vhosts[i] = srv->vhosts[i - 1];
+  v = &srv->vhosts[i];
+  memset(v, 0, sizeof(*v));
+  if ((v->name = tern__malloc(srv, len + 1)) == NULL ||
+      tern__router_new(&v->router, &ra) != 0) {
+    tern__free(srv, v->name);
+    memmove(v, v + 1, (srv->nvhosts - i) * sizeof(*v));
+    return NULL;
+  }
+  for (i = 0; i < len; i++)
+    v->name[i] =
+        (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+  v->name[len] = '\0';
+  v->len = len;
+  v->wildcard = wild;
+  srv->nvhosts++;
+  return v->router;
+}
+
+int tern__vhost_match(tern_request *r) {
+  tern_server *srv = r->w->srv;
+  size_t n = 0, i;
+  const char *h = tern_request_header(r, "host", 4, &n);
+  if (h == NULL)
+    return 0;
+  /* Without its port ("[v6]:port" keeps its brackets) and a final dot. */
+  if (n > 0 && h[0] == '[') {
+    for (i = 0; i < n && h[i] != ']'; i++)
+      ;
+    n = i < n ? i + 1 : n;
+  } else {
+    for (i = 0; i < n && h[i] != ':'; i++)
+      ;
+    n = i;
+  }
+  if (n > 0 && h[n - 1] == '.')
+    n--;
+  for (i = 0; i < srv->nvhosts; i++) {
+    const tern__vhost *v = &srv->vhosts[i];
+    if (v->wildcard ? !(n > v->len + 1 && h[n - v->len - 1] == '.' &&
+                        tern__ieq(h + n - v->len, v->name, v->len))
+                    : !(n == v->len && tern__ieq(h, v->name, n)))
+      continue;
+    tern__router_match(v->router, r->method, r->method_len, r->path,
+                       r->path_len, &r->match);
+    return r->match.status != 404;
+  }
+  return 0;
+}
+
 int tern_route_with(tern_server *srv, const char *method, const char *pattern,
                     tern_handler handler, void *user,
                     const tern_route_options *opts) {
+  tern__router *router;
   tern__route *r, **ptrs;
   tern_route_options o;
   route_filter comp;
@@ -704,11 +792,17 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
     return TERN_ESTATE;
   if (route_opts_read(srv, method, pattern, opts, &o))
     return TERN_EINVAL;
-  if ((why = tern__router_problem(method, pattern)) != NULL) {
+  if ((why = tern__router_problem(method, pattern)) != NULL ||
+      (o.host != NULL && !host_valid(o.host) &&
+       (why = "host is not a name (letters, digits, '-', '.', an optional "
+              "leading \"*.\")") != NULL)) {
     tern__log(srv, TERN_LOG_ERROR, "route %s %s: %s", method ? method : "*",
               pattern, why);
     return TERN_EINVAL;
   }
+  router = o.host != NULL ? vhost_router(srv, o.host) : srv->router;
+  if (router == NULL)
+    return TERN_ENOMEM;
   if (srv->nroutes == srv->routes_cap) {
     size_t cap = srv->routes_cap ? srv->routes_cap * 2 : 16;
     ptrs = tern__realloc(srv, srv->route_ptrs, cap * sizeof(*ptrs));
@@ -725,7 +819,7 @@ int tern_route_with(tern_server *srv, const char *method, const char *pattern,
     return TERN_ENOMEM;
   }
   fill_route(srv, r, handler, user, &o, &comp);
-  rc = tern__router_add(srv->router, method, pattern, r);
+  rc = tern__router_add(router, method, pattern, r);
   if (rc != 0) {
     route_filter_drop(srv, &comp);
     tern__free(srv, r);

@@ -109,9 +109,19 @@ struct tern__worker {
   int now_valid;
 };
 
+/* A virtual host's routes (tern_route_options.host). */
+typedef struct {
+  char *name; /* lower case, without the "*." of a wildcard */
+  size_t len;
+  int wildcard; /* "*.name": any name below `name` */
+  tern__router *router;
+} tern__vhost;
+
 struct tern_server {
   tern_settings s;
   tern__router *router;
+  tern__vhost *vhosts; /* exact hosts first, then wildcards */
+  size_t nvhosts;
   tern__route *routes;
   size_t nroutes, routes_cap;
   tern__route **route_ptrs; /* stable pointers handed to the router */
@@ -231,6 +241,11 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
 
 /* ---- The routing decision ---------------------------------------- */
 
+/* Match `r` against the routes of its Host's virtual host (server.c):
+ * 1 with r->match filled when that host has the path (a route, or 405),
+ * 0 when no virtual host is its or it lacks the path. */
+int tern__vhost_match(tern_request *r);
+
 /* The routing decision every adapter makes once a request's head is
  * complete: `asterisk` is OPTIONS with the target "*"; `length` the
  * body's declared length (-1 when unknown or none). Returns 0 with
@@ -253,8 +268,10 @@ static inline int tern__request_route(tern_request *r, int asterisk,
     *allow_len = srv->allow_all_len;
     return 204;
   }
-  tern__router_match(srv->router, r->method, r->method_len, r->path,
-                     r->path_len, &r->match);
+  /* A virtual host's routes first; a path it lacks falls through. */
+  if (srv->nvhosts == 0 || !tern__vhost_match(r))
+    tern__router_match(srv->router, r->method, r->method_len, r->path,
+                       r->path_len, &r->match);
   if (r->match.status == 0) {
     rt = r->match.route;
   } else if (srv->has_default) {

@@ -114,6 +114,25 @@ static void test_routes_refused(void) {
   T_EQ_INT(route_with(srv, "/f", TERN_ROUTE_BLOCKING, NULL), 0);
   T_EQ_INT(route_with(srv, "/g", TERN_ROUTE_STREAM_BODY, NULL), 0);
   T_EQ_INT(route_with(srv, "no-slash", 0, "start with '/'"), TERN_EINVAL);
+  /* Virtual hosts: names only, the same route twice on one host refused,
+   * the same pattern on another host (and on none) taken. */
+  {
+    static const char *const bad[] = {"",     "*.",         "a b", "a/b",
+                                      "a:80", "*x.example", "*"};
+    size_t i;
+    tern_route_options_init(&o);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+      o.host = bad[i];
+      T_EQ_INT(tern_route_with(srv, "GET", "/h", nop, NULL, &o), TERN_EINVAL);
+    }
+    o.host = "a.example";
+    T_EQ_INT(tern_route_with(srv, "GET", "/h", nop, NULL, &o), 0);
+    o.host = "A.EXAMPLE";
+    T_EQ_INT(tern_route_with(srv, "GET", "/h", nop, NULL, &o), TERN_EEXIST);
+    o.host = "*.a.example";
+    T_EQ_INT(tern_route_with(srv, "GET", "/h", nop, NULL, &o), 0);
+    T_EQ_INT(tern_route(srv, "GET", "/h", nop, NULL), 0);
+  }
   /* The default handler takes the same options, with the same checks. */
   tern_route_options_init(&o);
   o.flags = TERN_ROUTE_BLOCKING | TERN_ROUTE_STREAM_BODY;

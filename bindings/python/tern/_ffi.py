@@ -139,7 +139,9 @@ class RouteOptions(Structure):
     # version 2 added compress (a tern_compress_options *; NULL here: the
     # binding does not compress yet)
     _fields_ = [("version", c_int), ("size", c_uint32), ("flags", c_uint),
-                ("max_body_size", c_uint64), ("compress", c_void_p)]
+                ("max_body_size", c_uint64), ("compress", c_void_p),
+                # version 3: a virtual host (a C string, or NULL)
+                ("host", c_char_p)]
 
 
 class WsOptions(Structure):
@@ -221,7 +223,7 @@ class Stats(Structure):
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"ListenOptions": 2, "Settings": 4, "RouteOptions": 2, "WsOptions": 2,
+VERSIONS = {"ListenOptions": 2, "Settings": 4, "RouteOptions": 3, "WsOptions": 2,
             "QuicOptions": 2, "Stats": 5}
 def init_struct(cls, init):
     """cls() filled by the library's sized _init (`init` + "_size"): the

@@ -672,5 +672,33 @@ def basic_auth():
                                 head) is not None, "challenge %r" % head)
 
 
+@case
+def virtual_hosts():
+    """Routes with tern_route_options.host (reference --vhosts): chosen by
+    Host (HTTP/1.1) or :authority (h2c), without case, port or final dot;
+    an exact host over a wildcard one; a path a host lacks falls through
+    to the routes without a host, a method it lacks is its 405."""
+    with Server("reference", ["--vhosts"]) as s:
+        def ask(host, path="/site", method="GET"):
+            with Conn(s.port) as c:
+                r = c.request(method, path, [("Host", host)])
+                return r.status, r.body
+        eq(ask("a.example"), (200, b"site a"), "exact host")
+        eq(ask("A.Example:8080"), (200, b"site a"), "case and port")
+        eq(ask("a.example."), (200, b"site a"), "a final dot")
+        eq(ask("y.b.example"), (200, b"site b"), "a wildcard")
+        eq(ask("x.b.example"), (200, b"site x"), "exact over wildcard")
+        eq(ask("b.example")[0], 404, "a wildcard is below its name only")
+        eq(ask("other.example")[0], 404, "no such host: the plain routes")
+        eq(ask("a.example", "/"), (200, HELLO_BODY), "falls through")
+        eq(ask("a.example", "/only-post")[0], 405, "the host's 405")
+        eq(ask("a.example", "/only-post", "POST"), (200, b"posted"), "POST")
+        p = subprocess.run(["curl", "-s", "--http2-prior-knowledge",
+                            "--resolve", "x.b.example:%d:127.0.0.1" % s.port,
+                            "http://x.b.example:%d/site" % s.port],
+                           capture_output=True, timeout=30)
+        eq(p.stdout, b"site x", "h2c's :authority")
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
