@@ -71,7 +71,7 @@
  *   Answers tern makes itself  tern_server_on_error, tern_error_respond
  *   The response hook tern_server_on_response, tern_response_head_add, _get
  *   Responses         tern_respond, tern_respond_ref, tern_response_start,
- *                     _write, _end, tern_respond_interim
+ *                     _write, _write_ref, _end, tern_respond_interim
  *   Serving files     tern_static_new, tern_static_handler,
  *                     tern_static_mount
  *   Server-Sent Events tern_sse_start, _send, _close, hubs: tern_sse_publish
@@ -1437,6 +1437,19 @@ typedef void (*tern_write_fn)(tern_request *r, int status, void *user);
  * failed for lack of memory, once tern_response_end is called. */
 TERN_EXTERN int tern_response_write(tern_request *r, const void *data,
                                     size_t len, tern_write_fn done, void *user);
+
+/* Write a piece the caller owns, like tern_respond_ref: tern references
+ * it until it has been written or dropped, then calls release(data, user)
+ * on the owning worker, with the pointer written: one release function
+ * serves pieces of any origin (a pool's blocks, a mapped file's pages).
+ * `release` NULL copies the piece now, as tern_response_write does. On an
+ * error return release is not called and the piece stays the caller's;
+ * from another thread the call returns once posted, and release runs
+ * later however the write went (TERN_ECLOSED for a client gone is not an
+ * error of the call). Errors as tern_response_write's. */
+TERN_EXTERN int tern_response_write_ref(tern_request *r, const void *data,
+                                        size_t len, tern_release_fn release,
+                                        void *user);
 
 /* Finish a streamed response, with trailers where the protocol carries
  * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */

@@ -108,6 +108,11 @@
  *                       "NAME FILENAME BYTES FNV1A64" ("-" for none), then
  *                       "end"; 400 malformed or incomplete, 413 past the
  *                       parser's limits, 415 not multipart
+ *   GET  /write-ref?n=N streams N pieces of 1000 bytes, each in a block of
+ *                       its own, with tern_response_write_ref (thread=1:
+ *                       from another thread); each release checks that
+ *                       it got back the pointer written
+ *   GET  /write-ref-stats  "RELEASED MISMATCHED" since the start
  *   GET  /sse           a Server-Sent Events stream in the server's hub:
  *                       an event "hello" (data: the Last-Event-ID the
  *                       client sent, or "none"), then n=K events ids 1..K
@@ -1123,6 +1128,58 @@ static void sse_stats(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
+/* ---- Referenced pieces: /write-ref ------------------------------------- */
+
+static atomic_ulong ref_released, ref_mismatched;
+
+/* `user` is the block's own address, as written: the pointer handed back
+ * must be it. */
+static void piece_released(void *data, void *user) {
+  if (data != user)
+    atomic_fetch_add(&ref_mismatched, 1);
+  atomic_fetch_add(&ref_released, 1);
+  free(data);
+}
+
+static void write_pieces(tern_request *r, long n) {
+  long i;
+  tern_response_start(r, 200, text_plain, 1, n * 1000);
+  for (i = 0; i < n; i++) {
+    char *b = malloc(1000);
+    if (b == NULL)
+      break;
+    memset(b, 'a' + (int)(i % 26), 1000);
+    if (tern_response_write_ref(r, b, 1000, piece_released, b) != 0)
+      free(b); /* not taken: still ours */
+  }
+  tern_response_end(r, NULL, 0);
+}
+
+static void *write_ref_thread(void *arg) {
+  tern_request *r = arg;
+  write_pieces(r, query_num(r, "n"));
+  return NULL;
+}
+
+static void write_ref_route(tern_request *r, void *user) {
+  pthread_t t;
+  (void)user;
+  if (query_num(r, "thread") == 1 &&
+      pthread_create(&t, NULL, write_ref_thread, r) == 0) {
+    pthread_detach(t);
+    return;
+  }
+  write_pieces(r, query_num(r, "n"));
+}
+
+static void write_ref_stats(tern_request *r, void *user) {
+  char body[48];
+  int n = snprintf(body, sizeof(body), "%lu %lu", atomic_load(&ref_released),
+                   atomic_load(&ref_mismatched));
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
 /* ---- Virtual hosts: --vhosts -------------------------------------------- */
 
 static void site(tern_request *r, void *user) {
@@ -1855,6 +1912,8 @@ int main(int argc, char **argv) {
     return 1;
   tern_route_with(server, "POST", "/multipart", multipart_route, NULL,
                   &stream_opts);
+  tern_route(server, "GET", "/write-ref", write_ref_route, NULL);
+  tern_route(server, "GET", "/write-ref-stats", write_ref_stats, NULL);
   tern_route(server, "GET", "/sse", sse_route, NULL);
   tern_route_with(server, "GET", "/sse-publish", sse_publish, NULL,
                   &blocking_opts);

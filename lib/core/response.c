@@ -563,7 +563,8 @@ static void msg_drop(tern__msg *base, int refused) {
   if (!refused && m->reported == 0) {
     if (m->type == M_WRITE && m->done != NULL)
       m->done(r, TERN_ECLOSED, m->duser);
-    else if (m->type == M_RESPOND && !m->copy && m->release != NULL)
+    else if ((m->type == M_RESPOND || m->type == M_WRITE) && !m->copy &&
+             m->release != NULL)
       m->release((void *)m->body, m->ruser);
   }
   tern__free(r->w->srv, m);
@@ -690,15 +691,19 @@ static void msg_apply(tern__msg *base) {
         if (rc == 0)
           return;
       } else {
-        rc = resp_write(r, m->body, m->len, 0, m->done, m->duser, NULL, NULL);
+        rc = resp_write(r, m->body, m->len, 0, m->done, m->duser, m->release,
+                        m->ruser);
         if (rc == 0)
           break;
       }
       posted_failed(r, "tern_response_write", rc);
       r->ops->abort(r);
     }
+    /* The caller was told the piece was taken: it is given back. */
     if (m->reported == 0 && m->done != NULL)
       m->done(r, rc, m->duser);
+    else if (m->reported == 0 && m->release != NULL)
+      m->release((void *)m->body, m->ruser);
     break;
   case M_INTERIM:
     /* Too late once the final answer has begun: dropped, like a posted
@@ -896,8 +901,12 @@ int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
   return n;
 }
 
-int tern_response_write(tern_request *r, const void *data, size_t len,
-                        tern_write_fn done, void *user) {
+/* A streamed piece: copied (done and release NULL), referenced until
+ * done(r, status, user), or referenced until release(data, user). */
+static int write_piece(tern_request *r, const void *data, size_t len,
+                       tern_write_fn done, tern_release_fn release,
+                       void *user) {
+  int copy = done == NULL && release == NULL;
   resp_msg *m;
   int rc;
   if (r == NULL || (len > 0 && data == NULL))
@@ -910,7 +919,7 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
     if (!(r->flags & TERN__RQ_STARTED) || (r->flags & TERN__RQ_ENDED))
       return TERN_ESTATE;
     r->bytes_out += len;
-    rc = resp_write(r, data, len, done == NULL, done, user, NULL, NULL);
+    rc = resp_write(r, data, len, copy, done, user, release, user);
     /* Bytes that could not be queued leave a hole in the body: the client
      * must see the response cut (the adapter's abort), never one that
      * ends cleanly without them. A write past the declared length
@@ -919,18 +928,32 @@ int tern_response_write(tern_request *r, const void *data, size_t len,
       r->ops->abort(r);
     return rc;
   }
-  m = msg_new(r, M_WRITE, NULL, 0, done == NULL ? data : NULL,
-              done == NULL ? len : 0);
+  m = msg_new(r, M_WRITE, NULL, 0, copy ? data : NULL, copy ? len : 0);
   if (m == NULL)
     return TERN_ENOMEM;
-  if (done != NULL) {
+  if (!copy) {
     m->body = data;
     m->len = len;
   }
-  m->copy = done == NULL;
+  m->copy = copy;
   m->done = done;
   m->duser = user;
+  m->release = release;
+  m->ruser = user;
   return post(r, m);
+}
+
+int tern_response_write(tern_request *r, const void *data, size_t len,
+                        tern_write_fn done, void *user) {
+  return write_piece(r, data, len, done, NULL, user);
+}
+
+int tern_response_write_ref(tern_request *r, const void *data, size_t len,
+                            tern_release_fn release, void *user) {
+  if (release == NULL)
+    return r == NULL ? TERN_EINVAL
+                     : tern_response_write(r, data, len, NULL, NULL);
+  return write_piece(r, data, len, NULL, release, user);
 }
 
 /* End on the worker, without the user-side check: for tern_response_end

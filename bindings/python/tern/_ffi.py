@@ -323,6 +323,8 @@ FUNCTIONS = {
                             "lib"),
     "tern_respond_interim": (c_int, [_P, c_int, _P, c_size_t], "lib"),
     "tern_response_write": (c_int, [_P, _P, c_size_t, _P, _P], "lib"),
+    "tern_response_write_ref": (c_int, [_P, _P, c_size_t, release_fn, _P],
+                                "lib"),
     "tern_response_end": (c_int, [_P, _P, c_size_t], "lib"),
     "tern_ws_options_init": (None, [_P], "lib"),
     "tern_ws_options_init_size": (None, [_P, c_size_t], "lib"),

@@ -700,5 +700,42 @@ def virtual_hosts():
         eq(p.stdout, b"site x", "h2c's :authority")
 
 
+@case(timeout=60)
+def write_ref_hands_back_each_pointer():
+    """tern_response_write_ref (the reference's /write-ref): every piece,
+    written on the worker or from another thread, over HTTP/1.1 and h2c,
+    comes back to its release with the pointer written, once; a client
+    that leaves mid-body gets its pieces released too (the ASan build's
+    leak check sees any that are not)."""
+    with Server("reference", ["--workers", "2"]) as s:
+        def stats():
+            with Conn(s.port) as c:
+                return tuple(map(int, c.request(
+                    "GET", "/write-ref-stats").body.split()))
+        total = 0
+        for thread in (0, 1):
+            with Conn(s.port) as c:
+                r = c.request("GET", "/write-ref?n=300&thread=%d" % thread)
+                eq((r.status, len(r.body)), (200, 300000), "h1 body")
+                eq(r.body[:1000] + r.body[-1000:],
+                   b"a" * 1000 + bytes([ord("a") + 299 % 26]) * 1000,
+                   "the pieces in order")
+            p = subprocess.run(["curl", "-s", "--http2-prior-knowledge",
+                                "http://127.0.0.1:%d/write-ref?n=300&thread=%d"
+                                % (s.port, thread)], capture_output=True,
+                               timeout=30)
+            eq(len(p.stdout), 300000, "h2 body")
+            total += 600
+        deadline = time.monotonic() + 5
+        while stats()[0] < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        eq(stats(), (total, 0), "released, with the pointer written")
+        with Conn(s.port) as c:  # leaves after the head
+            c.send(build_request("GET", "/write-ref?n=20000&thread=1"))
+            c.read_line(time.monotonic() + 5)
+        time.sleep(0.5)
+        eq(stats()[1], 0, "no pointer mismatched")
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
