@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tern as other projects take it (docs/packaging.md), printed as TAP:
 #   1. installed (meson install into a staging root), found with
-#      pkg-config: a program compiles, links and runs against it;
+#      pkg-config: a program compiles, links and runs against it, and a
+#      man page per function is there;
 #   2. the same with CMake's find_package(tern) and the tern::tern target;
 #   3. as a meson subproject: the parent gets the library and nothing
 #      else (no example, tool or test target, no test);
@@ -56,10 +57,13 @@ if [ $rc = 0 ]; then
   # shellcheck disable=SC2086
   cc "$tmp/v.c" -o "$tmp/v_pc" $flags >>"$tmp/log" 2>&1 &&
     out=$(LD_LIBRARY_PATH="$libdir" "$tmp/v_pc" 2>>"$tmp/log") &&
-    echo "$out" >>"$tmp/log" && [ "$out" = "$want ok" ]
+    echo "$out" >>"$tmp/log" && [ "$out" = "$want ok" ] &&
+    # a man page per function, with the header's text
+    grep -q "Respond in one call" \
+      "$tmp/stage$(opt prefix)/$(opt mandir)/man3/tern_respond.3" 2>>"$tmp/log"
   rc=$?
 fi
-result $rc "installed, with pkg-config"
+result $rc "installed, with pkg-config (and the man pages)"
 
 mkdir -p "$tmp/cm"
 cp "$tmp/v.c" "$tmp/cm/v.c"
