@@ -435,6 +435,29 @@ TERN_EXTERN int tern_tls_set_previous_ticket_key(tern_tls *tls, const void *key,
  * TLS 1.3). */
 TERN_EXTERN int tern_tls_set_min_version(tern_tls *tls, int version);
 
+/* Client certificates (mutual TLS). */
+enum {
+  TERN_TLS_CLIENT_NONE = 0,     /* none asked for (the default) */
+  TERN_TLS_CLIENT_OPTIONAL = 1, /* asked for: a client without one is
+                                   served, one whose certificate does not
+                                   verify is refused at the handshake */
+  TERN_TLS_CLIENT_REQUIRED = 2, /* a client without a verified
+                                   certificate is refused at the
+                                   handshake */
+};
+
+/* Ask TLS clients (TCP and QUIC) for a certificate, verified against the
+ * CA certificates in `ca_file` (PEM, one or more: a chain's
+ * intermediates are the client's to send), per `mode`; it applies from
+ * the next tern_tls_commit, which reads the file (a file with no
+ * certificate fails the commit, logged). TERN_TLS_CLIENT_NONE (ca_file
+ * may be NULL) turns it off. The handler reads the verified certificate
+ * with tern_request_tls_client_cert and _subject. Errors: TERN_EINVAL,
+ * TERN_ENOTSUP (the mbedTLS engine: verification is built on GnuTLS's),
+ * TERN_ENOMEM. */
+TERN_EXTERN int tern_tls_set_client_ca_file(tern_tls *tls, const char *ca_file,
+                                            int mode);
+
 /* ---------------------------------------------------------------------
  * HTTP/3 over QUIC
  *
@@ -867,6 +890,17 @@ TERN_EXTERN int tern_request_protocol(const tern_request *r);
  * tern_request_proxy_tlv with TERN_PROXY_SSL). Any thread holding the
  * request. */
 TERN_EXTERN int tern_request_tls(const tern_request *r);
+/* The client certificate the connection's handshake verified
+ * (tern_tls_set_client_ca_file): its DER bytes (`*len`), or NULL when
+ * the client sent none, none was asked for, or the connection is not
+ * TLS. A connection resumed from a session ticket has the certificate
+ * its first handshake verified (the session carries it). */
+TERN_EXTERN const void *tern_request_tls_client_cert(const tern_request *r,
+                                                     size_t *len);
+/* That certificate's subject as RFC 4514 text ("CN=alice,O=Example"),
+ * NUL-terminated (`*len` bytes, if len is not NULL), or NULL as above. */
+TERN_EXTERN const char *tern_request_tls_client_subject(const tern_request *r,
+                                                        size_t *len);
 /* 1 when the request's head arrived in TLS early data (0-RTT on HTTP/3,
  * with tern_quic_options.early_data on), else 0. Such a request may be a
  * replay of one the client sent before, by an attacker that recorded it:

@@ -113,6 +113,8 @@
  *                       from another thread); each release checks that
  *                       it got back the pointer written
  *   GET  /write-ref-stats  "RELEASED MISMATCHED" since the start
+ *   GET  /client-cert   the verified TLS client certificate's subject and
+ *                       DER size ("SUBJECT BYTES"), or "none"
  *   GET  /sse           a Server-Sent Events stream in the server's hub:
  *                       an event "hello" (data: the Last-Event-ID the
  *                       client sent, or "none"), then n=K events ids 1..K
@@ -134,7 +136,10 @@
  * --cert/--key pairs, chosen by SNI; SIGHUP reloads them from the same
  * files, for new handshakes), --tls-engine auto|gnutls|mbedtls (the TLS
  * engine; its name goes to stderr as "tls engine NAME"), --tls-min 1.2|1.3
- * (the lowest TLS version accepted), --quic-port N (HTTP/3 on UDP port N
+ * (the lowest TLS version accepted), --client-ca FILE (ask TLS and QUIC
+ * clients for a certificate signed by FILE's CAs; --client-cert-required:
+ * refuse those without one; GET /client-cert answers its subject or
+ * "none"), --quic-port N (HTTP/3 on UDP port N
  * with the certificates of --tls-port, which it needs; N may equal the TLS
  * port; 0: any; prints "quic listening on PORT"), --quic-retry (validate
  * every new QUIC client with a Retry), --quic-early-data (accept 0-RTT),
@@ -1180,6 +1185,21 @@ static void write_ref_stats(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
+/* ---- Client certificates: /client-cert ------------------------------- */
+
+static void client_cert(tern_request *r, void *user) {
+  char body[600];
+  size_t dn_len = 0, der_len = 0;
+  const char *dn = tern_request_tls_client_subject(r, &dn_len);
+  int n;
+  (void)user;
+  (void)tern_request_tls_client_cert(r, &der_len);
+  n = dn != NULL
+          ? snprintf(body, sizeof(body), "%.*s %zu", (int)dn_len, dn, der_len)
+          : snprintf(body, sizeof(body), "none");
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
 /* ---- Virtual hosts: --vhosts -------------------------------------------- */
 
 static void site(tern_request *r, void *user) {
@@ -1615,6 +1635,8 @@ int main(int argc, char **argv) {
   int i, bound, rc, want_error_hook = 0, want_default = 0, want_durations = 0;
   int want_response_hook = 0, want_vhosts = 0;
   int tls_engine = TERN_TLS_ENGINE_AUTO, tls_min = TERN_TLS_1_2;
+  const char *client_ca = NULL;
+  int client_mode = TERN_TLS_CLIENT_NONE;
   const char *static_dir = NULL, *static_fallback = NULL;
   tern_header static_fields[16];
   size_t nstatic_fields = 0;
@@ -1651,6 +1673,16 @@ int main(int argc, char **argv) {
       tls_engine = strcmp(e, "gnutls") == 0    ? TERN_TLS_ENGINE_GNUTLS
                    : strcmp(e, "mbedtls") == 0 ? TERN_TLS_ENGINE_MBEDTLS
                                                : TERN_TLS_ENGINE_AUTO;
+      continue;
+    }
+    if (strcmp(argv[i], "--client-ca") == 0 && i + 1 < argc) {
+      client_ca = argv[++i];
+      if (client_mode == TERN_TLS_CLIENT_NONE)
+        client_mode = TERN_TLS_CLIENT_OPTIONAL;
+      continue;
+    }
+    if (strcmp(argv[i], "--client-cert-required") == 0) {
+      client_mode = TERN_TLS_CLIENT_REQUIRED;
       continue;
     }
     if (strcmp(argv[i], "--tls-min") == 0 && i + 1 < argc) {
@@ -1914,6 +1946,7 @@ int main(int argc, char **argv) {
                   &stream_opts);
   tern_route(server, "GET", "/write-ref", write_ref_route, NULL);
   tern_route(server, "GET", "/write-ref-stats", write_ref_stats, NULL);
+  tern_route(server, "GET", "/client-cert", client_cert, NULL);
   tern_route(server, "GET", "/sse", sse_route, NULL);
   tern_route_with(server, "GET", "/sse-publish", sse_publish, NULL,
                   &blocking_opts);
@@ -2021,6 +2054,8 @@ int main(int argc, char **argv) {
     if ((rc = tern_tls_new(server, &tls)) != 0 ||
         (rc = tern_tls_set_engine(tls, tls_engine)) != 0 ||
         (rc = tern_tls_set_min_version(tls, tls_min)) != 0 ||
+        (client_ca != NULL && (rc = tern_tls_set_client_ca_file(
+                                   tls, client_ca, client_mode)) != 0) ||
         (have_ticket_key && (rc = tern_tls_set_ticket_key(
                                  tls, ticket_key, sizeof(ticket_key))) != 0) ||
         (have_prev_ticket_key &&

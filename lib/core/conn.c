@@ -42,6 +42,7 @@ void tern__conn_unref(tern__conn *c) {
   if (--c->refs > 0)
     return;
   tern__free(w->srv, c->proxy);
+  tern__free(w->srv, c->client_id);
   c->tp->free(c);
   w->nconns--;
   tern__worker_maybe_done(w);

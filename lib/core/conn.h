@@ -22,6 +22,15 @@ enum {
   TERN__C_TRANSPORT = 1u << 8,
 };
 
+/* A verified TLS client certificate (lib/tls): its subject, then its DER
+ * bytes, in this one block. */
+typedef struct tern__client_id {
+  size_t dn_len, der_len;
+  char *dn;           /* NUL-terminated, in data */
+  unsigned char *der; /* in data, after the DN */
+  char data[];
+} tern__client_id;
+
 /* A socket address kept small (an idle connection holds two): the family
  * (AF_INET, AF_INET6, or 0 when unknown), the port in host order and the
  * address bytes. */
@@ -81,6 +90,7 @@ struct tern__conn {
   uint32_t compressors; /* its streamed compressors open (compress.c) */
   int counted_proto;    /* its index in the open-connection counts, or -1 */
   int admitted;         /* counted against its address's limit (admit.c) */
+  tern__client_id *client_id; /* a verified client certificate, or NULL */
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;

@@ -481,6 +481,23 @@ int tern_request_tls(const tern_request *r) {
   return r != NULL && r->conn != NULL ? r->conn->tls_version : 0;
 }
 
+const void *tern_request_tls_client_cert(const tern_request *r, size_t *len) {
+  const tern__client_id *id =
+      r != NULL && r->conn != NULL ? r->conn->client_id : NULL;
+  if (len != NULL)
+    *len = id != NULL ? id->der_len : 0;
+  return id != NULL ? id->der : NULL;
+}
+
+const char *tern_request_tls_client_subject(const tern_request *r,
+                                            size_t *len) {
+  const tern__client_id *id =
+      r != NULL && r->conn != NULL ? r->conn->client_id : NULL;
+  if (len != NULL)
+    *len = id != NULL ? id->dn_len : 0;
+  return id != NULL ? id->dn : NULL;
+}
+
 int tern_request_early(const tern_request *r) {
   return (r->flags & TERN__RQ_EARLY) != 0;
 }

@@ -44,6 +44,9 @@ struct tern__filter {
   int (*shutdown)(void *st);
   /* The protocol the handshake chose (ALPN), or NULL. */
   const char *(*alpn)(const void *st);
+  /* The client certificate the handshake verified, allocated for the
+   * connection (NULL: none, or not asked for). May be NULL. */
+  struct tern__client_id *(*client_id)(const void *st, tern_server *srv);
   /* The TLS version the handshake agreed (TERN_TLS_*), or 0; NULL for a
    * filter that is not TLS. */
   int (*tls_version)(const void *st);

@@ -320,6 +320,8 @@ static void stream_process(tern__conn *c) {
       if (rc == TERN__F_READY) {
         if (s->filter->tls_version != NULL)
           c->tls_version = s->filter->tls_version(s->filt);
+        if (s->filter->client_id != NULL && c->client_id == NULL)
+          c->client_id = s->filter->client_id(s->filt, c->w->srv);
         select_protocol(s);
         if (c->flags & TERN__C_CLOSING)
           return;

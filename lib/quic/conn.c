@@ -396,6 +396,9 @@ static int on_handshake_completed(ngtcp2_conn *ng, void *user) {
     q->wl->handshaking--;
   }
   tern__quic_head(q)->tls_version = TERN_TLS_1_3;
+  if (tern__quic_head(q)->client_id == NULL)
+    tern__quic_head(q)->client_id =
+        tern__tls_gnutls_identity(q->tls, q->wl->w->srv);
   tern__tls_handshake_done(q->wl->w, gnutls_session_is_resumed(q->tls) != 0);
   (void)gnutls_session_ticket_send(q->tls, 1, 0);
   n = ngtcp2_crypto_generate_regular_token(token, q->wl->l->secret, QUIC_SECRET,

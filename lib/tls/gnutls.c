@@ -44,6 +44,8 @@ typedef struct {
   gnutls_priority_t prio;
   gnutls_priority_t quic_prio; /* TLS 1.3 only, no compatibility mode */
   gnutls_certificate_credentials_t all;
+  gnutls_x509_trust_list_t trust; /* the client CAs, or NULL */
+  int client_mode;                /* TERN_TLS_CLIENT_* */
 } gtls_conf;
 
 typedef struct {
@@ -305,6 +307,8 @@ static void gtls_gen_free(tern__tls_gen *g) {
     gnutls_priority_deinit(c->quic_prio);
   if (c->all != NULL)
     gnutls_certificate_free_credentials(c->all);
+  if (c->trust != NULL)
+    gnutls_x509_trust_list_deinit(c->trust, 1);
   tern__free(g->tls->srv, c);
   g->conf = NULL;
 }
@@ -338,7 +342,94 @@ static int gtls_gen_build(tern_tls *t, tern__tls_gen *g) {
     if (rc < 0)
       return gtls_error(t, rc, "certificate list", p->cert_path);
   }
+  /* Client certificates: the CAs read now, at the commit (a reload reads
+   * the file again). */
+  c->client_mode = g->client_mode;
+  if (g->client_mode != TERN_TLS_CLIENT_NONE) {
+    rc = gnutls_x509_trust_list_init(&c->trust, 0);
+    if (rc < 0)
+      return gtls_error(t, rc, "client CA list", NULL);
+    rc = gnutls_x509_trust_list_add_trust_file(c->trust, t->client_ca, NULL,
+                                               GNUTLS_X509_FMT_PEM, 0, 0);
+    if (rc <= 0)
+      return gtls_error(t, rc < 0 ? rc : GNUTLS_E_NO_CERTIFICATE_FOUND,
+                        "client CA file (no certificate read)", t->client_ca);
+  }
   return 0;
+}
+
+/* ---- Client certificates ---------------------------------------------- */
+
+/* The handshake's check of a client certificate against the generation's
+ * CAs (GnuTLS verifies none on a server by itself): 0 to go on, -1 to
+ * fail the handshake. A client that sent none passes here; where one is
+ * required, GnuTLS has refused it already. */
+static int verify_client(gnutls_session_t s, const gtls_conf *conf) {
+  unsigned n = 0, i, status = 1;
+  const gnutls_datum_t *peers = gnutls_certificate_get_peers(s, &n);
+  gnutls_x509_crt_t crts[16];
+  int ok;
+
+  if (peers == NULL || n == 0)
+    return conf->client_mode == TERN_TLS_CLIENT_REQUIRED ? -1 : 0;
+  if (n > 16)
+    return -1;
+  for (i = 0; i < n; i++) {
+    if (gnutls_x509_crt_init(&crts[i]) < 0)
+      break;
+    if (gnutls_x509_crt_import(crts[i], &peers[i], GNUTLS_X509_FMT_DER) < 0) {
+      gnutls_x509_crt_deinit(crts[i]);
+      break;
+    }
+  }
+  ok = i == n &&
+       gnutls_x509_trust_list_verify_crt2(conf->trust, crts, n, NULL, 0,
+                                          GNUTLS_VERIFY_DISABLE_CRL_CHECKS,
+                                          &status, NULL) == 0 &&
+       status == 0;
+  while (i > 0)
+    gnutls_x509_crt_deinit(crts[--i]);
+  return ok ? 0 : -1;
+}
+
+static int on_verify_tcp(gnutls_session_t s);
+static int on_verify_quic(gnutls_session_t s);
+
+/* Ask for a client certificate where the generation wants one. */
+static void ask_client(gnutls_session_t s, const gtls_conf *conf, int quic) {
+  if (conf->client_mode == TERN_TLS_CLIENT_NONE)
+    return;
+  gnutls_certificate_server_set_request(
+      s, conf->client_mode == TERN_TLS_CLIENT_REQUIRED ? GNUTLS_CERT_REQUIRE
+                                                       : GNUTLS_CERT_REQUEST);
+  gnutls_session_set_verify_function(s, quic ? on_verify_quic : on_verify_tcp);
+}
+
+tern__client_id *tern__tls_gnutls_identity(void *session, tern_server *srv) {
+  unsigned n = 0;
+  const gnutls_datum_t *peers =
+      gnutls_certificate_get_peers((gnutls_session_t)session, &n);
+  gnutls_x509_crt_t crt;
+  gnutls_datum_t dn = {NULL, 0};
+  tern__client_id *id = NULL;
+
+  if (peers == NULL || n == 0 || gnutls_x509_crt_init(&crt) < 0)
+    return NULL;
+  if (gnutls_x509_crt_import(crt, &peers[0], GNUTLS_X509_FMT_DER) >= 0 &&
+      gnutls_x509_crt_get_dn3(crt, &dn, 0) >= 0 &&
+      (id = tern__malloc(srv, sizeof(*id) + dn.size + 1 + peers[0].size)) !=
+          NULL) {
+    id->dn = id->data;
+    id->dn_len = dn.size;
+    memcpy(id->dn, dn.data, dn.size);
+    id->dn[dn.size] = '\0';
+    id->der = (unsigned char *)id->data + dn.size + 1;
+    id->der_len = peers[0].size;
+    memcpy(id->der, peers[0].data, peers[0].size);
+  }
+  gnutls_free(dn.data);
+  gnutls_x509_crt_deinit(crt);
+  return id;
 }
 
 /* ---- The filter ---------------------------------------------------- */
@@ -397,6 +488,24 @@ static int on_client_hello(gnutls_session_t s) {
   return pick_credentials(s, c->gen);
 }
 
+static int on_verify_tcp(gnutls_session_t s) {
+  gtls_conn *c = gnutls_session_get_ptr(s);
+  return verify_client(s, c->gen->conf);
+}
+
+static int on_verify_quic(gnutls_session_t s) {
+  const tern__tls_gen *g = gnutls_db_get_ptr(s);
+  return verify_client(s, g->conf);
+}
+
+static tern__client_id *gtls_client_id(const void *st, tern_server *srv) {
+  const gtls_conn *c = st;
+  if (!c->hs_done ||
+      ((gtls_conf *)c->gen->conf)->client_mode == TERN_TLS_CLIENT_NONE)
+    return NULL;
+  return tern__tls_gnutls_identity(c->s, srv);
+}
+
 static void gtls_detach(void *st, tern__worker *w) {
   gtls_conn *c = st;
   if (c == NULL)
@@ -452,6 +561,7 @@ static int gtls_attach(void **st, tern__worker *w, void *cfg) {
     return rc == GNUTLS_E_MEMORY_ERROR ? TERN_ENOMEM : TERN_ETLS;
   }
   gnutls_session_set_ptr(c->s, c);
+  ask_client(c->s, conf, 0);
   watch_hello(c->s, ts, c->gen);
   gnutls_handshake_set_post_client_hello_function(c->s, on_client_hello);
   /* tern's head timer bounds the handshake, not GnuTLS's clock. */
@@ -681,6 +791,7 @@ static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
     gnutls_record_set_max_early_data_size(s, 0xffffffffu);
   }
   watch_hello(s, ts, g);
+  ask_client(s, conf, 1);
   gnutls_handshake_set_post_client_hello_function(s, on_quic_client_hello);
   /* ngtcp2's handshake timeout bounds the handshake. */
   gnutls_handshake_set_timeout(s, 0);
@@ -704,6 +815,7 @@ const tern__filter tern__tls_gnutls_filter = {
     .shutdown = gtls_shutdown,
     .alpn = gtls_alpn,
     .tls_version = gtls_version,
+    .client_id = gtls_client_id,
 };
 
 const tern__tls_engine tern__tls_gnutls = {

@@ -258,6 +258,12 @@ static int mbed_gen_build(tern_tls *t, tern__tls_gen *g) {
   c->gen = g;
   g->conf = c;
   mbedtls_ssl_config_init(&c->conf);
+  if (g->client_mode != TERN_TLS_CLIENT_NONE) {
+    tern__log(t->srv, TERN_LOG_ERROR,
+              "tls: client certificates are verified by the GnuTLS engine "
+              "only, not by mbedTLS");
+    return TERN_ENOTSUP;
+  }
   rc = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_SERVER,
                                    MBEDTLS_SSL_TRANSPORT_STREAM,
                                    MBEDTLS_SSL_PRESET_DEFAULT);

@@ -133,6 +133,32 @@ int tern_tls_set_min_version(tern_tls *t, int version) {
   return 0;
 }
 
+int tern_tls_set_client_ca_file(tern_tls *t, const char *ca_file, int mode) {
+  char *copy = NULL;
+  if (t == NULL || mode < TERN_TLS_CLIENT_NONE ||
+      mode > TERN_TLS_CLIENT_REQUIRED ||
+      (mode != TERN_TLS_CLIENT_NONE && ca_file == NULL))
+    return TERN_EINVAL;
+  if (mode != TERN_TLS_CLIENT_NONE && engine_of(t)->id != TERN__TLS_GNUTLS) {
+    tern__log(t->srv, TERN_LOG_ERROR,
+              "tern_tls_set_client_ca_file: client certificates are "
+              "verified by the GnuTLS engine only");
+    return TERN_ENOTSUP;
+  }
+  if (mode != TERN_TLS_CLIENT_NONE) {
+    size_t n = strlen(ca_file);
+    if ((copy = tern__malloc(t->srv, n + 1)) == NULL)
+      return TERN_ENOMEM;
+    memcpy(copy, ca_file, n + 1);
+  }
+  uv_mutex_lock(&t->lock);
+  tern__free(t->srv, t->client_ca);
+  t->client_ca = copy;
+  t->client_mode = mode;
+  uv_mutex_unlock(&t->lock);
+  return 0;
+}
+
 static void pair_free(tern_tls *t, tern__tls_pair *p) {
   tern_server *srv = t->srv;
   size_t i;
@@ -353,6 +379,7 @@ int tern_tls_commit(tern_tls *t) {
   g->refs = 1; /* the tern_tls's own */
   g->engine = engine_of(t);
   g->min_version = t->min_version;
+  g->client_mode = t->client_mode;
   /* The pending pairs move into the generation; they never move again,
    * so pointers an engine keeps into them stay valid. */
   g->pairs = t->pending;
@@ -389,6 +416,7 @@ void tern__tls_free_all(tern_server *srv) {
     for (i = 0; i < t->npending; i++)
       pair_free(t, &t->pending[i]);
     tern__free(srv, t->pending);
+    tern__free(srv, t->client_ca);
     free_state(t);
     uv_mutex_destroy(&t->lock);
     tern__free(srv, t);

@@ -84,6 +84,7 @@ typedef struct tern__tls_gen {
   tern_tls *tls;
   const tern__tls_engine *engine;
   int min_version; /* TERN_TLS_1_2 or TERN_TLS_1_3 */
+  int client_mode; /* TERN_TLS_CLIENT_*, as committed */
   tern__tls_pair *pairs;
   size_t npairs;
   void *conf; /* the engine's */
@@ -130,6 +131,8 @@ struct tern_tls {
   size_t npending, cap;
   int engine;      /* the engine serving it: TERN__TLS_* */
   int min_version; /* TERN_TLS_1_* as set */
+  char *client_ca; /* tern_tls_set_client_ca_file's file, or NULL */
+  int client_mode; /* TERN_TLS_CLIENT_* */
   void *state[TERN__TLS_ENGINES];
 };
 
@@ -138,6 +141,12 @@ extern const tern__tls_engine *const tern__tls_engines[TERN__TLS_ENGINES];
 
 /* The ALPN ids tern offers, most preferred first, NULL-terminated. */
 extern const char *const tern__tls_alpn[];
+
+/* A client certificate the handshake verified, for the connection
+ * (c->client_id): its subject DN (NUL-terminated) and its DER bytes in
+ * one block from the server's allocator; NULL when the client sent none.
+ * GnuTLS sessions (TCP and QUIC) only. */
+tern__client_id *tern__tls_gnutls_identity(void *session, tern_server *srv);
 
 /* The current generation, with a reference for a new connection; NULL
  * before the first commit. */

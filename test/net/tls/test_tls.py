@@ -621,5 +621,133 @@ def teardown():
         eq(srv.stop(), 0, "reference exit status")
 
 
+# ---- Client certificates (tern_tls_set_client_ca_file) --------------------
+
+def client_pki():
+    """A CA, a client certificate it signed (CN=alice, O=Example), and a
+    self-signed one it did not."""
+    ca_cert = os.path.join(tmp, "ca.crt")
+    if not os.path.exists(ca_cert):
+        ca_key = os.path.join(tmp, "ca.key")
+        run = lambda *a: subprocess.run(list(a), check=True,
+                                        capture_output=True)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+        run("openssl", "req", "-x509", "-nodes", "-days", "2", "-subj",
+            "/CN=Test Client CA", "-keyout", ca_key, "-out", ca_cert, *ec)
+        csr = os.path.join(tmp, "alice.csr")
+        run("openssl", "req", "-nodes", "-subj", "/O=Example/CN=alice",
+            "-keyout", os.path.join(tmp, "alice.key"), "-out", csr, *ec)
+        run("openssl", "x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey",
+            ca_key, "-CAcreateserial", "-days", "2", "-out",
+            os.path.join(tmp, "alice.crt"))
+        make_cert("mallory", "mallory", ["mallory.test"])
+    return (ca_cert, (os.path.join(tmp, "alice.crt"),
+                      os.path.join(tmp, "alice.key")),
+            (os.path.join(tmp, "mallory.crt"),
+             os.path.join(tmp, "mallory.key")))
+
+
+def client_cert_get(port, cert=None, h2=False, path="/client-cert"):
+    """curl over TLS with a client certificate (or none): (exit, body)."""
+    args = ["curl", "-sk", "--max-time", "10"]
+    if cert:
+        args += ["--cert", cert[0], "--key", cert[1]]
+    args.append("--http2" if h2 else "--http1.1")
+    p = subprocess.run(args + ["https://127.0.0.1:%d%s" % (port, path)],
+                       capture_output=True, timeout=30)
+    return p.returncode, p.stdout.decode()
+
+
+def client_cert_server(*extra):
+    ca, _, _ = client_pki()
+    if ENGINE == "mbedtls":
+        # Verification is GnuTLS's: the mbedTLS engine refuses it.
+        p = subprocess.run(
+            [os.path.join(os.environ.get("TERN_BUILD", ""), "examples",
+                          "reference"), "--port", "0", "--tls-engine",
+             "mbedtls", "--tls-port", "0", "--cert", ec_cert, "--key",
+             ec_key, "--client-ca", ca] + list(extra),
+            capture_output=True, text=True, timeout=10)
+        check(p.returncode != 0 and "GnuTLS engine only" in p.stderr,
+              "mbedTLS refuses client certificates: %r" % p.stderr)
+        raise Skip("client certificates are verified by GnuTLS only")
+    return start(ec_cert, ec_key, "--client-ca", ca, *extra)
+
+
+@case
+def client_cert_optional():
+    _, alice, mallory = client_pki()
+    s = client_cert_server()
+    try:
+        eq(client_cert_get(s.tls_port), (0, "none"), "no certificate: served")
+        for h2 in (False, True):
+            rc, body = client_cert_get(s.tls_port, alice, h2)
+            eq(rc, 0, "alice's certificate (h2 %s)" % h2)
+            check(re.match(r"O=Example,CN=alice \d+$", body) or
+                  re.match(r"CN=alice,O=Example \d+$", body),
+                  "alice's subject and DER: %r" % body)
+        rc, body = client_cert_get(s.tls_port, mallory)
+        check(rc != 0 and body == "",
+              "a certificate the CA did not sign is refused: %d %r"
+              % (rc, body))
+        eq(client_cert_get(s.tls_port)[1], "none", "served on after it")
+        # A resumed session keeps the identity its handshake verified.
+        ctx = client_ctx()
+        ctx.load_cert_chain(*alice)
+        got, session = [], None
+        for _ in range(2):
+            c = tls_connect(s.tls_port, ctx, session=session)
+            c.sendall(b"GET /client-cert HTTP/1.1\r\nHost: x\r\n\r\n")
+            got.append((read_response(c)[1], c.session_reused))
+            session = c.session
+            c.close()
+        check(b"CN=alice" in got[1][0], "resumed: %r" % (got,))
+        suite.note("second connection resumed: %s" % got[1][1])
+    finally:
+        eq(s.stop(), 0, "reference exit status")
+
+
+@case
+def client_cert_required():
+    ca, alice, _ = client_pki()
+    s = client_cert_server("--client-cert-required")
+    try:
+        rc, body = client_cert_get(s.tls_port)
+        check(rc != 0 and body == "", "no certificate: refused (%d)" % rc)
+        rc, body = client_cert_get(s.tls_port, alice, True)
+        eq(rc, 0, "alice over h2")
+        check("CN=alice" in body, "alice's subject: %r" % body)
+    finally:
+        eq(s.stop(), 0, "reference exit status")
+
+
+@case(timeout=60)
+def client_cert_over_quic():
+    """HTTP/3 asks for the certificate the same way: tern's HTTP/3 client
+    has none, so a required one refuses it (TLS alert
+    certificate_required, 0x174) and an optional one serves it."""
+    client = os.path.join(os.environ.get("TERN_BUILD", ""), "test", "net",
+                          "h3client")
+    if not os.path.exists(client):
+        raise Skip("built without HTTP/3")
+    ca, _, _ = client_pki()
+    for required, want in ((True, "closed transport 0x174"),
+                           (False, "stream 0 status 200")):
+        extra = ["--quic-port", "0"] + (["--client-cert-required"]
+                                        if required else [])
+        s = client_cert_server(*extra)
+        try:
+            m = re.search(r"quic listening on (\d+)", s.next_line())
+            check(m is not None, "no quic line")
+            p = subprocess.run([client, "--timeout-ms", "5000", "GET",
+                                "https://127.0.0.1:%s/client-cert"
+                                % m.group(1)],
+                               capture_output=True, text=True, timeout=30)
+            check(want in p.stdout, "required %s: %r" % (required,
+                                                         p.stdout[-300:]))
+        finally:
+            eq(s.stop(), 0, "reference exit status")
+
+
 if __name__ == "__main__":
     suite.main(setup=setup, teardown=teardown)
