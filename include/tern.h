@@ -890,6 +890,11 @@ TERN_EXTERN int tern_request_protocol(const tern_request *r);
  * tern_request_proxy_tlv with TERN_PROXY_SSL). Any thread holding the
  * request. */
 TERN_EXTERN int tern_request_tls(const tern_request *r);
+/* The cipher suite the request's TLS handshake chose, as the engine
+ * names it (a static C string: GnuTLS gives IANA names such as
+ * "TLS_AES_128_GCM_SHA256", mbedTLS its own such as
+ * "TLS-ECDHE-ECDSA-WITH-AES-128-GCM-SHA256"), or NULL in the clear. */
+TERN_EXTERN const char *tern_request_tls_cipher(const tern_request *r);
 /* The client certificate the connection's handshake verified
  * (tern_tls_set_client_ca_file): its DER bytes (`*len`), or NULL when
  * the client sent none, none was asked for, or the connection is not
@@ -923,6 +928,11 @@ TERN_EXTERN const char *tern_request_param(const tern_request *r,
 TERN_EXTERN const char *tern_request_header(const tern_request *r,
                                             const char *name, size_t name_len,
                                             size_t *len);
+/* The host the request is for: its Host field, on HTTP/2 and HTTP/3 its
+ * :authority, without the port and a final dot (`*len` bytes; an IPv6
+ * literal keeps its brackets), as virtual hosts compare it; NULL when the
+ * request names none (HTTP/1.0). */
+TERN_EXTERN const char *tern_request_host(const tern_request *r, size_t *len);
 /* Headers in arrival order: count, and the i-th (NULL past the end). */
 TERN_EXTERN size_t tern_request_header_count(const tern_request *r);
 TERN_EXTERN const tern_header *tern_request_header_at(const tern_request *r,

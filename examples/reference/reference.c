@@ -402,12 +402,16 @@ static void private_area(tern_request *r, void *user) {
 static void whoami(tern_request *r, void *user) {
   static const tern_header plain[] = {
       TERN_HEADER("content-type", "text/plain")};
-  char body[300];
-  size_t hl = 0;
+  char body[400];
+  size_t hl = 0, nl = 0;
   const char *h = tern_request_header(r, "host", 4, &hl);
-  int n = snprintf(body, sizeof(body), "tls %x host %.*s proto %d",
+  const char *name = tern_request_host(r, &nl);
+  const char *cipher = tern_request_tls_cipher(r);
+  int n = snprintf(body, sizeof(body),
+                   "tls %x host %.*s proto %d name %.*s cipher %s",
                    (unsigned)tern_request_tls(r), h ? (int)hl : 1, h ? h : "-",
-                   tern_request_protocol(r));
+                   tern_request_protocol(r), name ? (int)nl : 1,
+                   name ? name : "-", cipher ? cipher : "-");
   (void)user;
   tern_respond(r, 200, plain, 1, body,
                n > 0 && (size_t)n < sizeof(body) ? (size_t)n : 0);

@@ -91,6 +91,7 @@ struct tern__conn {
   int counted_proto;    /* its index in the open-connection counts, or -1 */
   int admitted;         /* counted against its address's limit (admit.c) */
   tern__client_id *client_id; /* a verified client certificate, or NULL */
+  const char *tls_cipher;     /* the engine's static name, or NULL */
   /* Stored at accept: any thread holding a request may read them, also
    * after the socket has closed (and its descriptor been reused). */
   tern__addr peer, local;

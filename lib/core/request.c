@@ -481,6 +481,18 @@ int tern_request_tls(const tern_request *r) {
   return r != NULL && r->conn != NULL ? r->conn->tls_version : 0;
 }
 
+const char *tern_request_tls_cipher(const tern_request *r) {
+  return r != NULL && r->conn != NULL ? r->conn->tls_cipher : NULL;
+}
+
+const char *tern_request_host(const tern_request *r, size_t *len) {
+  size_t n = 0;
+  const char *h = tern_request_header(r, "host", 4, &n);
+  if (len != NULL)
+    *len = h != NULL ? tern__host_len(h, n) : 0;
+  return h;
+}
+
 const void *tern_request_tls_client_cert(const tern_request *r, size_t *len) {
   const tern__client_id *id =
       r != NULL && r->conn != NULL ? r->conn->client_id : NULL;

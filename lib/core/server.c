@@ -751,18 +751,7 @@ int tern__vhost_match(tern_request *r) {
   const char *h = tern_request_header(r, "host", 4, &n);
   if (h == NULL)
     return 0;
-  /* Without its port ("[v6]:port" keeps its brackets) and a final dot. */
-  if (n > 0 && h[0] == '[') {
-    for (i = 0; i < n && h[i] != ']'; i++)
-      ;
-    n = i < n ? i + 1 : n;
-  } else {
-    for (i = 0; i < n && h[i] != ':'; i++)
-      ;
-    n = i;
-  }
-  if (n > 0 && h[n - 1] == '.')
-    n--;
+  n = tern__host_len(h, n);
   for (i = 0; i < srv->nvhosts; i++) {
     const tern__vhost *v = &srv->vhosts[i];
     if (v->wildcard ? !(n > v->len + 1 && h[n - v->len - 1] == '.' &&

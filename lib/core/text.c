@@ -81,3 +81,19 @@ int tern__has_token(const char *v, size_t vlen, const char *tok,
       return 1;
   return 0;
 }
+
+size_t tern__host_len(const char *h, size_t n) {
+  size_t i;
+  if (n > 0 && h[0] == '[') {
+    for (i = 0; i < n && h[i] != ']'; i++)
+      ;
+    n = i < n ? i + 1 : n;
+  } else {
+    for (i = 0; i < n && h[i] != ':'; i++)
+      ;
+    n = i;
+  }
+  if (n > 0 && h[n - 1] == '.')
+    n--;
+  return n;
+}

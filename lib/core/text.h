@@ -22,6 +22,9 @@ size_t tern__fmt_hex(char *buf, uint64_t v);
 int tern__list_next(const char *v, size_t n, size_t *pos, const char **e,
                     size_t *elen);
 int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
+/* A Host field's (or :authority's) host: its length without the port
+ * (an IPv6 literal keeps its brackets) and a final dot. */
+size_t tern__host_len(const char *h, size_t n);
 
 /* The reason phrase for a status code ("Not Found"), "Unknown" for an
  * unregistered one (lib/core/status.c, generated from status.txt). */

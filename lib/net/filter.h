@@ -47,6 +47,8 @@ struct tern__filter {
   /* The client certificate the handshake verified, allocated for the
    * connection (NULL: none, or not asked for). May be NULL. */
   struct tern__client_id *(*client_id)(const void *st, tern_server *srv);
+  /* The cipher suite the handshake chose (a static string), or NULL. */
+  const char *(*cipher)(const void *st);
   /* The TLS version the handshake agreed (TERN_TLS_*), or 0; NULL for a
    * filter that is not TLS. */
   int (*tls_version)(const void *st);

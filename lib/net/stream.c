@@ -322,6 +322,8 @@ static void stream_process(tern__conn *c) {
           c->tls_version = s->filter->tls_version(s->filt);
         if (s->filter->client_id != NULL && c->client_id == NULL)
           c->client_id = s->filter->client_id(s->filt, c->w->srv);
+        if (s->filter->cipher != NULL)
+          c->tls_cipher = s->filter->cipher(s->filt);
         select_protocol(s);
         if (c->flags & TERN__C_CLOSING)
           return;

@@ -396,6 +396,7 @@ static int on_handshake_completed(ngtcp2_conn *ng, void *user) {
     q->wl->handshaking--;
   }
   tern__quic_head(q)->tls_version = TERN_TLS_1_3;
+  tern__quic_head(q)->tls_cipher = gnutls_ciphersuite_get(q->tls);
   if (tern__quic_head(q)->client_id == NULL)
     tern__quic_head(q)->client_id =
         tern__tls_gnutls_identity(q->tls, q->wl->w->srv);

@@ -498,6 +498,11 @@ static int on_verify_quic(gnutls_session_t s) {
   return verify_client(s, g->conf);
 }
 
+static const char *gtls_cipher(const void *st) {
+  const gtls_conn *c = st;
+  return c->hs_done ? gnutls_ciphersuite_get(c->s) : NULL;
+}
+
 static tern__client_id *gtls_client_id(const void *st, tern_server *srv) {
   const gtls_conn *c = st;
   if (!c->hs_done ||
@@ -816,6 +821,7 @@ const tern__filter tern__tls_gnutls_filter = {
     .alpn = gtls_alpn,
     .tls_version = gtls_version,
     .client_id = gtls_client_id,
+    .cipher = gtls_cipher,
 };
 
 const tern__tls_engine tern__tls_gnutls = {

@@ -462,6 +462,11 @@ static int mtls_version(const void *st) {
   return ((const tls_conn *)st)->hs_done ? TERN_TLS_1_2 : 0;
 }
 
+static const char *mtls_cipher(const void *st) {
+  const tls_conn *t = st;
+  return t->hs_done ? mbedtls_ssl_get_ciphersuite(&t->ssl) : NULL;
+}
+
 static int tls_shutdown(void *st) {
   tls_conn *t = st;
   if (t == NULL || !t->hs_done || t->notified)
@@ -488,6 +493,7 @@ const tern__filter tern__tls_mbedtls_filter = {
     .shutdown = tls_shutdown,
     .alpn = tls_alpn,
     .tls_version = mtls_version,
+    .cipher = mtls_cipher,
 };
 
 const tern__tls_engine tern__tls_mbedtls = {

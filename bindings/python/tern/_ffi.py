@@ -298,6 +298,8 @@ FUNCTIONS = {
     "tern_request_early": (c_int, [_P], "fast"),
     "tern_request_tls": (c_int, [_P], "fast"),
     "tern_request_tls_client_cert": (_P, [_P, _SZ], "fast"),
+    "tern_request_tls_cipher": (c_char_p, [_P], "fast"),
+    "tern_request_host": (_P, [_P, _SZ], "fast"),
     "tern_request_tls_client_subject": (_P, [_P, _SZ], "fast"),
     "tern_request_param": (_P, [_P, c_char_p, c_size_t, _SZ], "fast"),
     "tern_request_header": (_P, [_P, c_char_p, c_size_t, _SZ], "fast"),
