@@ -1636,9 +1636,11 @@ TERN_EXTERN int tern_static_mount(tern_server *srv, const char *prefix,
  * Lifetime: a tern_sse is valid from tern_sse_start until its on_close
  * callback returns (on the worker; it may run inside tern_sse_send or
  * tern_sse_publish's delivery when the client turns out gone or too
- * slow). The request is tern's from tern_sse_start on: do not call the
- * response functions on it. Do not start a stream on a route that
- * compresses its responses: the compressor would hold the events back.
+ * slow). on_close may close other streams; its own stream's sends and
+ * close return TERN_ECLOSED from then on. The request is tern's from
+ * tern_sse_start on: do not call the response functions on it. Do not start a
+ * stream on a route that compresses its responses: the compressor would hold
+ * the events back.
  * ------------------------------------------------------------------ */
 
 typedef struct tern_sse tern_sse;

@@ -34,6 +34,7 @@ struct tern_sse {
   uint32_t high_water;
   tern_sse_close_fn on_close;
   void *user;
+  int closing; /* on_close runs: sends and closes are refused */
 };
 
 /* The worker's streams, for the heartbeat tick and the graceful stop. */
@@ -79,6 +80,7 @@ static int on_worker(tern__worker *w, const char *call) {
 /* The stream ends: unlinked, told, its response finished, freed. */
 static void finish(tern_sse *s, int why) {
   tern_request *r = s->r;
+  s->closing = 1;
   tern__list_remove(&s->link);
   if (s->hub != NULL) {
     tern__list_remove(&s->hub_link);
@@ -101,6 +103,8 @@ static void gone(tern_request *r, void *user) {
  * high-water mark waiting: then it is too slow, and its stream ends. */
 static int queue(tern_sse *s, const char *p, size_t n) {
   int rc;
+  if (s->closing)
+    return TERN_ECLOSED;
   if (s->r->ops->pending(s->r) > s->high_water) {
     finish(s, TERN_SSE_TOO_SLOW);
     return TERN_ETOOBIG;
@@ -205,6 +209,8 @@ int tern_sse_send(tern_sse *s, const char *id, const char *event,
     return TERN_EINVAL;
   if (!on_worker(s->w, "tern_sse_send"))
     return TERN_ESTATE;
+  if (s->closing)
+    return TERN_ECLOSED; /* from its own on_close */
   rc = tern_sse_format(local, sizeof local, &n, id, event, data, len);
   if (rc == TERN_ETOOBIG) {
     if ((buf = tern__malloc(s->w->srv, n + 1)) == NULL)
@@ -223,8 +229,27 @@ int tern_sse_close(tern_sse *s) {
     return TERN_EINVAL;
   if (!on_worker(s->w, "tern_sse_close"))
     return TERN_ESTATE;
+  if (s->closing)
+    return TERN_ECLOSED; /* from its own on_close */
   finish(s, TERN_SSE_CLOSED);
   return 0;
+}
+
+/* Run `fn` on each stream of `head` (through the member at `off`), any of
+ * them free to end on the way (and its on_close to end others): a marker
+ * after the current one says where to go on. */
+static void each(tern__list *head, size_t off,
+                 void (*fn)(tern_sse *s, void *arg), void *arg) {
+  tern__list mark, *l = head->next;
+  while (l != head) {
+    mark.prev = l;
+    mark.next = l->next;
+    l->next->prev = &mark;
+    l->next = &mark;
+    fn((tern_sse *)(void *)((char *)l - off), arg);
+    l = mark.next;
+    tern__list_remove(&mark);
+  }
 }
 
 const char *tern_sse_last_event_id(const tern_sse *s, size_t *len) {
@@ -288,21 +313,19 @@ static void event_unref(sse_event *ev) {
     tern__free(ev->srv, ev);
 }
 
-/* On worker `worker`: the event to each of its subscribers. A subscriber
- * that ends on the way (too slow, gone) unlinks itself: the next one is
- * taken first. */
+static void deliver_one(tern_sse *s, void *arg) {
+  const sse_event *ev = arg;
+  queue(s, ev->data, ev->len);
+}
+
+/* On worker `worker`: the event to each of its subscribers (one that
+ * ends on the way, too slow or gone, unlinks itself). */
 static void deliver(tern_server *srv, unsigned worker, void *loop, void *user) {
   sse_event *ev = user;
-  tern__list *l, *next, *head;
   (void)srv;
-  if (loop != NULL && worker < ev->hub->nworkers) {
-    head = &ev->hub->lists[worker];
-    for (l = head->next; l != head; l = next) {
-      tern_sse *s = TERN__CONTAINER_OF(l, tern_sse, hub_link);
-      next = l->next;
-      queue(s, ev->data, ev->len);
-    }
-  }
+  if (loop != NULL && worker < ev->hub->nworkers)
+    each(&ev->hub->lists[worker], offsetof(tern_sse, hub_link), deliver_one,
+         ev);
   event_unref(ev);
 }
 
@@ -360,19 +383,19 @@ static void sse_stop(tern__worker *w) {
 
 /* Heartbeats: a comment line to each stream quiet for its interval, so
  * that proxies and the client's own timers see the stream alive. */
+static void heartbeat(tern_sse *s, void *arg) {
+  uint64_t now = *(const uint64_t *)arg;
+  if (s->heartbeat_ms != 0 && now - s->last >= s->heartbeat_ms)
+    queue(s, ":\n\n", 3);
+}
+
 static void sse_tick(tern__worker *w, uint64_t now) {
   sse_worker *sw = SSEW(w);
-  tern__list *l, *next;
   (void)now;
   if (sw == NULL)
     return;
   now = uv_now(w->loop);
-  for (l = sw->open.next; l != &sw->open; l = next) {
-    tern_sse *s = TERN__CONTAINER_OF(l, tern_sse, link);
-    next = l->next;
-    if (s->heartbeat_ms != 0 && now - s->last >= s->heartbeat_ms)
-      queue(s, ":\n\n", 3);
-  }
+  each(&sw->open, offsetof(tern_sse, link), heartbeat, &now);
 }
 
 static void sse_cleanup(tern__worker *w) {
