@@ -7,7 +7,7 @@
 #   3. as a meson subproject: the parent gets the library and nothing
 #      else (no example, tool or test target, no test);
 #   4. the programs a newcomer copies (examples/hello, rest, spa, feed,
-#      chat) compile against the installed library with pkg-config, and
+#      chat, tls) compile against the installed library with pkg-config, and
 #      one of them (rest) answers when run against it.
 #   test/packaging/run.sh SRCDIR BUILDDIR
 set -uo pipefail
@@ -106,7 +106,7 @@ result $rc "a meson subproject gives the library alone"
 rc=1
 if [ -n "${flags:-}" ]; then
   rc=0
-  for ex in hello rest spa feed chat; do
+  for ex in hello rest spa feed chat tls; do
     # shellcheck disable=SC2086
     cc -std=c11 -Wall -Wextra -Werror "$src/examples/$ex.c" -o "$tmp/$ex" \
       $flags -pthread >>"$tmp/log" 2>&1 || { rc=1; echo "$ex failed" >>"$tmp/log"; }

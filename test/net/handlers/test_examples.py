@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The programs a newcomer copies (examples/rest.c, spa.c, feed.c and
-chat.c's rooms), run as built and exercised over real sockets: raw
+"""The programs a newcomer copies (examples/rest.c, spa.c, feed.c, tls.c
+and chat.c's rooms), run as built and exercised over real sockets: raw
 HTTP/1.1, curl (HTTP/1.1 and h2c) and Python's websockets. The packaging
 test (test/packaging/run.sh) compiles the same files against the
 installed library with pkg-config.
@@ -197,6 +197,83 @@ def chat_rooms_are_separate():
         eq(r.status, 400, "a bad room name")
         check("joined via http/1.1 (room alpha)" in s.stderr_text(4000),
               "the log names the room")
+
+
+def pki(d):
+    """A root CA, an intermediate it signed, a leaf for localhost the
+    intermediate signed (chain.pem: leaf then intermediate), and a client
+    certificate from a client CA."""
+    def run(*a):
+        subprocess.run(list(a), check=True, capture_output=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    p = lambda n: os.path.join(d, n)
+    with open(p("ca.ext"), "w") as f:
+        f.write("basicConstraints=critical,CA:true\n"
+                "keyUsage=critical,keyCertSign,cRLSign\n")
+    with open(p("leaf.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name, subj in (("root", "Root CA"), ("client-ca", "Client CA")):
+        run("openssl", "req", "-x509", "-nodes", "-days", "2", "-subj",
+            "/CN=" + subj, "-keyout", p(name + ".key"), "-out",
+            p(name + ".crt"), *ec)
+    for name, subj, ca, ext in (("int", "Intermediate", "root", "ca.ext"),
+                                ("leaf", "localhost", "int", "leaf.ext"),
+                                ("alice", "alice", "client-ca", None)):
+        run("openssl", "req", "-nodes", "-subj", "/CN=" + subj, "-keyout",
+            p(name + ".key"), "-out", p(name + ".csr"), *ec)
+        run("openssl", "x509", "-req", "-in", p(name + ".csr"), "-CA",
+            p(ca + ".crt"), "-CAkey", p(ca + ".key"), "-CAcreateserial",
+            "-days", "2", "-out", p(name + ".crt"),
+            *(["-extfile", p(ext)] if ext else []))
+    with open(p("chain.pem"), "w") as f:
+        f.write(open(p("leaf.crt")).read() + open(p("int.crt")).read())
+    return p
+
+
+@case(timeout=60)
+def tls_chain_http3_and_client_certs():
+    """examples/tls.c: the chain's intermediate goes out (curl trusts only
+    the root), HTTP/1.1, HTTP/2 and HTTP/3 on one port number; with a
+    client CA a client without a certificate is refused and alice is
+    named."""
+    d = tempfile.mkdtemp(prefix="tern-tlsex-")
+    try:
+        p = pki(d)
+        h3 = os.path.join(os.environ.get("TERN_BUILD", ""), "test", "net",
+                          "h3client")
+        with program("tls", [p("chain.pem"), p("leaf.key"), "0"]) as s:
+            url = "https://localhost:%d/" % s.port
+            for v, want in (("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2")):
+                out = subprocess.run(["curl", "-s", v, "--cacert",
+                                      p("root.crt"), url],
+                                     capture_output=True, text=True,
+                                     timeout=20).stdout
+                check(out.startswith("hello over %s with TLS_" % want),
+                      "%s through the chain: %r" % (v, out))
+            if os.path.exists(h3):
+                body = os.path.join(d, "h3.body")
+                subprocess.run([h3, "--body-out", body, "GET",
+                                "https://127.0.0.1:%d/" % s.port],
+                               capture_output=True, timeout=20)
+                check(open(body).read().startswith("hello over HTTP/3"),
+                      "HTTP/3 on the same port number")
+        with program("tls", [p("chain.pem"), p("leaf.key"), "0",
+                             p("client-ca.crt")]) as s:
+            url = "https://localhost:%d/" % s.port
+            r = subprocess.run(["curl", "-s", "--cacert", p("root.crt"),
+                                url], capture_output=True, text=True,
+                               timeout=20)
+            check(r.returncode != 0 and r.stdout == "",
+                  "no client certificate: refused (%d)" % r.returncode)
+            out = subprocess.run(["curl", "-s", "--http2", "--cacert",
+                                  p("root.crt"), "--cert", p("alice.crt"),
+                                  "--key", p("alice.key"), url],
+                                 capture_output=True, text=True,
+                                 timeout=20).stdout
+            check(out.rstrip().endswith("client CN=alice"),
+                  "alice named: %r" % out)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
