@@ -2060,6 +2060,15 @@ TERN__INIT_BY_SIZE(tern_stats, tern_stats_init)
  * the version's layout, logged), writing nothing. */
 TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
 
+/* The same for worker `worker` (0 to tern_server_workers() - 1) alone:
+ * the connections it accepted and holds open, the requests it answered,
+ * its bytes, streams and rejections, to see how load spreads over the
+ * workers. The server-wide figures (allocations, frees, reallocations,
+ * the limits per client address) are 0 here. TERN_EINVAL also for a
+ * worker out of range. */
+TERN_EXTERN int tern_server_worker_stats(const tern_server *srv,
+                                         unsigned worker, tern_stats *out);
+
 /* Keep the request duration histogram (tern_stats.duration_buckets and
  * duration_sum_ns, tern_request_duration_seconds): it costs a read of the
  * monotonic clock at each request's head and end (shared by the requests

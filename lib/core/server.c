@@ -1020,67 +1020,88 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
 /* The counters are summed into the library's own struct and only the
  * caller's version's part is copied out (tern__abi_write). */
 #define LOAD(f) atomic_load_explicit(&(f), memory_order_relaxed)
-int tern_server_stats(const tern_server *srv, tern_stats *out) {
-  tern_stats st;
-  char why[160];
-  unsigned i, p, k;
-
-  if (srv == NULL || out == NULL)
-    return TERN_EINVAL;
-  memset(&st, 0, sizeof(st));
-  for (i = 0; i < srv->nworkers; i++) {
-    const tern__wstats *w = &srv->workers[i].stats;
-    st.requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
-    st.connections +=
+/* One worker's counters added into st-> */
+static void add_worker(tern_stats *st, const tern__wstats *w) {
+  unsigned p, k;
+  {
+    st->requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
+    st->connections +=
         atomic_load_explicit(&w->connections, memory_order_relaxed);
-    st.active_connections +=
+    st->active_connections +=
         atomic_load_explicit(&w->active, memory_order_relaxed);
-    st.bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
-    st.bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
-    st.quic_forwarded +=
+    st->bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
+    st->bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
+    st->quic_forwarded +=
         atomic_load_explicit(&w->quic_forwarded, memory_order_relaxed);
-    st.quic_retries +=
+    st->quic_retries +=
         atomic_load_explicit(&w->quic_retries, memory_order_relaxed);
-    st.quic_resets +=
+    st->quic_resets +=
         atomic_load_explicit(&w->quic_resets, memory_order_relaxed);
-    st.quic_version_negotiations +=
+    st->quic_version_negotiations +=
         atomic_load_explicit(&w->quic_vn, memory_order_relaxed);
-    st.quic_refused +=
+    st->quic_refused +=
         atomic_load_explicit(&w->quic_refused, memory_order_relaxed);
     for (p = 0; p < TERN_STATS_PROTOCOLS; p++) {
       for (k = 0; k < TERN_STATS_CLASSES; k++)
-        st.requests_by_class[p][k] += LOAD(w->by_class[p][k]);
+        st->requests_by_class[p][k] += LOAD(w->by_class[p][k]);
       for (k = 0; k < TERN_STATS_BUCKETS; k++)
-        st.duration_buckets[p][k] += LOAD(w->buckets[p][k]);
-      st.requests_aborted[p] += LOAD(w->aborted[p]);
-      st.request_bytes_in[p] += LOAD(w->req_in[p]);
-      st.request_bytes_out[p] += LOAD(w->req_out[p]);
-      st.duration_sum_ns[p] += LOAD(w->dur_sum[p]);
-      st.open_connections[p] += LOAD(w->conns[p]);
-      st.open_streams[p] += LOAD(w->streams[p]);
+        st->duration_buckets[p][k] += LOAD(w->buckets[p][k]);
+      st->requests_aborted[p] += LOAD(w->aborted[p]);
+      st->request_bytes_in[p] += LOAD(w->req_in[p]);
+      st->request_bytes_out[p] += LOAD(w->req_out[p]);
+      st->duration_sum_ns[p] += LOAD(w->dur_sum[p]);
+      st->open_connections[p] += LOAD(w->conns[p]);
+      st->open_streams[p] += LOAD(w->streams[p]);
     }
-    st.tls_handshakes_full += LOAD(w->tls_full);
-    st.tls_handshakes_resumed += LOAD(w->tls_resumed);
-    st.tls_handshakes_failed += LOAD(w->tls_failed);
-    st.ws_open += LOAD(w->ws_open);
-    st.ws_messages_in += LOAD(w->ws_in);
-    st.ws_messages_out += LOAD(w->ws_out);
-    st.rejected_limit += LOAD(w->rej_limit);
-    st.rejected_timeout += LOAD(w->rej_timeout);
-    st.rejected_protocol += LOAD(w->rej_protocol);
-    st.access_log_lines += LOAD(w->log_lines);
-    st.access_log_dropped += LOAD(w->log_dropped);
+    st->tls_handshakes_full += LOAD(w->tls_full);
+    st->tls_handshakes_resumed += LOAD(w->tls_resumed);
+    st->tls_handshakes_failed += LOAD(w->tls_failed);
+    st->ws_open += LOAD(w->ws_open);
+    st->ws_messages_in += LOAD(w->ws_in);
+    st->ws_messages_out += LOAD(w->ws_out);
+    st->rejected_limit += LOAD(w->rej_limit);
+    st->rejected_timeout += LOAD(w->rej_timeout);
+    st->rejected_protocol += LOAD(w->rej_protocol);
+    st->access_log_lines += LOAD(w->log_lines);
+    st->access_log_dropped += LOAD(w->log_dropped);
   }
-  st.allocations = atomic_load(&srv->allocs);
-  st.bytes_allocated = atomic_load(&srv->alloc_bytes);
-  st.frees = atomic_load(&srv->frees);
-  st.reallocations = atomic_load(&srv->reallocs);
-  tern__admit_counts(srv->admit, &st.rejected_ip_connections,
-                     &st.rejected_ip_rate);
+}
+
+/* The counters of every worker and the server-wide ones (worker < 0),
+ * or of one worker alone, written back the caller's way. */
+static int stats_out(const tern_server *srv, tern_stats *out, int worker) {
+  tern_stats st;
+  char why[160];
+  unsigned i;
+
+  if (srv == NULL || out == NULL ||
+      (worker >= 0 && (unsigned)worker >= srv->nworkers))
+    return TERN_EINVAL;
+  memset(&st, 0, sizeof(st));
+  for (i = 0; i < srv->nworkers; i++)
+    if (worker < 0 || (unsigned)worker == i)
+      add_worker(&st, &srv->workers[i].stats);
+  if (worker < 0) {
+    st.allocations = atomic_load(&srv->allocs);
+    st.bytes_allocated = atomic_load(&srv->alloc_bytes);
+    st.frees = atomic_load(&srv->frees);
+    st.reallocations = atomic_load(&srv->reallocs);
+    tern__admit_counts(srv->admit, &st.rejected_ip_connections,
+                       &st.rejected_ip_rate);
+  }
   if (tern__abi_write(out, &st, stats_ends, NVERSIONS(stats_ends), why,
                       sizeof(why)) != 0) {
     tern__log((tern_server *)srv, TERN_LOG_ERROR, "tern_server_stats: %s", why);
     return TERN_EINVAL;
   }
   return 0;
+}
+
+int tern_server_stats(const tern_server *srv, tern_stats *out) {
+  return stats_out(srv, out, -1);
+}
+
+int tern_server_worker_stats(const tern_server *srv, unsigned worker,
+                             tern_stats *out) {
+  return stats_out(srv, out, worker > INT32_MAX ? INT32_MAX : (int)worker);
 }

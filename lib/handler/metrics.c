@@ -222,6 +222,36 @@ static void format_all(text_t *t, const tern_stats *st) {
   sample(t, "tern_access_log_dropped_total", NULL, st->access_log_dropped);
 }
 
+/* Each worker's share: connections accepted and open, requests answered
+ * (the families' samples labelled worker="N"). */
+static void per_worker(text_t *t) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"tern_worker_connections_total", "counter",
+       "Connections a worker accepted."},
+      {"tern_worker_open_connections", "gauge",
+       "Connections a worker holds open now."},
+      {"tern_worker_requests_total", "counter", "Requests a worker answered."},
+  };
+  unsigned n = tern_server_workers(t->srv), i, f;
+  char label[32];
+  for (f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+    family(t, fam[f].name, fam[f].type, fam[f].help);
+    for (i = 0; i < n; i++) {
+      tern_stats st;
+      tern_stats_init_size(&st, sizeof(st));
+      if (tern_server_worker_stats(t->srv, i, &st) != 0)
+        continue;
+      snprintf(label, sizeof(label), "worker=\"%u\"", i);
+      sample(t, fam[f].name, label,
+             f == 0   ? st.connections
+             : f == 1 ? st.active_connections
+                      : st.requests);
+    }
+  }
+}
+
 void tern_metrics_handler(tern_request *r, void *user) {
   static const tern_header ct[] = {
       {"content-type", 12, "text/plain; version=0.0.4; charset=utf-8", 40}};
@@ -239,6 +269,7 @@ void tern_metrics_handler(tern_request *r, void *user) {
     return;
   }
   format_all(&t, &st);
+  per_worker(&t);
   if (t.failed)
     tern_respond(r, 503, NULL, 0, NULL, 0);
   else

@@ -367,6 +367,7 @@ FUNCTIONS = {
     "tern_stats_init": (None, [_P], "lib"),
     "tern_stats_init_size": (None, [_P, c_size_t], "lib"),
     "tern_server_stats": (c_int, [_P, _P], "lib"),
+    "tern_server_worker_stats": (c_int, [_P, c_uint, _P], "lib"),
     "tern_stats_bucket_le": (c_uint64, [c_uint], "lib"),
     "tern_server_time_requests": (c_int, [_P, c_int], "lib"),
     "tern_server_workers": (c_uint, [_P], "lib"),

@@ -632,5 +632,30 @@ def metrics_exposition():
         check(m(d1, "tern_allocations_total") > 0, "allocations")
 
 
+@suite.case(timeout=40)
+def per_worker_counters():
+    """tern_server_worker_stats through /metrics: each worker's accepted
+    connections and answered requests, labelled worker="N", add up to the
+    server's totals (how they spread is the kernel's choice: not
+    asserted)."""
+    with Server("reference", ["--workers", "2"]) as s:
+        for _ in range(40):
+            eq(get(s.port, "/").status, 200, "GET /")
+        d = scrape(s.port)
+        conns = [m(d, "tern_worker_connections_total", worker=str(i))
+                 for i in range(2)]
+        reqs = [m(d, "tern_worker_requests_total", worker=str(i))
+                for i in range(2)]
+        opened = [m(d, "tern_worker_open_connections", worker=str(i))
+                  for i in range(2)]
+        eq(sum(conns), m(d, "tern_connections_total"), "connections")
+        total = sum(m(d, "tern_requests_total", protocol=p, code=c)
+                    for p in ("http1", "http2", "http3")
+                    for c in ("none", "1xx", "2xx", "3xx", "4xx", "5xx"))
+        eq(sum(reqs), total, "requests")
+        check(sum(opened) >= 1, "open now: at least the scrape's own")
+        suite.note("per worker: connections %s, requests %s" % (conns, reqs))
+
+
 if __name__ == "__main__":
     suite.main()
