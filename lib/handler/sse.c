@@ -199,18 +199,24 @@ int tern_sse_start(tern_request *r, const tern_sse_options *in,
   return 0;
 }
 
+/* A call on stream `s` may go on: 0, or why not (a stream closing is
+ * being ended by its own on_close). */
+static int usable(const tern_sse *s, const char *call) {
+  if (s == NULL)
+    return TERN_EINVAL;
+  if (!on_worker(s->w, call))
+    return TERN_ESTATE;
+  return s->closing ? TERN_ECLOSED : 0;
+}
+
 int tern_sse_send(tern_sse *s, const char *id, const char *event,
                   const char *data, size_t len) {
   char local[1024], *buf = local;
   size_t n;
   int rc;
 
-  if (s == NULL)
-    return TERN_EINVAL;
-  if (!on_worker(s->w, "tern_sse_send"))
-    return TERN_ESTATE;
-  if (s->closing)
-    return TERN_ECLOSED; /* from its own on_close */
+  if ((rc = usable(s, "tern_sse_send")) != 0)
+    return rc;
   rc = tern_sse_format(local, sizeof local, &n, id, event, data, len);
   if (rc == TERN_ETOOBIG) {
     if ((buf = tern__malloc(s->w->srv, n + 1)) == NULL)
@@ -225,14 +231,10 @@ int tern_sse_send(tern_sse *s, const char *id, const char *event,
 }
 
 int tern_sse_close(tern_sse *s) {
-  if (s == NULL)
-    return TERN_EINVAL;
-  if (!on_worker(s->w, "tern_sse_close"))
-    return TERN_ESTATE;
-  if (s->closing)
-    return TERN_ECLOSED; /* from its own on_close */
-  finish(s, TERN_SSE_CLOSED);
-  return 0;
+  int rc = usable(s, "tern_sse_close");
+  if (rc == 0)
+    finish(s, TERN_SSE_CLOSED);
+  return rc;
 }
 
 /* Run `fn` on each stream of `head` (through the member at `off`), any of

@@ -616,6 +616,20 @@ def vmrss_kib(pid):
     raise AssertionError("no VmRSS for %d" % pid)
 
 
+def websockets_module():
+    """Debian's python3-websockets (its dist-packages added when another
+    Python runs the tests), or None when it is not installed."""
+    try:
+        import websockets
+    except ImportError:
+        sys.path.append("/usr/lib/python3/dist-packages")
+        try:
+            import websockets
+        except ImportError:
+            return None
+    return websockets
+
+
 def stats_from(conn):
     """GET /stats on an open keep-alive connection; a dict of ints."""
     import json

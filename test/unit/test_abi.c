@@ -58,21 +58,20 @@ typedef struct {
 
 /* Version 3 bounded the streamed compressors (flat: version 2's tail
  * padding holds them). */
-typedef struct {
-  SETTINGS_V1_FIELDS
-  uint32_t max_stream_window;
-  uint32_t max_conn_window;
-  uint32_t max_compressors;
+#define SETTINGS_V3_FIELDS                                                     \
+  SETTINGS_V1_FIELDS                                                           \
+  uint32_t max_stream_window;                                                  \
+  uint32_t max_conn_window;                                                    \
+  uint32_t max_compressors;                                                    \
   uint32_t max_compressors_per_conn;
+typedef struct {
+  SETTINGS_V3_FIELDS
 } settings_v3;
 
-/* Version 4 added the limits per client address. */
+/* Version 4 added the limits per client address (flat: in version 3's
+ * tail padding). */
 typedef struct {
-  SETTINGS_V1_FIELDS
-  uint32_t max_stream_window;
-  uint32_t max_conn_window;
-  uint32_t max_compressors;
-  uint32_t max_compressors_per_conn;
+  SETTINGS_V3_FIELDS
   uint32_t max_connections_per_ip;
   uint32_t requests_per_ip_per_s;
   uint32_t request_burst;

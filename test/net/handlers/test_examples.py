@@ -18,17 +18,11 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import Conn, Server, Skip, Suite, check, eq, get
+from harness import (Conn, Server, Skip, Suite, check, eq, get,
+                     websockets_module)
 from handlers.test_sse import Stream, by_name  # noqa: E402 (not its cases)
 
-try:
-    import websockets
-except ImportError:  # a Python other than Debian's: use Debian's package
-    sys.path.append("/usr/lib/python3/dist-packages")
-    try:
-        import websockets
-    except ImportError:
-        websockets = None
+websockets = websockets_module()
 
 suite = Suite()
 case = suite.case

@@ -29,20 +29,14 @@ import zlib
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import (HOST, Conn, Server, Skip, Suite, build_request, check,
-                     eq, sanitized, shared_reference_teardown, vmrss_kib)
+                     eq, sanitized, shared_reference_teardown, vmrss_kib,
+                     websockets_module)
 from wslib import (CHOPS, answer_going_away, at_rest, close_payload,
                    deflate_raw, expect_close, frame, mask_bytes, payload,
                    push_until_stalled, read_back, read_frame,
                    ws_frame_header, ws_key)
 
-try:
-    import websockets
-except ImportError:  # a Python other than Debian's: use Debian's package
-    sys.path.append("/usr/lib/python3/dist-packages")
-    try:
-        import websockets
-    except ImportError:
-        websockets = None
+websockets = websockets_module()
 
 suite = Suite()
 case = suite.case
