@@ -675,7 +675,8 @@ def client_cert_server(*extra):
             capture_output=True, text=True, timeout=10)
         check(p.returncode != 0 and "GnuTLS engine only" in p.stderr,
               "mbedTLS refuses client certificates: %r" % p.stderr)
-        raise Skip("client certificates are verified by GnuTLS only")
+        suite.note("mbedTLS refuses client certificates, as documented")
+        return None
     return start(ec_cert, ec_key, "--client-ca", ca, *extra)
 
 
@@ -683,6 +684,8 @@ def client_cert_server(*extra):
 def client_cert_optional():
     _, alice, mallory = client_pki()
     s = client_cert_server()
+    if s is None:  # mbedTLS: its refusal was the check
+        return
     try:
         eq(client_cert_get(s.tls_port), (0, "none"), "no certificate: served")
         for h2 in (False, True):
@@ -716,6 +719,8 @@ def client_cert_optional():
 def client_cert_required():
     ca, alice, _ = client_pki()
     s = client_cert_server("--client-cert-required")
+    if s is None:
+        return
     try:
         rc, body = client_cert_get(s.tls_port)
         check(rc != 0 and body == "", "no certificate: refused (%d)" % rc)
@@ -741,6 +746,8 @@ def client_cert_over_quic():
         extra = ["--quic-port", "0"] + (["--client-cert-required"]
                                         if required else [])
         s = client_cert_server(*extra)
+        if s is None:
+            return
         try:
             m = re.search(r"quic listening on (\d+)", s.next_line())
             check(m is not None, "no quic line")
