@@ -368,6 +368,7 @@ static int verify_client(gnutls_session_t s, const gtls_conf *conf) {
   unsigned n = 0, i, status = 1;
   const gnutls_datum_t *peers = gnutls_certificate_get_peers(s, &n);
   gnutls_x509_crt_t crts[16];
+  gnutls_typed_vdata_st purpose;
   int ok;
 
   if (peers == NULL || n == 0)
@@ -382,8 +383,14 @@ static int verify_client(gnutls_session_t s, const gtls_conf *conf) {
       break;
     }
   }
+  /* For client authentication: a certificate whose Extended Key Usage
+   * leaves clientAuth out (a server's) is refused; one without the
+   * extension may serve any purpose (RFC 5280 4.2.1.12). */
+  purpose.type = GNUTLS_DT_KEY_PURPOSE_OID;
+  purpose.data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT;
+  purpose.size = 0;
   ok = i == n &&
-       gnutls_x509_trust_list_verify_crt2(conf->trust, crts, n, NULL, 0,
+       gnutls_x509_trust_list_verify_crt2(conf->trust, crts, n, &purpose, 1,
                                           GNUTLS_VERIFY_DISABLE_CRL_CHECKS,
                                           &status, NULL) == 0 &&
        status == 0;

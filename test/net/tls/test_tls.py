@@ -645,6 +645,17 @@ def client_pki():
         run("openssl", "x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey",
             ca_key, "-CAcreateserial", "-days", "2", "-out",
             os.path.join(tmp, "alice.crt"))
+        # A server's certificate from the same CA: its Extended Key Usage
+        # leaves client authentication out.
+        ext = os.path.join(tmp, "server-only.ext")
+        with open(ext, "w") as f:
+            f.write("extendedKeyUsage=serverAuth\n")
+        csr = os.path.join(tmp, "srv.csr")
+        run("openssl", "req", "-nodes", "-subj", "/CN=a server",
+            "-keyout", os.path.join(tmp, "srvonly.key"), "-out", csr, *ec)
+        run("openssl", "x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey",
+            ca_key, "-CAcreateserial", "-days", "2", "-extfile", ext,
+            "-out", os.path.join(tmp, "srvonly.crt"))
         make_cert("mallory", "mallory", ["mallory.test"])
     return (ca_cert, (os.path.join(tmp, "alice.crt"),
                       os.path.join(tmp, "alice.key")),
@@ -698,6 +709,11 @@ def client_cert_optional():
         check(rc != 0 and body == "",
               "a certificate the CA did not sign is refused: %d %r"
               % (rc, body))
+        rc, body = client_cert_get(s.tls_port, (os.path.join(tmp, "srvonly.crt"),
+                                                os.path.join(tmp, "srvonly.key")))
+        check(rc != 0 and body == "",
+              "the CA's certificate for servers only (EKU serverAuth) is "
+              "refused: %d %r" % (rc, body))
         eq(client_cert_get(s.tls_port)[1], "none", "served on after it")
         # A resumed session keeps the identity its handshake verified.
         ctx = client_ctx()
