@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "tern.h"
+#include "core/text.h"
 
 /* One route on a node. A single allocation holds the method (if any) and
  * the parameter names, each NUL-terminated, back to back in `data`. */
@@ -260,14 +261,6 @@ static void lit_remove(rnode *n, uint32_t at) {
  * Adding routes
  * ------------------------------------------------------------------ */
 
-/* RFC 9110 tchar. */
-static int is_tchar(unsigned char c) {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-      (c >= 'A' && c <= 'Z'))
-    return 1;
-  return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* Bytes that never occur in a request path as the router sees it. */
 static int is_path_byte(unsigned char c) {
   return c > 0x20 && c != 0x7f && c != '?' && c != '#';
@@ -341,7 +334,7 @@ static int method_check(const char *m) {
   if (!m[0])
     return TERN_EINVAL;
   for (i = 0; m[i]; i++)
-    if (!is_tchar((unsigned char)m[i]))
+    if (!tern__is_tchar((unsigned char)m[i]))
       return TERN_EINVAL;
   return 0;
 }

@@ -2,6 +2,8 @@
 #ifndef TERN_CORE_TEXT_H
 #define TERN_CORE_TEXT_H
 
+#include <string.h>
+
 #include "core/base.h"
 
 /* ---- Text (lib/core/text.c) --------------------------------------- */
@@ -22,6 +24,12 @@ size_t tern__fmt_hex(char *buf, uint64_t v);
 int tern__list_next(const char *v, size_t n, size_t *pos, const char **e,
                     size_t *elen);
 int tern__has_token(const char *v, size_t vlen, const char *tok, size_t toklen);
+/* RFC 9110 5.6.2 tchar: a byte of a token (a field or parameter name, a
+ * method, a cookie name). */
+static inline int tern__is_tchar(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
 /* A Host field's (or :authority's) host: its length without the port
  * (an IPv6 literal keeps its brackets) and a final dot. */
 size_t tern__host_len(const char *h, size_t n);

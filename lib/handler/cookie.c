@@ -6,12 +6,6 @@
 #include "core/request.h"
 #include "core/text.h"
 
-/* RFC 9110 5.6.2 tchar: a cookie's name is a token. */
-static int tchar(unsigned char c) {
-  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
-         (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
 /* RFC 6265 4.1.1 cookie-octet: US-ASCII but CTLs, whitespace, DQUOTE,
  * comma, semicolon and backslash. */
 static int cookie_octet(unsigned char c) {
@@ -94,7 +88,7 @@ int tern_cookie_format(char *out, size_t cap, size_t *out_len, const char *name,
       name_len == 0)
     return TERN_EINVAL;
   for (i = 0; i < name_len; i++) /* a token (RFC 9110 5.6.2) */
-    if (!tchar((unsigned char)name[i]))
+    if (!tern__is_tchar((unsigned char)name[i]))
       return TERN_EINVAL;
   for (i = 0; i < value_len; i++)
     if (!cookie_octet((unsigned char)value[i]))

@@ -37,11 +37,6 @@ struct tern_multipart {
   char head[]; /* max_head bytes */
 };
 
-static int tchar(unsigned char c) {
-  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
-         (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
 /* RFC 2046 bcharsnospace and space (not last). */
 static int bchar(unsigned char c) {
   return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
@@ -61,7 +56,7 @@ static int param(const char *v, size_t n, const char *name, const char **out,
     i++; /* the ';' */
     while (i < n && (v[i] == ' ' || v[i] == '\t'))
       i++;
-    for (ks = i; i < n && tchar((unsigned char)v[i]); i++)
+    for (ks = i; i < n && tern__is_tchar((unsigned char)v[i]); i++)
       ;
     k = i - ks;
     while (i < n && (v[i] == ' ' || v[i] == '\t'))
@@ -82,7 +77,7 @@ static int param(const char *v, size_t n, const char *name, const char **out,
       vl = (size_t)(v + i - vs);
       i++;
     } else {
-      while (i < n && tchar((unsigned char)v[i]))
+      while (i < n && tern__is_tchar((unsigned char)v[i]))
         i++;
       vl = (size_t)(v + i - vs);
     }
@@ -165,7 +160,8 @@ static int parse_head(tern_multipart *m, tern_multipart_event *ev) {
     const char *eol = p, *colon, *vs, *ve;
     while (eol + 1 < end + 2 && !(eol[0] == '\r' && eol[1] == '\n'))
       eol++;
-    for (colon = p; colon < eol && tchar((unsigned char)*colon); colon++)
+    for (colon = p; colon < eol && tern__is_tchar((unsigned char)*colon);
+         colon++)
       ;
     if (colon == p || colon == eol || *colon != ':')
       return TERN_EINVAL; /* no name, or obs-fold, or a bad byte */

@@ -2,6 +2,8 @@
  */
 #include "deflate.h"
 
+#include "core/text.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +26,6 @@ static int clamp(int v, int lo, int hi) {
 
 /* ------------------------------------------------------------------ */
 /* Negotiation                                                          */
-
-static int is_tchar(unsigned char c) {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-      (c >= 'A' && c <= 'Z'))
-    return 1;
-  return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
 
 static unsigned char lower(unsigned char c) {
   return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
@@ -62,7 +57,7 @@ static void skip_ows(cursor *c) {
 static size_t take_token(cursor *c, const char **t) {
   size_t start = c->i;
 
-  while (c->i < c->n && is_tchar((unsigned char)c->s[c->i]))
+  while (c->i < c->n && tern__is_tchar((unsigned char)c->s[c->i]))
     c->i++;
   *t = c->s + start;
   return c->i - start;
@@ -105,7 +100,7 @@ static int take_value(cursor *c, char *out, size_t cap, size_t *len) {
     if (n == 0)
       n = cap + 1;
     for (k = 0; k < n && k < cap; k++)
-      if (!is_tchar((unsigned char)out[k]))
+      if (!tern__is_tchar((unsigned char)out[k]))
         n = cap + 1;
     *len = n;
     return 1;
