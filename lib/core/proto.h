@@ -58,7 +58,7 @@ int tern__fields_valid(const tern_header *h, size_t n);
 struct tern_response_head {
   const tern_request *r;
   tern_header *h; /* the answer's fields, then the added ones */
-  size_t n, given, cap;
+  size_t n, cap;
   char bytes[TERN__HOOK_BYTES]; /* the added names and values */
   size_t used;
   tern_header local[16 + TERN__HOOK_FIELDS];

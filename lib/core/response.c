@@ -135,7 +135,7 @@ int tern__response_hook(tern_request *r, int status, const tern_header **h,
   if (srv->response_fn == NULL)
     return 0;
   head->r = r;
-  head->given = head->n = *n;
+  head->n = *n;
   head->used = 0;
   head->cap = *n + TERN__HOOK_FIELDS;
   head->h = head->local;
