@@ -235,21 +235,30 @@ static void per_worker(text_t *t) {
       {"tern_worker_requests_total", "counter", "Requests a worker answered."},
   };
   unsigned n = tern_server_workers(t->srv), i, f;
+  uint64_t *v = tern__malloc(t->srv, (size_t)n * 3 * sizeof(*v));
   char label[32];
+  if (v == NULL) {
+    t->failed = 1;
+    return;
+  }
+  /* Each worker read once: its three figures from one snapshot. */
+  for (i = 0; i < n; i++) {
+    tern_stats st;
+    tern_stats_init_size(&st, sizeof(st));
+    if (tern_server_worker_stats(t->srv, i, &st) != 0)
+      memset(&st, 0, sizeof(st));
+    v[i * 3] = st.connections;
+    v[i * 3 + 1] = st.active_connections;
+    v[i * 3 + 2] = st.requests;
+  }
   for (f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
     family(t, fam[f].name, fam[f].type, fam[f].help);
     for (i = 0; i < n; i++) {
-      tern_stats st;
-      tern_stats_init_size(&st, sizeof(st));
-      if (tern_server_worker_stats(t->srv, i, &st) != 0)
-        continue;
       snprintf(label, sizeof(label), "worker=\"%u\"", i);
-      sample(t, fam[f].name, label,
-             f == 0   ? st.connections
-             : f == 1 ? st.active_connections
-                      : st.requests);
+      sample(t, fam[f].name, label, v[i * 3 + f]);
     }
   }
+  tern__free(t->srv, v);
 }
 
 void tern_metrics_handler(tern_request *r, void *user) {
