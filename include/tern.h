@@ -71,7 +71,8 @@
  *   Answers tern makes itself  tern_server_on_error, tern_error_respond
  *   The response hook tern_server_on_response, tern_response_head_add, _get
  *   Responses         tern_respond, tern_respond_ref, tern_response_start,
- *                     _write, _write_ref, _end, tern_respond_interim
+ *                     _write, _write_ref, _end, tern_respond_interim;
+ *                     holding a request (tern_request_ref, _unref)
  *   Serving files     tern_static_new, tern_static_handler,
  *                     tern_static_mount
  *   Server-Sent Events tern_sse_start, _send, _close, hubs: tern_sse_publish
@@ -1408,12 +1409,33 @@ TERN_EXTERN const char *tern_response_head_get(const tern_response_head *head,
  * (through the server's log callback). That holds for every such call
  * made while the request is alive; a call after the finishing call has
  * returned success and the worker has retired the request reads freed
- * memory, like any use after free. What only the worker can see (a
+ * memory, like any use after free, unless the caller holds a reference
+ * (tern_request_ref below). What only the worker can see (a
  * posted write past the declared Content-Length, no memory on the
  * worker) closes the connection and is logged. If a finishing call from
  * another thread cannot allocate its message, the connection is closed
  * and the call reports TERN_ENOMEM.
  * ------------------------------------------------------------------ */
+
+/* Keep the handle `r` valid past its finishing call, until the matching
+ * tern_request_unref(): take a reference before handing a request to
+ * another thread that may still call on it when another part of the
+ * program (a second thread, a callback on the worker) finishes it. Any
+ * thread, while the caller holds the request (before its finishing call,
+ * or through a reference of its own). A reference keeps the handle, not
+ * the request's data: once finished, the response calls on it return
+ * TERN_ESTATE (logged), or TERN_ECLOSED when the stop deadline cut it;
+ * tern_request_read, _pause, _resume and _on_gone return TERN_ESTATE;
+ * tern_request_peer and _local TERN_ECLOSED; the accessors of the head,
+ * fields, parameters and body find nothing (NULL, 0), though the data
+ * they returned before the finish must not be used after it, as without
+ * a reference; tern_request_data still answers. A reference does not
+ * replace the finishing call, which must still be made exactly once.
+ * The block goes back to the worker when the worker is done with the
+ * request and the last reference has gone. tern_request_unref() without
+ * a reference taken is refused (logged) while the request lives. */
+TERN_EXTERN void tern_request_ref(tern_request *r);
+TERN_EXTERN void tern_request_unref(tern_request *r);
 
 /* Release callback for caller-owned memory handed to tern. */
 typedef void (*tern_release_fn)(void *data, void *user);

@@ -113,6 +113,14 @@
  *                       from another thread); each release checks that
  *                       it got back the pointer written
  *   GET  /write-ref-stats  "RELEASED MISMATCHED" since the start
+ *   GET  /pinned?n=N&ms=M&end=K  a streamed response two threads hold
+ *                       with tern_request_ref: one writes N lines
+ *                       "piece I", one per M ms, the other ends the
+ *                       response after K ms and writes once more;
+ *                       extra=1 first unrefs without a reference
+ *   GET  /pinned-stats  "DONE OK ESTATE ECLOSED OTHER LOST": threads
+ *                       done, their calls' return codes, and how many saw
+ *                       tern_request_data change
  *   GET  /client-cert   the verified TLS client certificate's subject and
  *                       DER size ("SUBJECT BYTES"), or "none"
  *   GET  /sse           a Server-Sent Events stream in the server's hub:
@@ -1189,6 +1197,95 @@ static void write_ref_stats(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
+/* ---- Holding a request: /pinned --------------------------------------- */
+
+/* Two threads hold the request through tern_request_ref: a writer and
+ * one that ends the response while the writer is still at work, so that
+ * the writer's later calls come after the finish (and, once the worker
+ * let go of the request, after it was retired). Every call's return code
+ * is counted; the per-request pointer must still answer throughout. */
+static atomic_long pin_done, pin_ok, pin_state, pin_closed, pin_other, pin_lost;
+static int pin_marker;
+
+typedef struct {
+  tern_request *r;
+  long n, ms, end;
+} pin_job;
+
+static void pin_count(int rc) {
+  atomic_fetch_add(rc == 0              ? &pin_ok
+                   : rc == TERN_ESTATE  ? &pin_state
+                   : rc == TERN_ECLOSED ? &pin_closed
+                                        : &pin_other,
+                   1);
+}
+
+static void pin_release(pin_job *j) {
+  if (tern_request_data(j->r) != &pin_marker)
+    atomic_fetch_add(&pin_lost, 1);
+  tern_request_unref(j->r);
+  free(j);
+  atomic_fetch_add(&pin_done, 1);
+}
+
+static void *pin_writer(void *arg) {
+  pin_job *j = arg;
+  char line[32];
+  long i;
+  for (i = 0; i < j->n; i++) {
+    int len = snprintf(line, sizeof(line), "piece %ld\n", i);
+    pin_count(tern_response_write(j->r, line, (size_t)len, NULL, NULL));
+    sleep_ms(j->ms);
+  }
+  pin_release(j);
+  return NULL;
+}
+
+static void *pin_ender(void *arg) {
+  pin_job *j = arg;
+  sleep_ms(j->end);
+  pin_count(tern_response_end(j->r, NULL, 0));
+  pin_count(tern_response_write(j->r, "late", 4, NULL, NULL));
+  pin_release(j);
+  return NULL;
+}
+
+static void pinned_route(tern_request *r, void *user) {
+  pin_job *j[2];
+  void *(*fn[2])(void *) = {pin_writer, pin_ender};
+  int i;
+  (void)user;
+  if (query_num(r, "extra") == 1)
+    tern_request_unref(r); /* none taken: refused, logged */
+  tern_request_set_data(r, &pin_marker);
+  if (tern_response_start(r, 200, text_plain, 1, -1) != 0) {
+    tern_response_end(r, NULL, 0);
+    return;
+  }
+  for (i = 0; i < 2; i++) {
+    pthread_t t;
+    j[i] = malloc(sizeof(*j[i]));
+    if (j[i] == NULL)
+      abort();
+    *j[i] = (pin_job){r, query_num(r, "n"), query_num(r, "ms"),
+                      query_num(r, "end")};
+    tern_request_ref(r);
+    if (pthread_create(&t, NULL, fn[i], j[i]) != 0)
+      abort();
+    pthread_detach(t);
+  }
+}
+
+static void pinned_stats(tern_request *r, void *user) {
+  char body[128];
+  int n = snprintf(body, sizeof(body), "%ld %ld %ld %ld %ld %ld",
+                   atomic_load(&pin_done), atomic_load(&pin_ok),
+                   atomic_load(&pin_state), atomic_load(&pin_closed),
+                   atomic_load(&pin_other), atomic_load(&pin_lost));
+  (void)user;
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
 /* ---- Client certificates: /client-cert ------------------------------- */
 
 static void client_cert(tern_request *r, void *user) {
@@ -1950,6 +2047,8 @@ int main(int argc, char **argv) {
                   &stream_opts);
   tern_route(server, "GET", "/write-ref", write_ref_route, NULL);
   tern_route(server, "GET", "/write-ref-stats", write_ref_stats, NULL);
+  tern_route(server, "GET", "/pinned", pinned_route, NULL);
+  tern_route(server, "GET", "/pinned-stats", pinned_stats, NULL);
   tern_route(server, "GET", "/client-cert", client_cert, NULL);
   tern_route(server, "GET", "/sse", sse_route, NULL);
   tern_route_with(server, "GET", "/sse-publish", sse_publish, NULL,

@@ -40,6 +40,7 @@ tern_request *tern__request_new(tern__conn *c) {
 }
 
 static void cut_keep(tern_request *r);
+static void block_retire(tern_request *r, int to_pool);
 
 void tern__request_unref(tern_request *r) {
   tern__worker *w = r->w;
@@ -59,9 +60,90 @@ void tern__request_unref(tern_request *r) {
     tern__free(w->srv, r->body_buf);
     tern__free(w->srv, r->trailers);
     tern__outq_free(w, &r->out);
-    tern__pool_put(w, &w->req_pool, r);
+    block_retire(r, 1);
   }
   tern__conn_unref(c);
+}
+
+/* ---- The block and the user's pins (tern_request_ref) -------------- *
+ *
+ * Everything a request holds but its block goes when the worker is done
+ * with it; the block itself goes when, besides, no pin is left. A pin is
+ * only taken by someone who holds the request already (the user before
+ * the finishing call, or another pin), so a request found unpinned when
+ * the worker is done can never be pinned again: that common case costs
+ * one load. */
+
+/* The worker is done with `r` (everything else was let go of): hand its
+ * block back (to the worker's pool when `to_pool`), or leave it to the
+ * last tern_request_unref. What a holder may still call then finds the
+ * request finished: the response calls see TERN__U_DONE, the body and
+ * gone calls its flags, and the views are emptied. On the worker, or
+ * serialised with it (a cut request). */
+static void block_retire(tern_request *r, int to_pool) {
+  tern__worker *w = r->w;
+  if (atomic_load_explicit(&r->pins, memory_order_acquire) != 0) {
+    r->conn = NULL;
+    r->flags =
+        (r->flags | TERN__RQ_ENDED) &
+        ~(unsigned)(TERN__RQ_READING | TERN__RQ_STREAM | TERN__RQ_PAUSED);
+    atomic_store_explicit(&r->gone, 1, memory_order_release);
+    r->body_fn = NULL;
+    r->gone_fn = NULL;
+    r->method = r->target = r->path = r->query = r->authority = NULL;
+    r->method_len = r->target_len = r->path_len = r->query_len =
+        r->authority_len = 0;
+    r->nheaders = r->ntrailers = 0;
+    r->trailers = NULL;
+    r->rbuf = NULL;
+    r->body = r->body_buf = NULL;
+    r->body_len = r->body_cap = 0;
+    r->match.nparams = 0;
+    /* The last unref frees the block with the server's allocator. */
+    atomic_fetch_add(&w->srv->refs, 1);
+    if (atomic_fetch_or_explicit(&r->pins, TERN__PIN_RETIRED,
+                                 memory_order_acq_rel) >= TERN__PIN_ONE)
+      return;
+    atomic_fetch_sub(&w->srv->refs, 1); /* the pins went meanwhile */
+  }
+  if (to_pool)
+    tern__pool_put(w, &w->req_pool, r);
+  else
+    tern__free(w->srv, r);
+}
+
+void tern_request_ref(tern_request *r) {
+  if (r != NULL)
+    atomic_fetch_add_explicit(&r->pins, TERN__PIN_ONE, memory_order_relaxed);
+}
+
+void tern_request_unref(tern_request *r) {
+  unsigned old;
+  tern__worker *w;
+  tern_server *srv;
+  if (r == NULL)
+    return;
+  old = atomic_load_explicit(&r->pins, memory_order_relaxed);
+  do {
+    if (old < TERN__PIN_ONE) {
+      tern__log(r->w->srv, TERN_LOG_ERROR,
+                "tern_request_unref refused: the request holds no "
+                "reference from tern_request_ref");
+      return;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(
+      &r->pins, &old, old - TERN__PIN_ONE, memory_order_acq_rel,
+      memory_order_relaxed));
+  if (old != (TERN__PIN_ONE | TERN__PIN_RETIRED))
+    return;
+  /* The last pin of a request the worker is done with. */
+  w = r->w;
+  srv = w->srv;
+  if (tern__on_worker(w) && !w->cleaned)
+    tern__pool_put(w, &w->req_pool, r);
+  else
+    tern__free(srv, r);
+  tern__server_unref(srv);
 }
 
 static int pool_unqueue(tern_request *r);
@@ -319,7 +401,7 @@ static void cut_release(tern_request *r, int worker_gone) {
   tern__rbuf_unref(w, r->rbuf);
   tern__free(srv, r->body_buf);
   tern__free(srv, r->trailers);
-  tern__free(srv, r);
+  block_retire(r, 0);
   if (worker_gone) {
     tern__pool_drain(w, &w->rbuf_pool);
     for (i = 0; i < TERN__SMALL_CLASSES; i++)
@@ -606,6 +688,8 @@ int tern_request_peer(const tern_request *r, char *buf, size_t size,
                       int *port) {
   if (r == NULL)
     return TERN_EINVAL;
+  if (r->conn == NULL) /* cut by the stop deadline, or finished */
+    return TERN_ECLOSED;
   return format_addr(&r->conn->peer, buf, size, port);
 }
 
@@ -647,6 +731,8 @@ int tern_request_local(const tern_request *r, char *buf, size_t size,
                        int *port) {
   if (r == NULL)
     return TERN_EINVAL;
+  if (r->conn == NULL)
+    return TERN_ECLOSED;
   return format_addr(&r->conn->local, buf, size, port);
 }
 

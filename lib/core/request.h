@@ -64,6 +64,13 @@ enum {
   TERN__U_GAVE_UP = 1u << 3, /* a finishing call found the inbox closed */
 };
 
+/* tern_request.pins: the user's references (tern_request_ref, and each
+ * response call posted from another thread until the worker has handled
+ * it), TERN__PIN_ONE each, and TERN__PIN_RETIRED once the worker is done
+ * with the request. Its block goes back when both hold, by whichever
+ * side makes them so (lib/core/request.c). */
+enum { TERN__PIN_RETIRED = 1u, TERN__PIN_ONE = 2u };
+
 struct tern_request {
   tern__conn *conn;
   const tern__req_ops *ops; /* its adapter's request side */
@@ -72,6 +79,7 @@ struct tern_request {
   const tern__route *route;
   _Atomic int gone;         /* the client went away */
   _Atomic unsigned ustate;  /* TERN__U_* */
+  _Atomic unsigned pins;    /* TERN__PIN_* */
   int refs;                 /* user (until end) + connection (until written) */
   tern__list held_link;     /* the worker's `held` list, while the user has
                                it (handed to a handler, not yet finished) */

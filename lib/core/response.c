@@ -466,7 +466,8 @@ enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM, M_FLOW };
 typedef struct {
   tern__msg base;
   int type;
-  tern_request *req;
+  tern_request *req; /* pinned until handled (tern_request_ref) */
+  tern__worker *w;   /* the request's, for freeing the message late */
   int status;
   int64_t content_length;
   tern_header *headers;
@@ -501,6 +502,11 @@ static resp_msg *msg_new(tern_request *r, int type, const tern_header *h,
   m->base.ops = &resp_ops;
   m->type = type;
   m->req = r;
+  m->w = r->w;
+  /* A call made while the request was the caller's may reach the worker
+   * after another thread's finishing call: the pin keeps the block (and
+   * so the checks the worker makes on it) until it has been handled. */
+  tern_request_ref(r);
   m->headers = (tern_header *)(void *)(m + 1);
   m->nheaders = n;
   p = (char *)(m->headers + n);
@@ -524,7 +530,7 @@ static resp_msg *msg_new(tern_request *r, int type, const tern_header *h,
 static void free_msg(void *data, void *user) {
   resp_msg *m = user;
   (void)data;
-  tern__free(m->req->w->srv, m);
+  tern__free(m->w->srv, m);
 }
 
 static int is_finishing(const resp_msg *m) {
@@ -570,6 +576,7 @@ static void msg_drop(tern__msg *base, int refused) {
   tern__free(r->w->srv, m);
   if (finishing)
     tern__request_give_up(r);
+  tern_request_unref(r);
 }
 
 /* A finishing call from another thread that cannot allocate its message
@@ -617,8 +624,19 @@ static void posted_failed(tern_request *r, const char *call, int rc) {
  * is still there exactly while the request is on the worker's held list;
  * a finishing call that finds it gone is refused rather than dropping a
  * reference twice. */
+static int apply_call(resp_msg *m);
+
 static void msg_apply(tern__msg *base) {
   resp_msg *m = (resp_msg *)(void *)base;
+  tern_request *r = m->req;
+  if (!apply_call(m))
+    tern__free(m->w->srv, m);
+  tern_request_unref(r);
+}
+
+/* Carry out a posted call; 1 when the adapter keeps the message (its
+ * bytes are referenced until written: free_msg). */
+static int apply_call(resp_msg *m) {
   tern_request *r = m->req;
   tern__worker *w = r->w;
   const tern__req_ops *p = r->ops;
@@ -641,7 +659,7 @@ static void msg_apply(tern__msg *base) {
       if (rc != 0 && rc != TERN_ECLOSED && rc != TERN_ESTATE)
         posted_failed(r, "tern_respond", rc);
       if (took)
-        return;
+        return 1;
     } else {
       rc = respond_now(r, m->status, m->headers, m->nheaders, m->body, m->len,
                        0, m->release, m->ruser, &took_ref);
@@ -689,7 +707,7 @@ static void msg_apply(tern__msg *base) {
       if (m->copy) {
         rc = resp_write(r, m->body, m->len, 0, NULL, NULL, free_msg, m);
         if (rc == 0)
-          return;
+          return 1;
       } else {
         rc = resp_write(r, m->body, m->len, 0, m->done, m->duser, m->release,
                         m->ruser);
@@ -745,7 +763,7 @@ static void msg_apply(tern__msg *base) {
     }
     break;
   }
-  tern__free(w->srv, m);
+  return 0;
 }
 
 /* tern_request_pause (paused 1) or tern_request_resume (0) from a thread

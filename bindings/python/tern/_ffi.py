@@ -411,6 +411,10 @@ LEFT_OUT = {
                            "tern_listen_with",
     "tern_attach": "needs a libuv loop (uv_loop_t *) that Python has no "
                    "handle on; Server.run/start run tern's own threads",
+    "tern_request_ref": "a Request drops its pointer at the finishing "
+                        "call and refuses later calls itself "
+                        "(RequestFinished)",
+    "tern_request_unref": "see tern_request_ref",
     "tern_request_set_data": "the binding keeps its per-request state in "
                              "the Request object",
     "tern_request_data": "the binding keeps its per-request state in the "

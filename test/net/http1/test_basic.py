@@ -737,5 +737,73 @@ def write_ref_hands_back_each_pointer():
         eq(stats()[1], 0, "no pointer mismatched")
 
 
+@case(timeout=60)
+def request_ref_keeps_the_handle():
+    """tern_request_ref (the reference's /pinned): a thread writing a
+    streamed response goes on calling after another thread ended it, and
+    after the worker let go of the request; its calls are refused with
+    TERN_ESTATE (-3), or TERN_ECLOSED (-5) for a client gone, never
+    anything else, the per-request pointer still answers, and the client
+    got a response that ends cleanly with whole lines. Over HTTP/1.1 and
+    h2c, and with a client that leaves; an unref without a reference is
+    refused and logged. (The ASan build sees any use of a freed block, and
+    any block leaked by the last unref.)"""
+    with Server("reference", ["--workers", "2"]) as s:
+        def stats():
+            with Conn(s.port) as c:
+                return tuple(map(int, c.request(
+                    "GET", "/pinned-stats").body.split()))
+
+        def settle(done):
+            deadline = time.monotonic() + 10
+            while stats()[0] < done and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return stats()
+
+        def lines(body):
+            got = body.decode().split("\n")
+            eq(got[-1], "", "the body ends with a whole line")
+            eq(got[:-1], ["piece %d" % i for i in range(len(got) - 1)],
+               "the pieces in order")
+            return len(got) - 1
+
+        url = "/pinned?n=300&ms=2&end=150"
+        with Conn(s.port) as c:
+            r = c.request("GET", url)
+            eq(r.status, 200, "h1 status")
+            n1 = lines(r.body)
+        p = subprocess.run(["curl", "-sS", "--http2-prior-knowledge",
+                            "http://127.0.0.1:%d%s" % (s.port, url)],
+                           capture_output=True, timeout=30)
+        eq(p.returncode, 0, "curl over h2c: %r" % p.stderr)
+        n2 = lines(p.stdout)
+        done, ok, state, closed, other, lost = settle(4)
+        eq((done, other, lost), (4, 0, 0), "threads done, no other code, "
+           "the pointer kept")
+        eq(ok + state + closed, 2 * (300 + 2), "every call counted")
+        check(0 < n1 < 300 and 0 < n2 < 300,
+              "the end came while the writer wrote (%d, %d lines)" % (n1, n2))
+        # The writes accepted are those the clients got, plus at most the
+        # one racing the end on each request; the two end calls were 0.
+        check(n1 + n2 + 2 <= ok <= n1 + n2 + 4,
+              "%d calls accepted for %d + %d lines" % (ok, n1, n2))
+        eq(closed, 0, "no TERN_ECLOSED while the clients stayed")
+        check(state >= 2, "the calls after the end refused (%d)" % state)
+
+        with Conn(s.port) as c:  # leaves after the head
+            c.send(build_request("GET", "/pinned?n=200&ms=2&end=200&extra=1"))
+            c.read_line(time.monotonic() + 5)
+        done, ok, state, closed2, other, lost = settle(6)
+        eq((done, other, lost), (6, 0, 0), "after a client that left")
+        check(closed2 > closed, "the writes after it left: TERN_ECLOSED")
+        s.check_alive()
+        err = s.stderr_text(200000)
+        for what in ("tern_request_unref refused: the request holds no "
+                     "reference",
+                     "tern_response_write refused: the response is already "
+                     "finished"):
+            check(what in err, "no log line %r" % what)
+
+
 if __name__ == "__main__":
     suite.main(setup, teardown)
