@@ -179,13 +179,13 @@ enum {
  * a trailing newline. Called from any thread that tern runs on. */
 typedef void (*tern_log_fn)(int level, const char *msg, size_t len, void *user);
 
-#define TERN_SETTINGS_VERSION 4
+#define TERN_SETTINGS_VERSION 5
 
 /* Server settings. Initialise with tern_settings_init(), change what you
  * need, pass to tern_server_new(). Every limit has a safe default.
  * Versions (see ABI above), each ending with the field named: 1 with
  * log_level, 2 with max_conn_window, 3 with max_compressors_per_conn, 4
- * with ip_table_size. */
+ * with ip_table_size, 5 with balance. */
 typedef struct {
   int version;               /* TERN_SETTINGS_VERSION */
   uint32_t size;             /* sizeof(tern_settings) */
@@ -246,7 +246,24 @@ typedef struct {
   uint32_t requests_per_ip_per_s;
   uint32_t request_burst;
   uint32_t ip_table_size;
+  /* Version 5. How new TCP connections (and Unix ones) spread over the
+   * workers, TERN_BALANCE_* (0: tern's default, least connections);
+   * docs/operations.md has the measurements behind the default. */
+  int balance;
 } tern_settings;
+
+/* tern_settings.balance. The workers share each listening socket.
+ * KERNEL: whichever worker the kernel wakes accepts the connection and
+ * keeps it (a busy worker keeps winning under epoll's wake-up order, and
+ * keep-alive connections stay where they landed). LEAST_CONNECTIONS: the
+ * worker that accepts hands the connection on, through the other
+ * worker's inbox, to the worker with the fewest open connections (those
+ * on their way to it counted) when that one has fewer than itself. A
+ * stalled worker accepts nothing and takes in nothing until it runs
+ * again; what was handed to it meanwhile counts as its own, so it is not
+ * handed more. QUIC's packets are spread by the kernel's hash over the
+ * workers' sockets (docs/operations.md). */
+enum { TERN_BALANCE_KERNEL = 1, TERN_BALANCE_LEAST_CONNECTIONS = 2 };
 
 /* Fill `s` with the defaults above, its version and its size. */
 TERN_EXTERN void tern_settings_init_size(tern_settings *s, size_t size);
@@ -1977,7 +1994,7 @@ TERN_EXTERN void tern_ws_unref(tern_ws *ws);
  * Statistics
  * ------------------------------------------------------------------ */
 
-#define TERN_STATS_VERSION 5
+#define TERN_STATS_VERSION 6
 
 /* Version 3's arrays: by protocol (index TERN_STATS_H1 for HTTP/1.0 and
  * 1.1, TERN_STATS_H2, TERN_STATS_H3), by status class (index 0: no
@@ -1997,13 +2014,14 @@ enum {
  * tern_stats_init() (or set version and size); a call leaves both valid
  * for the next. Versions (see ABI above), each ending with the field
  * named: 1 with frees, 2 with quic_refused, 3 with access_log_dropped, 4
- * with reallocations, 5 with rejected_ip_rate. allocations - frees is the
+ * with reallocations, 5 with rejected_ip_rate, 6 with loop_lag_ns.
+ * allocations - frees is the
  * number of blocks tern holds from the allocator now. */
 typedef struct {
   int version;          /* TERN_STATS_VERSION */
   uint32_t size;        /* sizeof(tern_stats) */
   uint64_t requests;    /* responses finished */
-  uint64_t connections; /* accepted */
+  uint64_t connections; /* accepted (or handed in by another worker) */
   uint64_t active_connections;
   uint64_t bytes_in;
   uint64_t bytes_out;
@@ -2058,6 +2076,16 @@ typedef struct {
   /* Version 5: the limits per client address (tern_settings). */
   uint64_t rejected_ip_connections; /* connections closed at accept */
   uint64_t rejected_ip_rate;        /* requests answered 429 */
+  /* Version 6: how load spreads over the workers. */
+  uint64_t connections_handed_in; /* accepted by another worker and handed
+                                     to this one (TERN_BALANCE_
+                                     LEAST_CONNECTIONS); counted in
+                                     `connections` too */
+  uint64_t loop_lag_ns; /* the longest a worker's loop was busy without
+                           polling (its handlers, parsing, writing: how
+                           long a new event could wait) over the last one
+                           to two seconds, in whole milliseconds; for the
+                           server, the worst worker's */
 } tern_stats;
 
 /* The upper bound in nanoseconds of duration bucket `i` (0 ..
@@ -2083,9 +2111,11 @@ TERN__INIT_BY_SIZE(tern_stats, tern_stats_init)
 TERN_EXTERN int tern_server_stats(const tern_server *srv, tern_stats *out);
 
 /* The same for worker `worker` (0 to tern_server_workers() - 1) alone:
- * the connections it accepted and holds open, the requests it answered,
- * its bytes, streams and rejections, to see how load spreads over the
- * workers. The server-wide figures (allocations, frees, reallocations,
+ * the connections it took in (accepted, or handed to it by another
+ * worker: connections_handed_in) and holds open, the requests it
+ * answered, its bytes, streams and rejections, and its loop's lag, to see
+ * how load spreads over the workers (tern_settings.balance). The
+ * server-wide figures (allocations, frees, reallocations,
  * the limits per client address) are 0 here. TERN_EINVAL also for a
  * worker out of range. */
 TERN_EXTERN int tern_server_worker_stats(const tern_server *srv,

@@ -28,6 +28,8 @@
  *                       bytes=), referenced from static memory
  *   GET  /block?ms=N    sleeps N ms on the blocking pool, then answers
  *   GET  /block-runs    how many /block handlers have started
+ *   GET  /stall?ms=N    sleeps N ms on the worker itself (holding its loop),
+ *                       then answers
  *   GET  /peer-block?ms=N  the same, then answers (and logs) the client's
  *                       address and port as tern_request_peer gives them
  *   GET  /peer          the client's address and port as tern_request_peer
@@ -163,7 +165,8 @@
  * --max-compressors, --max-compressors-per-conn (streamed responses
  * compressed at once, in the server and on one connection),
  * --max-conns-per-ip, --requests-per-ip, --request-burst, --ip-table-size
- * (the limits per client address).
+ * (the limits per client address). --balance kernel|least: how
+ * connections spread over the workers (tern_settings.balance).
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
  * 400, ...) with the server's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
@@ -644,6 +647,14 @@ static void block(tern_request *r, void *user) {
   atomic_fetch_add(&block_runs, 1);
   sleep_ms(query_num(r, "ms"));
   tern_respond(r, 200, text_plain, 1, "blocked", 7);
+}
+
+/* /stall: a handler that holds its worker (sleeps on it), as a slow
+ * synchronous handler on the wrong lane would. */
+static void stall(tern_request *r, void *user) {
+  (void)user;
+  sleep_ms(query_num(r, "ms"));
+  tern_respond(r, 200, text_plain, 1, "stalled", 7);
 }
 
 /* The client's address, read after sleeping on the blocking pool, when the
@@ -1944,6 +1955,13 @@ int main(int argc, char **argv) {
       log_opts.buffer_size = (uint32_t)v;
       continue;
     }
+    if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc) {
+      const char *b = argv[++i];
+      s.balance = strcmp(b, "kernel") == 0  ? TERN_BALANCE_KERNEL
+                  : strcmp(b, "least") == 0 ? TERN_BALANCE_LEAST_CONNECTIONS
+                                            : -1; /* tern refuses it */
+      continue;
+    }
     if (option(argc, argv, &i, "--workers", &v))
       s.workers = (unsigned)v;
     else if (option(argc, argv, &i, "--max-head", &v))
@@ -2067,6 +2085,7 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/big", big_body, NULL);
   tern_route(server, "GET", "/trailers", trailers_route, NULL);
   tern_route_with(server, "GET", "/block", block, NULL, &blocking_opts);
+  tern_route(server, "GET", "/stall", stall, NULL);
   tern_route(server, "GET", "/block-runs", block_count, NULL);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);

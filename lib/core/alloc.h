@@ -25,6 +25,9 @@ typedef struct {
   _Atomic uint64_t ws_open, ws_in, ws_out;
   _Atomic uint64_t rej_limit, rej_timeout, rej_protocol;
   _Atomic uint64_t log_lines, log_dropped;
+  /* tern_stats version 6: connections handed in by another worker, and
+   * the loop's lag (ns; lib/core/worker.c). */
+  _Atomic uint64_t handed_in, loop_lag;
 } tern__wstats;
 
 #define TERN__STAT_ADD(field, n)                                               \

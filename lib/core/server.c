@@ -82,7 +82,7 @@ static const size_t settings_ends[] = {
     TERN__END(tern_settings, log_level),
     TERN__END(tern_settings, max_conn_window),
     TERN__END(tern_settings, max_compressors_per_conn),
-    TERN__END(tern_settings, ip_table_size)};
+    TERN__END(tern_settings, ip_table_size), TERN__END(tern_settings, balance)};
 static const size_t route_ends[] = {
     TERN__END(tern_route_options, max_body_size),
     TERN__END(tern_route_options, compress),
@@ -91,7 +91,8 @@ static const size_t stats_ends[] = {TERN__END(tern_stats, frees),
                                     TERN__END(tern_stats, quic_refused),
                                     TERN__END(tern_stats, access_log_dropped),
                                     TERN__END(tern_stats, reallocations),
-                                    TERN__END(tern_stats, rejected_ip_rate)};
+                                    TERN__END(tern_stats, rejected_ip_rate),
+                                    TERN__END(tern_stats, loop_lag_ns)};
 const size_t tern__quic_options_ends[TERN_QUIC_OPTIONS_VERSION] = {
     TERN__END(tern_quic_options, secret_len),
     TERN__END(tern_quic_options, previous_secret_len)};
@@ -372,6 +373,13 @@ static int settings_problem(const tern_settings *s) {
                     "at most 1000000, ip_table_size 16777216");
     return 1;
   }
+  if (s->balance < 0 || s->balance > TERN_BALANCE_LEAST_CONNECTIONS) {
+    settings_log(s,
+                 "settings: balance = %d is not a TERN_BALANCE_* value "
+                 "(or 0)",
+                 s->balance);
+    return 1;
+  }
   return 0;
 }
 
@@ -425,6 +433,8 @@ int tern_server_new(const tern_settings *caller, tern_server **out) {
   srv->s = *s;
   if (srv->s.workers == 0)
     srv->s.workers = uv_available_parallelism();
+  if (srv->s.balance == 0)
+    srv->s.balance = TERN_BALANCE_LEAST_CONNECTIONS;
   /* The adapters read the maxima from here, defaults filled in. */
   if (srv->s.max_stream_window == 0)
     srv->s.max_stream_window = STREAM_WINDOW_DEFAULT;
@@ -521,9 +531,11 @@ void tern__server_unref(tern_server *srv) {
   unsigned i;
   if (atomic_fetch_sub(&srv->refs, 1) != 1)
     return;
-  for (i = 0; i < srv->nworkers; i++)
+  for (i = 0; i < srv->nworkers; i++) {
     if (srv->workers[i].inbox_ready)
       uv_mutex_destroy(&srv->workers[i].inbox_lock);
+    tern__free(srv, srv->workers[i].handoff);
+  }
   uv_cond_destroy(&srv->bp_cond);
   uv_mutex_destroy(&srv->bp_lock);
   tern__admit_free(srv, srv->admit);
@@ -1064,6 +1076,9 @@ static void add_worker(tern_stats *st, const tern__wstats *w) {
     st->rejected_protocol += LOAD(w->rej_protocol);
     st->access_log_lines += LOAD(w->log_lines);
     st->access_log_dropped += LOAD(w->log_dropped);
+    st->connections_handed_in += LOAD(w->handed_in);
+    if (LOAD(w->loop_lag) > st->loop_lag_ns)
+      st->loop_lag_ns = LOAD(w->loop_lag);
   }
 }
 

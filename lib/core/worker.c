@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/worker.h"
 
 static void on_async(uv_async_t *a);
 static void on_check(uv_check_t *h);
+static void on_prepare(uv_prepare_t *h);
 static void flush_dirty(tern__worker *w);
 static void on_tick(uv_timer_t *t);
 
@@ -116,6 +118,16 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   uv_check_start(&w->check, on_check);
   uv_unref((uv_handle_t *)&w->check);
   w->handles_open++;
+  uv_prepare_init(w->loop, &w->prepare);
+  w->prepare.data = w;
+  uv_prepare_start(&w->prepare, on_prepare);
+  uv_unref((uv_handle_t *)&w->prepare);
+  w->handles_open++;
+  w->polled_ms = w->lag_window_ms = uv_now(w->loop);
+  if (srv->nworkers > 1 && srv->s.balance == TERN_BALANCE_LEAST_CONNECTIONS &&
+      (w->handoff =
+           tern__malloc(srv, TERN__HANDOFF_CAP * sizeof(*w->handoff))) == NULL)
+    return TERN_ENOMEM;
   uv_timer_init(w->loop, &w->timer);
   w->timer.data = w;
   uv_timer_start(&w->timer, on_tick, tick_ms(&srv->s), tick_ms(&srv->s));
@@ -169,6 +181,13 @@ static void close_inbox(tern__worker *w, int shutdown) {
   w->inbox_head = w->inbox_tail = NULL;
   aborts = w->aborts;
   w->aborts = NULL;
+  /* Connections handed over and not taken in: their clients see a close,
+   * as for any connection the stop refuses. */
+  for (; w->handoff_len > 0; w->handoff_len--) {
+    close(w->handoff[w->handoff_head].fd);
+    w->handoff_head = (w->handoff_head + 1) % TERN__HANDOFF_CAP;
+    atomic_fetch_sub(&w->incoming, 1);
+  }
   uv_mutex_unlock(&w->inbox_lock);
   if (shutdown)
     w->inbox_dropping = 1;
@@ -181,6 +200,7 @@ static void close_worker_handles(tern__worker *w) {
   close_inbox(w, 1);
   tern__worker_close_handle(w, (uv_handle_t *)&w->async);
   tern__worker_close_handle(w, (uv_handle_t *)&w->check);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->prepare);
   tern__worker_close_handle(w, (uv_handle_t *)&w->timer);
   tern__worker_close_handle(w, (uv_handle_t *)&w->deadline_timer);
   for (i = 0; i < w->srv->nlisteners; i++)
@@ -365,6 +385,70 @@ int tern__worker_post(tern__worker *w, tern__msg *m) {
   return 0;
 }
 
+/* ---- Connections handed over by other workers ------------------- */
+
+int tern__worker_handoff(tern__worker *to, int fd,
+                         void (*adopt)(tern__worker *, int, const void *),
+                         const void *cfg) {
+  tern__handoff *h;
+  uv_mutex_lock(&to->inbox_lock);
+  if (to->inbox_closed || to->handoff == NULL ||
+      to->handoff_len == TERN__HANDOFF_CAP) {
+    uv_mutex_unlock(&to->inbox_lock);
+    return TERN_ECLOSED;
+  }
+  h = &to->handoff[(to->handoff_head + to->handoff_len++) % TERN__HANDOFF_CAP];
+  h->fd = fd;
+  h->adopt = adopt;
+  h->cfg = cfg;
+  atomic_fetch_add(&to->incoming, 1);
+  uv_async_send(&to->async);
+  uv_mutex_unlock(&to->inbox_lock);
+  return 0;
+}
+
+static uint64_t load_of(tern__worker *w) {
+  return atomic_load_explicit(&w->stats.active, memory_order_relaxed) +
+         atomic_load_explicit(&w->incoming, memory_order_relaxed);
+}
+
+tern__worker *tern__worker_least_loaded(tern__worker *w) {
+  tern_server *srv = w->srv;
+  tern__worker *best = w;
+  uint64_t least = load_of(w);
+  unsigned i;
+  for (i = 0; i < srv->nworkers && least > 0; i++) {
+    tern__worker *o = &srv->workers[i];
+    uint64_t n;
+    if (o != w && (n = load_of(o)) < least) {
+      best = o;
+      least = n;
+    }
+  }
+  return best;
+}
+
+/* Take in what other workers handed over, a batch at a time outside the
+ * lock. */
+static void take_handoffs(tern__worker *w) {
+  tern__handoff batch[32];
+  unsigned n, i;
+  do {
+    uv_mutex_lock(&w->inbox_lock);
+    for (n = 0; n < 32 && w->handoff_len > 0; n++, w->handoff_len--) {
+      batch[n] = w->handoff[w->handoff_head];
+      w->handoff_head = (w->handoff_head + 1) % TERN__HANDOFF_CAP;
+    }
+    uv_mutex_unlock(&w->inbox_lock);
+    for (i = 0; i < n; i++) {
+      TERN__STAT_ADD(w->stats.handed_in, 1);
+      batch[i].adopt(w, batch[i].fd, batch[i].cfg);
+      /* Counted as open (or refused) now: no longer on its way. */
+      atomic_fetch_sub(&w->incoming, 1);
+    }
+  } while (n == 32);
+}
+
 static void on_async(uv_async_t *a) {
   tern__worker *w = a->data;
   tern__msg *m;
@@ -379,6 +463,8 @@ static void on_async(uv_async_t *a) {
   /* Messages first: an abort comes after everything its request posted. */
   run_msgs(w, m);
   tern__request_abort_all(aborts);
+  if (w->handoff != NULL)
+    take_handoffs(w);
   if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
     begin_stop(w);
 }
@@ -387,7 +473,8 @@ static void on_async(uv_async_t *a) {
  * handler resumed a body, then write everything produced in this turn. */
 static void on_check(uv_check_t *h) {
   tern__worker *w = h->data;
-  w->now_valid = 0; /* the next stamp is of the next batch */
+  w->now_valid = 0;               /* the next stamp is of the next batch */
+  w->polled_ms = uv_now(w->loop); /* libuv's clock when the poll returned */
   for (;;) {
     /* Services that asked for it (a WebSocket that ended inside a
      * tern_ws_* call hears of it now, outside every call); what they
@@ -405,6 +492,27 @@ static void on_check(uv_check_t *h) {
       break;
     flush_dirty(w);
   }
+}
+
+/* At the start of each loop turn, before the poll: the previous turn
+ * was busy from its poll's return (polled_ms, libuv's clock read then)
+ * to this turn's start (libuv's clock, read again): its I/O callbacks,
+ * check and closing phases. The longest over a window of a second, kept
+ * for the window after it too, is the worker's loop lag: how long an
+ * event that arrived meanwhile waited at most. Reads no clock itself. */
+static void on_prepare(uv_prepare_t *h) {
+  tern__worker *w = h->data;
+  uint64_t now = uv_now(w->loop), busy = now - w->polled_ms, lag;
+  if (busy > w->lag_ms)
+    w->lag_ms = busy;
+  if (now - w->lag_window_ms >= 1000) {
+    w->lag_prev_ms = w->lag_ms;
+    w->lag_ms = 0;
+    w->lag_window_ms = now;
+  }
+  lag = (w->lag_ms > w->lag_prev_ms ? w->lag_ms : w->lag_prev_ms) * 1000000u;
+  if (atomic_load_explicit(&w->stats.loop_lag, memory_order_relaxed) != lag)
+    atomic_store_explicit(&w->stats.loop_lag, lag, memory_order_relaxed);
 }
 
 static void flush_dirty(tern__worker *w) {

@@ -52,6 +52,18 @@ extern const tern__service *const tern__services[];
 
 typedef struct tern__msg tern__msg;
 
+/* A connection accepted by one worker and handed to another
+ * (TERN_BALANCE_LEAST_CONNECTIONS): its socket, and how the receiving
+ * worker takes it in (the listener's accept, with its configuration). */
+typedef struct {
+  int fd;
+  void (*adopt)(tern__worker *w, int fd, const void *cfg);
+  const void *cfg;
+} tern__handoff;
+#define TERN__HANDOFF_CAP                                                      \
+  256 /* a worker's ring; past it, the acceptor keeps                          \
+         the connection */
+
 struct tern__worker {
   tern_server *srv;
   unsigned id;
@@ -65,6 +77,11 @@ struct tern__worker {
   int attached;
   uv_async_t async;
   uv_check_t check;
+  uv_prepare_t prepare; /* the loop's lag: each turn's start */
+  uint64_t polled_ms;   /* uv_now when the last poll returned */
+  uint64_t lag_ms, lag_prev_ms, lag_window_ms; /* the longest busy turn in
+                                                  this window and the last,
+                                                  and this one's start */
   uv_timer_t timer;
   uv_timer_t deadline_timer;
   int thread_started;
@@ -77,11 +94,16 @@ struct tern__worker {
   int inbox_dropping;    /* shutting down: messages are dropped, not applied
                             (the worker's own) */
   tern__msg *inbox_head, *inbox_tail;
-  tern_request *aborts; /* finishing calls that had no memory to post */
-  tern__list held;      /* requests a handler holds (tern_request.held_link) */
-  tern__list cut;       /* requests cut by the deadline and not yet freed
-                           (held_link; inbox_lock once the loop is gone) */
-  int cleaned;          /* the worker is gone: late frees are the caller's */
+  tern_request *aborts;   /* finishing calls that had no memory to post */
+  tern__handoff *handoff; /* connections handed to it: a ring of
+                             TERN__HANDOFF_CAP (inbox_lock; NULL without
+                             hand-offs) */
+  unsigned handoff_head, handoff_len;
+  _Atomic uint32_t incoming; /* handed to it and not yet taken in */
+  tern__list held; /* requests a handler holds (tern_request.held_link) */
+  tern__list cut;  /* requests cut by the deadline and not yet freed
+                      (held_link; inbox_lock once the loop is gone) */
+  int cleaned;     /* the worker is gone: late frees are the caller's */
   uint32_t cut_answered, cut_total; /* requests cut at the deadline */
 
   tern__list timers[TERN__T_COUNT];
@@ -199,6 +221,16 @@ void tern__worker_cleanup(tern__worker *w);
  * once the worker's loop is ending the post is refused, the message is
  * dropped (m->ops->drop with `refused` set) and TERN_ECLOSED returned. */
 int tern__worker_post(tern__worker *w, tern__msg *m);
+/* Hand the connection on socket `fd` to worker `to` (any thread): it
+ * calls adopt(to, fd, cfg) on its loop. 0, or TERN_ECLOSED when its inbox
+ * is closed or its ring full: the socket stays the caller's. */
+int tern__worker_handoff(tern__worker *to, int fd,
+                         void (*adopt)(tern__worker *, int, const void *),
+                         const void *cfg);
+/* The worker to take a new connection accepted by `w`: the one with the
+ * fewest open connections (those handed to it counted), `w` itself when
+ * none has fewer. */
+tern__worker *tern__worker_least_loaded(tern__worker *w);
 /* Close a handle of the worker's loop, counted in handles_open. */
 void tern__worker_close_handle(tern__worker *w, uv_handle_t *h);
 void tern__worker_maybe_done(tern__worker *w);

@@ -222,40 +222,62 @@ static void format_all(text_t *t, const tern_stats *st) {
   sample(t, "tern_access_log_dropped_total", NULL, st->access_log_dropped);
 }
 
-/* Each worker's share: connections accepted and open, requests answered
- * (the families' samples labelled worker="N"). */
+/* Each worker's share: connections taken in (accepted, or handed over by
+ * another worker) and open, requests answered, and its loop's lag (the
+ * families' samples labelled worker="N"). */
+enum { PER_WORKER = 5 };
+
 static void per_worker(text_t *t) {
   static const struct {
     const char *name, *type, *help;
-  } fam[] = {
+  } fam[PER_WORKER] = {
       {"tern_worker_connections_total", "counter",
-       "Connections a worker accepted."},
+       "Connections a worker took in (accepted, or handed to it)."},
+      {"tern_worker_connections_handed_in_total", "counter",
+       "Connections another worker accepted and handed to this one "
+       "(balance: least connections)."},
       {"tern_worker_open_connections", "gauge",
        "Connections a worker holds open now."},
       {"tern_worker_requests_total", "counter", "Requests a worker answered."},
+      {"tern_worker_loop_lag_seconds", "gauge",
+       "The longest a worker's loop was busy between two polls over the "
+       "last one to two seconds (milliseconds resolution)."},
   };
   unsigned n = tern_server_workers(t->srv), i, f;
-  uint64_t *v = tern__malloc(t->srv, (size_t)n * 3 * sizeof(*v));
+  uint64_t *v = tern__malloc(t->srv, (size_t)n * PER_WORKER * sizeof(*v));
   char label[32];
   if (v == NULL) {
     t->failed = 1;
     return;
   }
-  /* Each worker read once: its three figures from one snapshot. */
+  /* Each worker read once: its figures from one snapshot. */
   for (i = 0; i < n; i++) {
     tern_stats st;
+    uint64_t *w = v + (size_t)i * PER_WORKER;
     tern_stats_init_size(&st, sizeof(st));
     if (tern_server_worker_stats(t->srv, i, &st) != 0)
       memset(&st, 0, sizeof(st));
-    v[i * 3] = st.connections;
-    v[i * 3 + 1] = st.active_connections;
-    v[i * 3 + 2] = st.requests;
+    w[0] = st.connections;
+    w[1] = st.connections_handed_in;
+    w[2] = st.active_connections;
+    w[3] = st.requests;
+    w[4] = st.loop_lag_ns;
   }
-  for (f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+  for (f = 0; f < PER_WORKER; f++) {
     family(t, fam[f].name, fam[f].type, fam[f].help);
     for (i = 0; i < n; i++) {
+      uint64_t x = v[(size_t)i * PER_WORKER + f];
       snprintf(label, sizeof(label), "worker=\"%u\"", i);
-      sample(t, fam[f].name, label, v[i * 3 + f]);
+      if (f == 4) { /* seconds */
+        adds(t, fam[f].name);
+        adds(t, "{");
+        adds(t, label);
+        adds(t, "} ");
+        add_seconds(t, x);
+        adds(t, "\n");
+      } else {
+        sample(t, fam[f].name, label, x);
+      }
     }
   }
   tern__free(t->srv, v);

@@ -56,16 +56,14 @@ static int take_accepted(uv_stream_t *l) {
   return fd;
 }
 
-void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg,
-                         const tern__proxy_cfg *proxy, int h2_only) {
+/* Serve the connection on socket `fd` on worker `w` (the one that
+ * accepted it, or the one it was handed to). */
+static void adopt(tern__worker *w, int fd, const void *cfg) {
+  const tern__accept_cfg *a = cfg;
   tern_server *srv = w->srv;
-  int fd = take_accepted(l), unix_socket = l->type == UV_NAMED_PIPE;
   tern__conn *c;
   tern__stream *s;
 
-  if (fd < 0)
-    return;
   /* No memory for the connection: the client sees a close instead of a
    * hang, and the listener goes on accepting. */
   if ((c = tern__conn_new(w, &tern__stream_transport)) == NULL) {
@@ -88,7 +86,7 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   }
   /* A Unix socket's client has no IP address: its peer stays unknown
    * (family 0) until a PROXY header names it. */
-  if (!unix_socket) {
+  if (!a->unix_socket) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     int one = 1;
@@ -103,9 +101,9 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   /* PROXY: only a trusted balancer may name the client; anyone else is
    * refused before a byte is read. On a Unix socket the socket file's
    * permissions decide who may connect. */
-  if (proxy != NULL) {
-    if (!unix_socket && !tern__proxy_trusted(proxy->nets, proxy->nnets,
-                                             c->peer.family, c->peer.addr)) {
+  if (a->proxy != NULL) {
+    if (!a->unix_socket && !tern__proxy_trusted(a->proxy->nets, a->proxy->nnets,
+                                                c->peer.family, c->peer.addr)) {
       reject(s);
       return;
     }
@@ -117,9 +115,9 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
     return;
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
-  s->h2_only = h2_only != 0;     /* ... until the first bytes (h1_input) */
-  s->filter = filter;
-  if (filter != NULL && filter->attach(&s->filt, w, cfg) != 0) {
+  s->h2_only = a->h2_only != 0;  /* ... until the first bytes (h1_input) */
+  s->filter = a->filter;
+  if (a->filter != NULL && a->filter->attach(&s->filt, w, a->cfg) != 0) {
     if (c->admitted)
       tern__admit_release(srv->admit, &c->peer);
     reject(s);
@@ -128,6 +126,22 @@ void tern__stream_accept(tern__worker *w, uv_stream_t *l,
   tern__outq_init(&s->out);
   tern__conn_start(c);
   tern__stream_read_start(s);
+}
+
+void tern__stream_accept(tern__worker *w, uv_stream_t *l,
+                         const tern__accept_cfg *a) {
+  int fd = take_accepted(l);
+  tern__worker *to;
+
+  if (fd < 0)
+    return;
+  /* Least connections: a worker with fewer takes it in on its own loop
+   * (its ring full or its loop ending: this one keeps it). */
+  if (w->handoff != NULL && !w->stopping &&
+      (to = tern__worker_least_loaded(w)) != w &&
+      tern__worker_handoff(to, fd, adopt, a) == 0)
+    return;
+  adopt(w, fd, a);
 }
 
 /* ---- Reading ------------------------------------------------------- */

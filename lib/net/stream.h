@@ -88,12 +88,22 @@ static inline int tern__stream_fd(const tern__stream *s) {
 }
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
-/* Accept a connection from TCP listener `l` on worker `w` through
- * `filter` (NULL: plain TCP) with `cfg`, first reading a PROXY protocol
- * header when `proxy` is not NULL; `h2_only`: HTTP/2 with prior
- * knowledge alone (lib/net/tcp.c calls it). */
+/* How a listener's connections are taken in: through `filter` (NULL:
+ * plain TCP) with `cfg`, first reading a PROXY protocol header when
+ * `proxy` is not NULL; `h2_only`: HTTP/2 with prior knowledge alone;
+ * `unix_socket`: the client has no IP address. Lives as long as its
+ * listener. */
+typedef struct {
+  const tern__filter *filter;
+  void *cfg;
+  const tern__proxy_cfg *proxy;
+  int h2_only;
+  int unix_socket;
+} tern__accept_cfg;
+/* Accept a connection from stream listener `l` on worker `w`, and serve
+ * it there, or hand it to a worker with fewer connections
+ * (TERN_BALANCE_LEAST_CONNECTIONS). lib/net/tcp.c calls it. */
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
-                         const tern__filter *filter, void *cfg,
-                         const tern__proxy_cfg *proxy, int h2_only);
+                         const tern__accept_cfg *a);
 
 #endif

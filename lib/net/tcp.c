@@ -22,15 +22,13 @@
 typedef struct {
   tern__listener base; /* first: the core's part */
   tern_server *srv;
-  int *fds;                   /* one per worker until its handle owns it */
-  uv_tcp_t *handles;          /* one per worker (TCP) */
-  uv_pipe_t *pipes;           /* or these (a Unix socket) */
-  char *path;                 /* the socket file to remove at the end */
-  unsigned char *open;        /* handles[i] was initialised */
-  const tern__filter *filter; /* NULL: plain TCP */
-  void *filter_cfg;           /* its configuration (a tern_tls) */
-  tern__proxy_cfg proxy;      /* with proxy.nets: a PROXY header first */
-  int http2_only;             /* h2c with prior knowledge alone */
+  int *fds;              /* one per worker until its handle owns it */
+  uv_tcp_t *handles;     /* one per worker (TCP) */
+  uv_pipe_t *pipes;      /* or these (a Unix socket) */
+  char *path;            /* the socket file to remove at the end */
+  unsigned char *open;   /* handles[i] was initialised */
+  tern__proxy_cfg proxy; /* with proxy.nets: a PROXY header first */
+  tern__accept_cfg acc;  /* how its connections are taken in */
 } tcp_listener;
 
 static void on_connection(uv_stream_t *h, int status) {
@@ -48,8 +46,7 @@ static void on_connection(uv_stream_t *h, int status) {
     }
     return;
   }
-  tern__stream_accept(w, h, l->filter, l->filter_cfg,
-                      l->proxy.nets != NULL ? &l->proxy : NULL, l->http2_only);
+  tern__stream_accept(w, h, &l->acc);
 }
 
 static int tcp_start(tern__listener *base, tern__worker *w) {
@@ -260,9 +257,9 @@ static int listen_on(tern_server *srv, const char *host, int port,
   memset(l, 0, sizeof(*l));
   l->base.ops = &tcp_ops;
   l->srv = srv;
-  l->filter = filter;
-  l->filter_cfg = cfg;
-  l->http2_only = http2_only;
+  l->acc.filter = filter;
+  l->acc.cfg = cfg;
+  l->acc.h2_only = http2_only != 0;
   if (proxy_trusted != NULL) {
     tern__proxy_net nets[TERN__PROXY_NETS];
     int n = tern__proxy_nets(proxy_trusted, nets, TERN__PROXY_NETS);
@@ -279,6 +276,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
     }
     memcpy(l->proxy.nets, nets, (size_t)n * sizeof(*nets));
     l->proxy.nnets = (size_t)n;
+    l->acc.proxy = &l->proxy;
   }
   l->fds = tern__malloc(srv, srv->nworkers * sizeof(int));
   if (unix_path != NULL)
@@ -294,6 +292,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
     goto fail;
   }
   memset(l->open, 0, srv->nworkers);
+  l->acc.unix_socket = l->pipes != NULL;
   for (i = 0; i < srv->nworkers; i++)
     l->fds[i] = -1;
   if (given_fd >= 0)

@@ -78,11 +78,21 @@ typedef struct {
   uint32_t ip_table_size;
 } settings_v4;
 
+/* Version 5 added balance (in version 4's tail padding). */
+typedef struct {
+  SETTINGS_V3_FIELDS
+  uint32_t max_connections_per_ip;
+  uint32_t requests_per_ip_per_s;
+  uint32_t request_burst;
+  uint32_t ip_table_size;
+  int balance;
+} settings_v5;
+
 /* A header one version ahead of this library's. */
 typedef struct {
-  settings_v4 v4;
+  settings_v5 v5;
   uint64_t future;
-} settings_v5;
+} settings_v6;
 
 typedef struct {
   int version;
@@ -150,8 +160,13 @@ typedef struct {
 
 typedef struct {
   stats_v5 v5;
-  uint64_t future;
+  uint64_t connections_handed_in, loop_lag_ns;
 } stats_v6;
+
+typedef struct {
+  stats_v6 v6;
+  uint64_t future;
+} stats_v7;
 
 /* The old layouts are the current header's prefixes, field for field. */
 _Static_assert(offsetof(settings_v1, log_level) ==
@@ -160,10 +175,14 @@ _Static_assert(offsetof(settings_v1, log_level) ==
 _Static_assert(offsetof(settings_v3, max_compressors_per_conn) ==
                    offsetof(tern_settings, max_compressors_per_conn),
                "settings v3");
-_Static_assert(sizeof(settings_v4) == sizeof(tern_settings) &&
-                   offsetof(settings_v4, ip_table_size) ==
-                       offsetof(tern_settings, ip_table_size),
+_Static_assert(offsetof(settings_v4, ip_table_size) ==
+                   offsetof(tern_settings, ip_table_size),
                "settings v4");
+_Static_assert(sizeof(settings_v4) == sizeof(tern_settings) &&
+                   sizeof(settings_v5) == sizeof(tern_settings) &&
+                   offsetof(settings_v5, balance) ==
+                       offsetof(tern_settings, balance),
+               "settings v5, in v4's tail padding");
 _Static_assert(offsetof(settings_v2, max_conn_window) ==
                    offsetof(tern_settings, max_conn_window),
                "settings v2");
@@ -185,10 +204,13 @@ _Static_assert(offsetof(tern_stats, requests_by_class) == sizeof(stats_v2) &&
 _Static_assert(offsetof(stats_v4, reallocations) ==
                    offsetof(tern_stats, reallocations),
                "stats v4");
-_Static_assert(sizeof(stats_v5) == sizeof(tern_stats) &&
-                   offsetof(stats_v5, rejected_ip_rate) ==
-                       offsetof(tern_stats, rejected_ip_rate),
+_Static_assert(offsetof(stats_v5, rejected_ip_rate) ==
+                   offsetof(tern_stats, rejected_ip_rate),
                "stats v5");
+_Static_assert(sizeof(stats_v6) == sizeof(tern_stats) &&
+                   offsetof(stats_v6, loop_lag_ns) ==
+                       offsetof(tern_stats, loop_lag_ns),
+               "stats v6");
 
 /* `n` bytes whose end is the start of a PROT_NONE page. */
 static void *at_page_end(size_t n) {
@@ -453,22 +475,22 @@ static void test_settings_v3(void) {
 }
 
 static void test_settings_refused(void) {
-  settings_v5 n;
+  settings_v6 n;
   settings_v1 o;
   tern_server *srv = NULL;
 
   /* From a header newer than the library: its new field would be
    * ignored, so it is refused, logged through its own callback. */
   memset(&n, 0, sizeof(n));
-  old_settings((settings_v1 *)(void *)&n.v4);
-  n.v4.version = 5;
-  n.v4.size = sizeof(n);
+  old_settings((settings_v1 *)(void *)&n.v5);
+  n.v5.version = 6;
+  n.v5.size = sizeof(n);
   n.future = 1;
   T_EQ_INT(tern_server_new((const tern_settings *)(void *)&n, &srv),
            TERN_EINVAL);
   T_ASSERT(srv == NULL);
   T_EQ_INT(nlogs, 1);
-  T_LOGGED("version 5 is unknown");
+  T_LOGGED("version 6 is unknown");
 
   /* Version 1 but smaller than its layout (a size set by hand): its log
    * callback cannot be trusted to be where version 1 has it, so the line
@@ -549,6 +571,10 @@ static void test_stats(void) {
     stats_v6 s;
     unsigned char b[sizeof(stats_v6) + 32];
   } v6;
+  union {
+    stats_v7 s;
+    unsigned char b[sizeof(stats_v7) + 32];
+  } v7;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
@@ -630,18 +656,30 @@ static void test_stats(void) {
   for (i = sizeof(stats_v5); i < sizeof(v5.b); i++)
     T_EQ_INT(v5.b[i], 0xAB);
 
-  /* From a newer header: this library's fields, the version it filled
-   * written back, the newer field and what follows untouched. */
+  /* Version 6: the spread over the workers (one worker, nothing handed
+   * in; the lag is whole milliseconds). */
   memset(&v6, 0xAB, sizeof(v6));
   v6.s.v5.v4.v3.v2.v1.version = 6;
   v6.s.v5.v4.v3.v2.v1.size = sizeof(v6.s);
   T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v6), 0);
-  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.version, 5);
-  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.size, sizeof(stats_v6));
-  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.frees, v1.s.frees);
-  T_EQ_INT(v6.s.v5.v4.v3.v2.quic_resets, 0);
-  for (i = sizeof(stats_v5); i < sizeof(v6.b); i++)
+  T_EQ_INT(v6.s.v5.v4.v3.v2.v1.version, 6);
+  T_EQ_INT(v6.s.connections_handed_in, 0);
+  T_EQ_INT(v6.s.loop_lag_ns % 1000000u, 0);
+  for (i = sizeof(stats_v6); i < sizeof(v6.b); i++)
     T_EQ_INT(v6.b[i], 0xAB);
+
+  /* From a newer header: this library's fields, the version it filled
+   * written back, the newer field and what follows untouched. */
+  memset(&v7, 0xAB, sizeof(v7));
+  v7.s.v6.v5.v4.v3.v2.v1.version = 7;
+  v7.s.v6.v5.v4.v3.v2.v1.size = sizeof(v7.s);
+  T_EQ_INT(tern_server_stats(srv, (tern_stats *)(void *)&v7), 0);
+  T_EQ_INT(v7.s.v6.v5.v4.v3.v2.v1.version, 6);
+  T_EQ_INT(v7.s.v6.v5.v4.v3.v2.v1.size, sizeof(stats_v7));
+  T_EQ_INT(v7.s.v6.v5.v4.v3.v2.v1.frees, v1.s.frees);
+  T_EQ_INT(v7.s.v6.v5.v4.v3.v2.quic_resets, 0);
+  for (i = sizeof(stats_v6); i < sizeof(v7.b); i++)
+    T_EQ_INT(v7.b[i], 0xAB);
   tern_server_free(srv);
 }
 

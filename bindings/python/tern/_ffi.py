@@ -120,10 +120,12 @@ class Settings(Structure):
                                ("max_connections_per_ip", c_uint32),
                                ("requests_per_ip_per_s", c_uint32),
                                ("request_burst", c_uint32),
-                               ("ip_table_size", c_uint32)]
+                               ("ip_table_size", c_uint32),
+                               # version 5
+                               ("balance", c_int)]
 
 
-SETTINGS_VERSION = 4
+SETTINGS_VERSION = 5
 # The settings a Server takes as keyword arguments (tern.h documents each).
 SETTINGS_FIELDS = ("workers", "max_head_size", "max_header_count",
                    "max_uri_length", "max_body_size", "head_timeout_ms",
@@ -132,7 +134,7 @@ SETTINGS_FIELDS = ("workers", "max_head_size", "max_header_count",
                    "log_level", "max_stream_window", "max_conn_window",
                    "max_compressors", "max_compressors_per_conn",
                    "max_connections_per_ip", "requests_per_ip_per_s",
-                   "request_burst", "ip_table_size")
+                   "request_burst", "ip_table_size", "balance")
 
 
 class RouteOptions(Structure):
@@ -219,12 +221,15 @@ class Stats(Structure):
         ("reallocations", c_uint64),
         # version 5
         ("rejected_ip_connections", c_uint64),
-        ("rejected_ip_rate", c_uint64)]
+        ("rejected_ip_rate", c_uint64),
+        # version 6
+        ("connections_handed_in", c_uint64),
+        ("loop_lag_ns", c_uint64)]
 
 
 # The version of each struct's layout above (tern.h's TERN_*_VERSION).
-VERSIONS = {"ListenOptions": 2, "Settings": 4, "RouteOptions": 3, "WsOptions": 2,
-            "QuicOptions": 2, "Stats": 5}
+VERSIONS = {"ListenOptions": 2, "Settings": 5, "RouteOptions": 3, "WsOptions": 2,
+            "QuicOptions": 2, "Stats": 6}
 def init_struct(cls, init):
     """cls() filled by the library's sized _init (`init` + "_size"): the
     library writes the newest version of its struct that fits in this
