@@ -13,6 +13,8 @@ enum {
   TERN__T_BODY,   /* waiting for request body bytes */
   TERN__T_WRITE,  /* output pending, no progress (the transport's) */
   TERN__T_LINGER, /* closing: drain the peer's bytes (the transport's) */
+  TERN__T_GRACE,  /* stopping: an idle HTTP/1.1 connection's last chance
+                     for one more request, answered with Connection: close */
   TERN__T_COUNT,
   TERN__T_DRAINED = 0x100, /* with a kind, from an adapter's timer() */
 };

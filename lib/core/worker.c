@@ -88,6 +88,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   w->timeout_ms[TERN__T_BODY] = srv->s.body_timeout_ms;
   w->timeout_ms[TERN__T_WRITE] = srv->s.body_timeout_ms;
   w->timeout_ms[TERN__T_LINGER] = 2000;
+  w->timeout_ms[TERN__T_GRACE] = 300;
 
   rbuf_size = srv->s.read_buffer_size;
   if (rbuf_size < srv->s.max_head_size + 1024u)
@@ -352,6 +353,9 @@ static void begin_stop(tern__worker *w) {
     c->flags |= TERN__C_STOPPING;
     c->proto->stop(c);
   }
+  /* The timeouts left (the grace of idle connections) are short: sweep
+   * them often until the loop ends. */
+  uv_timer_start(&w->timer, on_tick, 50, 50);
   uv_timer_start(&w->deadline_timer, on_deadline,
                  atomic_load(&w->srv->stop_deadline_ms), 0);
   tern__worker_maybe_done(w);

@@ -970,8 +970,10 @@ static void h1_input(tern__conn *conn) {
       c->rpos = c->rlen; /* nothing after a closing request is read */
       break;
     }
+    /* Stopping, one more request is taken on a connection that has none
+     * (its grace, h1_stop): its answer says Connection: close. */
     if (c->rpos == c->rlen || live_requests(c) >= srv->s.max_pipeline ||
-        (c->head.flags & TERN__C_STOPPING))
+        ((c->head.flags & TERN__C_STOPPING) && live_requests(c) > 0))
       break;
     if (c->q_tail != NULL &&
         (c->q_tail->flags & (TERN__RQ_UPGRADE | TERN__RQ_ENDED)) ==
@@ -1015,8 +1017,9 @@ static void h1_input(tern__conn *conn) {
     unsigned f = c->body_req->flags;
     want = (f & TERN__RQ_READING) && !(f & TERN__RQ_PAUSED);
   } else {
-    want = !(c->head.flags & (TERN__C_CLOSE_AFTER | TERN__C_STOPPING)) &&
-           live_requests(c) < srv->s.max_pipeline;
+    want = !(c->head.flags & TERN__C_CLOSE_AFTER) &&
+           live_requests(c) <
+               ((c->head.flags & TERN__C_STOPPING) ? 1u : srv->s.max_pipeline);
   }
   if (want)
     tern__stream_read_start(c);
@@ -1074,13 +1077,22 @@ static size_t h1_pending(const tern_request *r) {
   return n + tern__stream_buffered(c);
 }
 
+/* A graceful stop. A connection with requests in flight closes after
+ * their answers (which say Connection: close). One with none gets a short
+ * grace (TERN__T_GRACE): a keep-alive client may have sent its next
+ * request as the stop began, and closing now would lose it in a way the
+ * client cannot tell from a failure (RFC 9112 9.6's race); that request
+ * is answered with Connection: close, so the client reconnects (to the
+ * server that takes over the socket, in a replacement), and a client that
+ * sends nothing is closed when the grace ends. */
 static void h1_stop(tern__conn *conn) {
   tern__stream *c = tern__stream_of(conn);
+  if (c->nq == 0 && !(c->head.flags & TERN__C_WRITING) && c->out.count == 0) {
+    tern__conn_timer(&c->head, TERN__T_GRACE);
+    return;
+  }
   c->head.flags |= TERN__C_CLOSE_AFTER;
-  if (c->nq == 0 && !(c->head.flags & TERN__C_WRITING) && c->out.count == 0)
-    tern__conn_close(&c->head);
-  else
-    tern__conn_mark_dirty(&c->head);
+  tern__conn_mark_dirty(&c->head);
 }
 
 static void h1_close(tern__conn *conn) {
@@ -1103,6 +1115,8 @@ static int h1_timer(const tern__conn *conn) {
                : TERN__T_NONE;
   if (c->nq > 0)
     return TERN__T_NONE;
+  if (c->head.flags & TERN__C_STOPPING)
+    return TERN__T_GRACE | (c->rpos == c->rlen ? TERN__T_DRAINED : 0);
   if (c->rpos < c->rlen)
     return TERN__T_HEAD;
   return TERN__T_IDLE | TERN__T_DRAINED;
