@@ -261,9 +261,20 @@ typedef struct {
  * on their way to it counted) when that one has fewer than itself. A
  * stalled worker accepts nothing and takes in nothing until it runs
  * again; what was handed to it meanwhile counts as its own, so it is not
- * handed more. QUIC's packets are spread by the kernel's hash over the
- * workers' sockets (docs/operations.md). */
-enum { TERN_BALANCE_KERNEL = 1, TERN_BALANCE_LEAST_CONNECTIONS = 2 };
+ * handed more. REUSEPORT: each worker listens on a socket of its own,
+ * the sockets one SO_REUSEPORT group, and the kernel picks one by a hash
+ * of the client's address and port (even over many connections, blind to
+ * load, nothing handed over). The group is kept to tern's sockets: a port
+ * anyone holds is refused (TERN_EADDRINUSE) as with a shared socket, and
+ * a socket of the same user that joins the group later gets no
+ * connection (a BPF program picks among tern's); Unix sockets and
+ * sockets handed over (fd) stay shared. QUIC's packets are spread by the
+ * kernel's hash over the workers' sockets (docs/operations.md). */
+enum {
+  TERN_BALANCE_KERNEL = 1,
+  TERN_BALANCE_LEAST_CONNECTIONS = 2,
+  TERN_BALANCE_REUSEPORT = 3
+};
 
 /* Fill `s` with the defaults above, its version and its size. */
 TERN_EXTERN void tern_settings_init_size(tern_settings *s, size_t size);

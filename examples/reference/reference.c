@@ -165,7 +165,7 @@
  * --max-compressors, --max-compressors-per-conn (streamed responses
  * compressed at once, in the server and on one connection),
  * --max-conns-per-ip, --requests-per-ip, --request-burst, --ip-table-size
- * (the limits per client address). --balance kernel|least: how
+ * (the limits per client address). --balance kernel|least|reuseport: how
  * connections spread over the workers (tern_settings.balance).
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
  * 400, ...) with the server's JSON {"error":S,"reason":"...",
@@ -1957,9 +1957,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--balance") == 0 && i + 1 < argc) {
       const char *b = argv[++i];
-      s.balance = strcmp(b, "kernel") == 0  ? TERN_BALANCE_KERNEL
-                  : strcmp(b, "least") == 0 ? TERN_BALANCE_LEAST_CONNECTIONS
-                                            : -1; /* tern refuses it */
+      s.balance = strcmp(b, "kernel") == 0      ? TERN_BALANCE_KERNEL
+                  : strcmp(b, "least") == 0     ? TERN_BALANCE_LEAST_CONNECTIONS
+                  : strcmp(b, "reuseport") == 0 ? TERN_BALANCE_REUSEPORT
+                                                : -1; /* tern refuses it */
       continue;
     }
     if (option(argc, argv, &i, "--workers", &v))

@@ -373,7 +373,7 @@ static int settings_problem(const tern_settings *s) {
                     "at most 1000000, ip_table_size 16777216");
     return 1;
   }
-  if (s->balance < 0 || s->balance > TERN_BALANCE_LEAST_CONNECTIONS) {
+  if (s->balance < 0 || s->balance > TERN_BALANCE_REUSEPORT) {
     settings_log(s,
                  "settings: balance = %d is not a TERN_BALANCE_* value "
                  "(or 0)",

@@ -5,6 +5,7 @@
  * listeners (TCP, Unix, a socket handed over) live here.
  */
 #include <errno.h>
+#include <linux/filter.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -137,9 +138,12 @@ int tern__net_port(const struct sockaddr_storage *ss) {
  * second server started on our port would bind without an error. A
  * socket without the option makes every other bind of the address fail
  * with EADDRINUSE. The workers then take turns accepting from one queue,
- * whichever loop wakes first; SO_REUSEADDR only lets a restarted server
- * bind over connections still in TIME_WAIT. */
-static int open_socket(const struct sockaddr_storage *ss, int dual) {
+ * whichever loop wakes first (or hand what they accept on:
+ * TERN_BALANCE_LEAST_CONNECTIONS); SO_REUSEADDR only lets a restarted
+ * server bind over connections still in TIME_WAIT. TERN_BALANCE_REUSEPORT
+ * makes such a group anyway, closed as far as it can be (open_group). */
+static int bind_socket(const struct sockaddr_storage *ss, int dual,
+                       int reuseport) {
   int one = 1, zero = 0;
   socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
                                            : sizeof(struct sockaddr_in6);
@@ -147,6 +151,8 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
   if (fd < 0)
     return TERN_EIO;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuseport)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   if (ss->ss_family == AF_INET6)
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, dual ? &zero : &one, sizeof(one));
   if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
@@ -154,11 +160,82 @@ static int open_socket(const struct sockaddr_storage *ss, int dual) {
     close(fd);
     return e == EADDRINUSE ? TERN_EADDRINUSE : TERN_EADDR;
   }
-  if (listen(fd, 1024) != 0) {
+  return fd;
+}
+
+static int open_socket(const struct sockaddr_storage *ss, int dual) {
+  int fd = bind_socket(ss, dual, 0);
+  if (fd >= 0 && listen(fd, 1024) != 0) {
     close(fd);
     return TERN_EIO;
   }
   return fd;
+}
+
+/* TERN_BALANCE_REUSEPORT: `n` sockets in one SO_REUSEPORT group, one per
+ * worker, so that the kernel spreads connections over them (by a hash of
+ * the client's address and port: blind to load). The group is kept to
+ * tern's own as far as Linux allows:
+ * - a plain socket is bound first and closed: a port anyone holds
+ *   (another server, tern or not, a group of any user) is refused with
+ *   EADDRINUSE, as for the shared socket, and port 0 learns its port;
+ * - a classic BPF program (SO_ATTACH_REUSEPORT_CBPF) picks the socket by
+ *   index among the first `n`, ours: a socket of the same user that joins
+ *   the group later binds, but is given no connection.
+ * The hash is the packet's (skb->hash: the NIC's, or the sending
+ * socket's on loopback) mixed with the client's port, so that it spreads
+ * even where one of them is constant. */
+static int open_group(struct sockaddr_storage *ss, int dual, int *fds,
+                      unsigned n) {
+  /* A = hash ^ source port; A % n. The source port is the transport
+   * header's first half-word, after the IPv4 header (its length from its
+   * first byte) or the fixed IPv6 one. */
+  struct sock_filter code[] = {
+      {BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_OFF + SKF_AD_RXHASH},
+      {BPF_ST, 0, 0, 0},                                       /* M[0] */
+      {BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF}, /* version */
+      {BPF_ALU | BPF_RSH | BPF_K, 0, 0, 4},
+      {BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 6},
+      {BPF_LD | BPF_H | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF + 40},
+      {BPF_JMP | BPF_JA, 0, 0, 5},
+      {BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF}, /* IHL */
+      {BPF_ALU | BPF_AND | BPF_K, 0, 0, 0x0f},
+      {BPF_ALU | BPF_LSH | BPF_K, 0, 0, 2},
+      {BPF_MISC | BPF_TAX, 0, 0, 0},
+      {BPF_LD | BPF_H | BPF_IND, 0, 0, (uint32_t)SKF_NET_OFF},
+      {BPF_LDX | BPF_W | BPF_MEM, 0, 0, 0},
+      {BPF_ALU | BPF_XOR | BPF_X, 0, 0, 0},
+      {BPF_ALU | BPF_MOD | BPF_K, 0, 0, n},
+      {BPF_RET | BPF_A, 0, 0, 0},
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof(code) / sizeof(code[0])),
+                            code};
+  socklen_t slen = sizeof(*ss);
+  unsigned i;
+  int fd = bind_socket(ss, dual, 0);
+
+  if (fd < 0)
+    return fd;
+  if (getsockname(fd, (struct sockaddr *)ss, &slen) != 0) {
+    close(fd);
+    return TERN_EIO;
+  }
+  close(fd);
+  for (i = 0; i < n; i++) {
+    fds[i] = bind_socket(ss, dual, 1);
+    if (fds[i] < 0 || listen(fds[i], 1024) != 0 ||
+        (i == 0 && setsockopt(fds[0], SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF,
+                              &prog, sizeof(prog)) != 0)) {
+      int rc = fds[i] < 0 ? fds[i] : TERN_EIO;
+      while (i + 1 > 0) {
+        if (fds[i] >= 0)
+          close(fds[i]);
+        fds[i--] = -1;
+      }
+      return rc;
+    }
+  }
+  return 0;
 }
 
 /* A Unix socket bound to `path` ("@name": Linux's abstract namespace,
@@ -231,7 +308,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
   socklen_t slen = sizeof(ss);
   tcp_listener *l;
   unsigned i;
-  int rc, fd;
+  int rc, fd, group;
 
   if (srv == NULL || port < 0 || port > 65535)
     return TERN_EINVAL;
@@ -295,7 +372,13 @@ static int listen_on(tern_server *srv, const char *host, int port,
   l->acc.unix_socket = l->pipes != NULL;
   for (i = 0; i < srv->nworkers; i++)
     l->fds[i] = -1;
-  if (given_fd >= 0)
+  group = given_fd < 0 && unix_path == NULL && srv->nworkers > 1 &&
+          srv->s.balance == TERN_BALANCE_REUSEPORT;
+  if (group)
+    fd = (rc = open_group(&ss, host == NULL, l->fds, srv->nworkers)) == 0
+             ? l->fds[0]
+             : rc;
+  else if (given_fd >= 0)
     fd = given_fd;
   else if (unix_path != NULL)
     fd = open_unix(unix_path);
@@ -321,7 +404,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
     rc = TERN_EIO;
     goto fail;
   }
-  for (i = 1; i < srv->nworkers; i++) {
+  for (i = 1; i < srv->nworkers && !group; i++) {
     l->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (l->fds[i] < 0) {
       rc = TERN_EIO;

@@ -703,6 +703,53 @@ def balance_least_connections_spreads_keepalive():
                                                  k_opened, k_reqs))
 
 
+@suite.case(timeout=60)
+def balance_reuseport_group_kept_to_tern():
+    """TERN_BALANCE_REUSEPORT: a socket per worker in one SO_REUSEPORT
+    group, spread by the kernel's hash (both workers take a share of 64
+    connections: asserted loosely, the hash is blind to load). The group
+    stays tern's: a second server on the port is refused as with a shared
+    socket, and a socket of the same user that joins the group binds but
+    is given no connection (the BPF program picks among tern's)."""
+    with Server("reference", ["--workers", "2", "--balance", "reuseport"]) \
+            as s:
+        second = subprocess.run(
+            [os.path.join(os.environ.get("TERN_BUILD", "build"), "examples",
+                          "reference"), "--port", str(s.port), "--workers",
+             "2", "--balance", "reuseport"],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+        check(second.returncode != 0 and
+              b"address already in use" in second.stderr,
+              "a second server on the port: rc %d, %r"
+              % (second.returncode, second.stderr[-300:]))
+        intruder = socket.socket()
+        intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        intruder.bind(("127.0.0.1", s.port))  # same user: the kernel lets it
+        intruder.listen(128)
+        intruder.setblocking(False)
+        conns = []
+        try:
+            for _ in range(64):
+                c = Conn(s.port)
+                conns.append(c)
+                eq(c.request("GET", "/").status, 200, "answered by tern")
+            try:
+                stolen, _ = intruder.accept()
+                stolen.close()
+                raise AssertionError("the intruding socket got a connection")
+            except BlockingIOError:
+                pass
+            d = scrape(s.port)
+        finally:
+            for c in conns:
+                c.close()
+            intruder.close()
+        opened = [m(d, "tern_worker_open_connections", worker=str(i))
+                  for i in range(2)]
+        check(min(opened) >= 12, "both workers take a share: %s" % opened)
+        suite.note("reuseport: open connections per worker %s" % opened)
+
+
 @suite.case(timeout=30)
 def balance_bad_value_refused():
     """A balance that is no TERN_BALANCE_* value is refused by
