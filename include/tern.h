@@ -259,9 +259,10 @@ typedef struct {
  * worker that accepts hands the connection on, through the other
  * worker's inbox, to the worker with the fewest open connections (those
  * on their way to it counted) when that one has fewer than itself. A
- * stalled worker accepts nothing and takes in nothing until it runs
- * again; what was handed to it meanwhile counts as its own, so it is not
- * handed more. REUSEPORT: each worker listens on a socket of its own,
+ * worker held up by a handler that blocks its loop accepts nothing; once
+ * a connection handed to it has waited 10 ms it is handed no more until
+ * it runs again (the acceptor keeps them), so at most a connection or two
+ * wait out the stall. REUSEPORT: each worker listens on a socket of its own,
  * the sockets one SO_REUSEPORT group, and the kernel picks one by a hash
  * of the client's address and port (even over many connections, blind to
  * load, nothing handed over). The group is kept to tern's sockets: a port

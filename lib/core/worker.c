@@ -394,10 +394,16 @@ int tern__worker_post(tern__worker *w, tern__msg *m) {
 int tern__worker_handoff(tern__worker *to, int fd,
                          void (*adopt)(tern__worker *, int, const void *),
                          const void *cfg) {
+  uint64_t now = uv_hrtime() / 1000000u;
   tern__handoff *h;
   uv_mutex_lock(&to->inbox_lock);
+  /* A worker that has not taken in what it was handed a while ago is held
+   * up: a connection handed to it now would wait as long, so the acceptor
+   * keeps it. */
   if (to->inbox_closed || to->handoff == NULL ||
-      to->handoff_len == TERN__HANDOFF_CAP) {
+      to->handoff_len == TERN__HANDOFF_CAP ||
+      (to->handoff_len > 0 &&
+       now - to->handoff[to->handoff_head].at_ms >= TERN__HANDOFF_STALL_MS)) {
     uv_mutex_unlock(&to->inbox_lock);
     return TERN_ECLOSED;
   }
@@ -405,6 +411,7 @@ int tern__worker_handoff(tern__worker *to, int fd,
   h->fd = fd;
   h->adopt = adopt;
   h->cfg = cfg;
+  h->at_ms = now;
   atomic_fetch_add(&to->incoming, 1);
   uv_async_send(&to->async);
   uv_mutex_unlock(&to->inbox_lock);

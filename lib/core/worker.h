@@ -59,10 +59,14 @@ typedef struct {
   int fd;
   void (*adopt)(tern__worker *w, int fd, const void *cfg);
   const void *cfg;
+  uint64_t at_ms; /* when it was handed over (uv_hrtime, in ms) */
 } tern__handoff;
-#define TERN__HANDOFF_CAP                                                      \
-  256 /* a worker's ring; past it, the acceptor keeps                          \
-         the connection */
+/* A worker's ring holds this many; past it, the acceptor keeps the
+ * connection. */
+#define TERN__HANDOFF_CAP 256
+/* A connection that has waited this long in a worker's ring: that worker
+ * is held up (a handler blocking its loop), and is handed no more. */
+#define TERN__HANDOFF_STALL_MS 10
 
 struct tern__worker {
   tern_server *srv;
@@ -223,7 +227,9 @@ void tern__worker_cleanup(tern__worker *w);
 int tern__worker_post(tern__worker *w, tern__msg *m);
 /* Hand the connection on socket `fd` to worker `to` (any thread): it
  * calls adopt(to, fd, cfg) on its loop. 0, or TERN_ECLOSED when its inbox
- * is closed or its ring full: the socket stays the caller's. */
+ * is closed, its ring full, or its loop held up (what it was handed
+ * before has waited TERN__HANDOFF_STALL_MS): the socket stays the
+ * caller's. */
 int tern__worker_handoff(tern__worker *to, int fd,
                          void (*adopt)(tern__worker *, int, const void *),
                          const void *cfg);

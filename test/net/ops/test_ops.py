@@ -34,8 +34,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import self_signed  # noqa: E402
-from harness import (HELLO_BODY, Conn, Server, Skip, Suite, check,  # noqa
-                     connect, eq, get)
+from harness import (HELLO_BODY, Conn, Server, Skip, Suite,  # noqa
+                     build_request, check, connect, eq, get)
 from ws import wslib  # noqa: E402
 from http2 import test_h2 as h2  # noqa: E402 (its raw frames, not its cases)
 
@@ -701,6 +701,39 @@ def balance_least_connections_spreads_keepalive():
     suite.note("least connections: open %s, handed in %s, requests %s; "
                "kernel: open %s, requests %s" % (opened, handed, reqs,
                                                  k_opened, k_reqs))
+
+
+@suite.case(timeout=60)
+def balance_skips_a_stalled_worker():
+    """Least connections and a worker held up by its handler (/stall
+    sleeps on it for 2 s): while it is stalled the other worker accepts
+    everything, and hands the stalled one at most a connection or two (a
+    connection left waiting 10 ms in its ring marks it held up) instead of
+    half of them, which would wait out the stall. Counted by which worker
+    answered, not timed."""
+    with Server("reference", ["--workers", "2"]) as s:
+        staller = Conn(s.port, timeout=10)
+        stalled = staller.request("GET", "/worker").body
+        staller.send(build_request("GET", "/stall?ms=2000"))
+        time.sleep(0.1)
+        conns = []
+        try:
+            for _ in range(30):  # kept open, so the accepting worker's
+                c = Conn(s.port, timeout=10)  # count grows
+                c.send(build_request("GET", "/worker"))
+                conns.append(c)
+                time.sleep(0.02)
+            owners = [c.response(timeout=10).body for c in conns]
+        finally:
+            for c in conns:
+                c.close()
+        eq(staller.response(timeout=10).status, 200, "/stall")
+        staller.close()
+        waited = sum(1 for o in owners if o == stalled)
+        check(waited <= 2, "%d of 30 connections went to the stalled worker"
+              % waited)
+        suite.note("%d of 30 new connections handed to the stalled worker"
+                   % waited)
 
 
 @suite.case(timeout=60)
