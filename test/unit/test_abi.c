@@ -70,21 +70,19 @@ typedef struct {
 
 /* Version 4 added the limits per client address (flat: in version 3's
  * tail padding). */
-typedef struct {
-  SETTINGS_V3_FIELDS
-  uint32_t max_connections_per_ip;
-  uint32_t requests_per_ip_per_s;
-  uint32_t request_burst;
+#define SETTINGS_V4_FIELDS                                                     \
+  SETTINGS_V3_FIELDS                                                           \
+  uint32_t max_connections_per_ip;                                             \
+  uint32_t requests_per_ip_per_s;                                              \
+  uint32_t request_burst;                                                      \
   uint32_t ip_table_size;
+typedef struct {
+  SETTINGS_V4_FIELDS
 } settings_v4;
 
 /* Version 5 added balance (in version 4's tail padding). */
 typedef struct {
-  SETTINGS_V3_FIELDS
-  uint32_t max_connections_per_ip;
-  uint32_t requests_per_ip_per_s;
-  uint32_t request_burst;
-  uint32_t ip_table_size;
+  SETTINGS_V4_FIELDS
   int balance;
 } settings_v5;
 
