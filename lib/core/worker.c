@@ -423,17 +423,29 @@ static uint64_t load_of(tern__worker *w) {
          atomic_load_explicit(&w->incoming, memory_order_relaxed);
 }
 
+static uint64_t taken_of(tern__worker *w) {
+  return atomic_load_explicit(&w->stats.connections, memory_order_relaxed);
+}
+
+/* The fewest open connections, and between equals the fewest taken in so
+ * far: short connections (one request each) often leave every worker
+ * with as many open, and the kernel would then choose, mostly the worker
+ * already awake. The acceptor keeps it only when no other is lower. */
 tern__worker *tern__worker_least_loaded(tern__worker *w) {
   tern_server *srv = w->srv;
   tern__worker *best = w;
-  uint64_t least = load_of(w);
+  uint64_t least = load_of(w), taken = taken_of(w);
   unsigned i;
-  for (i = 0; i < srv->nworkers && least > 0; i++) {
+  for (i = 0; i < srv->nworkers; i++) {
     tern__worker *o = &srv->workers[i];
-    uint64_t n;
-    if (o != w && (n = load_of(o)) < least) {
+    uint64_t n, t;
+    if (o == w || (n = load_of(o)) > least)
+      continue;
+    t = taken_of(o);
+    if (n < least || t < taken) {
       best = o;
       least = n;
+      taken = t;
     }
   }
   return best;

@@ -234,8 +234,8 @@ int tern__worker_handoff(tern__worker *to, int fd,
                          void (*adopt)(tern__worker *, int, const void *),
                          const void *cfg);
 /* The worker to take a new connection accepted by `w`: the one with the
- * fewest open connections (those handed to it counted), `w` itself when
- * none has fewer. */
+ * fewest open connections (those handed to it counted), between equals
+ * the one that took in fewest so far; `w` itself when none is lower. */
 tern__worker *tern__worker_least_loaded(tern__worker *w);
 /* Close a handle of the worker's loop, counted in handles_open. */
 void tern__worker_close_handle(tern__worker *w, uv_handle_t *h);
