@@ -191,13 +191,18 @@ def _num(x):
 
 
 def run_h1rate(args, workdir, port, duration, warmup, rate, connections=64,
-               path="/", headers=()):
+               path="/", headers=(), alt_path=None, alt_every=None):
+    """h1rate; with alt_path, every alt_every-th request asks for it
+    instead (balance-stall), and requests, latency_us and unfinished are
+    the other requests' (the alternate ones are alt_* in raw)."""
     argv = [_tool(args, "h1rate"), "--host", "127.0.0.1", "--port", str(port),
             "--connections", str(connections), "--rate", _num(rate),
             "--duration", _num(duration), "--warmup", _num(warmup),
             "--path", path]
     for h in headers:
         argv += ["--header", h]
+    if alt_path:
+        argv += ["--alt-path", alt_path, "--alt-every", str(alt_every)]
     argv, j, text, rc = _run_json(args, workdir, argv,
                                   duration + warmup + 30, "h1rate")
     dur = j.get("duration_s") or duration

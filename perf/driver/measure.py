@@ -17,7 +17,8 @@ import re
 import threading
 import time
 
-from . import common, dbserver, h1client, loads, servers, tlsclient, wsclient
+from . import (balance, common, dbserver, h1client, loads, servers,
+               tlsclient, wsclient)
 from .common import BenchError
 from .scenarios import RESUME_MIN
 from .summary import CLIENT_BOUND
@@ -136,7 +137,8 @@ def measure(args, workdir, name, sc, shim):
                             max_conns=sc.max_conns and args.idle_max_conns,
                             shim=shim, tls=sc.tls and not quic,
                             h2c=sc.protocol == "h2c", quic=quic,
-                            server_args=sc.server_args, db=db)
+                            server_args=sc.server_args, db=db,
+                            workers=sc.workers)
         if redis is not None:
             srv.companions = [redis.pid]
         row["port"] = srv.port
@@ -165,7 +167,9 @@ def measure(args, workdir, name, sc, shim):
                 h1client.check(srv.port, sc.path, sc.headers, sc.body)
         except BenchError as e:
             raise BenchError("check failed: %s" % e)
-        if sc.load == "idle":
+        if sc.balance:
+            balance.measure(args, workdir, srv, spec.kind, sc, row)
+        elif sc.load == "idle":
             _measure_idle(args, workdir, srv, sc, row)
         else:
             _measure_load(args, workdir, srv, sc, row)

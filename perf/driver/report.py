@@ -195,6 +195,41 @@ RTT50_CAVEATS = [
 ]
 
 
+BALANCE_CAVEATS = [
+    "Balance rows (balance-*): every server runs 2 workers, pinned like "
+    "every server to the server CPU list (by default one core: the two "
+    "workers share it, and the kernel's choice of which to wake is made "
+    "among threads of one core; --server-cpu 0,1 spreads them, over the "
+    "load generator's core too). tern-least, tern-kernel and "
+    "tern-reuseport are the reference server with --workers 2 and "
+    "--balance least (the default), kernel or reuseport; their per-worker figures are tern's /metrics "
+    "(tern_worker_requests_total and tern_worker_connections_total over "
+    "the window, tern_worker_open_connections half-way through), read on "
+    "one keep-alive connection of the driver's, opened before the load "
+    "while the server is idle so that its worker is known: that "
+    "connection and its scrapes are taken out. nginx runs "
+    "worker_processes 2 with its default shared listening socket "
+    "(accept_mutex off, multi_accept on as in every nginx row) or, as "
+    "nginx-reuseport, a socket per worker; its requests per worker are "
+    "the lines of an access log (`$pid $msec $connection`, buffer=64k "
+    "flush=1s, flushed with SIGUSR1 after the load) whose time falls in "
+    "the window, and its open connections per worker come from ss -p "
+    "half-way through: the log costs nginx a little CPU that its other "
+    "rows do not pay. h2o 2.2.5 (num-threads 2) counts nothing per "
+    "thread: its rows give each thread's CPU time (/proc), a proxy.",
+    "balance-stall: h1rate (open model, latency from the intended send "
+    "time) at 1,000 req/s over 64 connections, run twice on the same "
+    "server: every request GET /, then 1 in 199 GET /stall?ms=50 (the "
+    "reference server sleeps 50 ms on the worker's thread). 199 is prime "
+    "to 64, so the stalls rotate over every connection and fall on each "
+    "worker in proportion to the connections it holds. The other "
+    "requests' latency is reported apart from the stall requests'. All "
+    "64 connections are opened before the stalls begin, so the policy "
+    "decides only how they were split; the per-worker counts of the "
+    "stalled run cover h1rate's warm-up on the same connections too.",
+]
+
+
 def caveats(env):
     out = list(CAVEATS)
     if not env["config"].get("shim"):
@@ -227,6 +262,9 @@ def caveats(env):
         out += WS_H3_CAVEATS
     if any(s.relay_ms for s in scs):
         out += RTT50_CAVEATS
+    if any(s.balance for s in scs):
+        out += BALANCE_CAVEATS if "balance-stall" in [s.name for s in scs] \
+            else BALANCE_CAVEATS[:1]
     return out
 
 
@@ -412,6 +450,9 @@ def compare_tables(env, summary, servers, rate, idle_conns, heading="##"):
             continue
         if proto == "db":
             L += _db_lines(summary, servers, mine, rate)
+            continue
+        if proto == "balance":
+            L += _balance_lines(summary, servers, mine)
             continue
         main = [s for s in mine if REGISTRY[s].group == "main"
                 and REGISTRY[s].load in ("wrk", "churn", "h2load", "wsload",
@@ -737,6 +778,98 @@ def _db_lines(summary, servers, mine, rate):
                                         ("peak_rss", "bytes"),
                                         ("allocs_per_req", ".4f"))]
                     for n in servers])
+        L.append("")
+    return L
+
+
+def _bal_rounds(cell, what, fmt="{:,.0f}"):
+    """The per-worker counts and shares of cell's rounds ('; ' between
+    rounds), and max/min of each."""
+    from .balance import shares_text, ratio_text
+    if not cell or cell.get("status") != "ok":
+        return fmt_cell(cell, "-", ""), ""
+    rounds = [b.get(what) for b in cell.get("balance", []) if b.get(what)]
+    if not rounds:
+        return "n/a", "n/a"
+    return ("; ".join(shares_text(b, fmt) for b in rounds),
+            "; ".join(ratio_text(b["ratio"], b["counts"]) for b in rounds))
+
+
+def _balance_lines(summary, servers, mine):
+    """The balance-* rows: a table per scenario, a line per server, with
+    each worker's count and share (worker 0 / worker 1: tern's worker
+    index, nginx's worker processes by pid, h2o's threads by tid)."""
+    L = []
+    all_servers = servers
+    for sc in mine:
+        L.append("%s: %s:" % (sc, REGISTRY[sc].title))
+        L.append("")
+        servers = [n for n in all_servers
+                   if (summary[sc].get(n) or {}).get("status") != "n/a"]
+        na = [n for n in all_servers if n not in servers]
+        if na:
+            L.append("Not measured on %s: %s (%s)." % (
+                sc, ", ".join(na), _why_na(summary, [sc], na[0])))
+            L.append("")
+        if not servers:
+            continue
+        rows = []
+        if sc == "balance-stall":
+            for n in servers:
+                c = summary[sc].get(n)
+                conn, _ = _bal_rounds(c, "bal_conn")
+                req, rr = _bal_rounds(c, "bal_req")
+                rows.append([n, fmt_cell(c, "rate", ",.0f"),
+                             fmt_cell(c, "alt_requests", ",.0f", False),
+                             _pair(c, ("lat_p50", ",.0f"), ("lat_p90", ",.0f"),
+                                   ("lat_p99", ",.0f")),
+                             _pair(c, ("base_lat_p50", ",.0f"),
+                                   ("base_lat_p90", ",.0f"),
+                                   ("base_lat_p99", ",.0f")),
+                             _pair(c, ("alt_lat_p50", ",.0f"),
+                                   ("alt_lat_p99", ",.0f")),
+                             conn, req, rr])
+            L += table(["server", "req/s", "stall requests",
+                        "others p50 / p90 / p99 µs",
+                        "no stalls p50 / p90 / p99 µs",
+                        "stall requests p50 / p99 µs",
+                        "connections per worker (share)",
+                        "requests per worker (share)",
+                        "max/min requests"], rows)
+        elif sc == "balance-churn":
+            for n in servers:
+                c = summary[sc].get(n)
+                conn, cr = _bal_rounds(c, "bal_conn")
+                cpu, pr = _bal_rounds(c, "bal_cpu", "{:,.0f} ticks")
+                handed = "; ".join(
+                    " / ".join("%d" % x for x in b["bal_handed_in"])
+                    for b in (c or {}).get("balance", [])
+                    if b.get("bal_handed_in")) or "-"
+                if conn == "n/a" and cpu != "n/a":
+                    conn, cr = "thread CPU: " + cpu, pr
+                rows.append([n, fmt_cell(c, "rate", ",.0f"), conn, cr, handed,
+                             ((c or {}).get("balance") or [{}])[0].get(
+                                 "bal_source") or "-"])
+            L += table(["server", "conn/s", "connections per worker (share)",
+                        "max/min", "handed in (tern)", "per-worker source"],
+                       rows)
+        else:
+            for n in servers:
+                c = summary[sc].get(n)
+                conn, cr = _bal_rounds(c, "bal_conn")
+                req, rr = _bal_rounds(c, "bal_req")
+                cpu, pr = _bal_rounds(c, "bal_cpu", "{:,.0f} ticks")
+                if req == "n/a" and cpu != "n/a":
+                    req, rr = "thread CPU: " + cpu, pr
+                rows.append([n, fmt_cell(c, "rate", ",.0f"),
+                             _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f")),
+                             conn, cr, req, rr,
+                             ((c or {}).get("balance") or [{}])[0].get(
+                                 "bal_source") or "-"])
+            L += table(["server", "req/s", "wrk p50 / p99 µs",
+                        "connections per worker (share)", "max/min",
+                        "requests per worker (share)", "max/min",
+                        "per-worker source"], rows)
         L.append("")
     return L
 

@@ -145,6 +145,9 @@ class Scenario:
         self.min_duration = None    # measured seconds at least
         self.tern_only = None       # why the peers are not measured
         self.pair = None            # (growing, pinned) names of an rtt50 row
+        self.balance = False        # a balance-* row (perf/driver/balance.py)
+        self.workers = 1            # workers (threads, processes) per server
+        self.rate = None            # h1rate's offered rate, when fixed
 
 
 REGISTRY = {}
@@ -495,10 +498,73 @@ for lane in ("async", "blocking"):
             slow=True))
 DB = [n for n in REGISTRY if n.startswith("db-")]
 
+# Balance across workers (issue 35): 2 workers each (tern: reference
+# --workers 2 with --balance least, kernel or reuseport, the rows
+# tern-least, tern-kernel and tern-reuseport; nginx: worker_processes 2,
+# its listening socket shared, or one per worker with nginx-reuseport;
+# h2o: num-threads 2), and how the load spread over them (perf/driver/balance.py: tern's /metrics, nginx's
+# access log with $pid and ss -p, h2o's threads' CPU time).  Opt-in: not
+# in the default scenarios (perf/perf compare --scenarios balance-...).
+TABLES["balance"] = ("Balance across workers: 2 workers (tern "
+                     "--workers 2, nginx worker_processes 2, h2o "
+                     "num-threads 2)")
+M["bal_req_ratio"] = Metric("bal_req_ratio",
+                            "requests per worker, max / min", "x", "lower",
+                            ".2f")
+M["bal_conn_ratio"] = Metric("bal_conn_ratio",
+                             "connections per worker, max / min", "x",
+                             "lower", ".2f")
+M["base_lat_p99"] = Metric("base_lat_p99", "latency p99 without stalls",
+                           "µs", "lower", ",.0f")
+M["lat_p99_others"] = Metric("lat_p99", "latency p99 of the other requests "
+                             "(1 in 199 stalls 50 ms)", "µs", "lower", ",.0f")
+BALANCE_RATIO_TARGET = 1.1
+
+
+def _balance(name, load, title, connections, per="request", chart=(),
+             summary=""):
+    sc = Scenario(name, "h1", load, title, connections=connections,
+                  per=per, table="balance", chart=chart, summary=summary)
+    sc.balance = True
+    sc.workers = 2
+    return sc
+
+
+add(_balance("balance-keepalive", "wrk",
+             "GET /, 64 keep-alive connections (wrk -t1 -c64), 2 workers: "
+             "each worker's share of the connections and of the requests",
+             64, chart=(M["bal_req_ratio"], M["bal_conn_ratio"], M["rate"]),
+             summary="Target: max/min requests per worker <= 1.1."))
+sc = _balance("balance-stall", "h1rate",
+              "64 keep-alive connections at 1,000 req/s (h1rate), 2 workers; "
+              "1 in 199 requests GET /stall?ms=50 (held on the worker's "
+              "thread): the other requests' latency against the same run "
+              "without stalls", 64,
+              chart=(M["lat_p99_others"], M["base_lat_p99"],
+                     M["bal_req_ratio"]),
+              summary="tern only: the peers have no handler that holds "
+                      "their worker.")
+sc.rate = 1000
+sc.tern_only = ("nginx and h2o have no handler that holds a worker's "
+                "thread as tern's /stall does: nginx's echo_sleep waits on a "
+                "timer and nginx-light has no embedded Perl; h2o 2.2.5's "
+                "mruby has no sleep, and a busy loop would also take the "
+                "other thread's CPU")
+add(sc)
+add(_balance("balance-churn", "churn",
+             "a new connection per request (Connection: close), 16 at a time "
+             "(churn -c16), 2 workers: each worker's share of the connections",
+             16, per="connection",
+             chart=(M["bal_conn_ratio"], M["conn_rate"]),
+             summary="Target: max/min connections per worker <= 1.1."))
+BALANCE = [n for n in REGISTRY if getattr(REGISTRY[n], "balance", False)]
+
 # the h1-get concurrency sweep: connections -> scenario
 SWEEP = [(1, "h1-get-c1"), (8, "h1-get-c8"), (32, "h1-get-c32"), (64, "h1-get")]
 
-DEFAULT = [n for n in REGISTRY]
+# every scenario but the opt-in ones (the balance rows: they need servers
+# of their own, tern-least, tern-kernel and tern-reuseport)
+DEFAULT = [n for n in REGISTRY if n not in BALANCE]
 
 
 def headline(s):

@@ -24,6 +24,14 @@ KEYS += ("ws_wire_out_per_msg", "ws_wire_in_per_msg")  # ws-echo*
 KEYS += ("resumed_pct", "handshakes_full", "handshakes_resumed")  # tls-*
 KEYS += ("server_bytes_in", "wire_mib")  # *-rtt50
 KEYS += ("server_threads", "redis_cpu_us_per_req")  # db-*
+KEYS += ("bal_ratio", "bal_req_ratio", "bal_conn_ratio", "bal_cpu_ratio",
+         "bal_req_share_max", "bal_conn_share_max", "base_rate",
+         "base_lat_p50", "base_lat_p90", "base_lat_p99", "base_lat_p999",
+         "alt_requests", "alt_lat_p50", "alt_lat_p99", "alt_lat_max",
+         "server_requests", "server_connections")  # balance-*
+# the balance rows' per-worker figures, one dict per valid round
+BALANCE_FIELDS = ("bal_conn", "bal_req", "bal_cpu", "bal_handed_in",
+                  "bal_open_total", "bal_source")
 
 
 def summarize(rows, servers, scenarios):
@@ -58,6 +66,10 @@ def summarize(rows, servers, scenarios):
             tls = sorted({r["tls"] for r in ok if r.get("tls")})
             if tls:
                 cell["tls"] = tls
+            bal = [{k: r.get(k) for k in BALANCE_FIELDS} for r in ok
+                   if r.get("bal_source")]
+            if bal:
+                cell["balance"] = bal
             for k in KEYS:
                 xs = [r[k] for r in ok if r.get(k) is not None]
                 if xs:
@@ -197,11 +209,37 @@ def targets(summary, servers, rate=None):
                           h, fmt_value(val(c, "live_blocks_per_conn"), ".2f"),
                           fmt_value(val(c, "rss_per_conn"), ",.0f")),
                       verdict(None if h is None else h < 1024)))
+    T += balance_targets(summary, servers)
     if "tern" in servers:
         T += h2_targets(summary, servers)
         T += ws_targets(summary, servers)
         T += h3_targets(summary, servers)
     T += tls_targets(summary, servers)
+    return T
+
+
+def balance_targets(summary, servers):
+    """balance-keepalive: max/min requests per worker <= 1.1 (and
+    balance-churn: connections per worker), for tern's default policy
+    (tern-least); the other policies' ratios are given beside it."""
+    from .scenarios import BALANCE_RATIO_TARGET as LIMIT
+    T = []
+    for sc, what, key in (("balance-keepalive", "requests", "bal_req_ratio"),
+                          ("balance-churn", "connections", "bal_conn_ratio")):
+        if sc not in summary or "tern-least" not in servers:
+            continue
+        c = summary[sc].get("tern-least")
+        v = val(c, key)
+        others = ", ".join(
+            "%s %s" % (t, fmt_value(val(summary[sc].get(t), key), ".2f"))
+            for t in ("tern-kernel", "tern-reuseport") if t in servers)
+        zero = c is not None and c.get("status") == "ok" and v is None
+        T.append(("%s: tern-least max/min %s per worker <= %.1f" % (
+            sc, what, LIMIT),
+            ("∞ (a worker had none)" if zero else "n/a") if v is None else
+            "%.2f%s" % (v, " (%s)" % others if others else ""),
+            "FAIL" if zero else "n/a" if v is None else
+            ("PASS" if v <= LIMIT else "FAIL")))
     return T
 
 

@@ -2,7 +2,7 @@
  *
  *   h1rate --host H --port P --connections C --rate R --duration S
  *          [--warmup S] [--drain S] [--path /] [--header 'Name: value']...
- *          [--json FILE]
+ *          [--alt-path PATH --alt-every N] [--json FILE]
  *
  * The offered load does not depend on how fast the server answers: request
  * i (0, 1, 2, ...) is due at t0 + i / R and belongs to connection i mod C,
@@ -34,6 +34,15 @@
  * rate_achieved is the responses (to any request) that arrived within the
  * measured window, divided by its length: the throughput, which stays
  * right when a saturated server is still answering warm-up requests.
+ *
+ * --alt-path PATH --alt-every N: every Nth request (i = N-1, 2N-1, ...)
+ * asks for PATH instead of --path, with the same headers. Those requests
+ * are counted and timed apart (alt_requests, alt_non2xx, alt_unfinished,
+ * alt_latency_us), and requests, non2xx, unfinished and latency_us then
+ * cover the others only: the latency of ordinary requests beside slow
+ * ones (perf's balance-stall: GET /stall?ms=50 among GET /). With N
+ * prime to C the alternate requests rotate over every connection.
+ * rate_achieved still counts every response.
  *
  * Exit status: 0 when the run happened (even with errors: the caller
  * judges), 1 when it could not start or report, 2 on bad arguments.
@@ -68,9 +77,11 @@ enum { C_DOWN, C_CONNECTING, C_IDLE, C_BUSY };
 typedef struct {
   int fd;
   int state;
-  int out_armed; /* EPOLLOUT is in the registration */
-  uint64_t next; /* index of its oldest request not yet finished */
-  size_t wpos;   /* request bytes written, while C_BUSY */
+  int out_armed;   /* EPOLLOUT is in the registration */
+  uint64_t next;   /* index of its oldest request not yet finished */
+  size_t wpos;     /* request bytes written, while C_BUSY */
+  const char *req; /* the request in flight (g.req or g.alt_req) */
+  size_t req_len;
   lg_resp rp;
   size_t npend; /* bytes of an incomplete head or chunk line */
   char pend[LG_HEAD_MAX];
@@ -87,8 +98,13 @@ static struct {
   uint64_t first_measured; /* index of the first one after the warm-up */
   char *req;
   size_t req_len;
+  char *alt_req; /* --alt-path's request, every alt_every-th (0: none) */
+  size_t alt_req_len;
+  uint64_t alt_every;
   lg_hist hist;
   uint64_t requests, non2xx, unfinished; /* measured window */
+  lg_hist alt_hist;                      /* the --alt-path requests, apart */
+  uint64_t alt_requests, alt_non2xx, alt_unfinished;
   uint64_t errors, dropped, connect_errors, addrnotavail;
   uint64_t finished; /* scheduled requests done, any outcome */
   uint64_t waiting;  /* connections idle or down: they need the timer */
@@ -103,11 +119,17 @@ static uint64_t due(uint64_t i) {
   return g.t0 + (uint64_t)((double)i * g.ns_per_req);
 }
 
+/* Whether request i asks for --alt-path. */
+static int is_alt(uint64_t i) {
+  return g.alt_every > 0 && i % g.alt_every == g.alt_every - 1;
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: " PROG " --host H --port P --connections C --rate R "
                   "--duration S\n"
                   "       [--warmup S] [--drain S] [--path /] "
-                  "[--header 'Name: value']... [--json FILE]\n");
+                  "[--header 'Name: value']...\n"
+                  "       [--alt-path PATH --alt-every N] [--json FILE]\n");
   exit(2);
 }
 
@@ -185,8 +207,9 @@ static void conn_reopen(conn *c, uint64_t now) {
 static void conn_fail(conn *c, uint64_t now);
 
 static void flush(conn *c, uint64_t now) {
-  while (c->wpos < g.req_len) {
-    ssize_t w = send(c->fd, g.req + c->wpos, g.req_len - c->wpos, MSG_NOSIGNAL);
+  while (c->wpos < c->req_len) {
+    ssize_t w =
+        send(c->fd, c->req + c->wpos, c->req_len - c->wpos, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR)
         continue;
@@ -212,6 +235,13 @@ static void kick(conn *c, uint64_t now) {
   } else if (c->state == C_IDLE) {
     set_state(c, C_BUSY);
     c->wpos = 0;
+    if (is_alt(c->next)) {
+      c->req = g.alt_req;
+      c->req_len = g.alt_req_len;
+    } else {
+      c->req = g.req;
+      c->req_len = g.req_len;
+    }
     lg_resp_init(&c->rp);
     flush(c, now);
   }
@@ -234,10 +264,19 @@ static void complete(conn *c, uint64_t now, int extra_bytes) {
     g.in_window++;
   if (i >= g.first_measured) {
     uint64_t t = due(i);
-    lg_hist_record(&g.hist, now > t ? (now - t + 500) / 1000 : 0);
-    g.requests++;
-    if (c->rp.status < 200 || c->rp.status > 299)
-      g.non2xx++;
+    int alt = is_alt(i);
+    lg_hist_record(alt ? &g.alt_hist : &g.hist,
+                   now > t ? (now - t + 500) / 1000 : 0);
+    if (alt)
+      g.alt_requests++;
+    else
+      g.requests++;
+    if (c->rp.status < 200 || c->rp.status > 299) {
+      if (alt)
+        g.alt_non2xx++;
+      else
+        g.non2xx++;
+    }
   }
   g.finished++;
   c->next += g.nconns;
@@ -246,7 +285,7 @@ static void complete(conn *c, uint64_t now, int extra_bytes) {
   if (extra_bytes) {
     g.errors++; /* bytes nobody asked for: the framing is off */
     conn_reopen(c, now);
-  } else if (c->rp.close || c->wpos < g.req_len) {
+  } else if (c->rp.close || c->wpos < c->req_len) {
     conn_reopen(c, now);
   } else {
     kick(c, now);
@@ -379,7 +418,8 @@ static char *build_request(const char *host, long port, const char *path,
 }
 
 int main(int argc, char **argv) {
-  const char *host = NULL, *path = "/", *json = NULL;
+  const char *host = NULL, *path = "/", *json = NULL, *alt_path = NULL;
+  long alt_every = 0;
   long port = -1, nconns = -1;
   double rate = -1, duration = -1, warmup = 0, drain = 2;
   static char *hdrs[MAX_HEADERS];
@@ -413,6 +453,11 @@ int main(int argc, char **argv) {
           lg_arg_double(PROG, a, lg_arg_value(PROG, argc, argv, &i), 0, 3600);
     else if (strcmp(a, "--path") == 0)
       path = lg_arg_value(PROG, argc, argv, &i);
+    else if (strcmp(a, "--alt-path") == 0)
+      alt_path = lg_arg_value(PROG, argc, argv, &i);
+    else if (strcmp(a, "--alt-every") == 0)
+      alt_every = lg_arg_long(PROG, a, lg_arg_value(PROG, argc, argv, &i), 2,
+                              1000000000);
     else if (strcmp(a, "--header") == 0) {
       if (nhdrs == MAX_HEADERS) {
         fprintf(stderr, PROG ": at most %d --header options\n", MAX_HEADERS);
@@ -429,6 +474,12 @@ int main(int argc, char **argv) {
   if (host == NULL || port < 0 || nconns < 0 || rate < 0 || duration < 0)
     usage();
   if (lg_check_path(PROG, path) != 0)
+    return 2;
+  if ((alt_path == NULL) != (alt_every == 0)) {
+    fprintf(stderr, PROG ": --alt-path and --alt-every go together\n");
+    return 2;
+  }
+  if (alt_path != NULL && lg_check_path(PROG, alt_path) != 0)
     return 2;
   for (i = 0; i < nhdrs; i++) {
     const char *colon = strchr(hdrs[i], ':');
@@ -454,13 +505,20 @@ int main(int argc, char **argv) {
    * default), and a late send counts as latency: ask for 1 ns. */
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   g.req = build_request(host, port, path, hdrs, nhdrs);
+  if (alt_path != NULL) {
+    g.alt_req = build_request(host, port, alt_path, hdrs, nhdrs);
+    g.alt_every = (uint64_t)alt_every;
+  }
   g.conns = calloc((size_t)nconns, sizeof(conn));
   g.ep = epoll_create1(EPOLL_CLOEXEC);
-  if (g.req == NULL || g.conns == NULL || g.ep < 0) {
+  if (g.req == NULL || g.conns == NULL || g.ep < 0 ||
+      (alt_path != NULL && g.alt_req == NULL)) {
     perror(PROG);
     return 1;
   }
   g.req_len = strlen(g.req);
+  if (g.alt_req != NULL)
+    g.alt_req_len = strlen(g.alt_req);
   g.nconns = (uint64_t)nconns;
   g.ns_per_req = 1e9 / rate;
   g.total = (uint64_t)ceil(rate * (warmup + duration) - 1e-9);
@@ -529,8 +587,13 @@ int main(int argc, char **argv) {
     for (k = g.conns[i].next; k < g.total; k += g.nconns) {
       if (k >= g.first_measured) {
         uint64_t t = due(k);
-        lg_hist_record(&g.hist, now > t ? (now - t) / 1000 : 0);
-        g.unfinished++;
+        int alt = is_alt(k);
+        lg_hist_record(alt ? &g.alt_hist : &g.hist,
+                       now > t ? (now - t) / 1000 : 0);
+        if (alt)
+          g.alt_unfinished++;
+        else
+          g.unfinished++;
       }
     }
   }
@@ -548,6 +611,15 @@ int main(int argc, char **argv) {
          (unsigned long long)g.unfinished);
   lg_text_latency(stdout, &g.hist);
   printf("\n");
+  if (g.alt_every > 0) {
+    printf(PROG ": 1 in %llu to %s: requests %llu, non2xx %llu, "
+                "unfinished %llu; ",
+           (unsigned long long)g.alt_every, alt_path,
+           (unsigned long long)g.alt_requests, (unsigned long long)g.alt_non2xx,
+           (unsigned long long)g.alt_unfinished);
+    lg_text_latency(stdout, &g.alt_hist);
+    printf("\n");
+  }
   if (g.addrnotavail > 0)
     printf(PROG ": warning: %llu connects failed with EADDRNOTAVAIL "
                 "(ephemeral ports exhausted)\n",
@@ -567,10 +639,22 @@ int main(int argc, char **argv) {
     fprintf(f,
             ",\"scheduled\":%llu,\"unfinished\":%llu,\"dropped\":%llu,"
             "\"connect_errors\":%llu,\"addrnotavail\":%llu,"
-            "\"connections\":%ld,\"warmup_s\":%.3f}\n",
+            "\"connections\":%ld,\"warmup_s\":%.3f",
             (unsigned long long)measured, (unsigned long long)g.unfinished,
             (unsigned long long)g.dropped, (unsigned long long)g.connect_errors,
             (unsigned long long)g.addrnotavail, nconns, warmup);
+    if (g.alt_every > 0) {
+      fprintf(f,
+              ",\"alt_path\":\"%s\",\"alt_every\":%llu,"
+              "\"alt_requests\":%llu,\"alt_non2xx\":%llu,"
+              "\"alt_unfinished\":%llu,\"alt_latency_us\":",
+              alt_path, (unsigned long long)g.alt_every,
+              (unsigned long long)g.alt_requests,
+              (unsigned long long)g.alt_non2xx,
+              (unsigned long long)g.alt_unfinished);
+      lg_json_latency(f, &g.alt_hist);
+    }
+    fprintf(f, "}\n");
     if (fclose(f) != 0) {
       perror(json);
       return 1;
