@@ -223,9 +223,9 @@ static void format_all(text_t *t, const tern_stats *st) {
 }
 
 /* Each worker's share: connections taken in (accepted, or handed over by
- * another worker) and open, requests answered, and its loop's lag (the
- * families' samples labelled worker="N"). */
-enum { PER_WORKER = 5 };
+ * another worker) and open, requests answered and in flight, and its
+ * loop's lag (the families' samples labelled worker="N"). */
+enum { PER_WORKER = 6 };
 
 static void per_worker(text_t *t) {
   static const struct {
@@ -239,6 +239,8 @@ static void per_worker(text_t *t) {
       {"tern_worker_open_connections", "gauge",
        "Connections a worker holds open now."},
       {"tern_worker_requests_total", "counter", "Requests a worker answered."},
+      {"tern_worker_requests_in_flight", "gauge",
+       "Requests a worker has started and not finished."},
       {"tern_worker_loop_lag_seconds", "gauge",
        "The longest a worker's loop was busy between two polls over the "
        "last one to two seconds (milliseconds resolution)."},
@@ -261,14 +263,16 @@ static void per_worker(text_t *t) {
     w[1] = st.connections_handed_in;
     w[2] = st.active_connections;
     w[3] = st.requests;
-    w[4] = st.loop_lag_ns;
+    w[4] = st.open_streams[TERN_STATS_H1] + st.open_streams[TERN_STATS_H2] +
+           st.open_streams[TERN_STATS_H3];
+    w[5] = st.loop_lag_ns;
   }
   for (f = 0; f < PER_WORKER; f++) {
     family(t, fam[f].name, fam[f].type, fam[f].help);
     for (i = 0; i < n; i++) {
       uint64_t x = v[(size_t)i * PER_WORKER + f];
       snprintf(label, sizeof(label), "worker=\"%u\"", i);
-      if (f == 4) { /* seconds */
+      if (f == PER_WORKER - 1) { /* seconds */
         adds(t, fam[f].name);
         adds(t, "{");
         adds(t, label);

@@ -654,6 +654,9 @@ def per_worker_counters():
                     for c in ("none", "1xx", "2xx", "3xx", "4xx", "5xx"))
         eq(sum(reqs), total, "requests")
         check(sum(opened) >= 1, "open now: at least the scrape's own")
+        flight = [m(d, "tern_worker_requests_in_flight", worker=str(i))
+                  for i in range(2)]
+        eq(sum(flight), 1, "in flight: the scrape itself")
         suite.note("per worker: connections %s, requests %s" % (conns, reqs))
 
 
