@@ -47,8 +47,8 @@
  *   (first, unheaded) tern_version, tern_version_number, the _init rule
  *   Errors            TERN_E* codes, tern_strerror
  *   Settings          tern_settings, tern_settings_init
- *   Server lifecycle  tern_server_new, tern_run, tern_attach, tern_stop,
- *                     tern_server_free
+ *   Server lifecycle  tern_server_new, tern_server_fork, tern_run,
+ *                     tern_attach, tern_stop, tern_server_free
  *   TLS               tern_tls_new, tern_tls_add_cert_*, tern_tls_commit,
  *                     engines, ticket keys, minimum version
  *   HTTP/3 over QUIC  tern_quic_options
@@ -316,6 +316,31 @@ TERN_EXTERN void tern_server_free(tern_server *srv);
  * TERN_EADDRINUSE, TERN_ESTATE (server already running), TERN_ENOMEM. */
 TERN_EXTERN int tern_listen(tern_server *srv, const char *host, int port,
                             int *bound_port);
+
+/* Process mode: serve from `processes` processes (1 to 1024), each with
+ * the server's `workers` threads, sharing its listeners. Call once, after
+ * the listeners (tern_listen, tern_listen_with) and before tern_run, in a
+ * process that has started no threads of its own, with stdio flushed: it
+ * forks processes - 1 children and returns in each process, *index 0 in
+ * the caller and 1 .. processes - 1 in the children (`pids`, when not
+ * NULL, gets the children's process ids in the caller: processes - 1 of
+ * them). Each process then calls tern_run on its copy of the server, and
+ * stops on its own (tern_stop from its signal handler): the caller passes
+ * signals on to its children and reaps them (waitpid). The balance
+ * setting holds across the processes: with least connections (the
+ * default) a worker hands a connection it accepted to the least loaded
+ * worker of any process, over a socket pair, and the loads are in shared
+ * memory; with the kernel's choice every worker of every process accepts
+ * from the shared socket. tern_server_worker_stats and /metrics are each
+ * process's own. Errors: TERN_EINVAL, TERN_ESTATE (running, forked
+ * already, no listener yet, or the access log configured: its writer
+ * thread would not be in the children, so configure it after), TERN_ENOTSUP
+ * (a QUIC listener, whose connections are routed within one process; the
+ * REUSEPORT balance, whose sockets are one process's), TERN_ENOMEM,
+ * TERN_EIO (fork or socketpair failed; children made are killed). With
+ * `processes` 1 it does nothing and sets *index 0. */
+TERN_EXTERN int tern_server_fork(tern_server *srv, unsigned processes,
+                                 unsigned *index, int *pids);
 
 /* Run the server: start the worker threads and block until the server has
  * stopped (tern_stop). Returns 0, or an error if the threads or loops could

@@ -167,6 +167,9 @@
  * --max-conns-per-ip, --requests-per-ip, --request-burst, --ip-table-size
  * (the limits per client address). --balance kernel|least|reuseport: how
  * connections spread over the workers (tern_settings.balance).
+ * --processes N serves from N processes (tern_server_fork, after the
+ * listeners); the first passes SIGINT/SIGTERM on to the others and waits
+ * for them.
  * --error-hook answers tern's own error answers (404, 405, 413, 414, 431,
  * 400, ...) with the server's JSON {"error":S,"reason":"...",
  * "method":"M" or null} and an X-Error-Hook: 1 field; --default-handler
@@ -218,7 +221,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tern.h"
 
@@ -234,9 +239,16 @@ static void sleep_ms(long ms);
 static const tern_header text_plain[] = {
     {"content-type", 12, "text/plain", 10}};
 
+/* --processes N: the children the first process made (tern_server_fork),
+ * which it passes its stop signals on to and waits for. */
+static int children[64];
+static unsigned nchildren;
+
 static void on_signal(int sig) {
-  (void)sig;
+  unsigned i;
   tern_stop(server, 5000);
+  for (i = 0; i < nchildren; i++)
+    kill(children[i], sig);
 }
 
 static void on_hup(int sig) {
@@ -1437,8 +1449,9 @@ static void default_handler(tern_request *r, void *user) {
 
 static void worker_id(tern_request *r, void *user) {
   static _Thread_local char tag; /* its address names the thread */
-  char body[32];
-  int n = snprintf(body, sizeof(body), "%p\n", (void *)&tag);
+  char body[48];
+  int n =
+      snprintf(body, sizeof(body), "%p %ld\n", (void *)&tag, (long)getpid());
   (void)user;
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
@@ -1735,7 +1748,8 @@ int main(int argc, char **argv) {
   int want_compress = 0;
   tern_access_log_options log_opts;
   const char *host = "127.0.0.1", *redis_path = NULL;
-  unsigned long long v, port = 8080, tls_port = 0, quic_port = 0, h2c_port = 0;
+  unsigned long long v, port = 8080, tls_port = 0, quic_port = 0, h2c_port = 0,
+                        processes = 1;
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
@@ -1809,6 +1823,8 @@ int main(int argc, char **argv) {
       quic_port = quic_port ? quic_port : 65536; /* 0 means any port */
       continue;
     }
+    if (option(argc, argv, &i, "--processes", &processes))
+      continue;
     if (option(argc, argv, &i, "--h2c-port", &h2c_port)) {
       h2c_port = h2c_port ? h2c_port : 65536; /* 0 means any port */
       continue;
@@ -2241,10 +2257,28 @@ int main(int argc, char **argv) {
     printf("h2c listening on %d\n", bound);
   }
   fflush(stdout);
+  fflush(stderr);
+  if (processes > 1) {
+    unsigned index;
+    if (processes > sizeof(children) / sizeof(children[0]) ||
+        (rc = tern_server_fork(server, (unsigned)processes, &index,
+                               children)) != 0) {
+      fprintf(stderr, "reference: --processes: %s\n",
+              processes > 64 ? "at most 64" : tern_strerror(rc));
+      return 1;
+    }
+    nchildren = index == 0 ? (unsigned)processes - 1 : 0;
+  }
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
   rc = tern_run(server);
+  for (i = 0; i < (int)nchildren; i++) {
+    int status = 0;
+    if (waitpid(children[i], &status, 0) < 0 || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+      rc = rc != 0 ? rc : TERN_EIO; /* a child that failed fails us */
+  }
   tern_sse_hub_free(hub); /* the server has stopped: no stream is left */
   tern_server_free(server);
   tern_static_free(files);

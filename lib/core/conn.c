@@ -32,6 +32,9 @@ void tern__conn_start(tern__conn *c) {
   w->nconns++;
   TERN__STAT_ADD(w->stats.connections, 1);
   TERN__STAT_ADD(w->stats.active, 1);
+  /* Its load as the other workers see it (lib/core/balance.c). */
+  atomic_fetch_add_explicit(&w->slot->taken, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->slot->active, 1, memory_order_relaxed);
   c->counted_proto = tern__proto_name_index(c->proto->name);
   TERN__STAT_ADD(w->stats.conns[c->counted_proto], 1);
   tern__conn_timer(c, TERN__T_HEAD);
@@ -98,6 +101,7 @@ int tern__conn_admit(tern__conn *c) {
 
 void tern__conn_closed(tern__conn *c) {
   TERN__STAT_ADD(c->w->stats.active, (uint64_t)-1);
+  atomic_fetch_sub_explicit(&c->w->slot->active, 1, memory_order_relaxed);
   if (c->admitted) {
     tern__admit_release(c->w->srv->admit, &c->peer);
     c->admitted = 0;

@@ -431,6 +431,7 @@ int tern_server_new(const tern_settings *caller, tern_server **out) {
     return TERN_ENOMEM;
   memset(srv, 0, sizeof(*srv));
   srv->s = *s;
+  srv->nprocs = 1;
   if (srv->s.workers == 0)
     srv->s.workers = uv_available_parallelism();
   if (srv->s.balance == 0)
@@ -536,6 +537,7 @@ void tern__server_unref(tern_server *srv) {
       uv_mutex_destroy(&srv->workers[i].inbox_lock);
     tern__free(srv, srv->workers[i].handoff);
   }
+  tern__balance_free(srv);
   uv_cond_destroy(&srv->bp_cond);
   uv_mutex_destroy(&srv->bp_lock);
   tern__admit_free(srv, srv->admit);

@@ -125,10 +125,8 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   uv_unref((uv_handle_t *)&w->prepare);
   w->handles_open++;
   w->polled_ms = w->lag_window_ms = uv_now(w->loop);
-  if (srv->nworkers > 1 && srv->s.balance == TERN_BALANCE_LEAST_CONNECTIONS &&
-      (w->handoff =
-           tern__malloc(srv, TERN__HANDOFF_CAP * sizeof(*w->handoff))) == NULL)
-    return TERN_ENOMEM;
+  if ((rc = tern__balance_worker_init(w)) != 0)
+    return rc;
   uv_timer_init(w->loop, &w->timer);
   w->timer.data = w;
   uv_timer_start(&w->timer, on_tick, tick_ms(&srv->s), tick_ms(&srv->s));
@@ -187,7 +185,7 @@ static void close_inbox(tern__worker *w, int shutdown) {
   for (; w->handoff_len > 0; w->handoff_len--) {
     close(w->handoff[w->handoff_head].fd);
     w->handoff_head = (w->handoff_head + 1) % TERN__HANDOFF_CAP;
-    atomic_fetch_sub(&w->incoming, 1);
+    atomic_fetch_sub(&w->slot->incoming, 1);
   }
   uv_mutex_unlock(&w->inbox_lock);
   if (shutdown)
@@ -204,6 +202,7 @@ static void close_worker_handles(tern__worker *w) {
   tern__worker_close_handle(w, (uv_handle_t *)&w->prepare);
   tern__worker_close_handle(w, (uv_handle_t *)&w->timer);
   tern__worker_close_handle(w, (uv_handle_t *)&w->deadline_timer);
+  tern__balance_close(w);
   for (i = 0; i < w->srv->nlisteners; i++)
     w->srv->listeners[i]->ops->stop(w->srv->listeners[i], w);
 }
@@ -338,6 +337,7 @@ static void begin_stop(tern__worker *w) {
   size_t i;
 
   w->stopping = 1;
+  tern__balance_stop(w);
   /* First, so that the user closes the handles it keeps on the loop (a
    * client library's connection) while tern closes its own. */
   if (w->srv->worker_stop != NULL)
@@ -389,89 +389,6 @@ int tern__worker_post(tern__worker *w, tern__msg *m) {
   return 0;
 }
 
-/* ---- Connections handed over by other workers ------------------- */
-
-int tern__worker_handoff(tern__worker *to, int fd,
-                         void (*adopt)(tern__worker *, int, const void *),
-                         const void *cfg) {
-  uint64_t now = uv_hrtime() / 1000000u;
-  tern__handoff *h;
-  uv_mutex_lock(&to->inbox_lock);
-  /* A worker that has not taken in what it was handed a while ago is held
-   * up: a connection handed to it now would wait as long, so the acceptor
-   * keeps it. */
-  if (to->inbox_closed || to->handoff == NULL ||
-      to->handoff_len == TERN__HANDOFF_CAP ||
-      (to->handoff_len > 0 &&
-       now - to->handoff[to->handoff_head].at_ms >= TERN__HANDOFF_STALL_MS)) {
-    uv_mutex_unlock(&to->inbox_lock);
-    return TERN_ECLOSED;
-  }
-  h = &to->handoff[(to->handoff_head + to->handoff_len++) % TERN__HANDOFF_CAP];
-  h->fd = fd;
-  h->adopt = adopt;
-  h->cfg = cfg;
-  h->at_ms = now;
-  atomic_fetch_add(&to->incoming, 1);
-  uv_async_send(&to->async);
-  uv_mutex_unlock(&to->inbox_lock);
-  return 0;
-}
-
-static uint64_t load_of(tern__worker *w) {
-  return atomic_load_explicit(&w->stats.active, memory_order_relaxed) +
-         atomic_load_explicit(&w->incoming, memory_order_relaxed);
-}
-
-static uint64_t taken_of(tern__worker *w) {
-  return atomic_load_explicit(&w->stats.connections, memory_order_relaxed);
-}
-
-/* The fewest open connections, and between equals the fewest taken in so
- * far: short connections (one request each) often leave every worker
- * with as many open, and the kernel would then choose, mostly the worker
- * already awake. The acceptor keeps it only when no other is lower. */
-tern__worker *tern__worker_least_loaded(tern__worker *w) {
-  tern_server *srv = w->srv;
-  tern__worker *best = w;
-  uint64_t least = load_of(w), taken = taken_of(w);
-  unsigned i;
-  for (i = 0; i < srv->nworkers; i++) {
-    tern__worker *o = &srv->workers[i];
-    uint64_t n, t;
-    if (o == w || (n = load_of(o)) > least)
-      continue;
-    t = taken_of(o);
-    if (n < least || t < taken) {
-      best = o;
-      least = n;
-      taken = t;
-    }
-  }
-  return best;
-}
-
-/* Take in what other workers handed over, a batch at a time outside the
- * lock. */
-static void take_handoffs(tern__worker *w) {
-  tern__handoff batch[32];
-  unsigned n, i;
-  do {
-    uv_mutex_lock(&w->inbox_lock);
-    for (n = 0; n < 32 && w->handoff_len > 0; n++, w->handoff_len--) {
-      batch[n] = w->handoff[w->handoff_head];
-      w->handoff_head = (w->handoff_head + 1) % TERN__HANDOFF_CAP;
-    }
-    uv_mutex_unlock(&w->inbox_lock);
-    for (i = 0; i < n; i++) {
-      TERN__STAT_ADD(w->stats.handed_in, 1);
-      batch[i].adopt(w, batch[i].fd, batch[i].cfg);
-      /* Counted as open (or refused) now: no longer on its way. */
-      atomic_fetch_sub(&w->incoming, 1);
-    }
-  } while (n == 32);
-}
-
 static void on_async(uv_async_t *a) {
   tern__worker *w = a->data;
   tern__msg *m;
@@ -486,8 +403,7 @@ static void on_async(uv_async_t *a) {
   /* Messages first: an abort comes after everything its request posted. */
   run_msgs(w, m);
   tern__request_abort_all(aborts);
-  if (w->handoff != NULL)
-    take_handoffs(w);
+  tern__balance_take(w);
   if (!w->stopping && atomic_load(&w->srv->state) == TERN__S_STOPPING)
     begin_stop(w);
 }

@@ -52,21 +52,34 @@ extern const tern__service *const tern__services[];
 
 typedef struct tern__msg tern__msg;
 
-/* A connection accepted by one worker and handed to another
- * (TERN_BALANCE_LEAST_CONNECTIONS): its socket, and how the receiving
- * worker takes it in (the listener's accept, with its configuration). */
+/* How a worker takes in a connection's socket (a listener's accept, with
+ * its configuration). */
+typedef void (*tern__adopt_fn)(tern__worker *w, int fd, const void *cfg);
+
+/* A connection accepted by one worker and handed to another of the same
+ * process (TERN_BALANCE_LEAST_CONNECTIONS, lib/core/balance.c). */
 typedef struct {
   int fd;
-  void (*adopt)(tern__worker *w, int fd, const void *cfg);
+  tern__adopt_fn adopt;
   const void *cfg;
-  uint64_t at_ms; /* when it was handed over (uv_hrtime, in ms) */
 } tern__handoff;
 /* A worker's ring holds this many; past it, the acceptor keeps the
  * connection. */
 #define TERN__HANDOFF_CAP 256
-/* A connection that has waited this long in a worker's ring: that worker
- * is held up (a handler blocking its loop), and is handed no more. */
+/* A connection handed to a worker that has waited this long, with nothing
+ * taken in meanwhile: that worker is held up (a handler blocking its
+ * loop), and is handed no more. */
 #define TERN__HANDOFF_STALL_MS 10
+
+/* A worker's load, as every worker of every process sees it
+ * (lib/core/balance.c): in shared memory across tern_server_fork. */
+typedef struct {
+  _Atomic uint64_t active;      /* open connections (its stats.active) */
+  _Atomic uint64_t taken;       /* connections taken in so far */
+  _Atomic uint32_t incoming;    /* handed to it, not yet taken in */
+  _Atomic uint32_t stopping;    /* its loop is ending: hand it nothing */
+  _Atomic uint64_t progress_ms; /* a first one handed, or one taken in */
+} tern__slot;
 
 struct tern__worker {
   tern_server *srv;
@@ -103,7 +116,9 @@ struct tern__worker {
                              TERN__HANDOFF_CAP (inbox_lock; NULL without
                              hand-offs) */
   unsigned handoff_head, handoff_len;
-  _Atomic uint32_t incoming; /* handed to it and not yet taken in */
+  tern__slot *slot; /* its load (srv->slots) */
+  int recv_fd;      /* connections from other processes (or -1) */
+  uv_poll_t recv;
   tern__list held; /* requests a handler holds (tern_request.held_link) */
   tern__list cut;  /* requests cut by the deadline and not yet freed
                       (held_link; inbox_lock once the loop is gone) */
@@ -170,6 +185,14 @@ struct tern_server {
   size_t nlisteners;
   tern__worker *workers;
   unsigned nworkers;
+  /* lib/core/balance.c: every worker's load (nslots = nprocs * nworkers,
+   * mapped shared when slots_mapped), this process's index among the
+   * nprocs of tern_server_fork, and per slot the end of its pair this
+   * process sends on or receives from (-1: none; NULL with one process). */
+  tern__slot *slots;
+  unsigned nslots, nprocs, proc;
+  int slots_mapped;
+  int *send_fds, *recv_fds;
   _Atomic int state; /* 0 idle, 1 running, 2 stopping, 3 done */
   _Atomic uint32_t stop_deadline_ms;
   _Atomic int stop_wanted; /* tern_stop was called (in any state) */
@@ -225,18 +248,25 @@ void tern__worker_cleanup(tern__worker *w);
  * once the worker's loop is ending the post is refused, the message is
  * dropped (m->ops->drop with `refused` set) and TERN_ECLOSED returned. */
 int tern__worker_post(tern__worker *w, tern__msg *m);
-/* Hand the connection on socket `fd` to worker `to` (any thread): it
- * calls adopt(to, fd, cfg) on its loop. 0, or TERN_ECLOSED when its inbox
- * is closed, its ring full, or its loop held up (what it was handed
- * before has waited TERN__HANDOFF_STALL_MS): the socket stays the
- * caller's. */
-int tern__worker_handoff(tern__worker *to, int fd,
-                         void (*adopt)(tern__worker *, int, const void *),
-                         const void *cfg);
-/* The worker to take a new connection accepted by `w`: the one with the
- * fewest open connections (those handed to it counted), between equals
- * the one that took in fewest so far; `w` itself when none is lower. */
-tern__worker *tern__worker_least_loaded(tern__worker *w);
+/* lib/core/balance.c. Whether connections are handed between workers
+ * (least connections, more than one worker in all). */
+int tern__balance_enabled(const tern_server *srv);
+/* A worker starts: its slot, its ring, its end of the pairs from other
+ * processes. */
+int tern__balance_worker_init(tern__worker *w);
+/* Worker `w` accepted socket `fd`: serve it (adopt) here, or hand it to
+ * the least loaded worker of any process. */
+void tern__balance_accept(tern__worker *w, int fd, tern__adopt_fn adopt,
+                          const void *cfg);
+/* Take in what other workers of this process handed over (the ring). */
+void tern__balance_take(tern__worker *w);
+/* The worker's graceful stop begins: hand it nothing more. */
+void tern__balance_stop(tern__worker *w);
+/* The worker's loop ends: close what other processes handed over and it
+ * did not take in, and its end of their pairs. */
+void tern__balance_close(tern__worker *w);
+/* The server's last reference: the slots and the pairs. */
+void tern__balance_free(tern_server *srv);
 /* Close a handle of the worker's loop, counted in handles_open. */
 void tern__worker_close_handle(tern__worker *w, uv_handle_t *h);
 void tern__worker_maybe_done(tern__worker *w);

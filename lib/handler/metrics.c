@@ -247,7 +247,7 @@ static void per_worker(text_t *t) {
   };
   unsigned n = tern_server_workers(t->srv), i, f;
   uint64_t *v = tern__malloc(t->srv, (size_t)n * PER_WORKER * sizeof(*v));
-  char label[32];
+  char label[48];
   if (v == NULL) {
     t->failed = 1;
     return;
@@ -271,7 +271,12 @@ static void per_worker(text_t *t) {
     family(t, fam[f].name, fam[f].type, fam[f].help);
     for (i = 0; i < n; i++) {
       uint64_t x = v[(size_t)i * PER_WORKER + f];
-      snprintf(label, sizeof(label), "worker=\"%u\"", i);
+      /* In process mode each process answers for its own workers. */
+      if (t->srv->nprocs > 1)
+        snprintf(label, sizeof(label), "process=\"%u\",worker=\"%u\"",
+                 t->srv->proc, i);
+      else
+        snprintf(label, sizeof(label), "worker=\"%u\"", i);
       if (f == PER_WORKER - 1) { /* seconds */
         adds(t, fam[f].name);
         adds(t, "{");
@@ -285,6 +290,35 @@ static void per_worker(text_t *t) {
     }
   }
   tern__free(t->srv, v);
+}
+
+/* Process mode (tern_server_fork): every worker of every process, from
+ * the loads they share, whichever process answers the scrape. */
+static void all_processes(text_t *t) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[2] = {
+      {"tern_process_worker_open_connections", "gauge",
+       "Connections each worker of each process holds open now."},
+      {"tern_process_worker_connections_total", "counter",
+       "Connections each worker of each process took in."},
+  };
+  const tern_server *srv = t->srv;
+  char label[48];
+  unsigned f, i;
+  if (srv->nprocs < 2)
+    return;
+  for (f = 0; f < 2; f++) {
+    family(t, fam[f].name, fam[f].type, fam[f].help);
+    for (i = 0; i < srv->nslots; i++) {
+      const tern__slot *sl = &srv->slots[i];
+      snprintf(label, sizeof(label), "process=\"%u\",worker=\"%u\"",
+               i / srv->nworkers, i % srv->nworkers);
+      sample(t, fam[f].name, label,
+             atomic_load_explicit(f == 0 ? &sl->active : &sl->taken,
+                                  memory_order_relaxed));
+    }
+  }
 }
 
 void tern_metrics_handler(tern_request *r, void *user) {
@@ -305,6 +339,7 @@ void tern_metrics_handler(tern_request *r, void *user) {
   }
   format_all(&t, &st);
   per_worker(&t);
+  all_processes(&t);
   if (t.failed)
     tern_respond(r, 503, NULL, 0, NULL, 0);
   else

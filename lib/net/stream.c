@@ -131,17 +131,9 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
                          const tern__accept_cfg *a) {
   int fd = take_accepted(l);
-  tern__worker *to;
-
-  if (fd < 0)
-    return;
-  /* Least connections: a worker with fewer takes it in on its own loop
-   * (its ring full or its loop ending: this one keeps it). */
-  if (w->handoff != NULL && !w->stopping &&
-      (to = tern__worker_least_loaded(w)) != w &&
-      tern__worker_handoff(to, fd, adopt, a) == 0)
-    return;
-  adopt(w, fd, a);
+  /* Here, or (least connections) on the least loaded worker's loop. */
+  if (fd >= 0)
+    tern__balance_accept(w, fd, adopt, a);
 }
 
 /* ---- Reading ------------------------------------------------------- */

@@ -416,6 +416,9 @@ LEFT_OUT = {
                            "tern_listen_with",
     "tern_attach": "needs a libuv loop (uv_loop_t *) that Python has no "
                    "handle on; Server.run/start run tern's own threads",
+    "tern_server_fork": "forks the process: not yet bound (a Python "
+                        "program forks before it starts threads; the "
+                        "ASGI/WSGI server's --workers is to use it)",
     "tern_request_ref": "a Request drops its pointer at the finishing "
                         "call and refuses later calls itself "
                         "(RequestFinished)",

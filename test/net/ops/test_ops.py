@@ -786,6 +786,79 @@ def balance_reuseport_group_kept_to_tern():
         suite.note("reuseport: open connections per worker %s" % opened)
 
 
+def owners_of(port, n=64):
+    """Open n keep-alive connections one by one, each asking /worker, and
+    count them by the process that answered (the token's pid)."""
+    conns, owners = [], {}
+    try:
+        for _ in range(n):
+            c = Conn(port)
+            conns.append(c)
+            pid = c.request("GET", "/worker").body.split()[1].decode()
+            owners[pid] = owners.get(pid, 0) + 1
+    finally:
+        for c in conns:
+            c.close()
+    return owners
+
+
+@suite.case(timeout=60)
+def processes_share_the_load():
+    """tern_server_fork (the reference's --processes): 2 processes of one
+    worker each share the port, and least connections spreads 64
+    keep-alive connections over both processes (a worker hands what it
+    accepted to the other process's over a socket pair), evenly; 3
+    processes of 2 workers each all take a share. SIGTERM to the first
+    process stops them all (it passes the signal on and waits), exit 0.
+    The kernel's choice over the same shared socket is noted."""
+    results = {}
+    for args in (["--processes", "2", "--workers", "1"],
+                 ["--processes", "3", "--workers", "2"],
+                 ["--processes", "2", "--workers", "1", "--balance",
+                  "kernel"]):
+        s = Server("reference", args)
+        try:
+            owners = owners_of(s.port)
+            nproc, nwork = int(args[1]), int(args[3])
+            if "kernel" not in args:
+                eq(len(owners), nproc, "processes answering: %s" % owners)
+                check(max(owners.values()) - min(owners.values()) <= 6,
+                      "spread over the processes: %s" % owners)
+            # Any process's /metrics has every worker of every process.
+            d = scrape(s.port)
+            taken = [m(d, "tern_process_worker_connections_total",
+                       process=str(p), worker=str(w))
+                     for p in range(nproc) for w in range(nwork)]
+            check(sum(taken) >= 65, "connections taken, all processes: %s"
+                  % taken)
+            results[" ".join(args)] = sorted(owners.values())
+        finally:
+            eq(s.stop(15), 0, "exit status after SIGTERM")
+        for pid in owners:
+            try:
+                os.kill(int(pid), 0)
+                raise AssertionError("process %s still runs" % pid)
+            except ProcessLookupError:
+                pass
+    suite.note("connections per process: %s" % results)
+
+
+@suite.case(timeout=30)
+def processes_refused_with_quic():
+    """A QUIC listener's connections are routed within one process, so
+    tern_server_fork refuses (TERN_ENOTSUP) with a log line naming it."""
+    c, k = cert()
+    p = subprocess.run([os.path.join(os.environ.get("TERN_BUILD", "build"),
+                                     "examples", "reference"),
+                        "--port", "0", "--tls-port", "0", "--quic-port", "0",
+                        "--cert", c, "--key", k, "--processes", "2"],
+                       stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=20)
+    check(p.returncode != 0, "the server started")
+    check(b"a QUIC listener's connections are routed within one process"
+          in p.stderr, "no log line: %r" % p.stderr[-300:])
+
+
 @suite.case(timeout=30)
 def balance_bad_value_refused():
     """A balance that is no TERN_BALANCE_* value is refused by
