@@ -18,6 +18,17 @@ spread over them, from the best source each server has:
   h2o     no per-thread request count: the CPU time of each thread
           (/proc/PID/task/TID/stat) over the window, a proxy
 
+Across processes (tern-procs, tern-procs-kernel: reference --processes 2
+--workers 1, with --balance least or kernel; balance-keepalive and
+balance-churn only): each process x worker is one of the 2 "workers", its
+figures from the tern_process_worker_* families of /metrics (every worker
+of every process, whichever process answers): tern_process_worker_
+open_connections half-way through, tern_process_worker_connections_total
+over the window.  The tern_worker_* families give the answering process's
+own workers only, so requests per worker are not given across processes.
+The server is stopped with SIGTERM to the first process (which stops the
+others); a process of its group left after that is killed and reported.
+
 balance-keepalive: wrk -t1 -c64 on GET /.  balance-churn: churn -c16 (a new
 connection per request, Connection: close).  balance-stall: h1rate at a
 fixed rate over 64 connections, twice on the same server: first every
@@ -46,7 +57,11 @@ STALL_RATE = 1000  # req/s offered by h1rate in both runs of balance-stall
 # the servers of the balance rows, and where their per-worker figures come
 # from
 SERVERS = ("tern-least", "tern-kernel", "tern-reuseport", "nginx",
-           "nginx-reuseport", "h2o")
+           "nginx-reuseport", "h2o", "tern-procs", "tern-procs-kernel")
+# process mode: 2 processes of 1 worker each (not on balance-stall)
+PROC_SERVERS = ("tern-procs", "tern-procs-kernel")
+PROC_SCENARIOS = ("balance-keepalive", "balance-churn")
+PROC_SOURCE = "tern /metrics, tern_process_worker_* (process x worker)"
 SOURCE = {"tern": "tern /metrics",
           "nginx": "access log ($pid) and ss -p",
           "h2o": "thread CPU time (/proc), a proxy"}
@@ -54,6 +69,12 @@ NGINX_LOG_FORMAT = "balance '$pid $msec $connection'"
 
 METRIC_RE = re.compile(
     r'^(tern_worker_[a-z_]+)\{worker="(\d+)"\} (\S+)\s*$', re.M)
+# process mode: every worker of every process; the key "pP.wW"
+PROC_METRIC_RE = re.compile(
+    r'^(tern_process_worker_[a-z_]+)\{process="(\d+)",worker="(\d+)"\} '
+    r'(\S+)\s*$', re.M)
+PROC_OPEN = "tern_process_worker_open_connections"
+PROC_TAKEN = "tern_process_worker_connections_total"
 SS_PID_RE = re.compile(r"pid=(\d+),")
 
 
@@ -64,16 +85,19 @@ class TernScraper:
     """A keep-alive connection to tern's /metrics, opened while the server
     is idle, so that the worker holding it is the one that shows one open
     connection; that connection, and the requests of the scrapes made on
-    it, are taken out of that worker's figures."""
+    it, are taken out of that worker's figures.  procs: process mode,
+    the tern_process_worker_* families, keyed "pP.wW" (no requests)."""
 
-    def __init__(self, port, timeout=5.0):
+    def __init__(self, port, timeout=5.0, procs=False):
+        self.procs = procs
+        self.open_name = PROC_OPEN if procs else "tern_worker_open_connections"
         self.conn = h1client.Conn(port)
         deadline = time.monotonic() + timeout
         while True:
             # until ours is the only connection (the warm-up's, or the
             # last run's, may still be closing)
             m = self._parse(self.conn.get("/metrics"))
-            open_ = m.get("tern_worker_open_connections", {})
+            open_ = m.get(self.open_name, {})
             mine = [w for w, v in open_.items() if v >= 1]
             if sum(open_.values()) == 1 and len(mine) == 1:
                 break
@@ -89,13 +113,20 @@ class TernScraper:
         # once answered, so each but the last falls in the window
         self.scrapes = 1
 
-    @staticmethod
-    def _parse(resp):
+    def _parse(self, resp):
         status, _, body = resp
         if status != 200:
             raise BenchError("GET /metrics returned %d" % status)
         out = {}
-        for name, w, v in METRIC_RE.findall(body.decode("utf-8", "replace")):
+        text = body.decode("utf-8", "replace")
+        if self.procs:
+            for name, p, w, v in PROC_METRIC_RE.findall(text):
+                out.setdefault(name, {})["p%s.w%s" % (p, w)] = float(v)
+            if PROC_TAKEN not in out:
+                raise BenchError("/metrics has no %s (not in process mode?)"
+                                 % PROC_TAKEN)
+            return out
+        for name, w, v in METRIC_RE.findall(text):
             out.setdefault(name, {})[int(w)] = float(v)
         if "tern_worker_requests_total" not in out:
             raise BenchError("/metrics has no tern_worker_requests_total")
@@ -108,7 +139,7 @@ class TernScraper:
 
     def open_now(self):
         """Open connections per worker, ours taken out."""
-        o = dict(self.get()["tern_worker_open_connections"])
+        o = dict(self.get()[self.open_name])
         o[self.worker] -= 1
         return o
 
@@ -289,8 +320,10 @@ def _load(args, workdir, srv, sc, duration, warmup=0, alt=False):
 def measure(args, workdir, srv, kind, sc, row):
     """One balance row on a started server (kind: tern, nginx or h2o) that
     passed its check."""
+    procs = srv.name in PROC_SERVERS
     row["bal_source"] = ("access log ($pid)" if kind == "nginx" and
-                         sc.per == "connection" else SOURCE[kind])
+                         sc.per == "connection" else
+                         PROC_SOURCE if procs else SOURCE[kind])
     row["workers"] = WORKERS
     if sc.name == "balance-stall":
         status, _, body = h1client.fetch(srv.port, "/stall?ms=1")
@@ -315,7 +348,7 @@ def measure(args, workdir, srv, kind, sc, row):
                                    "%d non-2xx, %d dropped" % (
                                        base["errors"], base["non2xx"],
                                        base.get("dropped") or 0))
-    scraper = TernScraper(srv.port) if kind == "tern" else None
+    scraper = TernScraper(srv.port, procs=procs) if kind == "tern" else None
     pids = srv.pids()
     c0 = common.cpu_ticks(pids)
     th0 = thread_ticks(srv.proc.pid) if kind == "h2o" else None
@@ -378,7 +411,27 @@ def measure(args, workdir, srv, kind, sc, row):
             row["notes"].append("%d stall requests unanswered at the end"
                                 % j["alt_unfinished"])
     # per worker
-    if kind == "tern":
+    if kind == "tern" and procs:
+        m1 = scraper.get()
+        scraper.close()
+        # our scrape connection was open at m0 and m1: counted in neither
+        # difference
+        taken = _diff(m0, m1, PROC_TAKEN)
+        row["bal_scrape_worker"] = scraper.worker
+        row["bal_processes"] = sorted({k.split(".")[0] for k in taken})
+        if sc.per == "connection":
+            _record(row, "conn", taken)
+            row["server_connections"] = sum(taken.values())
+        else:
+            if mid:
+                _record(row, "conn", mid)
+            row["bal_taken"] = [taken[k] for k in sorted(taken)]
+        row["notes"].append(
+            "process mode: requests per worker are not available across "
+            "processes (tern_worker_requests_total covers the answering "
+            "process's own workers only); the per-worker figures are "
+            "connections (tern_process_worker_*)")
+    elif kind == "tern":
         m1 = scraper.get()
         scraper.close()
         reqs = _diff(m0, m1, "tern_worker_requests_total")
@@ -438,7 +491,7 @@ def measure(args, workdir, srv, kind, sc, row):
             "h2o 2.2.5 has no per-thread request or connection count: the "
             "per-thread figures are CPU time (/proc/PID/task/TID/stat), a "
             "proxy for the requests each thread served")
-    if sc.per == "connection":
+    if sc.per == "connection" or procs:
         share = row.get("bal_conn_ratio")
     else:
         share = row.get("bal_req_ratio")

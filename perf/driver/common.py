@@ -183,6 +183,23 @@ def process_tree(root):
     return out
 
 
+def group_pids(pgid):
+    """The live processes (zombies not counted) of process group pgid."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # rest[0] state, rest[1] ppid, rest[2] pgrp
+        if len(rest) > 2 and rest[0] != "Z" and int(rest[2]) == pgid:
+            out.append(int(name))
+    return sorted(out)
+
+
 def cpu_ticks(pids):
     total = 0
     for pid in pids:

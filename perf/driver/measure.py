@@ -185,6 +185,12 @@ def measure(args, workdir, name, sc, shim):
     finally:
         if srv is not None:
             srv.stop()
+            if srv.strays:
+                row["status"] = "invalid"
+                row["problems"].append(
+                    "%d server process(es) %s still running after SIGTERM "
+                    "to the first one: killed" % (len(srv.strays),
+                                                  srv.strays))
         if db_relay is not None:
             db_relay.stop()
         if redis is not None:

@@ -207,7 +207,13 @@ BALANCE_CAVEATS = [
     "the window, tern_worker_open_connections half-way through), read on "
     "one keep-alive connection of the driver's, opened before the load "
     "while the server is idle so that its worker is known: that "
-    "connection and its scrapes are taken out. nginx runs "
+    "connection and its scrapes are taken out. tern-procs and "
+    "tern-procs-kernel run --processes 2 --workers 1 (--balance least or "
+    "kernel): each process x worker (pP.wW) is a worker, its figures "
+    "from tern_process_worker_open_connections (half-way through) and "
+    "tern_process_worker_connections_total (over the window); requests "
+    "per worker are not available across processes, so they give "
+    "connections only. nginx runs "
     "worker_processes 2 with its default shared listening socket "
     "(accept_mutex off, multi_accept on as in every nginx row) or, as "
     "nginx-reuseport, a socket per worker; its requests per worker are "
@@ -798,7 +804,9 @@ def _bal_rounds(cell, what, fmt="{:,.0f}"):
 def _balance_lines(summary, servers, mine):
     """The balance-* rows: a table per scenario, a line per server, with
     each worker's count and share (worker 0 / worker 1: tern's worker
-    index, nginx's worker processes by pid, h2o's threads by tid)."""
+    index, nginx's worker processes by pid, h2o's threads by tid;
+    tern-procs*: pP.wW, each worker of each process)."""
+    from .balance import PROC_SERVERS
     L = []
     all_servers = servers
     for sc in mine:
@@ -861,6 +869,8 @@ def _balance_lines(summary, servers, mine):
                 cpu, pr = _bal_rounds(c, "bal_cpu", "{:,.0f} ticks")
                 if req == "n/a" and cpu != "n/a":
                     req, rr = "thread CPU: " + cpu, pr
+                elif req == "n/a" and n in PROC_SERVERS:
+                    req = "n/a (not available across processes)"
                 rows.append([n, fmt_cell(c, "rate", ",.0f"),
                              _pair(c, ("lat_p50", ",.0f"), ("lat_p99", ",.0f")),
                              conn, cr, req, rr,

@@ -250,6 +250,8 @@ class Server:
         self.shim_dir = os.path.join(workdir, "shim") if shim else None
         self.proc = None
         self.out_path = os.path.join(workdir, "server.out")
+        self.term_first = False   # stop: SIGTERM to the first process only
+        self.strays = []          # processes left after that SIGTERM
 
     def start(self, cpu):
         env = dict(os.environ if self.env is None else self.env)
@@ -361,8 +363,37 @@ class Server:
 
     def stop(self):
         if self.proc is not None:
+            if self.term_first:
+                self._stop_first()
             common.stop_proc(self.proc)
             self.proc = None
+
+    def _stop_first(self, grace=5.0):
+        """Process mode (tern-procs*): SIGTERM to the first process alone,
+        which stops the others; then wait until no process of its group
+        (start_new_session: the group is the first process's pid) is
+        left.  Any left after grace are named in self.strays (and killed
+        by stop_proc's SIGKILL to the group)."""
+        pgid = self.proc.pid
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while True:
+            # the first process reaped (or still running), then its group
+            if self.proc.poll() is not None:
+                left = common.group_pids(pgid)
+                if not left:
+                    break
+            if time.monotonic() > deadline:
+                left = common.group_pids(pgid)
+                break
+            time.sleep(0.05)
+        self.strays = left
+        if left:
+            log("%s: %d process(es) %s still running %.0f s after SIGTERM to "
+                "the first one: killed" % (self.name, len(left), left, grace))
 
     # -- the allocation shim ------------------------------------------------
 
@@ -580,8 +611,27 @@ SERVERS["nginx-reuseport"] = Spec(
     "nginx-reuseport", "nginx 1.22, 2 workers, a listening socket each "
     "(listen ... reuseport)", "nginx", protocols=H1, only=BALANCE,
     only_why=_BALANCE_ONLY)
+# Across processes: reference --processes 2 --workers 1 (2 processes of
+# one worker each, sharing the listening socket), least connections over
+# all workers of all processes (tern-procs) or each worker accepting from
+# the shared socket (tern-procs-kernel); balance-keepalive and
+# balance-churn only (balance-stall's requests per worker are not
+# available across processes).
+_PROCS_ONLY = ("the process-mode rows measure balance-keepalive and "
+               "balance-churn only: requests per worker are not available "
+               "across processes")
+SERVERS["tern-procs"] = Spec(
+    "tern-procs", "tern, 2 processes of 1 worker, least connections across "
+    "processes (reference --processes 2 --workers 1 --balance least)",
+    "tern", protocols=H1, only=balance.PROC_SCENARIOS, only_why=_PROCS_ONLY)
+SERVERS["tern-procs-kernel"] = Spec(
+    "tern-procs-kernel", "tern, 2 processes of 1 worker, the kernel's choice "
+    "on the shared socket (reference --processes 2 --workers 1 --balance "
+    "kernel)", "tern", protocols=H1, only=balance.PROC_SCENARIOS,
+    only_why=_PROCS_ONLY)
 OPT_IN = ("tern-logged", "nginx-logged", "tern-least", "tern-kernel",
-          "tern-reuseport", "nginx-reuseport")
+          "tern-reuseport", "nginx-reuseport", "tern-procs",
+          "tern-procs-kernel")
 SERVER_ORDER = [n for n in SERVERS if n not in OPT_IN]
 
 # The Python servers (issue 17): tern's Python binding against Python's
@@ -714,8 +764,16 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
     mat = tlsclient.material(workdir) if (tls or quic or kind in (
         "gtlsserver",) or (kind == "nghttpd" and not h2c)) else None
     if kind == "tern":
-        argv = [args.reference, "--port", "0", "--workers", str(workers),
-                "--static", root]
+        procs = name in balance.PROC_SERVERS
+        if procs:
+            # the balance rows' 2 workers as 2 processes of 1 worker
+            argv = [args.reference, "--port", "0", "--processes",
+                    str(workers), "--workers", "1", "--static", root,
+                    "--balance", "kernel" if name.endswith("-kernel")
+                    else "least"]
+        else:
+            argv = [args.reference, "--port", "0", "--workers", str(workers),
+                    "--static", root]
         if name in ("tern-least", "tern-kernel", "tern-reuseport"):
             argv += ["--balance", name.split("-")[1]]
         if max_conns:
@@ -734,9 +792,11 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                      "--metrics"]
         if db:
             argv += ["--redis", db[0]]
-        return Server(name, argv + list(server_args) + extra, sdir, shim=shim,
-                      read_tls_port=tls or quic,
-                      h2c="plain" if h2c else None, read_quic_port=quic)
+        srv = Server(name, argv + list(server_args) + extra, sdir, shim=shim,
+                     read_tls_port=tls or quic,
+                     h2c="plain" if h2c else None, read_quic_port=quic)
+        srv.term_first = procs
+        return srv
     if kind == "gtlsserver":
         docroot = os.path.join(sdir, "htdocs")
         os.makedirs(docroot)
