@@ -54,7 +54,6 @@ int tern__balance_worker_init(tern__worker *w) {
   }
   w->slot = &srv->slots[slot_index(w)];
   atomic_store(&w->slot->stopping, 0);
-  w->recv_fd = -1;
   if (!tern__balance_enabled(srv))
     return 0;
   if (srv->nworkers > 1 &&
@@ -62,9 +61,9 @@ int tern__balance_worker_init(tern__worker *w) {
            tern__malloc(srv, TERN__HANDOFF_CAP * sizeof(*w->handoff))) == NULL)
     return TERN_ENOMEM;
   if (srv->recv_fds != NULL && srv->recv_fds[slot_index(w)] >= 0) {
-    w->recv_fd = srv->recv_fds[slot_index(w)];
-    if (uv_poll_init(w->loop, &w->recv, w->recv_fd) != 0)
+    if (uv_poll_init(w->loop, &w->recv, srv->recv_fds[slot_index(w)]) != 0)
       return TERN_EIO;
+    w->recv_fd = srv->recv_fds[slot_index(w)];
     w->recv.data = w;
     w->handles_open++;
     uv_poll_start(&w->recv, UV_READABLE, on_recv);
@@ -265,8 +264,9 @@ void tern__balance_take(tern__worker *w) {
   } while (n == 32);
 }
 
-/* One message from another process: the socket, or -1 when there is
- * none left (or the pair failed). */
+/* One message from another process: the socket; -2 for a message that
+ * was not ours (dropped); -1 when there is none now; -3 when there will be
+ * none again (every other process closed its end, or the pair failed). */
 static int recv_one(int pair, remote_msg *m) {
   pair_msg p;
   struct cmsghdr *cm;
@@ -277,14 +277,17 @@ static int recv_one(int pair, remote_msg *m) {
   do
     n = recvmsg(pair, &p.mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n <= 0)
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
     return -1;
+  if (n <= 0)
+    return -3;
   cm = CMSG_FIRSTHDR(&p.mh);
   if (cm != NULL && cm->cmsg_level == SOL_SOCKET &&
       cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
     memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-  if (fd >= 0 && n != (ssize_t)sizeof(p.m)) {
-    close(fd);
+  if (fd < 0 || n != (ssize_t)sizeof(p.m)) {
+    if (fd >= 0)
+      close(fd);
     fd = -2; /* not one of ours: dropped, go on */
   }
   *m = p.m;
@@ -305,6 +308,12 @@ static void on_recv(uv_poll_t *h, int status, int events) {
     int fd = recv_one(w->recv_fd, &m);
     if (fd == -1)
       break;
+    if (fd == -3) {
+      /* No other process is left to hand anything over: an end of file
+       * would keep the pair readable, and the loop spinning. */
+      uv_poll_stop(&w->recv);
+      break;
+    }
     if (fd >= 0)
       taken_in(w, fd, m.adopt, m.cfg);
   }
@@ -324,7 +333,7 @@ void tern__balance_close(tern__worker *w) {
    * as for any connection the stop refuses. (The ring's are closed with
    * the inbox.) */
   if (w->recv_fd >= 0) {
-    while ((fd = recv_one(w->recv_fd, &m)) != -1)
+    while ((fd = recv_one(w->recv_fd, &m)) != -1 && fd != -3)
       if (fd >= 0) {
         close(fd);
         atomic_fetch_sub(&w->slot->incoming, 1);

@@ -65,6 +65,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
 
   w->srv = srv;
   w->id = id;
+  w->recv_fd = -1; /* before anything can fail: the cleanup reads it */
   if (loop != NULL) {
     w->loop = loop;
     w->attached = 1;

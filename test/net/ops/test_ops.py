@@ -843,6 +843,43 @@ def processes_share_the_load():
     suite.note("connections per process: %s" % results)
 
 
+def cpu_ticks(pid):
+    """utime + stime of a process, in clock ticks."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@suite.case(timeout=60)
+def processes_survive_a_dead_one():
+    """Process mode, a child killed (SIGKILL): the first process goes on
+    answering every new connection (a hand-off to the dead one fails and
+    marks it; nothing more is handed to it), and its worker does not spin
+    on the socket pair the dead process held the other end of (it used to
+    poll an end of file forever: a whole core). The first process then
+    exits with a failure, since a child failed."""
+    s = Server("reference", ["--processes", "2", "--workers", "1"])
+    try:
+        owners = owners_of(s.port, 16)
+        eq(len(owners), 2, "both processes answer: %s" % owners)
+        child = [int(p) for p in owners if int(p) != s.proc.pid][0]
+        os.kill(child, signal.SIGKILL)
+        time.sleep(0.2)
+        for i in range(30):
+            r = get(s.port, "/worker", timeout=5)
+            eq(r.status, 200, "connection %d after the kill" % i)
+            eq(int(r.body.split()[1]), s.proc.pid, "answered by the first")
+        time.sleep(0.3)
+        t0 = cpu_ticks(s.proc.pid)
+        time.sleep(1.0)
+        spent = cpu_ticks(s.proc.pid) - t0
+        check(spent < 30, "the first process used %d ticks in 1 s of "
+              "idling: a spinning worker" % spent)
+    finally:
+        rc = s.stop(15)
+    check(rc not in (0, None), "exit status %r with a child killed" % rc)
+
+
 @suite.case(timeout=30)
 def processes_refused_with_quic():
     """A QUIC listener's connections are routed within one process, so
