@@ -11,7 +11,9 @@
  * atomics make those reads defined without costing a locked instruction
  * on the hot path. */
 typedef struct {
-  _Atomic uint64_t requests, connections, active, bytes_in, bytes_out;
+  /* Connections taken in and open are the worker's slot's (taken, active:
+   * lib/core/balance.c), which the other workers read too. */
+  _Atomic uint64_t requests, bytes_in, bytes_out;
   _Atomic uint64_t quic_forwarded, quic_retries, quic_resets, quic_vn,
       quic_refused;
   /* tern_stats version 3 (lib/handler/access.c), by protocol index. */

@@ -30,11 +30,10 @@ void tern__conn_start(tern__conn *c) {
   tern__worker *w = c->w;
   tern__list_append(&w->conns, &c->all_link);
   w->nconns++;
-  TERN__STAT_ADD(w->stats.connections, 1);
-  TERN__STAT_ADD(w->stats.active, 1);
-  /* Its load as the other workers see it (lib/core/balance.c). */
-  atomic_fetch_add_explicit(&w->slot->taken, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&w->slot->active, 1, memory_order_relaxed);
+  /* Counted in the worker's slot, which its stats and the other workers'
+   * balancing (lib/core/balance.c) both read. */
+  TERN__STAT_ADD(w->slot->taken, 1);
+  TERN__STAT_ADD(w->slot->active, 1);
   c->counted_proto = tern__proto_name_index(c->proto->name);
   TERN__STAT_ADD(w->stats.conns[c->counted_proto], 1);
   tern__conn_timer(c, TERN__T_HEAD);
@@ -100,8 +99,7 @@ int tern__conn_admit(tern__conn *c) {
 }
 
 void tern__conn_closed(tern__conn *c) {
-  TERN__STAT_ADD(c->w->stats.active, (uint64_t)-1);
-  atomic_fetch_sub_explicit(&c->w->slot->active, 1, memory_order_relaxed);
+  TERN__STAT_ADD(c->w->slot->active, (uint64_t)-1);
   if (c->admitted) {
     tern__admit_release(c->w->srv->admit, &c->peer);
     c->admitted = 0;

@@ -1035,14 +1035,16 @@ int tern_stop(tern_server *srv, uint32_t deadline_ms) {
  * caller's version's part is copied out (tern__abi_write). */
 #define LOAD(f) atomic_load_explicit(&(f), memory_order_relaxed)
 /* One worker's counters added into st-> */
-static void add_worker(tern_stats *st, const tern__wstats *w) {
+static void add_worker(tern_stats *st, const tern__worker *wk) {
+  const tern__wstats *w = &wk->stats;
+  uint64_t lag;
   unsigned p, k;
   {
     st->requests += atomic_load_explicit(&w->requests, memory_order_relaxed);
-    st->connections +=
-        atomic_load_explicit(&w->connections, memory_order_relaxed);
-    st->active_connections +=
-        atomic_load_explicit(&w->active, memory_order_relaxed);
+    if (wk->slot != NULL) { /* none before the worker started */
+      st->connections += LOAD(wk->slot->taken);
+      st->active_connections += LOAD(wk->slot->active);
+    }
     st->bytes_in += atomic_load_explicit(&w->bytes_in, memory_order_relaxed);
     st->bytes_out += atomic_load_explicit(&w->bytes_out, memory_order_relaxed);
     st->quic_forwarded +=
@@ -1079,8 +1081,9 @@ static void add_worker(tern_stats *st, const tern__wstats *w) {
     st->access_log_lines += LOAD(w->log_lines);
     st->access_log_dropped += LOAD(w->log_dropped);
     st->connections_handed_in += LOAD(w->handed_in);
-    if (LOAD(w->loop_lag) > st->loop_lag_ns)
-      st->loop_lag_ns = LOAD(w->loop_lag);
+    lag = LOAD(w->loop_lag);
+    if (lag > st->loop_lag_ns)
+      st->loop_lag_ns = lag;
   }
 }
 
@@ -1097,7 +1100,7 @@ static int stats_out(const tern_server *srv, tern_stats *out, int worker) {
   memset(&st, 0, sizeof(st));
   for (i = 0; i < srv->nworkers; i++)
     if (worker < 0 || (unsigned)worker == i)
-      add_worker(&st, &srv->workers[i].stats);
+      add_worker(&st, &srv->workers[i]);
   if (worker < 0) {
     st.allocations = atomic_load(&srv->allocs);
     st.bytes_allocated = atomic_load(&srv->alloc_bytes);

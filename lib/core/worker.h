@@ -74,7 +74,8 @@ typedef struct {
 /* A worker's load, as every worker of every process sees it
  * (lib/core/balance.c): in shared memory across tern_server_fork. */
 typedef struct {
-  _Atomic uint64_t active;      /* open connections (its stats.active) */
+  _Atomic uint64_t active;      /* open connections (the worker's alone
+                                   writes these two: TERN__STAT_ADD) */
   _Atomic uint64_t taken;       /* connections taken in so far */
   _Atomic uint32_t incoming;    /* handed to it, not yet taken in */
   _Atomic uint32_t stopping;    /* its loop is ending: hand it nothing */

@@ -79,7 +79,7 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
   }
   s->io.data = s;
   if (w->stopping ||
-      atomic_load_explicit(&w->stats.active, memory_order_relaxed) >=
+      atomic_load_explicit(&w->slot->active, memory_order_relaxed) >=
           w->max_conns) {
     reject(s);
     return;
