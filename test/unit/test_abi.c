@@ -538,41 +538,25 @@ static void test_route_options_v1(void) {
 
 /* ---- tern_stats ------------------------------------------------------ */
 
+/* A struct with 32 bytes after it, to see that nothing is written past
+ * the caller's version. */
+#define PADDED(T)                                                              \
+  union {                                                                      \
+    T s;                                                                       \
+    unsigned char b[sizeof(T) + 32];                                           \
+  }
+
 static void test_stats(void) {
   settings_v1 s;
   tern_server *srv = NULL;
-  union {
-    stats_v1 s;
-    unsigned char b[sizeof(stats_v1) + 32];
-  } v1;
-  union {
-    stats_short s;
-    unsigned char b[sizeof(stats_short) + 32];
-  } sh;
-  union {
-    stats_v2 s;
-    unsigned char b[sizeof(stats_v2) + 32];
-  } v2;
-  union {
-    stats_v3 s;
-    unsigned char b[sizeof(stats_v3) + 32];
-  } v3;
-  union {
-    stats_v4 s;
-    unsigned char b[sizeof(stats_v4) + 32];
-  } v4;
-  union {
-    stats_v5 s;
-    unsigned char b[sizeof(stats_v5) + 32];
-  } v5;
-  union {
-    stats_v6 s;
-    unsigned char b[sizeof(stats_v6) + 32];
-  } v6;
-  union {
-    stats_v7 s;
-    unsigned char b[sizeof(stats_v7) + 32];
-  } v7;
+  PADDED(stats_v1) v1;
+  PADDED(stats_short) sh;
+  PADDED(stats_v2) v2;
+  PADDED(stats_v3) v3;
+  PADDED(stats_v4) v4;
+  PADDED(stats_v5) v5;
+  PADDED(stats_v6) v6;
+  PADDED(stats_v7) v7;
   unsigned char ref[sizeof(sh)];
   size_t i;
 
