@@ -919,7 +919,7 @@ void tern_static_handler(tern_request *r, void *user) {
   j->entry = NULL;
   j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
   {
-    size_t al;
+    size_t al = 0;
     const char *ae = tern_request_header(r, "accept-encoding", 15, &al);
     tern__static_accept(ae, al, j->q);
   }

@@ -420,11 +420,14 @@ static int qvalue(const char *p, size_t n) {
 void tern__static_accept(const char *v, size_t len, int q[TERN__ENC_N]) {
   int set[TERN__ENC_N] = {0, 0, 0};
   int star = -1;
-  const char *p = v, *e = v + len;
+  const char *p = v, *e;
   for (int i = 0; i < TERN__ENC_N; i++)
     q[i] = 0;
+  /* No field: `len` is whatever the caller's variable held (the lookup
+   * leaves it untouched), so it is not read. */
   if (v == NULL)
     return;
+  e = v + len;
   while (p < e) {
     const char *tok, *te;
     int qv = 1000, idx = -1;
