@@ -1026,6 +1026,16 @@ TERN_EXTERN const char *tern_request_proxy_tlv(const tern_request *r, int type,
  * non-NULL pointer when there is none. */
 TERN_EXTERN const char *tern_request_body(const tern_request *r, size_t *len);
 
+/* The body's length as the head announced it, known when the handler is
+ * called (streamed or collected): 0 when the request carries no body
+ * (HTTP/1.1 without Content-Length and Transfer-Encoding, or with
+ * Content-Length: 0; HTTP/2 and HTTP/3 HEADERS that end the stream), the
+ * Content-Length otherwise, and -1 when the length is not known ahead
+ * (chunked, or HTTP/2 and HTTP/3 DATA without a Content-Length). A
+ * streaming handler that sees 0 need not wait for TERN_BODY_END. -1 for
+ * r NULL. */
+TERN_EXTERN int64_t tern_request_body_length(const tern_request *r);
+
 /* Trailer fields of a chunked request body (after the body has ended). */
 TERN_EXTERN size_t tern_request_trailer_count(const tern_request *r);
 TERN_EXTERN const tern_header *tern_request_trailer_at(const tern_request *r,
@@ -1575,6 +1585,16 @@ TERN_EXTERN int tern_response_write_ref(tern_request *r, const void *data,
  * them (chunked HTTP/1.1, HTTP/2, HTTP/3; ignored otherwise). */
 TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
+
+/* Finish the request by cutting its response short, started or not, so
+ * that the client can never take what it got for a whole answer (a
+ * handler that failed half way through a streamed body): HTTP/1.1 closes
+ * the connection after the bytes already queued, HTTP/2 and HTTP/3 reset
+ * the stream (INTERNAL_ERROR). A finishing call, from any thread (posted
+ * from others, in order with the response calls). Returns 0,
+ * TERN_ECLOSED (the client was gone already; the request is finished all
+ * the same), TERN_ESTATE (already finished; logged), TERN_EINVAL. */
+TERN_EXTERN int tern_response_abort(tern_request *r);
 
 /* ---------------------------------------------------------------------
  * Serving files (docs/static.md)

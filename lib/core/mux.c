@@ -75,6 +75,9 @@ void tern__mux_route(tern__mux_conn *m, tern__mux_stream *s) {
     tern__mux_answer(m, s, 414, NULL, 0);
     return;
   }
+  r->body_declared = (s->flags & TERN__MS_REMOTE_DONE) ? 0
+                     : s->has_length ? (int64_t)s->content_length
+                                     : -1;
   rc = tern__request_route(r,
                            r->path_len == 1 && r->path[0] == '*' &&
                                r->method_len == 7 &&

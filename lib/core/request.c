@@ -648,6 +648,10 @@ const tern_header *tern_request_trailer_at(const tern_request *r, size_t i) {
   return i < r->ntrailers ? &r->trailers[i] : NULL;
 }
 
+int64_t tern_request_body_length(const tern_request *r) {
+  return r != NULL ? r->body_declared : -1;
+}
+
 const char *tern_request_body(const tern_request *r, size_t *len) {
   if (len != NULL)
     *len = r->body_len;

@@ -102,6 +102,7 @@ struct tern_request {
   /* Body: a view into rbuf, or collected into `body_buf`. */
   const char *body;
   size_t body_len;
+  int64_t body_declared; /* tern_request_body_length */
   char *body_buf;
   size_t body_cap;
   tern_body_fn body_fn;

@@ -25,11 +25,11 @@ static void finish_user(tern_request *r) {
 
 /* ---- The user's side: order checked at call time --------------------- */
 
-enum { CALL_RESPOND, CALL_START, CALL_WRITE, CALL_END };
+enum { CALL_RESPOND, CALL_START, CALL_WRITE, CALL_END, CALL_ABORT };
 
-static const char *const call_names[] = {"tern_respond", "tern_response_start",
-                                         "tern_response_write",
-                                         "tern_response_end"};
+static const char *const call_names[] = {
+    "tern_respond", "tern_response_start", "tern_response_write",
+    "tern_response_end", "tern_response_abort"};
 
 /* The calls after the stop deadline cut the request: start and write
  * report the client gone; the finishing call does too and frees the
@@ -56,12 +56,14 @@ static int cut_call(tern_request *r, int call) {
 static int user_step(tern_request *r, int call) {
   /* Per call: the bits that must be set, those that must be clear, and
    * those it sets. */
-  static const unsigned char need[] = {0, 0, TERN__U_STARTED, TERN__U_STARTED};
-  static const unsigned char clear[] = {TERN__U_STARTED | TERN__U_DONE,
-                                        TERN__U_STARTED | TERN__U_DONE,
-                                        TERN__U_DONE, TERN__U_DONE};
+  static const unsigned char need[] = {0, 0, TERN__U_STARTED, TERN__U_STARTED,
+                                       0};
+  static const unsigned char clear[] = {
+      TERN__U_STARTED | TERN__U_DONE, TERN__U_STARTED | TERN__U_DONE,
+      TERN__U_DONE, TERN__U_DONE, TERN__U_DONE};
   static const unsigned char add[] = {TERN__U_STARTED | TERN__U_DONE,
-                                      TERN__U_STARTED, 0, TERN__U_DONE};
+                                      TERN__U_STARTED, 0, TERN__U_DONE,
+                                      TERN__U_STARTED | TERN__U_DONE};
   unsigned old = atomic_load_explicit(&r->ustate, memory_order_acquire);
   const char *why;
   for (;;) {
@@ -459,7 +461,7 @@ void tern__respond_status_with(tern_request *r, int status, const char *name,
 /* ---- Cross-thread posting ------------------------------------------ */
 
 /* Kinds of posted response calls. */
-enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM, M_FLOW };
+enum { M_RESPOND = 1, M_START, M_WRITE, M_END, M_INTERIM, M_FLOW, M_ABORT };
 
 /* A posted response call: the inbox's header, the call's arguments, then
  * (in the same allocation) its fields and copied bytes. */
@@ -534,7 +536,7 @@ static void free_msg(void *data, void *user) {
 }
 
 static int is_finishing(const resp_msg *m) {
-  return m->type == M_RESPOND || m->type == M_END;
+  return m->type == M_RESPOND || m->type == M_END || m->type == M_ABORT;
 }
 
 /* Post a call and say what it returns: the client may go later, but if
@@ -761,6 +763,16 @@ static int apply_call(resp_msg *m) {
     } else {
       finish_user(r);
     }
+    break;
+  case M_ABORT:
+    if (!held)
+      tern__log(w->srv, TERN_LOG_ERROR,
+                "tern_response_abort from another thread dropped: the "
+                "request was already finished");
+    else if (is_gone(r))
+      finish_user(r);
+    else
+      tern__request_fail(r, 0);
     break;
   }
   return 0;
@@ -996,6 +1008,28 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
     return tern__request_fail(r, rc);
   finish_user(r);
   return 0;
+}
+
+int tern_response_abort(tern_request *r) {
+  resp_msg *m;
+  int rc;
+  if (r == NULL)
+    return TERN_EINVAL;
+  if ((rc = user_step(r, CALL_ABORT)) != 0)
+    return rc;
+  if (tern__on_worker(r->w)) {
+    if (hook_running(r, "tern_response_abort"))
+      return TERN_ESTATE;
+    if (is_gone(r)) {
+      finish_user(r);
+      return TERN_ECLOSED;
+    }
+    return tern__request_fail(r, 0);
+  }
+  m = msg_new(r, M_ABORT, NULL, 0, NULL, 0);
+  if (m == NULL)
+    return no_memory(r);
+  return post(r, m);
 }
 
 int tern_response_end(tern_request *r, const tern_header *trailers,

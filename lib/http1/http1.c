@@ -847,6 +847,10 @@ static void start_request(tern__stream *c, size_t head_len) {
     r->flags |= TERN__RQ_CONTINUE;
   if (h.body == TERN__H1_BODY_CHUNKED)
     tern__h1_chunked_init(&state(r)->dec, srv->s.max_head_size);
+  r->body_declared = h.body == TERN__H1_BODY_NONE ? 0
+                     : h.body == TERN__H1_BODY_LENGTH
+                         ? (int64_t)h.content_length
+                         : -1;
   if (h.body == TERN__H1_BODY_NONE ||
       (h.body == TERN__H1_BODY_LENGTH && h.content_length == 0)) {
     r->flags |= TERN__RQ_BODY_DONE;
@@ -1043,9 +1047,11 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
 
   /* The connection cannot become this request's: it ends after the
    * request (the client said Connection: close, or the server stops), or
-   * another request's body is still arriving. The client's handshake is
-   * then unusable; the caller answers it. */
-  if (c->body_req != NULL || (c->head.flags & TERN__C_CLOSE_AFTER))
+   * another request's body is still arriving (a streaming route's own
+   * empty one, not yet read, is none). The client's handshake is then
+   * unusable; the caller answers it. */
+  if ((c->body_req != NULL && (c->body_req != r || r->body_declared != 0)) ||
+      (c->head.flags & TERN__C_CLOSE_AFTER))
     return TERN_EHANDSHAKE;
   r->flags |= TERN__RQ_TUNNEL;
   rc = h1_start(r, 101, h, n, -1);

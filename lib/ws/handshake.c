@@ -112,7 +112,8 @@ int tern__ws_validate(const tern_request *r, char *accept, size_t *accept_len) {
   if (r->protocol != TERN_PROTO_HTTP11 || r->method_len != 3 ||
       memcmp(r->method, "GET", 3) != 0 ||
       tern__request_upgrade(r) != TERN__UPGRADE_H1 ||
-      !(r->flags & TERN__RQ_BODY_DONE) ||
+      /* A body (a streaming route has not read an empty one yet) */
+      (!(r->flags & TERN__RQ_BODY_DONE) && r->body_declared != 0) ||
       !header_has_token(r, "upgrade", "websocket") ||
       !header_has_token(r, "connection", "upgrade"))
     return 400;

@@ -3,6 +3,7 @@ reference). Nothing here is Python-friendly: tern/__init__.py builds the
 API on top.
 
 The library is found, in order, through $TERN_LIBRARY (a path), the
+library the native module tern._native links (when it is built), the
 build directory of the checkout the package sits in (../../../build, when
 it is used from a checkout), build/libtern.so under the current directory
 (a checkout's root), and the installed libtern.so.0 (the dynamic loader's
@@ -314,6 +315,7 @@ FUNCTIONS = {
     "tern_request_local": (c_int, [_P, c_char_p, c_size_t, _I], "fast"),
     "tern_request_proxy_tlv": (_P, [_P, c_int, _SZ], "fast"),
     "tern_request_body": (_P, [_P, _SZ], "fast"),
+    "tern_request_body_length": (ctypes.c_int64, [_P], "fast"),
     "tern_request_trailer_count": (c_size_t, [_P], "fast"),
     "tern_request_trailer_at": (POINTER(Header), [_P, c_size_t], "fast"),
     "tern_request_read": (c_int, [_P, body_fn, _P], "lib"),
@@ -336,6 +338,7 @@ FUNCTIONS = {
     "tern_response_write_ref": (c_int, [_P, _P, c_size_t, release_fn, _P],
                                 "lib"),
     "tern_response_end": (c_int, [_P, _P, c_size_t], "lib"),
+    "tern_response_abort": (c_int, [_P], "lib"),
     "tern_ws_options_init": (None, [_P], "lib"),
     "tern_ws_options_init_size": (None, [_P, c_size_t], "lib"),
     "tern_ws_is_upgrade": (c_int, [_P], "fast"),
@@ -470,8 +473,17 @@ def _candidates():
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.normpath(os.path.join(here, "..", "..", "..", "build",
-                                         "libtern.so"))]
+    out = []
+    # the library the native module (tern._native) was linked with, so
+    # that one process never holds two copies
+    try:
+        from . import _native
+        if _native.library_path():
+            out.append(_native.library_path())
+    except ImportError:
+        pass
+    out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build",
+                                             "libtern.so")))
     # a checkout's build directory, from its root
     out.append(os.path.join(os.getcwd(), "build", "libtern.so"))
     found = ctypes.util.find_library("tern")
