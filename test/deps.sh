@@ -19,7 +19,7 @@ build=(build-essential meson ninja-build pkg-config
   libuv1-dev libgnutls28-dev libmbedtls-dev libnghttp2-dev zlib1g-dev
   libzstd-dev libbrotli-dev libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev)
 case "$what" in
-demo) pkgs=("${build[@]}" openssl) ;;
+demo) pkgs=("${build[@]}" openssl python3-dev python3-venv) ;;
 # The tests: clang and its runtime for the fuzz targets, the real clients
 # (gtlsclient, from ngtcp2-client, is Debian's HTTP/3 client; gtlsserver,
 # from ngtcp2-server, the reference peer test_h3.py can run against),
@@ -33,13 +33,20 @@ demo) pkgs=("${build[@]}" openssl) ;;
 # (test_haproxy.py, test_fleet.py);
 # the zstd and brotli tools decode compressed answers (test_compress.py);
 # abigail-tools' abidw describes the built library for .ci/abi-check;
-# cmake finds the installed library with find_package (test/packaging).
+# cmake finds the installed library with find_package (test/packaging);
+# python3-dev builds the Python server's native module, which serves the
+# frameworks of test_frameworks.py (FastAPI, Starlette, Quart, Flask,
+# Django) to httpx with HTTP/2 (python3-h2) and asyncio's uvloop; uvicorn,
+# hypercorn, daphne and gunicorn are the peers of perf/'s Python rows.
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
     python3-websockets python3-prometheus-client chromium clang-format
     valgrind libhiredis-dev redis-server python3-pytest python3-venv
-    haproxy zstd brotli abigail-tools cmake)
+    haproxy zstd brotli abigail-tools cmake python3-dev python3-fastapi
+    python3-starlette python3-quart python3-flask python3-django
+    python3-httpx python3-h2 python3-uvloop python3-uvicorn
+    python3-httptools python3-hypercorn python3-daphne gunicorn)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;

@@ -25,7 +25,9 @@ def test_pip_install_into_fresh_venv(tmp_path):
                     ignore=shutil.ignore_patterns("tests", "build",
                                                   "*.egg-info",
                                                   "__pycache__"))
-    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # the copy is outside the checkout: setup.py finds tern.h through it
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               TERN_SOURCE_ROOT=ROOT)
     env.pop("PYTHONPATH", None)
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
                         "--no-build-isolation", str(src)],
@@ -49,6 +51,64 @@ def test_pip_install_into_fresh_venv(tmp_path):
     assert rc == 0
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
                             "import tern; print(tern.__file__)"],
+                           capture_output=True, text=True, env=env,
+                           cwd=str(tmp_path))
+    assert where.stdout.startswith(str(venv)), where
+
+
+def test_pip_install_serves_asgi_with_python_m_tern(tmp_path):
+    """The same install builds the native module: `python -m tern` from
+    the venv serves an ASGI application (no checkout on its path)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                   capture_output=True, timeout=120)
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(ROOT, "bindings", "python"), src,
+                    ignore=shutil.ignore_patterns("tests", "build",
+                                                  "*.egg-info",
+                                                  "__pycache__"))
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               TERN_SOURCE_ROOT=ROOT)
+    for k in ("PYTHONPATH", "TERN_NATIVE"):
+        env.pop(k, None)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
+                        "--no-build-isolation", str(src)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "hi.py").write_text(
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] != 'http':\n"
+        "        return\n"
+        "    await send({'type': 'http.response.start', 'status': 200,\n"
+        "                'headers': [(b'content-type', b'text/plain')]})\n"
+        "    await send({'type': 'http.response.body',\n"
+        "                'body': b'hi over ' + scope['http_version'].encode()})\n")
+    if SANITIZER_PRELOAD:
+        env["LD_PRELOAD"] = SANITIZER_PRELOAD
+    p = subprocess.Popen([str(venv / "bin" / "python"), "-m", "tern", "hi:app",
+                          "--port", "0", "--no-access-log"], env=env,
+                         cwd=str(tmp_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        port = None
+        for _ in range(50):
+            line = p.stderr.readline()
+            m = re.search(rb"serving http on [^:]+:(\d+)", line)
+            if m:
+                port = m.group(1).decode()
+                break
+            if not line:
+                break
+        assert port, "no serving line"
+        with urllib.request.urlopen("http://127.0.0.1:%s/" % port,
+                                    timeout=10) as r:
+            assert r.read() == b"hi over 1.1"
+    finally:
+        p.send_signal(15)
+        rc = p.wait(20)
+    assert rc == 0
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import tern._native as n; print(n.__file__)"],
                            capture_output=True, text=True, env=env,
                            cwd=str(tmp_path))
     assert where.stdout.startswith(str(venv)), where
