@@ -681,8 +681,25 @@ static int format_addr(const tern__addr *a, char *buf, size_t size, int *port) {
     return TERN_EINVAL;
   if (a->family != AF_INET && a->family != AF_INET6)
     return TERN_EIO;
-  if (inet_ntop(a->family, a->addr, buf, (socklen_t)size) == NULL)
+  if (a->family == AF_INET) {
+    /* By hand: glibc's inet_ntop goes through sprintf, which a binding
+     * that asks for both addresses of every request feels. */
+    char *p = buf;
+    int i;
+    for (i = 0; i < 4; i++) {
+      unsigned v = a->addr[i];
+      if (i > 0)
+        *p++ = '.';
+      if (v >= 100)
+        *p++ = (char)('0' + v / 100);
+      if (v >= 10)
+        *p++ = (char)('0' + v / 10 % 10);
+      *p++ = (char)('0' + v % 10);
+    }
+    *p = 0;
+  } else if (inet_ntop(a->family, a->addr, buf, (socklen_t)size) == NULL) {
     return TERN_EIO;
+  }
   if (port != NULL)
     *port = a->port;
   return 0;

@@ -133,6 +133,29 @@ def check(port, path, headers, body, content_type="text/plain"):
         raise BenchError("GET %s returned content-type %r" % (path, ctype))
 
 
+def check_json_list(port, path, items):
+    """Fetch once; raise BenchError unless 200 with a JSON list of `items`
+    entries (application/json): the py-json row's frameworks format their
+    JSON each their own way."""
+    import json
+    try:
+        status, hdrs, got = fetch(port, path)
+    except OSError as e:
+        raise BenchError("GET %s: %s" % (path, e))
+    if status != 200:
+        raise BenchError("GET %s returned status %d" % (path, status))
+    try:
+        n = len(json.loads(got))
+    except ValueError:
+        raise BenchError("GET %s returned no JSON: %r" % (path, got[:80]))
+    if n != items:
+        raise BenchError("GET %s returned %d items, expected %d" % (
+            path, n, items))
+    if not hdrs.get("content-type", "").startswith("application/json"):
+        raise BenchError("GET %s returned content-type %r" % (
+            path, hdrs.get("content-type")))
+
+
 def wait_answering(port, proc, timeout=15.0):
     deadline = time.monotonic() + timeout
     last = None

@@ -163,6 +163,8 @@ def measure(args, workdir, name, sc, shim):
             elif sc.protocol == "ws":
                 row["check"] = wsclient.check(srv.port, sc.path, sc.ws_deflate,
                                               sc.ws_size)
+            elif getattr(sc, "json_items", None):
+                h1client.check_json_list(srv.port, sc.path, sc.json_items)
             else:
                 h1client.check(srv.port, sc.path, sc.headers, sc.body)
         except BenchError as e:
@@ -374,7 +376,11 @@ def _run_load(args, workdir, srv, sc, duration, warmup_phase):
 
 
 def _measure_load(args, workdir, srv, sc, row):
-    is_tern = srv.name.startswith("tern")
+    # tern's counters come from /stats on its cleartext port; a server of
+    # tern's without one (the Python server on TLS alone) is measured like
+    # a peer, by the shim.
+    is_tern = srv.name.startswith("tern") and srv.plain and \
+        srv.port is not None
     h2 = sc.load == "h2load"
     ws = sc.load == "wsload"
     h3 = sc.load == "h3load"

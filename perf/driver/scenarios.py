@@ -244,6 +244,20 @@ add(Scenario("h2-get", "h2", "h2load",
                     M["shim_bytes_per_req"]),
              summary="Target: tern >= 1.2 x h2o; under 256 bytes allocated "
                      "per request."))
+# The Python app servers' framework row (perf/driver/servers.py, the
+# tern-asgi, tern-wsgi, uvicorn, ... rows): a FastAPI endpoint (Flask on
+# the WSGI servers) returning a 20-item JSON list, over 64 keep-alive
+# connections. Most of the CPU is the framework's: the server's share is
+# what the rows differ by.
+add(Scenario("py-json", "h1", "wrk",
+             "GET /json: a FastAPI (ASGI) or Flask (WSGI) endpoint returning "
+             "20 items as JSON, 64 connections (wrk -t1 -c64)", path="/json",
+             body=None,
+             chart=(M["rate"], M["cpu_us_per_req"], M["lat_p99"]),
+             summary="Target: tern-asgi >= 1.3 x uvicorn."))
+REGISTRY["py-json"].json_items = 20
+REGISTRY["py-json"].python_only = ("a Python framework's row: the Python "
+                                   "app servers only")
 add(Scenario("h2-get-browser", "h2", "h2load",
              "as h2-get with a 16-field Chrome-like request head "
              "(h2load -c8 -m32 -H ...)", tls=True, clients=8, streams=32,

@@ -496,6 +496,9 @@ def not_applicable(name, sc):
         return spec.only_why
     if getattr(sc, "tern_only", None) and spec.kind != "tern":
         return sc.tern_only
+    if getattr(sc, "python_only", None) and spec.kind not in ("pyapp",
+                                                              "python"):
+        return sc.python_only
     return None
 
 
@@ -664,6 +667,54 @@ SERVERS["http.server"] = Spec(
     "http.server", "Python http.server (ThreadingHTTPServer, HTTP/1.1)",
     "python", protocols=("h1",), only=("h1-get",), only_why=_PY_ONLY,
     why_not={"h2": _PY_NO_H2, "h1-tls": _PY_ONLY})
+# tern's Python server (python -m tern, issue 31) against the Python
+# servers of ASGI and WSGI applications, each one process on the same app
+# (perf/peers/python/asgi_peer.py, wsgi_peer.py):
+#   perf/perf compare --servers tern-asgi,tern-wsgi,uvicorn,hypercorn,\
+#       daphne,gunicorn,gunicorn-gthread \
+#       --scenarios h1-get,h2-get,ws-echo,py-json
+_APP_ONLY = ("the Python app servers are measured on h1-get, h2-get, "
+             "ws-echo and py-json")
+_APP_SCEN = ("h1-get", "h2-get", "ws-echo", "py-json")
+_NO_WS = "it serves WSGI: no WebSocket"
+APP_SERVERS = {
+    # name: (interface, module argv builder key)
+    "tern-asgi": "asgi", "tern-wsgi": "wsgi", "hypercorn": "asgi",
+    "daphne": "asgi", "gunicorn": "wsgi", "gunicorn-gthread": "wsgi"}
+SERVERS["tern-asgi"] = Spec(
+    "tern-asgi", "tern's Python server, ASGI (python -m tern, native "
+    "module, 1 process, uvloop)", "pyapp", protocols=("h1", "h2", "ws"),
+    only=_APP_SCEN, only_why=_APP_ONLY)
+SERVERS["tern-wsgi"] = Spec(
+    "tern-wsgi", "tern's Python server, WSGI inline on the worker "
+    "(python -m tern --interface wsgi, 1 process)", "pyapp",
+    protocols=("h1", "h2"), only=_APP_SCEN, only_why=_APP_ONLY,
+    why_not={"ws": _NO_WS})
+SERVERS["hypercorn"] = Spec(
+    "hypercorn", "hypercorn 0.13 (asyncio, 1 process; HTTP/2 over TLS)",
+    "pyapp", protocols=("h1", "h2", "ws"), only=_APP_SCEN,
+    only_why=_APP_ONLY)
+SERVERS["daphne"] = Spec(
+    "daphne", "daphne 4.0 (Twisted, 1 process)", "pyapp",
+    protocols=("h1", "ws"), only=_APP_SCEN, only_why=_APP_ONLY,
+    why_not={"h2": _PY_NO_H2})
+SERVERS["gunicorn"] = Spec(
+    "gunicorn", "gunicorn 20.1, sync worker (1 process)", "pyapp",
+    protocols=("h1",), only=_APP_SCEN, only_why=_APP_ONLY,
+    why_not={"h2": _PY_NO_H2, "ws": _NO_WS})
+SERVERS["gunicorn-gthread"] = Spec(
+    "gunicorn-gthread", "gunicorn 20.1, gthread worker (1 process, 4 "
+    "threads)", "pyapp", protocols=("h1",), only=_APP_SCEN,
+    only_why=_APP_ONLY, why_not={"h2": _PY_NO_H2, "ws": _NO_WS})
+# uvicorn serves the same ASGI app (its WebSocket through the websockets
+# package) and joins the py-json and ws-echo rows.
+SERVERS["uvicorn"].protocols = {"h1", "ws"}
+SERVERS["uvicorn"].only = set(_APP_SCEN)
+SERVERS["uvicorn"].only_why = _APP_ONLY
+SERVERS["uvicorn"].label = ("uvicorn 0.17 (uvloop, httptools, 1 process; "
+                            "the same ASGI app)")
+OPT_IN += tuple(APP_SERVERS)
+SERVER_ORDER = [n for n in SERVERS if n not in OPT_IN]
 PYTHON_SERVERS = list(PYTHON_SCRIPTS)
 
 PEER_BINARIES = {"libh2o": "libh2o_hello", "mhd": "mhd_hello",
@@ -697,6 +748,17 @@ def available(args, name):
     if kind == "gtlsserver":
         return None if shutil.which(args.gtlsserver) else (
             "gtlsserver not installed (apt-get install ngtcp2-server)")
+    if kind == "pyapp":
+        if not os.access(PYTHON, os.X_OK):
+            return "%s missing" % PYTHON
+        if name.startswith("tern-"):
+            return None if native_module(args) else (
+                "the native module is not built (python3-dev missing?)")
+        mod = {"hypercorn": "hypercorn", "daphne": "daphne"}.get(
+            name, "gunicorn")
+        if common.cmd_output([PYTHON, "-c", "import " + mod])[0]:
+            return "%s not installed (perf/perf setup)" % mod
+        return None
     if kind == "python":
         if not os.access(PYTHON, os.X_OK):
             return "%s missing" % PYTHON
@@ -723,6 +785,56 @@ GTLSSERVER_FILES = NGHTTPD_FILES
 # tern's maxima (its defaults, 6 MiB each, would cap a 16 MiB upload
 # sooner than tern's)
 GTLSSERVER_WINDOWS = ("--max-stream-window=8M", "--max-window=16M")
+
+
+def native_module(args):
+    """The native module of tern's Python server in the build, or None."""
+    import glob
+    build = os.path.dirname(os.path.abspath(tern_library(args)))
+    found = glob.glob(os.path.join(build, "_native.cpython-*.so"))
+    return found[0] if found else None
+
+
+def pyapp_server(name, args, sdir, shim, tls, mat):
+    """A Python app server of the rows above on the shared app, on a port
+    of its own: cleartext, or TLS (HTTP/2 by ALPN) when tls."""
+    peers = os.path.join(common.REPO, "perf", "peers", "python")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=peers)
+    port = common.free_port()
+    app = ("asgi_peer:app" if APP_SERVERS[name] == "asgi" or
+           name == "uvicorn" else "wsgi_peer:app")
+    if name.startswith("tern-"):
+        env["TERN_NATIVE"] = native_module(args)
+        env["TERN_LIBRARY"] = tern_library(args)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [peers, os.path.join(common.REPO, "bindings", "python")])
+        argv = [PYTHON, "-m", "tern", app, "--host", "127.0.0.1", "--port",
+                str(port), "--no-access-log", "--log-level", "warning",
+                "--interface", APP_SERVERS[name], "--stats-path", "/stats"]
+        if tls:
+            argv += ["--ssl-certfile", mat["cert"], "--ssl-keyfile",
+                     mat["key"]]
+    elif name == "hypercorn":
+        argv = [PYTHON, "-m", "hypercorn", "--bind", "127.0.0.1:%d" % port,
+                "--workers", "1", "--log-level", "warning", "--backlog",
+                "4096"]
+        if tls:
+            argv += ["--certfile", mat["cert"], "--keyfile", mat["key"]]
+        argv.append(app)
+    elif name == "daphne":
+        argv = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                "-v", "0", app]
+    else:  # gunicorn, gunicorn-gthread
+        argv = [PYTHON, "-m", "gunicorn", "--bind", "127.0.0.1:%d" % port,
+                "--workers", "1", "--log-level", "warning", "--backlog",
+                "4096", "--keep-alive", "75"]
+        if name == "gunicorn-gthread":
+            argv += ["--worker-class", "gthread", "--threads", "4"]
+        argv.append(app)
+    if tls:
+        return Server(name, argv, sdir, shim=shim, env=env, tls_port=port,
+                      plain=False)
+    return Server(name, argv, sdir, port=port, shim=shim, env=env)
 
 
 def tern_library(args):
@@ -827,6 +939,8 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                       shim=shim, tls_port=tport, plain=False)
     if kind == "floor":
         return Server(name, [args.floor, "--port", "0"] + extra, sdir, shim=shim)
+    if kind == "pyapp":
+        return pyapp_server(name, args, sdir, shim, tls, mat)
     if kind == "python":
         script = os.path.join(common.REPO, "perf", "peers", "python",
                               PYTHON_SCRIPTS[name])

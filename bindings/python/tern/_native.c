@@ -55,6 +55,8 @@ static PyObject *s_http_response_start, *s_http_response_body,
     *s_ws_accept, *s_ws_close, *s_ws_http_response_start,
     *s_http_response_body_ws;
 
+static PyObject *x_ws_denial, *x_trailers, *x_early_hint, *x_pathsend,
+    *x_zerocopysend;
 static PyObject *v_http, *v_websocket, *v_asgi_info, *v_asgi_ws, *v_http_s,
     *v_https_s, *v_ws_s, *v_wss_s, *v_v10, *v_v11, *v_v2, *v_v3, *v_empty_bytes;
 
@@ -156,7 +158,6 @@ typedef struct {
   int iface;
   PyObject *state;     /* lifespan state (a dict), or NULL */
   PyObject *root_path; /* str */
-  PyObject *tasks;     /* set of live application tasks */
   PyObject *on_error;  /* callable(kind, exc) for the log */
   PyObject *forwarded; /* trusted proxies (frozenset of str), or NULL */
   int trust_all;       /* "*" among them */
@@ -166,6 +167,11 @@ typedef struct {
   tern_tls *tls;
   PyObject *on_log;       /* callable(level, text) for tern's log lines */
   PyObject *file_wrapper; /* WSGI's wsgi.file_wrapper (a type) */
+  PyObject *local;        /* the last scope["server"] tuple */
+  char stats_path[64];    /* answered with tern's counters ("": none) */
+  size_t stats_path_len;
+  char local_text[64];
+  int local_port;
 } ServerObject;
 
 static PyTypeObject ServerType;
@@ -330,9 +336,8 @@ static int Server_init(ServerObject *s, PyObject *args, PyObject *kw) {
     Py_INCREF(on_log);
     Py_XSETREF(s->on_log, on_log);
   }
-  s->tasks = PySet_New(NULL);
   s->root_path = PyUnicode_FromString("");
-  if (s->tasks == NULL || s->root_path == NULL)
+  if (s->root_path == NULL)
     return -1;
   tern_settings_init(&st);
   st.workers = 1;
@@ -391,7 +396,6 @@ static int Server_traverse(ServerObject *s, visitproc visit, void *arg) {
   Py_VISIT(s->app);
   Py_VISIT(s->state);
   Py_VISIT(s->root_path);
-  Py_VISIT(s->tasks);
   Py_VISIT(s->on_error);
   Py_VISIT(s->forwarded);
   Py_VISIT(s->on_log);
@@ -412,11 +416,11 @@ static int Server_clear(ServerObject *s) {
   Py_CLEAR(s->app);
   Py_CLEAR(s->state);
   Py_CLEAR(s->root_path);
-  Py_CLEAR(s->tasks);
   Py_CLEAR(s->on_error);
   Py_CLEAR(s->forwarded);
   Py_CLEAR(s->on_log);
   Py_CLEAR(s->file_wrapper);
+  Py_CLEAR(s->local);
   return 0;
 }
 
@@ -562,14 +566,28 @@ static PyObject *Server_configure(ServerObject *s, PyObject *args,
                           "forwarded_allow",
                           "limit_concurrency",
                           "file_wrapper",
+                          "stats_path",
                           NULL};
+  const char *stats_path = NULL;
   PyObject *app, *state = Py_None, *root = NULL, *on_error = Py_None,
                  *fwd = Py_None, *fw = Py_None;
   const char *iface = "asgi";
   long limit = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sOUOOlO", names, &app, &iface,
-                                   &state, &root, &on_error, &fwd, &limit, &fw))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sOUOOlOz", names, &app, &iface,
+                                   &state, &root, &on_error, &fwd, &limit, &fw,
+                                   &stats_path))
     return NULL;
+  s->stats_path_len = 0;
+  if (stats_path != NULL) {
+    size_t n = strlen(stats_path);
+    if (n == 0 || n >= sizeof(s->stats_path) || stats_path[0] != '/') {
+      PyErr_SetString(PyExc_ValueError, "stats_path: a path of 1 to 63 "
+                                        "bytes starting with /");
+      return NULL;
+    }
+    memcpy(s->stats_path, stats_path, n);
+    s->stats_path_len = n;
+  }
   if (fw != Py_None) {
     if (!PyType_Check(fw)) {
       PyErr_SetString(PyExc_TypeError, "file_wrapper must be a type");
@@ -744,12 +762,6 @@ static PyMethodDef Server_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef Server_members[] = {
-    {"tasks", T_OBJECT, offsetof(ServerObject, tasks), READONLY,
-     "the application tasks alive"},
-    {NULL, 0, 0, 0, NULL},
-};
-
 static PyTypeObject ServerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tern._native.Server",
     .tp_basicsize = sizeof(ServerObject),
@@ -758,7 +770,6 @@ static PyTypeObject ServerType = {
     .tp_traverse = (traverseproc)Server_traverse,
     .tp_clear = (inquiry)Server_clear,
     .tp_methods = Server_methods,
-    .tp_members = Server_members,
     .tp_init = (initproc)Server_init,
     .tp_new = PyType_GenericNew,
     .tp_doc = "tern's server for ASGI and WSGI applications.",
@@ -2176,29 +2187,12 @@ static PyObject *Conn_send(ConnObject *c, PyObject *msg) {
   return http_send(c, msg);
 }
 
-/* The application's task ended: a response it did not finish is
- * finished here (500 when nothing was sent, cut short otherwise). */
-static PyObject *Conn_done(ConnObject *c, PyObject *task) {
-  PyObject *exc = NULL;
+/* The application's coroutine ended: a response it did not finish is
+ * finished here (500 when nothing was sent, cut short otherwise). `exc`
+ * (borrowed) is what it raised, if anything. */
+static void app_ended(ConnObject *c, PyObject *exc, int cancelled) {
   ServerObject *s = c->server;
-  int cancelled = 0;
   c->flags |= C_APP_DONE;
-  if (task != Py_None) {
-    PyObject *cn = PyObject_CallMethodNoArgs(task, s_cancelled);
-    if (cn == NULL)
-      return NULL;
-    cancelled = cn == Py_True;
-    Py_DECREF(cn);
-    if (!cancelled) {
-      exc = PyObject_CallMethodNoArgs(task, s_exception);
-      if (exc == NULL)
-        return NULL;
-      if (exc == Py_None)
-        Py_CLEAR(exc);
-    }
-    if (s->tasks != NULL)
-      PySet_Discard(s->tasks, task);
-  }
   if (exc != NULL && s->on_error != NULL) {
     PyObject *rc = PyObject_CallFunction(s->on_error, "sO", "application", exc);
     if (rc == NULL)
@@ -2232,18 +2226,19 @@ static PyObject *Conn_done(ConnObject *c, PyObject *task) {
       finished(c);
     }
   }
-  Py_XDECREF(exc);
   conn_maybe_release(c);
-  Py_RETURN_NONE;
 }
+
+static PyMethodDef receive_def = {"receive", (PyCFunction)Conn_receive,
+                                  METH_NOARGS, "ASGI receive()."};
+static PyMethodDef send_def = {"send", (PyCFunction)Conn_send, METH_O,
+                               "ASGI send(message)."};
 
 static PyMethodDef Conn_methods[] = {
     {"receive", (PyCFunction)Conn_receive, METH_NOARGS,
      "ASGI receive(): an awaitable of the next message."},
     {"send", (PyCFunction)Conn_send, METH_O,
      "ASGI send(message): an awaitable."},
-    {"done", (PyCFunction)Conn_done, METH_O,
-     "The application's task ended (its done callback)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2257,6 +2252,197 @@ static PyTypeObject ConnType = {
     .tp_methods = Conn_methods,
     .tp_doc = "One request or WebSocket of the application.",
 };
+
+/* ---- Runner: the application's coroutine, as its task sees it -------- */
+
+/* The task steps the Runner, the Runner steps the application: when the
+ * application returns or raises, the Runner finishes the request on the
+ * spot, so no done callback, no set of tasks and no lookup of the task's
+ * result are needed per request. An exception is reported (logged) and
+ * not passed on: nobody awaits the task. Cancellation is passed on. */
+typedef struct {
+  PyObject_HEAD PyObject *it; /* the coroutine (or its __await__ iterator) */
+  ConnObject *conn;           /* until the end */
+} RunnerObject;
+
+static PyTypeObject RunnerType;
+static PyObject *cancelled_error, *task_type, *task_kwnames, *s_task_name;
+
+static void Runner_dealloc(RunnerObject *r) {
+  PyObject_GC_UnTrack(r);
+  Py_CLEAR(r->it);
+  Py_CLEAR(r->conn);
+  Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static int Runner_traverse(RunnerObject *r, visitproc visit, void *arg) {
+  Py_VISIT(r->it);
+  Py_VISIT(r->conn);
+  return 0;
+}
+
+static void runner_end(RunnerObject *r, PyObject *exc, int cancelled) {
+  ConnObject *c = r->conn;
+  if (c == NULL)
+    return;
+  r->conn = NULL;
+  app_ended(c, exc, cancelled);
+  Py_DECREF(c);
+}
+
+/* After a step: a value yielded goes to the task; the end finishes. */
+static PyObject *runner_after(RunnerObject *r, PySendResult res,
+                              PyObject *out) {
+  PyObject *type, *value, *tb;
+  int cancelled;
+  if (res == PYGEN_NEXT)
+    return out;
+  if (res == PYGEN_RETURN) {
+    Py_DECREF(out);
+    runner_end(r, NULL, 0);
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+  }
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != NULL && value != NULL)
+    PyException_SetTraceback(value, tb);
+  cancelled = cancelled_error != NULL && value != NULL &&
+              PyErr_GivenExceptionMatches(value, cancelled_error);
+  runner_end(r, cancelled ? NULL : value, cancelled);
+  if (cancelled) {
+    PyErr_Restore(type, value, tb);
+    return NULL;
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  if (PyErr_Occurred())
+    report(NULL, "application");
+  PyErr_SetNone(PyExc_StopIteration);
+  return NULL;
+}
+
+static PyObject *Runner_send(RunnerObject *r, PyObject *value) {
+  PyObject *out = NULL;
+  PySendResult res;
+  if (r->it == NULL) {
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+  }
+  res = PyIter_Send(r->it, value, &out);
+  return runner_after(r, res, out);
+}
+
+static PyObject *Runner_next(RunnerObject *r) {
+  return Runner_send(r, Py_None);
+}
+
+static PySendResult Runner_am_send(PyObject *self, PyObject *arg,
+                                   PyObject **result) {
+  RunnerObject *r = (RunnerObject *)self;
+  PyObject *out = Runner_send(r, arg);
+  if (out != NULL) {
+    *result = out;
+    return PYGEN_NEXT;
+  }
+  if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+    PyErr_Clear();
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+  }
+  *result = NULL;
+  return PYGEN_ERROR;
+}
+
+static PyObject *Runner_throw(RunnerObject *r, PyObject *args) {
+  PyObject *meth, *out, *type, *value, *tb;
+  if (r->it == NULL) {
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+  }
+  meth = PyObject_GetAttrString(r->it, "throw");
+  if (meth == NULL)
+    return runner_after(r, PYGEN_ERROR, NULL);
+  out = PyObject_Call(meth, args, NULL);
+  Py_DECREF(meth);
+  if (out != NULL)
+    return runner_after(r, PYGEN_NEXT, out);
+  if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+    PyErr_Fetch(&type, &value, &tb);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return runner_after(r, PYGEN_RETURN, Py_NewRef(Py_None));
+  }
+  return runner_after(r, PYGEN_ERROR, NULL);
+}
+
+static PyObject *Runner_close(RunnerObject *r, PyObject *unused) {
+  PyObject *rc = NULL;
+  (void)unused;
+  if (r->it != NULL && PyObject_HasAttrString(r->it, "close"))
+    rc = PyObject_CallMethod(r->it, "close", NULL);
+  else
+    rc = Py_NewRef(Py_None);
+  runner_end(r, NULL, 1);
+  return rc;
+}
+
+static PyObject *Runner_await(PyObject *self) {
+  return Py_NewRef(self);
+}
+
+static PyMethodDef Runner_methods[] = {
+    {"send", (PyCFunction)Runner_send, METH_O, "Step the application."},
+    {"throw", (PyCFunction)Runner_throw, METH_VARARGS,
+     "Throw into the application."},
+    {"close", (PyCFunction)Runner_close, METH_NOARGS,
+     "Close the application's coroutine."},
+    {"__await__", (PyCFunction)(void (*)(void))Runner_await, METH_NOARGS,
+     "Itself."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods Runner_async = {
+    .am_await = Runner_await,
+    .am_send = Runner_am_send,
+};
+
+static PyTypeObject RunnerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tern._native.Runner",
+    .tp_basicsize = sizeof(RunnerObject),
+    .tp_dealloc = (destructor)Runner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Runner_traverse,
+    .tp_as_async = &Runner_async,
+    .tp_iter = Runner_await,
+    .tp_iternext = (iternextfunc)Runner_next,
+    .tp_methods = Runner_methods,
+    .tp_doc = "The application's coroutine under its task.",
+};
+
+static PyObject *runner_new(ConnObject *c, PyObject *coro) {
+  RunnerObject *r;
+  PyObject *it;
+  if (PyCoro_CheckExact(coro) || PyGen_CheckExact(coro)) {
+    it = Py_NewRef(coro);
+  } else {
+    /* Any other awaitable: its __await__ iterator. */
+    it = PyObject_CallMethod(coro, "__await__", NULL);
+    if (it == NULL)
+      return NULL;
+  }
+  r = PyObject_GC_New(RunnerObject, &RunnerType);
+  if (r == NULL) {
+    Py_DECREF(it);
+    return NULL;
+  }
+  r->it = it;
+  r->conn = (ConnObject *)Py_NewRef((PyObject *)c);
+  PyObject_GC_Track(r);
+  return (PyObject *)r;
+}
 
 /* ---- The scope ---------------------------------------------------------- */
 
@@ -2296,7 +2482,27 @@ static PyObject *decode_path(const char *p, size_t n) {
   return out;
 }
 
-static PyObject *address(const tern_request *r, int peer) {
+static PyObject *addr_tuple(const char *text, int port) {
+  PyObject *t = PyTuple_New(2), *a, *p;
+  if (t == NULL)
+    return NULL;
+  a = PyUnicode_DecodeASCII(text, (Py_ssize_t)strlen(text), NULL);
+  p = PyLong_FromLong(port);
+  if (a == NULL || p == NULL) {
+    Py_XDECREF(a);
+    Py_XDECREF(p);
+    Py_DECREF(t);
+    return NULL;
+  }
+  PyTuple_SET_ITEM(t, 0, a);
+  PyTuple_SET_ITEM(t, 1, p);
+  return t;
+}
+
+/* scope["client"] (peer) or scope["server"]: (host, port), or None for a
+ * Unix socket. The server's is the same for most requests: the last one
+ * is kept (a tuple is immutable, so one object serves them all). */
+static PyObject *address(ServerObject *s, const tern_request *r, int peer) {
   char buf[64];
   int port = 0;
   int rc = peer ? tern_request_peer(r, buf, sizeof(buf), &port)
@@ -2304,7 +2510,17 @@ static PyObject *address(const tern_request *r, int peer) {
   if (rc != 0) {
     Py_RETURN_NONE;
   }
-  return Py_BuildValue("(si)", buf, port);
+  if (peer)
+    return addr_tuple(buf, port);
+  if (s->local != NULL && s->local_port == port &&
+      strcmp(s->local_text, buf) == 0)
+    return Py_NewRef(s->local);
+  Py_XSETREF(s->local, addr_tuple(buf, port));
+  if (s->local == NULL)
+    return NULL;
+  s->local_port = port;
+  memcpy(s->local_text, buf, sizeof(buf));
+  return Py_NewRef(s->local);
 }
 
 static int lower_name(const tern_header *h, PyObject **out) {
@@ -2377,8 +2593,8 @@ static int apply_forwarded(ServerObject *s, const tern_request *r,
 }
 
 static PyObject *make_scope(ServerObject *s, tern_request *r, int ws) {
-  PyObject *scope = PyDict_New(), *v = NULL, *headers = NULL, *client = NULL,
-           *scheme;
+  PyObject *scope = _PyDict_NewPresized(16), *v = NULL, *headers = NULL,
+           *client = NULL, *scheme;
   size_t i, n, plen, qlen;
   const char *path, *query, *m;
   int proto, tls;
@@ -2407,7 +2623,7 @@ static PyObject *make_scope(ServerObject *s, tern_request *r, int ws) {
   tls = tern_request_tls(r) > 0;
   scheme = ws ? (tls ? v_wss_s : v_ws_s) : (tls ? v_https_s : v_http_s);
   Py_INCREF(scheme);
-  client = address(r, 1);
+  client = address(s, r, 1);
   if (client == NULL)
     goto fail_scheme;
   if (apply_forwarded(s, r, &client, &scheme, ws) < 0)
@@ -2416,7 +2632,7 @@ static PyObject *make_scope(ServerObject *s, tern_request *r, int ws) {
   Py_CLEAR(scheme);
   SET_BORROWED(k_client, client);
   Py_CLEAR(client);
-  SET(k_server, address(r, 0));
+  SET(k_server, address(s, r, 0));
   if (!ws) {
     m = tern_request_method(r, &n);
     SET(k_method, PyUnicode_DecodeLatin1(m, (Py_ssize_t)n, NULL));
@@ -2516,19 +2732,19 @@ static PyObject *make_scope(ServerObject *s, tern_request *r, int ws) {
       goto fail;
 #define EXT(name)                                                              \
   e = PyDict_New();                                                            \
-  if (e == NULL || PyDict_SetItemString(ext, name, e) < 0) {                   \
+  if (e == NULL || PyDict_SetItem(ext, name, e) < 0) {                         \
     Py_XDECREF(e);                                                             \
     Py_DECREF(ext);                                                            \
     goto fail;                                                                 \
   }                                                                            \
   Py_DECREF(e);
     if (ws) {
-      EXT("websocket.http.response")
+      EXT(x_ws_denial)
     } else {
-      EXT("http.response.trailers")
-      EXT("http.response.early_hint")
-      EXT("http.response.pathsend")
-      EXT("http.response.zerocopysend")
+      EXT(x_trailers)
+      EXT(x_early_hint)
+      EXT(x_pathsend)
+      EXT(x_zerocopysend)
     }
 #undef EXT
     if (tls) {
@@ -2624,17 +2840,53 @@ static void wsgi_on_body(tern_request *r, int event, const char *data,
 
 /* ---- The handler ------------------------------------------------------ */
 
+/* --stats-path: tern's own counters as JSON, as the reference server's
+ * /stats has them (perf/'s harness reads its allocations per request):
+ * what tern allocated, not what Python did. */
+static void answer_stats(ServerObject *s, tern_request *r) {
+  static const tern_header ct = {"content-type", 12, "application/json", 16};
+  tern_stats st;
+  char body[512];
+  int n;
+  tern_stats_init(&st);
+  tern_server_stats(s->srv, &st);
+  n = snprintf(
+      body, sizeof(body),
+      "{\"requests\":%llu,\"connections\":%llu,"
+      "\"active_connections\":%llu,\"bytes_in\":%llu,"
+      "\"bytes_out\":%llu,\"allocations\":%llu,"
+      "\"bytes_allocated\":%llu,\"frees\":%llu,"
+      "\"reallocations\":%llu,\"ws_open\":%llu,"
+      "\"app_active\":%ld}",
+      (unsigned long long)st.requests, (unsigned long long)st.connections,
+      (unsigned long long)st.active_connections,
+      (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out,
+      (unsigned long long)st.allocations,
+      (unsigned long long)st.bytes_allocated, (unsigned long long)st.frees,
+      (unsigned long long)st.reallocations, (unsigned long long)st.ws_open,
+      s->active);
+  tern_respond(r, 200, &ct, 1, body, (size_t)n);
+}
+
 static void handler(tern_request *r, void *user) {
   ServerObject *s = user;
   ConnObject *c;
-  PyObject *scope = NULL, *coro = NULL, *task = NULL, *cb = NULL, *rc,
-           *recv = NULL, *send = NULL;
+  PyObject *scope = NULL, *coro = NULL, *task = NULL, *cb = NULL, *recv = NULL,
+           *send = NULL;
   int ws;
   if (s->app == NULL || (s->limit > 0 && s->active >= s->limit)) {
     static const tern_header ct = {"content-type", 12,
                                    "text/plain; charset=utf-8", 25};
     tern_respond(r, 503, &ct, 1, "Service Unavailable", 19);
     return;
+  }
+  if (s->stats_path_len > 0) {
+    size_t plen;
+    const char *p = tern_request_path(r, &plen);
+    if (plen == s->stats_path_len && memcmp(p, s->stats_path, plen) == 0) {
+      answer_stats(s, r);
+      return;
+    }
   }
   c = conn_new(s, r);
   if (c == NULL) {
@@ -2681,25 +2933,32 @@ static void handler(tern_request *r, void *user) {
   scope = make_scope(s, r, ws);
   if (scope == NULL)
     goto fail;
-  recv = PyObject_GetAttrString((PyObject *)c, "receive");
-  send = PyObject_GetAttrString((PyObject *)c, "send");
+  recv = PyCFunction_NewEx(&receive_def, (PyObject *)c, NULL);
+  send = PyCFunction_NewEx(&send_def, (PyObject *)c, NULL);
   if (recv == NULL || send == NULL)
     goto fail;
-  coro = PyObject_CallFunctionObjArgs(s->app, scope, recv, send, NULL);
+  {
+    PyObject *argv[3] = {scope, recv, send};
+    coro = PyObject_Vectorcall(s->app, argv, 3, NULL);
+  }
   if (coro == NULL)
     goto fail;
-  task = PyObject_CallOneArg(s->create_task, coro);
-  if (task == NULL)
-    goto fail;
-  if (PySet_Add(s->tasks, task) < 0)
-    goto fail;
-  cb = PyObject_GetAttrString((PyObject *)c, "done");
+  cb = runner_new(c, coro);
   if (cb == NULL)
     goto fail;
-  rc = PyObject_CallMethodOneArg(task, s_add_done_callback, cb);
-  if (rc == NULL)
+  {
+    /* asyncio.Task(runner, loop=loop, name="tern"): loop.create_task
+     * names each task "Task-N" through a format call, and wraps the
+     * constructor in a Python-level call of its own. */
+    PyObject *argv[3] = {cb, s->loop, s_task_name};
+    task = PyObject_Vectorcall(task_type, argv, 1, task_kwnames);
+  }
+  if (task == NULL) {
+    /* Never stepped: the Runner finishes nothing; the answer is ours. */
+    ((RunnerObject *)cb)->conn = NULL;
+    Py_DECREF(c);
     goto fail;
-  Py_DECREF(rc);
+  }
   Py_DECREF(cb);
   Py_DECREF(task);
   Py_DECREF(coro);
@@ -3194,8 +3453,26 @@ PyMODINIT_FUNC PyInit__native(void) {
     all[k++] = *d;
   ConnType.tp_methods = all;
   if (PyType_Ready(&ReadyType) < 0 || PyType_Ready(&ServerType) < 0 ||
-      PyType_Ready(&ConnType) < 0)
+      PyType_Ready(&ConnType) < 0 || PyType_Ready(&RunnerType) < 0)
     return NULL;
+  {
+    PyObject *ex = PyImport_ImportModule("asyncio.exceptions");
+    if (ex == NULL)
+      return NULL;
+    cancelled_error = PyObject_GetAttrString(ex, "CancelledError");
+    Py_DECREF(ex);
+    if (cancelled_error == NULL)
+      return NULL;
+    ex = PyImport_ImportModule("asyncio");
+    if (ex == NULL)
+      return NULL;
+    task_type = PyObject_GetAttrString(ex, "Task");
+    Py_DECREF(ex);
+    task_kwnames = Py_BuildValue("(ss)", "loop", "name");
+    s_task_name = PyUnicode_InternFromString("tern");
+    if (task_type == NULL || task_kwnames == NULL || s_task_name == NULL)
+      return NULL;
+  }
   if (intern(&s_type, "type") || intern(&s_body, "body") ||
       intern(&s_more_body, "more_body") || intern(&s_status, "status") ||
       intern(&s_headers, "headers") || intern(&s_trailers, "trailers") ||
@@ -3238,7 +3515,12 @@ PyMODINIT_FUNC PyInit__native(void) {
       intern(&v_websocket, "websocket") || intern(&v_http_s, "http") ||
       intern(&v_https_s, "https") || intern(&v_ws_s, "ws") ||
       intern(&v_wss_s, "wss") || intern(&v_v10, "1.0") ||
-      intern(&v_v11, "1.1") || intern(&v_v2, "2") || intern(&v_v3, "3"))
+      intern(&v_v11, "1.1") || intern(&v_v2, "2") || intern(&v_v3, "3") ||
+      intern(&x_ws_denial, "websocket.http.response") ||
+      intern(&x_trailers, "http.response.trailers") ||
+      intern(&x_early_hint, "http.response.early_hint") ||
+      intern(&x_pathsend, "http.response.pathsend") ||
+      intern(&x_zerocopysend, "http.response.zerocopysend"))
     return NULL;
   v_empty_bytes = PyBytes_FromStringAndSize("", 0);
   v_asgi_info =

@@ -58,7 +58,7 @@ class Config:
                  limit_concurrency=None, timeout_keep_alive=5,
                  timeout_graceful_shutdown=None, access_log=True,
                  log_level="info", factory=False, threads=0, loop="auto",
-                 max_body_size=None, ready=None):
+                 max_body_size=None, stats_path=None, ready=None):
         self.app = app
         self.host = host
         self.port = port
@@ -89,6 +89,7 @@ class Config:
         self.threads = threads
         self.loop = loop
         self.max_body_size = max_body_size
+        self.stats_path = stats_path
         # Called with the list of (kind, address) once listening.
         self.ready = ready
 
@@ -428,13 +429,22 @@ class Server:
         elif c.threads:
             app = _threaded_wsgi(app, c.threads)
             iface = "asgi"
+        try:
+            return await self._serve(loop, app, iface, lifespan, state)
+        finally:
+            if lifespan is not None and lifespan.task is not None and \
+                    not lifespan.task.done():
+                lifespan.task.cancel()
+
+    async def _serve(self, loop, app, iface, lifespan, state):
+        c = self.config
         self.native.configure(
             app, interface=iface, state=state, root_path=c.root_path,
             on_error=_on_error,
             forwarded_allow=c.forwarded_allow_ips if c.proxy_headers
             else None,
             limit_concurrency=c.limit_concurrency or 0,
-            file_wrapper=FileWrapper)
+            file_wrapper=FileWrapper, stats_path=c.stats_path)
         stopped = self.native.attach(loop)
         stop_now = asyncio.Event()
 
@@ -467,7 +477,9 @@ class Server:
         await stopped
         # What is still running had its requests answered or cut by tern:
         # the tasks go.
-        tasks = [t for t in self.native.tasks if not t.done()]
+        me = asyncio.current_task()
+        keep = {me, lifespan.task if lifespan is not None else None}
+        tasks = [t for t in asyncio.all_tasks() if t not in keep]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -562,6 +574,10 @@ def main(argv=None):
                         "(0: inline on the worker)")
     p.add_argument("--max-body-size", type=int,
                    help="bytes a WSGI request body may have (8 MiB)")
+    p.add_argument("--stats-path",
+                   help="answer GET on this path with tern's own counters "
+                        "(JSON: requests, allocations, ...) before the app "
+                        "sees it")
     a = p.parse_args(argv)
     if a.uds and a.fd is not None:
         p.error("--uds and --fd exclude each other")
@@ -577,4 +593,4 @@ def main(argv=None):
                timeout_graceful_shutdown=a.timeout_graceful_shutdown,
                access_log=a.access_log, log_level=a.log_level,
                factory=a.factory, threads=a.threads, loop=a.loop,
-               max_body_size=a.max_body_size)
+               max_body_size=a.max_body_size, stats_path=a.stats_path)

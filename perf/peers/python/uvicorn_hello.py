@@ -1,6 +1,7 @@
-"""uvicorn (Debian's python3-uvicorn) with a minimal ASGI app: GET /
-answers "Hello, World!" text/plain, anything else 404. One process, one
-event loop, access log off.
+"""uvicorn (Debian's python3-uvicorn) with the ASGI app of every ASGI row
+(asgi_peer.py: GET / answers "Hello, World!" text/plain, /ws echoes, /json
+is FastAPI's). One process, one event loop (uvloop and httptools when
+installed, as uvicorn picks them), access log off.
 
     python3 uvicorn_hello.py --port P
 """
@@ -8,25 +9,7 @@ import argparse
 
 import uvicorn
 
-HELLO = b"Hello, World!"
-HEAD = {"type": "http.response.start", "status": 200,
-        "headers": [(b"content-type", b"text/plain"),
-                    (b"content-length", b"13")]}
-BODY = {"type": "http.response.body", "body": HELLO}
-NOT_FOUND = {"type": "http.response.start", "status": 404,
-             "headers": [(b"content-length", b"0")]}
-
-
-async def app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    if scope["path"] == "/":
-        await send(HEAD)
-        await send(BODY)
-    else:
-        await send(NOT_FOUND)
-        await send({"type": "http.response.body", "body": b""})
-
+from asgi_peer import app  # the app every ASGI row serves
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)

@@ -452,9 +452,12 @@ def early_hints_trailers_and_files():
 
 @case
 def lifespan_state_is_copied_per_request():
-    with PyServer() as s:
+    with PyServer(args=["--stats-path", "/tern-stats"]) as s:
         a = json.loads(get(s.port, "/state").body)
         b = json.loads(get(s.port, "/state").body)
+        st = json.loads(get(s.port, "/tern-stats").body)
+        check(st["requests"] >= 2 and st["allocations"] >= 0 and
+              "bytes_allocated" in st, "--stats-path: %r" % st)
         eq(a["mine_before"], None, "a key set by one request...")
         eq(b["mine_before"], None, "...is not in the next one's copy")
         eq(b["counter"], a["counter"] + 1, "shared objects are shared")
@@ -633,6 +636,29 @@ def websocket_over_http2_and_http3():
             eq((op, data), (1, b"over h3"), "echo over HTTP/3")
             t.send(frame(0x8, close_payload(1000)))
             read_frame(t)
+
+
+@case(timeout=120)
+def chromium_websocket_over_http2():
+    """What a browser does: Debian's headless Chromium (playwright-core,
+    test/browser/wsecho.mjs) loads a page over HTTP/2 and echoes WebSocket
+    messages of 0 B to 16 MiB, text and binary, some in flight together,
+    through the ASGI app's /ws, as an RFC 8441 stream of that connection."""
+    browser = os.path.join(REPO, "test", "browser")
+    if not os.path.isdir(os.path.join(browser, "node_modules",
+                                      "playwright-core")):
+        raise Skip("playwright-core is missing (test/deps.sh installs it)")
+    with PyServer(args=["--ssl-certfile", CERT[0], "--ssl-keyfile",
+                        CERT[1]]) as s:
+        p = subprocess.run(["node", os.path.join(browser, "wsecho.mjs"),
+                            "https://127.0.0.1:%d/" % s.port],
+                           capture_output=True, timeout=100)
+        check(p.returncode == 0, "chromium failed: %s" %
+              p.stderr.decode()[-800:])
+        r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        eq(r["protocol"], "h2", "protocol Chromium used")
+        eq(r["bad"], [], "messages not echoed intact")
+        eq(r["ok"], 23, "messages echoed")
 
 
 @case(timeout=120)
