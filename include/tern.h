@@ -1589,11 +1589,11 @@ TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
 /* Finish the request by cutting its response short, started or not, so
  * that the client can never take what it got for a whole answer (a
  * handler that failed half way through a streamed body): HTTP/1.1 closes
- * the connection after the bytes already queued, HTTP/2 and HTTP/3 reset
- * the stream (INTERNAL_ERROR). A finishing call, from any thread (posted
- * from others, in order with the response calls). Returns 0,
- * TERN_ECLOSED (the client was gone already; the request is finished all
- * the same), TERN_ESTATE (already finished; logged), TERN_EINVAL. */
+ * the connection at once (bytes queued and not yet written may be lost
+ * with it), HTTP/2 and HTTP/3 reset the stream (INTERNAL_ERROR). A finishing
+ * call, from any thread (posted from others, in order with the response calls).
+ * Returns 0, TERN_ECLOSED (the client was gone already; the request is finished
+ * all the same), TERN_ESTATE (already finished; logged), TERN_EINVAL. */
 TERN_EXTERN int tern_response_abort(tern_request *r);
 
 /* ---------------------------------------------------------------------

@@ -34,6 +34,9 @@ def pkg_config(*args):
 def where():
     lib = os.environ.get("TERN_LIBRARY")
     libdir = os.path.dirname(os.path.abspath(lib)) if lib else None
+    if libdir is not None and not os.path.exists(os.path.join(libdir,
+                                                              "libtern.so")):
+        libdir = None  # a relative path from another directory: unusable
     if libdir is None and os.path.exists(os.path.join(ROOT, "build",
                                                       "libtern.so")):
         libdir = os.path.join(ROOT, "build")

@@ -145,7 +145,7 @@ _UNSET = object()
 # Request fields that a request still unanswered when its handler returns
 # copies out (so that another thread may read them later).
 _SNAPSHOT = ("method", "target", "path", "query", "authority", "protocol",
-             "headers", "params", "peer", "body")
+             "headers", "params", "peer", "body", "tls", "host")
 
 
 class Request:
@@ -156,7 +156,8 @@ class Request:
     raises RequestFinished, and so does a second answer."""
 
     __slots__ = ("_server", "_ptr", "_route", "_lock", "_cache", "_stream",
-                 "_views", "_handler_thread", "_id", "__weakref__")
+                 "_views", "_handler_thread", "_id", "_gone", "_gone_event",
+                 "__weakref__")
 
     def __init__(self, server, ptr, route):
         self._server = server
@@ -168,6 +169,8 @@ class Request:
         self._views = None
         self._handler_thread = None
         self._id = ptr
+        self._gone = False
+        self._gone_event = None  # (loop, asyncio.Event) for async handlers
 
     # -- reading -------------------------------------------------------
 
@@ -240,6 +243,34 @@ class Request:
         in the clear (tern_request_tls)."""
         return self._read("tls", lambda p: {0x0304: "1.3", 0x0303: "1.2"}.get(
             fast.tern_request_tls(p)))
+
+    @property
+    def secure(self):
+        """True when the request came over TLS (HTTP/3 always does)."""
+        return self.tls is not None
+
+    @property
+    def host(self):
+        """The host the request is for: its Host field, or on HTTP/2 and
+        HTTP/3 its :authority (tern_request_host), or None."""
+        return self._str(fast.tern_request_host, "host")
+
+    @property
+    def gone(self):
+        """True once the client went away before the answer. Kept up to
+        date for async handlers (tern watches for them); a plain handler
+        asks with on_gone()."""
+        return self._gone
+
+    async def wait_gone(self):
+        """In an async handler: return when the client goes away (it may
+        never: race it against the work, e.g. with asyncio.wait)."""
+        if self._gone:
+            return
+        ev = self._gone_event
+        if ev is None:
+            raise RuntimeError("wait_gone() is for async handlers")
+        await ev[1].wait()
 
     @property
     def headers(self):
@@ -662,6 +693,104 @@ class _Route:
 _TEXT_PLAIN = ("content-type", "text/plain; charset=utf-8")
 
 
+class _Stream:
+    """An iterable response body being written (Server._stream_out)."""
+
+    HIGH = 256 * 1024
+
+    def __init__(self, server, p, it):
+        self.server = server
+        self.p = p
+        self.it = it
+        self.lock = threading.Lock()
+        self.inflight = 0
+        self.pending = deque()  # bytes tern references until written
+        self.finished = False
+        self.pumping = False
+        self.again = False
+        self.key = server._key(self)
+
+    def pump(self):
+        with self.lock:
+            if self.pumping:
+                self.again = True
+                return
+            self.pumping = True
+        while True:
+            self._fill()
+            with self.lock:
+                if not self.again:
+                    self.pumping = False
+                    break
+                self.again = False
+        self._maybe_forget()
+
+    def _fill(self):
+        while True:
+            with self.lock:
+                if self.finished or self.inflight >= self.HIGH:
+                    return
+            try:
+                c = next(self.it)
+            except StopIteration:
+                self._finish(False)
+                return
+            except Exception:
+                log.exception("a streamed response body raised; the "
+                              "response is cut short")
+                self._finish(True)
+                return
+            if isinstance(c, str):
+                c = c.encode()
+            elif not isinstance(c, bytes):
+                c = bytes(c)
+            if not c:
+                continue
+            with self.lock:
+                self.pending.append(c)
+                self.inflight += len(c)
+            rc = lib.tern_response_write(self.p, c, len(c),
+                                         self.server._written_cb, self.key)
+            if rc != 0:
+                with self.lock:
+                    self.pending.pop()
+                    self.inflight -= len(c)
+                self._finish(rc != _ffi.ECLOSED)
+                return
+
+    def _finish(self, cut):
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.exception("closing a streamed response body raised")
+        if cut:
+            lib.tern_response_abort(self.p)
+        else:
+            lib.tern_response_end(self.p, None, 0)
+
+    def written(self, status):
+        with self.lock:
+            if self.pending:
+                self.inflight -= len(self.pending.popleft())
+        if status != 0:
+            self._finish(False)  # the client left: nothing more to send
+            self._maybe_forget()
+        else:
+            self.pump()
+
+    def _maybe_forget(self):
+        with self.lock:
+            done = self.finished and not self.pending
+        if done:
+            self.server._refs.pop(self.key, None)
+
+
 class Server:
     """A tern server. Keyword arguments are tern_settings fields
     (workers, max_body_size, idle_timeout_ms, ...; tern checks them).
@@ -713,6 +842,8 @@ class Server:
         self._ws_drain_cb = _ffi.ws_drain_fn(self._on_ws_drain)
         self._gone_cb = _ffi.gone_fn(self._on_gone)
         self._gone_keys = {}   # request ptr -> (key, Request) with on_gone
+        self._written_cb = _ffi.write_fn(self._on_written)
+        self._worker_cb = _ffi.worker_fn(self._on_worker_call)
 
     # -- configuration -------------------------------------------------
 
@@ -1030,6 +1161,14 @@ class Server:
                     self._refs.pop(key, None)
                     req._stream._state = 2
             if route.is_async:
+                # The client leaving reaches the coroutine (req.gone,
+                # req.wait_gone()): tern tells only its worker, here.
+                req._gone_event = (self._loop, asyncio.Event())
+                try:
+                    req.on_gone(_async_gone)
+                except TernError as e:
+                    if e.code == _ffi.ECLOSED:
+                        req._gone = True
                 req._snapshot()
                 self._hold(req)
                 req._handler_thread = None
@@ -1108,21 +1247,11 @@ class Server:
             self._refs.pop(g[0], None)
 
     def _stream_out(self, p, chunks):
-        try:
-            for c in chunks:
-                if isinstance(c, str):
-                    c = c.encode()
-                elif not isinstance(c, bytes):
-                    c = bytes(c)
-                if c and lib.tern_response_write(p, c, len(c), None,
-                                                 None) != 0:
-                    break
-        except Exception:
-            log.exception("a streamed response body raised; the response "
-                          "is cut short")
-            lib.tern_response_end(p, None, 0)
-            return
-        lib.tern_response_end(p, None, 0)
+        """Write an iterable body with at most _Stream.HIGH bytes in
+        flight: the next piece is taken from the iterable when tern has
+        written enough (from the write's completion, on the worker), so a
+        slow client holds the generator instead of the server's memory."""
+        _Stream(self, p, iter(chunks)).pump()
 
     # -- C callbacks (user pointers are keys into self._refs) -----------
 
@@ -1159,6 +1288,14 @@ class Server:
             if p is None:
                 raise RequestFinished("accept_websocket")
             rc = lib.tern_ws_accept(p, _byref(o), key, _byref(out))
+            if rc == _ffi.ESTATE and not getattr(_in_handler, "on", False):
+                # Not on the request's worker (an async handler, or any
+                # thread after the handler returned): tern accepts only
+                # there, so the call goes to the worker and this thread
+                # waits for it (one loop turn).
+                rc = self._on_request_worker(
+                    p, lambda: lib.tern_ws_accept(p, _byref(o), key,
+                                                  _byref(out)))
             if rc in (_ffi.EINVAL, _ffi.ESTATE):
                 self._refs.pop(key, None)
                 raise TernError(rc, "tern_ws_accept")
@@ -1169,6 +1306,26 @@ class Server:
                 raise HandshakeError(rc, "tern_ws_accept")
             raise TernError(rc, "tern_ws_accept")
         return ws
+
+    def _on_request_worker(self, p, call, timeout=30.0):
+        """Run call() on request p's worker (tern_worker_call) and return
+        its result; TERN_ECLOSED when the worker no longer takes calls."""
+        done = threading.Event()
+        box = [_ffi.ECLOSED]
+
+        def run(alive):
+            if alive:
+                box[0] = call()
+            done.set()
+        k = self._key(run)
+        rc = lib.tern_worker_call(self._srv, fast.tern_request_worker(p),
+                                  self._worker_cb, k)
+        if rc != 0:
+            self._refs.pop(k, None)
+            return rc
+        if not done.wait(timeout):
+            return _ffi.ECLOSED
+        return box[0]
 
     def _ws_call(self, key, name, *args):
         ws = self._refs.get(key)
@@ -1206,6 +1363,16 @@ class Server:
                       if n else "")
         self._refs.pop(key, None)
 
+    def _on_written(self, p, status, key):
+        st = self._refs.get(key)
+        if st is not None:
+            st.written(status)
+
+    def _on_worker_call(self, srv, worker, loop, key):
+        fn = self._refs.pop(key, None)
+        if fn is not None:
+            fn(loop is not None)
+
     def _on_gone(self, p, key):
         fn = self._refs.pop(key, None)
         entry = self._gone_keys.pop(p, None)
@@ -1217,6 +1384,17 @@ class Server:
 
     def _on_ws_drain(self, p, key):
         self._ws_call(key, "on_drain")
+
+
+def _async_gone(req):
+    """on_gone of an async handler's request, on the worker: the flag, and
+    the event on the handler's loop."""
+    req._gone = True
+    loop, ev = req._gone_event
+    try:
+        loop.call_soon_threadsafe(ev.set)
+    except RuntimeError:
+        pass  # the loop is closed
 
 
 def _headers(hdrs):

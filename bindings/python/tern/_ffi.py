@@ -79,6 +79,7 @@ ws_open_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 ws_message_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t, c_int,
                           c_void_p)
 ws_close_fn = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t, c_void_p)
+worker_fn = CFUNCTYPE(None, c_void_p, c_uint, c_void_p, c_void_p)
 ws_drain_fn = CFUNCTYPE(None, c_void_p, c_void_p)
 malloc_fn = CFUNCTYPE(c_void_p, c_size_t, c_void_p)
 realloc_fn = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_void_p)
@@ -380,6 +381,7 @@ FUNCTIONS = {
     "tern_server_time_requests": (c_int, [_P, c_int], "lib"),
     "tern_server_workers": (c_uint, [_P], "lib"),
     "tern_request_worker": (c_int, [_P], "fast"),
+    "tern_worker_call": (c_int, [_P, c_uint, worker_fn, _P], "lib"),
     "tern_ws_worker": (c_int, [_P], "lib"),
     "tern_metrics_handler": (None, [_P, _P], "lib"),
     "tern_tls_set_ticket_key": (c_int, [_P, c_char_p, c_size_t], "lib"),
@@ -437,8 +439,6 @@ LEFT_OUT = {
     "tern_request_loop": "a uv_loop_t * that Python has no handle on; "
                          "async handlers run on the binding's asyncio loop",
     "tern_ws_loop": "a uv_loop_t * that Python has no handle on",
-    "tern_worker_call": "hands the worker's uv_loop_t * to a C callback; "
-                        "Python code answers from any thread instead",
     "tern_server_on_workers": "hands each worker's uv_loop_t * to C "
                               "callbacks, for libuv-based clients",
     "tern_server_on_access": "not yet bound: the access hook runs on the "

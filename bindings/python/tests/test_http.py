@@ -417,3 +417,119 @@ def test_fallback_interim_and_gone(server):
     s.close()
     assert gone.wait(5)
     assert held[0].finished and app.pending() == 0
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_generator_body_is_paced_by_the_client(server):
+    """A 100 MiB generator body to a client that reads slowly: the next
+    piece is taken only once tern wrote enough, so the process's memory
+    stays flat (it grew by the whole body before), the body arrives
+    whole, and the generator is not run ahead of the socket."""
+    app = server()
+    made = [0]
+
+    def body():
+        piece = b"x" * (1 << 20)
+        for _ in range(100):
+            made[0] += 1
+            yield piece
+
+    app.add_route("GET", "/big", lambda r: (200, {}, body()))
+    app.add_route("GET", "/raises", lambda r: (200, {}, _raises()))
+    port = started(app)
+    before = _rss_kib()
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(1.0)
+    assert made[0] < 20, "the generator ran ahead: %d MiB" % made[0]
+    assert _rss_kib() - before < 30 * 1024
+    got = 0
+    while True:
+        d = s.recv(1 << 20)
+        if not d:
+            break
+        got += len(d)
+        if got >= 100 * (1 << 20):
+            # chunked framing around 100 MiB: read to the final chunk
+            if d.endswith(b"0\r\n\r\n"):
+                break
+    s.close()
+    assert got > 100 * (1 << 20) and made[0] == 100
+    # a generator that raises half way: the response is cut, never whole
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /raises HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    # closed without the final chunk (what was queued may go with it)
+    assert not data.endswith(b"0\r\n\r\n"), data[-40:]
+
+
+def _raises():
+    yield b"partial"
+    raise ValueError("a body that fails half way")
+
+
+def test_async_handler_learns_the_client_left(server):
+    app = server()
+    seen = {}
+    done = threading.Event()
+
+    @app.route("GET", "/wait")
+    async def wait(req):
+        seen["before"] = req.gone
+        await req.wait_gone()
+        seen["after"] = req.gone
+        req.respond(499)
+        done.set()
+
+    port = started(app)
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.3)
+    s.close()
+    assert done.wait(5)
+    assert seen == {"before": False, "after": True}
+    assert app.pending() == 0
+
+
+def test_websocket_accepted_after_the_handler_returned(server):
+    """An async handler (another thread than tern's worker) accepts the
+    WebSocket after its own await, as an ASGI server decides late."""
+    websockets = pytest.importorskip("websockets")
+    app = server()
+
+    class Echo:
+        def on_message(self, ws, data):
+            ws.send(data)
+
+    @app.route("GET", "/ws")
+    async def late(req):
+        await asyncio.sleep(0.05)
+        req.accept_websocket(Echo())
+
+    @app.route("GET", "/info")
+    def info(req):
+        return "%s %s %s" % (req.host, req.secure, req.tls)
+
+    port = started(app)
+
+    async def go():
+        async with websockets.connect("ws://127.0.0.1:%d/ws" % port) as ws:
+            await ws.send("late hello")
+            assert await ws.recv() == "late hello"
+    asyncio.new_event_loop().run_until_complete(go())
+    st, _, body = get(port, "/info", headers={"Host": "example.test:8"})
+    assert body == b"example.test False None"

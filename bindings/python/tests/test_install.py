@@ -29,6 +29,8 @@ def test_pip_install_into_fresh_venv(tmp_path):
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
                TERN_SOURCE_ROOT=ROOT)
     env.pop("PYTHONPATH", None)
+    if env.get("TERN_LIBRARY"):
+        env["TERN_LIBRARY"] = os.path.abspath(env["TERN_LIBRARY"])
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
                         "--no-build-isolation", str(src)],
                        capture_output=True, text=True, timeout=300, env=env)
@@ -71,6 +73,8 @@ def test_pip_install_serves_asgi_with_python_m_tern(tmp_path):
                TERN_SOURCE_ROOT=ROOT)
     for k in ("PYTHONPATH", "TERN_NATIVE"):
         env.pop(k, None)
+    if env.get("TERN_LIBRARY"):
+        env["TERN_LIBRARY"] = os.path.abspath(env["TERN_LIBRARY"])
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
                         "--no-build-isolation", str(src)],
                        capture_output=True, text=True, timeout=300, env=env)
