@@ -238,10 +238,88 @@ def _on_log(level, text):
                                   "%s", text)
 
 
+async def _on_loop(fn, *args):
+    """fn(*args) awaited on the event loop (receive and send are the
+    loop's: a thread hands them over with run_coroutine_threadsafe)."""
+    return await fn(*args)
+
+
+class _WSGIInput:
+    """wsgi.input of --threads: the body read on demand from the request
+    (each refill is one receive() on the event loop, from the app's
+    thread), so a large upload streams with backpressure: what the app
+    has not asked for stays in the socket."""
+
+    def __init__(self, loop, receive):
+        self.loop = loop
+        self.receive = receive
+        self.buf = bytearray()
+        self.eof = False
+
+    def _fill(self):
+        if self.eof:
+            return False
+        m = asyncio.run_coroutine_threadsafe(_on_loop(self.receive),
+                                             self.loop).result()
+        if m["type"] != "http.request":
+            self.eof = True
+            raise IOError("the client disconnected during the body")
+        self.buf += m.get("body", b"")
+        if not m.get("more_body"):
+            self.eof = True
+        return True
+
+    def read(self, size=-1):
+        if size is None or size < 0:
+            while self._fill():
+                pass
+            size = len(self.buf)
+        while len(self.buf) < size and self._fill():
+            pass
+        out = bytes(self.buf[:size])
+        del self.buf[:size]
+        return out
+
+    def readline(self, size=-1):
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0 or (size is not None and 0 <= size <= len(self.buf)):
+                break
+            if not self._fill():
+                break
+        n = len(self.buf) if i < 0 else i + 1
+        if size is not None and size >= 0:
+            n = min(n, size)
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def readlines(self, hint=-1):
+        lines = []
+        total = 0
+        while True:
+            line = self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if hint is not None and 0 < hint <= total:
+                return lines
+
+    def __iter__(self):
+        while True:
+            line = self.readline()
+            if not line:
+                return
+            yield line
+
+
 def _threaded_wsgi(app, threads):
-    """--threads N: the WSGI application runs on a pool of N threads; the
-    worker's thread waits for none of them. The body is collected before
-    the application runs (bounded by max_body_size)."""
+    """--threads N: the WSGI application runs on a pool of N threads
+    while the worker's thread serves on. wsgi.input streams the body on
+    demand and each piece of the answer is sent as it comes, both through
+    the event loop's flow control (a slow client holds the app's
+    thread, not memory)."""
     from concurrent.futures import ThreadPoolExecutor
     pool = ThreadPoolExecutor(max_workers=threads,
                               thread_name_prefix="tern-wsgi")
@@ -249,49 +327,52 @@ def _threaded_wsgi(app, threads):
     async def asgi(scope, receive, send):
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            m = await receive()
-            if m["type"] == "http.disconnect":
-                return
-            chunks.append(m.get("body", b""))
-            if not m.get("more_body"):
-                break
         loop = asyncio.get_running_loop()
-        environ = _environ_from_scope(scope, b"".join(chunks))
-        started = {}
+        environ = _environ_from_scope(scope, _WSGIInput(loop, receive))
+        state = {"sent": False}
+
+        def push(message):
+            asyncio.run_coroutine_threadsafe(_on_loop(send, message),
+                                             loop).result()
+
+        def start_head():
+            if not state["sent"]:
+                state["sent"] = True
+                push({"type": "http.response.start",
+                      "status": state["status"],
+                      "headers": state["headers"]})
+
+        def write(data):
+            start_head()
+            if data:
+                push({"type": "http.response.body", "body": bytes(data),
+                      "more_body": True})
 
         def start_response(status, headers, exc_info=None):
-            if exc_info and started.get("sent"):
+            if exc_info and state["sent"]:
                 raise exc_info[1].with_traceback(exc_info[2])
-            started["status"] = int(status.split(" ", 1)[0])
-            started["headers"] = [(k.encode("latin-1").lower(),
-                                   v.encode("latin-1")) for k, v in headers]
-            return lambda data: pieces.append(data)
-
-        pieces = []
+            state["status"] = int(status.split(" ", 1)[0])
+            state["headers"] = [(k.encode("latin-1").lower(),
+                                 v.encode("latin-1")) for k, v in headers]
+            return write
 
         def call():
             result = app(environ, start_response)
             try:
                 for piece in result:
-                    pieces.append(piece)
+                    write(piece)
             finally:
                 if hasattr(result, "close"):
                     result.close()
-            return pieces
+            start_head()
+            push({"type": "http.response.body", "body": b""})
 
-        body = await loop.run_in_executor(pool, call)
-        await send({"type": "http.response.start",
-                    "status": started["status"],
-                    "headers": started["headers"]})
-        await send({"type": "http.response.body", "body": b"".join(body)})
+        await loop.run_in_executor(pool, call)
 
     return asgi
 
 
-def _environ_from_scope(scope, body):
-    import io
+def _environ_from_scope(scope, wsgi_input):
     env = {
         "REQUEST_METHOD": scope["method"],
         "SCRIPT_NAME": scope.get("root_path", ""),
@@ -301,7 +382,7 @@ def _environ_from_scope(scope, body):
         "SERVER_PROTOCOL": "HTTP/" + scope["http_version"],
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": scope.get("scheme", "http"),
-        "wsgi.input": io.BytesIO(body),
+        "wsgi.input": wsgi_input,
         "wsgi.errors": sys.stderr,
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,

@@ -301,6 +301,22 @@ def wsgi(environ, start_response):
         start_response("200 OK", [("Content-Type",
                                    "application/octet-stream")])
         return environ["wsgi.file_wrapper"](f, 65536)
+    if path == "/slow-read":
+        # Reads 64 KiB every 50 ms (--threads: the rest waits in the
+        # socket).
+        left = int(environ.get("CONTENT_LENGTH") or 0)
+        total = 0
+        while left > 0:
+            piece = environ["wsgi.input"].read(min(65536, left))
+            if not piece:
+                break
+            total += len(piece)
+            left -= len(piece)
+            time.sleep(0.05)
+        out = b"%d" % total
+        start_response("200 OK", [("Content-Type", "text/plain"),
+                                  ("Content-Length", str(len(out)))])
+        return [out]
     if path == "/gen":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return (b"piece %d\n" % i for i in range(5))
