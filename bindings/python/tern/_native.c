@@ -1101,6 +1101,48 @@ static int start_reading(ConnObject *c) {
   return 0;
 }
 
+/* The client left: send() and its kind raise OSError (ASGI 2.4). */
+static PyObject *client_gone(ConnObject *c) {
+  c->flags |= C_GONE;
+  PyErr_SetString(PyExc_OSError, "the client disconnected");
+  return NULL;
+}
+
+/* receive() with nothing to give yet: a future the callbacks resolve. */
+static PyObject *wait_message(ConnObject *c) {
+  if (c->recv_waiter != NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "receive() called while another receive() waits");
+    return NULL;
+  }
+  c->recv_waiter = new_future(c);
+  if (c->recv_waiter == NULL)
+    return NULL;
+  Py_INCREF(c->recv_waiter);
+  return c->recv_waiter;
+}
+
+/* A message's "type", or NULL with an exception. */
+static PyObject *message_type(PyObject *msg) {
+  PyObject *type;
+  if (!PyDict_Check(msg)) {
+    PyErr_SetString(PyExc_TypeError, "send() takes a dict");
+    return NULL;
+  }
+  type = PyDict_GetItemWithError(msg, s_type);
+  if (type == NULL && !PyErr_Occurred())
+    PyErr_SetString(PyExc_KeyError, "message without 'type'");
+  return type;
+}
+
+static const tern_header text_plain = {"content-type", 12,
+                                       "text/plain; charset=utf-8", 25};
+
+/* The answer for an application that failed before its response. */
+static void answer_500(ConnObject *c) {
+  tern_respond(c->r, 500, &text_plain, 1, "Internal Server Error", 21);
+}
+
 /* receive() of an HTTP scope. */
 static PyObject *http_receive(ConnObject *c) {
   PyObject *b, *m;
@@ -1123,16 +1165,7 @@ static PyObject *http_receive(ConnObject *c) {
      * client left or the response is complete. */
     return ready_new(disconnect_message(c));
   }
-  if (c->recv_waiter != NULL) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "receive() called while another receive() waits");
-    return NULL;
-  }
-  c->recv_waiter = new_future(c);
-  if (c->recv_waiter == NULL)
-    return NULL;
-  Py_INCREF(c->recv_waiter);
-  return c->recv_waiter;
+  return wait_message(c);
 }
 
 /* ---- Sending ----------------------------------------------------------- */
@@ -1291,11 +1324,8 @@ static PyObject *write_piece(ConnObject *c, PyObject *bytes) {
     c->ring_len--;
     c->inflight -= (size_t)len;
     Py_DECREF(bytes);
-    if (rc == TERN_ECLOSED) {
-      c->flags |= C_GONE;
-      PyErr_SetString(PyExc_OSError, "the client disconnected");
-      return NULL;
-    }
+    if (rc == TERN_ECLOSED)
+      return client_gone(c);
     error_from(rc, "tern_response_write");
     return NULL;
   }
@@ -1361,8 +1391,7 @@ static int send_head(ConnObject *c, PyObject *first, int more) {
     if (rc != 0 && rc != TERN_ECLOSED)
       return error_from(rc, "tern_respond");
     if (rc == TERN_ECLOSED) {
-      c->flags |= C_GONE;
-      PyErr_SetString(PyExc_OSError, "the client disconnected");
+      client_gone(c);
       return -1;
     }
     return 0;
@@ -1375,8 +1404,7 @@ static int send_head(ConnObject *c, PyObject *first, int more) {
   c->flags |= C_HEAD_SENT;
   want_pump(c->server);
   if (rc == TERN_ECLOSED) {
-    c->flags |= C_GONE;
-    PyErr_SetString(PyExc_OSError, "the client disconnected");
+    client_gone(c);
     return -1;
   }
   if (rc != 0)
@@ -1408,8 +1436,7 @@ static int end_response(ConnObject *c, PyObject *trailers) {
   Py_XDECREF(keep);
   finished(c);
   if (rc == TERN_ECLOSED) {
-    c->flags |= C_GONE;
-    PyErr_SetString(PyExc_OSError, "the client disconnected");
+    client_gone(c);
     return -1;
   }
   if (rc != 0)
@@ -1565,8 +1592,7 @@ static PyObject *send_file(ConnObject *c, int fd, int64_t offset, int64_t count,
       Py_XDECREF(f->waiter);
       PyMem_Free(f);
       if (rc == TERN_ECLOSED) {
-        c->flags |= C_GONE;
-        PyErr_SetString(PyExc_OSError, "the client disconnected");
+        client_gone(c);
       } else {
         error_from(rc, "tern_response_write_ref");
       }
@@ -1589,16 +1615,8 @@ static PyObject *send_file(ConnObject *c, int fd, int64_t offset, int64_t count,
 
 static PyObject *http_send(ConnObject *c, PyObject *msg) {
   PyObject *type;
-  if (!PyDict_Check(msg)) {
-    PyErr_SetString(PyExc_TypeError, "send() takes a dict");
+  if ((type = message_type(msg)) == NULL)
     return NULL;
-  }
-  type = PyDict_GetItemWithError(msg, s_type);
-  if (type == NULL) {
-    if (!PyErr_Occurred())
-      PyErr_SetString(PyExc_KeyError, "message without 'type'");
-    return NULL;
-  }
   if (str_eq(type, s_http_response_body)) {
     PyObject *body;
     int more;
@@ -1608,10 +1626,8 @@ static PyObject *http_send(ConnObject *c, PyObject *msg) {
       return NULL;
     }
     if (c->flags & C_FINISHED) {
-      if (c->flags & C_GONE) {
-        PyErr_SetString(PyExc_OSError, "the client disconnected");
-        return NULL;
-      }
+      if (c->flags & C_GONE)
+        return client_gone(c);
       PyErr_SetString(PyExc_RuntimeError, "the response is complete already");
       return NULL;
     }
@@ -1619,10 +1635,8 @@ static PyObject *http_send(ConnObject *c, PyObject *msg) {
       return NULL;
     if ((more = get_flag(msg, s_more_body)) < 0)
       return NULL;
-    if (c->flags & C_GONE) {
-      PyErr_SetString(PyExc_OSError, "the client disconnected");
-      return NULL;
-    }
+    if (c->flags & C_GONE)
+      return client_gone(c);
     if (!(c->flags & C_HEAD_SENT)) {
       if (send_head(c, body, more) < 0)
         return NULL;
@@ -1666,10 +1680,8 @@ static PyObject *http_send(ConnObject *c, PyObject *msg) {
     headers = PyDict_GetItemWithError(msg, s_headers);
     if (headers == NULL && PyErr_Occurred())
       return NULL;
-    if (c->flags & C_GONE) {
-      PyErr_SetString(PyExc_OSError, "the client disconnected");
-      return NULL;
-    }
+    if (c->flags & C_GONE)
+      return client_gone(c);
     c->status = (int)st;
     c->flags |= C_STARTED | (tr ? C_TRAILERS : 0);
     Py_XINCREF(headers);
@@ -1929,16 +1941,7 @@ static PyObject *ws_receive(ConnObject *c) {
   if ((c->flags & C_WS_CLOSED) ||
       (!(c->flags & C_WS_OPEN) && (c->flags & (C_GONE | C_FINISHED))))
     return ready_new(disconnect_message(c));
-  if (c->recv_waiter != NULL) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "receive() called while another receive() waits");
-    return NULL;
-  }
-  c->recv_waiter = new_future(c);
-  if (c->recv_waiter == NULL)
-    return NULL;
-  Py_INCREF(c->recv_waiter);
-  return c->recv_waiter;
+  return wait_message(c);
 }
 
 /* Response fields the application gave websocket.accept: added to the
@@ -1971,16 +1974,8 @@ static void response_hook(const tern_request *r, int status,
 static PyObject *ws_send(ConnObject *c, PyObject *msg) {
   PyObject *type;
   int rc;
-  if (!PyDict_Check(msg)) {
-    PyErr_SetString(PyExc_TypeError, "send() takes a dict");
+  if ((type = message_type(msg)) == NULL)
     return NULL;
-  }
-  type = PyDict_GetItemWithError(msg, s_type);
-  if (type == NULL) {
-    if (!PyErr_Occurred())
-      PyErr_SetString(PyExc_KeyError, "message without 'type'");
-    return NULL;
-  }
   if (str_eq(type, s_ws_send)) {
     PyObject *text = PyDict_GetItemWithError(msg, s_text);
     PyObject *bytes = PyDict_GetItemWithError(msg, s_bytes);
@@ -2048,17 +2043,13 @@ static PyObject *ws_send(ConnObject *c, PyObject *msg) {
     if (PyErr_Occurred())
       return NULL;
     if (c->flags & (C_WS_OPEN | C_HEAD_SENT | C_FINISHED)) {
-      if (c->flags & C_GONE) {
-        PyErr_SetString(PyExc_OSError, "the client disconnected");
-        return NULL;
-      }
+      if (c->flags & C_GONE)
+        return client_gone(c);
       PyErr_SetString(PyExc_RuntimeError, "websocket.accept after the answer");
       return NULL;
     }
-    if (c->r == NULL || (c->flags & C_GONE)) {
-      PyErr_SetString(PyExc_OSError, "the client disconnected");
-      return NULL;
-    }
+    if (c->r == NULL || (c->flags & C_GONE))
+      return client_gone(c);
     tern_ws_options_init(&o);
     o.on_message = ws_on_message;
     o.on_close = ws_on_close;
@@ -2205,8 +2196,6 @@ static void app_ended(ConnObject *c, PyObject *exc, int cancelled) {
     want_pump(s);
   }
   if (!(c->flags & C_FINISHED) && c->r != NULL) {
-    static const tern_header ct = {"content-type", 12,
-                                   "text/plain; charset=utf-8", 25};
     if (!(c->flags & C_HEAD_SENT) && (c->flags & C_STARTED) && exc == NULL &&
         !cancelled && !(c->flags & C_WS)) {
       /* Started, no body message: an empty body. */
@@ -2222,7 +2211,7 @@ static void app_ended(ConnObject *c, PyObject *exc, int cancelled) {
         /* Never accepted: the handshake is refused. */
         tern_respond(c->r, exc != NULL ? 500 : 403, NULL, 0, NULL, 0);
       else
-        tern_respond(c->r, 500, &ct, 1, "Internal Server Error", 21);
+        answer_500(c);
       finished(c);
     }
   }
@@ -2875,9 +2864,7 @@ static void handler(tern_request *r, void *user) {
            *send = NULL;
   int ws;
   if (s->app == NULL || (s->limit > 0 && s->active >= s->limit)) {
-    static const tern_header ct = {"content-type", 12,
-                                   "text/plain; charset=utf-8", 25};
-    tern_respond(r, 503, &ct, 1, "Service Unavailable", 19);
+    tern_respond(r, 503, &text_plain, 1, "Service Unavailable", 19);
     return;
   }
   if (s->stats_path_len > 0) {
@@ -3132,25 +3119,34 @@ static PyObject *Conn_start_response(ConnObject *c, PyObject *args) {
   return PyObject_GetAttrString((PyObject *)c, "_write");
 }
 
-static PyObject *wsgi_headers_bytes(ConnObject *c, int *status) {
+/* start_response's status and headers become the response's (c->status,
+ * c->headers as bytes pairs). */
+static int wsgi_take_head(ConnObject *c) {
   PyObject *out, *fast;
   Py_ssize_t i, n;
-  const char *st = PyUnicode_AsUTF8(c->wsgi_status);
+  const char *st;
+  int status;
+  if (c->wsgi_status == NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "WSGI body before start_response was called");
+    return -1;
+  }
+  st = PyUnicode_AsUTF8(c->wsgi_status);
   if (st == NULL)
-    return NULL;
-  *status = atoi(st);
-  if (*status < 200 || *status > 999) {
+    return -1;
+  status = atoi(st);
+  if (status < 200 || status > 999) {
     PyErr_Format(PyExc_ValueError, "bad WSGI status %R", c->wsgi_status);
-    return NULL;
+    return -1;
   }
   fast = PySequence_Fast(c->wsgi_headers, "headers must be a list");
   if (fast == NULL)
-    return NULL;
+    return -1;
   n = PySequence_Fast_GET_SIZE(fast);
   out = PyList_New(n);
   if (out == NULL) {
     Py_DECREF(fast);
-    return NULL;
+    return -1;
   }
   for (i = 0; i < n; i++) {
     PyObject *pair = PySequence_Fast_GET_ITEM(fast, i), *name, *value, *t;
@@ -3180,35 +3176,26 @@ static PyObject *wsgi_headers_bytes(ConnObject *c, int *status) {
     PyList_SET_ITEM(out, i, t);
   }
   Py_DECREF(fast);
-  return out;
+  c->status = status;
+  c->flags |= C_STARTED;
+  Py_XSETREF(c->headers, out);
+  return 0;
 fail:
   Py_DECREF(fast);
   Py_DECREF(out);
-  return NULL;
+  return -1;
 }
 
 /* The write() callable start_response returns, and each item of the
  * body iterable. */
 static int wsgi_write(ConnObject *c, PyObject *b, int last) {
   PyObject *rc;
-  if (c->wsgi_status == NULL) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "WSGI body before start_response was called");
-    return -1;
-  }
   if (!PyBytes_Check(b)) {
     PyErr_SetString(PyExc_TypeError, "a WSGI body item must be bytes");
     return -1;
   }
   if (!(c->flags & C_HEAD_SENT)) {
-    int status;
-    PyObject *h = wsgi_headers_bytes(c, &status);
-    if (h == NULL)
-      return -1;
-    c->status = status;
-    c->flags |= C_STARTED;
-    Py_XSETREF(c->headers, h);
-    if (send_head(c, b, !last) < 0)
+    if (wsgi_take_head(c) < 0 || send_head(c, b, !last) < 0)
       return -1;
     if (c->flags & C_FINISHED)
       return 0;
@@ -3223,10 +3210,8 @@ static int wsgi_write(ConnObject *c, PyObject *b, int last) {
 }
 
 static PyObject *Conn_write(ConnObject *c, PyObject *b) {
-  if (c->flags & C_GONE) {
-    PyErr_SetString(PyExc_OSError, "the client disconnected");
-    return NULL;
-  }
+  if (c->flags & C_GONE)
+    return client_gone(c);
   if (wsgi_write(c, b, 0) < 0)
     return NULL;
   Py_RETURN_NONE;
@@ -3286,18 +3271,8 @@ static void wsgi_run(ConnObject *c) {
     if (fd < 0)
       goto fail;
     if (!(c->flags & C_HEAD_SENT)) {
-      int status;
-      PyObject *h;
-      if (c->wsgi_status == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "start_response was not called");
+      if (wsgi_take_head(c) < 0)
         goto fail;
-      }
-      h = wsgi_headers_bytes(c, &status);
-      if (h == NULL)
-        goto fail;
-      c->status = status;
-      c->flags |= C_STARTED;
-      Py_XSETREF(c->headers, h);
       {
         /* The app's Content-Length, if any, counts. */
         tern_header *hh;
@@ -3378,12 +3353,10 @@ finish:
       report(s, "application");
     }
     if (!(c->flags & C_FINISHED) && c->r != NULL) {
-      static const tern_header ct = {"content-type", 12,
-                                     "text/plain; charset=utf-8", 25};
       if (c->flags & C_HEAD_SENT)
         tern_response_abort(c->r);
       else
-        tern_respond(c->r, 500, &ct, 1, "Internal Server Error", 21);
+        answer_500(c);
       finished(c);
     }
   }

@@ -47,51 +47,39 @@ def _load_native():
 native = _load_native()
 
 
-class Config:
-    """Everything `python -m tern` takes; the keyword arguments of run()."""
+# Config's options and their defaults (the keywords of run(), the flags
+# of python -m tern with - for _).
+DEFAULTS = dict(
+    host="127.0.0.1", port=8000, uds=None, fd=None, workers=1,
+    interface="auto", ssl_certfile=None, ssl_keyfile=None, http3=False,
+    root_path="", proxy_headers=True, forwarded_allow_ips=None,
+    proxy_protocol=False, lifespan="auto", limit_concurrency=None,
+    timeout_keep_alive=5, timeout_graceful_shutdown=None, access_log=True,
+    log_level="info", factory=False, threads=0, loop="auto",
+    max_body_size=None, stats_path=None,
+    # called with the list of (kind, address) once listening
+    ready=None)
 
-    def __init__(self, app, host="127.0.0.1", port=8000, uds=None, fd=None,
-                 workers=1, interface="auto", ssl_certfile=None,
-                 ssl_keyfile=None, http3=False, root_path="",
-                 proxy_headers=True, forwarded_allow_ips=None,
-                 proxy_protocol=False, lifespan="auto",
-                 limit_concurrency=None, timeout_keep_alive=5,
-                 timeout_graceful_shutdown=None, access_log=True,
-                 log_level="info", factory=False, threads=0, loop="auto",
-                 max_body_size=None, stats_path=None, ready=None):
+
+class Config:
+    """Everything `python -m tern` takes; the keyword arguments of run()
+    (DEFAULTS lists them)."""
+
+    def __init__(self, app, **kw):
+        unknown = set(kw) - set(DEFAULTS)
+        if unknown:
+            raise TypeError("unknown options: %s" % ", ".join(sorted(unknown)))
         self.app = app
-        self.host = host
-        self.port = port
-        self.uds = uds
-        self.fd = fd
-        self.workers = workers or 1
-        self.interface = interface
-        self.ssl_certfile = ssl_certfile
-        self.ssl_keyfile = ssl_keyfile
-        self.http3 = http3
-        self.root_path = root_path or ""
-        self.proxy_headers = proxy_headers
-        if forwarded_allow_ips is None:
-            forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS",
-                                                 "127.0.0.1")
-        if isinstance(forwarded_allow_ips, str):
-            forwarded_allow_ips = [x.strip() for x in
-                                   forwarded_allow_ips.split(",") if x.strip()]
-        self.forwarded_allow_ips = list(forwarded_allow_ips)
-        self.proxy_protocol = proxy_protocol
-        self.lifespan = lifespan
-        self.limit_concurrency = limit_concurrency
-        self.timeout_keep_alive = timeout_keep_alive
-        self.timeout_graceful_shutdown = timeout_graceful_shutdown
-        self.access_log = access_log
-        self.log_level = log_level
-        self.factory = factory
-        self.threads = threads
-        self.loop = loop
-        self.max_body_size = max_body_size
-        self.stats_path = stats_path
-        # Called with the list of (kind, address) once listening.
-        self.ready = ready
+        for k, v in DEFAULTS.items():
+            setattr(self, k, kw.get(k, v))
+        self.workers = self.workers or 1
+        self.root_path = self.root_path or ""
+        ips = self.forwarded_allow_ips
+        if ips is None:
+            ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+        if isinstance(ips, str):
+            ips = [x.strip() for x in ips.split(",") if x.strip()]
+        self.forwarded_allow_ips = list(ips)
 
 
 def import_app(spec, factory=False):
@@ -614,8 +602,8 @@ def main(argv=None):
         description="Serve an ASGI or WSGI application with tern "
                     "(HTTP/1.1, HTTP/2, HTTP/3, WebSocket).")
     p.add_argument("app", help="the application, as module:attribute")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default=DEFAULTS["host"])
+    p.add_argument("--port", type=int, default=DEFAULTS["port"])
     p.add_argument("--uds", help="a Unix domain socket to listen on")
     p.add_argument("--fd", type=int, help="a listening socket to serve")
     p.add_argument("--workers", type=int,
@@ -629,7 +617,7 @@ def main(argv=None):
     p.add_argument("--ssl-keyfile")
     p.add_argument("--http3", action="store_true",
                    help="HTTP/3 over QUIC on the TLS port (Alt-Svc sent)")
-    p.add_argument("--root-path", default="")
+    p.add_argument("--root-path", default=DEFAULTS["root_path"])
     p.add_argument("--proxy-headers", dest="proxy_headers",
                    action="store_true", default=True)
     p.add_argument("--no-proxy-headers", dest="proxy_headers",
@@ -641,16 +629,18 @@ def main(argv=None):
                    default="auto")
     p.add_argument("--limit-concurrency", type=int,
                    help="requests and WebSockets at once; beyond: 503")
-    p.add_argument("--timeout-keep-alive", type=float, default=5)
+    p.add_argument("--timeout-keep-alive", type=float,
+                   default=DEFAULTS["timeout_keep_alive"])
     p.add_argument("--timeout-graceful-shutdown", type=float)
     p.add_argument("--access-log", dest="access_log", action="store_true",
                    default=True)
     p.add_argument("--no-access-log", dest="access_log",
                    action="store_false")
-    p.add_argument("--log-level", choices=sorted(LEVELS), default="info")
+    p.add_argument("--log-level", choices=sorted(LEVELS),
+                   default=DEFAULTS["log_level"])
     p.add_argument("--factory", action="store_true",
                    help="the attribute is a factory that returns the app")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=int, default=DEFAULTS["threads"],
                    help="WSGI: run the application on this many threads "
                         "(0: inline on the worker)")
     p.add_argument("--max-body-size", type=int,
@@ -662,16 +652,4 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.uds and a.fd is not None:
         p.error("--uds and --fd exclude each other")
-    return run(a.app, host=a.host, port=a.port, uds=a.uds, fd=a.fd,
-               workers=a.workers, interface=a.interface,
-               ssl_certfile=a.ssl_certfile, ssl_keyfile=a.ssl_keyfile,
-               http3=a.http3, root_path=a.root_path,
-               proxy_headers=a.proxy_headers,
-               forwarded_allow_ips=a.forwarded_allow_ips,
-               proxy_protocol=a.proxy_protocol, lifespan=a.lifespan,
-               limit_concurrency=a.limit_concurrency,
-               timeout_keep_alive=a.timeout_keep_alive,
-               timeout_graceful_shutdown=a.timeout_graceful_shutdown,
-               access_log=a.access_log, log_level=a.log_level,
-               factory=a.factory, threads=a.threads, loop=a.loop,
-               max_body_size=a.max_body_size, stats_path=a.stats_path)
+    return run(a.app, **{k: getattr(a, k) for k in DEFAULTS if hasattr(a, k)})

@@ -8,10 +8,16 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
 from conftest import ROOT, SANITIZER_PRELOAD
 
 
-def test_pip_install_into_fresh_venv(tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv with the package installed as the README says: (venv,
+    the environment to run it with, a directory outside the checkout)."""
+    tmp_path = tmp_path_factory.mktemp("install")
     venv = tmp_path / "venv"
     # python3-venv (test/deps.sh) brings pip and setuptools into the venv
     r = subprocess.run([sys.executable, "-m", "venv", str(venv)],
@@ -28,7 +34,8 @@ def test_pip_install_into_fresh_venv(tmp_path):
     # the copy is outside the checkout: setup.py finds tern.h through it
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
                TERN_SOURCE_ROOT=ROOT)
-    env.pop("PYTHONPATH", None)
+    for k in ("PYTHONPATH", "TERN_NATIVE"):
+        env.pop(k, None)
     if env.get("TERN_LIBRARY"):
         env["TERN_LIBRARY"] = os.path.abspath(env["TERN_LIBRARY"])
     r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
@@ -37,6 +44,20 @@ def test_pip_install_into_fresh_venv(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     if SANITIZER_PRELOAD:
         env["LD_PRELOAD"] = SANITIZER_PRELOAD
+    return venv, env, tmp_path
+
+
+def imported_from(installed, module):
+    venv, env, tmp_path = installed
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import %s as m; print(m.__file__)" % module],
+                           capture_output=True, text=True, env=env,
+                           cwd=str(tmp_path))
+    assert where.stdout.startswith(str(venv)), where
+
+
+def test_pip_install_into_fresh_venv(installed):
+    venv, env, tmp_path = installed
     # run from elsewhere: the venv's tern, found by import, not the checkout
     p = subprocess.Popen([str(venv / "bin" / "python"), os.path.join(
         ROOT, "examples", "python", "hello.py"), "0"], env=env,
@@ -51,34 +72,13 @@ def test_pip_install_into_fresh_venv(tmp_path):
         p.send_signal(2)
         rc = p.wait(10)
     assert rc == 0
-    where = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import tern; print(tern.__file__)"],
-                           capture_output=True, text=True, env=env,
-                           cwd=str(tmp_path))
-    assert where.stdout.startswith(str(venv)), where
+    imported_from(installed, "tern")
 
 
-def test_pip_install_serves_asgi_with_python_m_tern(tmp_path):
-    """The same install builds the native module: `python -m tern` from
+def test_pip_install_serves_asgi_with_python_m_tern(installed):
+    """The same install built the native module: `python -m tern` from
     the venv serves an ASGI application (no checkout on its path)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
-                   capture_output=True, timeout=120)
-    src = tmp_path / "src"
-    shutil.copytree(os.path.join(ROOT, "bindings", "python"), src,
-                    ignore=shutil.ignore_patterns("tests", "build",
-                                                  "*.egg-info",
-                                                  "__pycache__"))
-    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
-               TERN_SOURCE_ROOT=ROOT)
-    for k in ("PYTHONPATH", "TERN_NATIVE"):
-        env.pop(k, None)
-    if env.get("TERN_LIBRARY"):
-        env["TERN_LIBRARY"] = os.path.abspath(env["TERN_LIBRARY"])
-    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index",
-                        "--no-build-isolation", str(src)],
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
+    venv, env, tmp_path = installed
     (tmp_path / "hi.py").write_text(
         "async def app(scope, receive, send):\n"
         "    if scope['type'] != 'http':\n"
@@ -87,8 +87,6 @@ def test_pip_install_serves_asgi_with_python_m_tern(tmp_path):
         "                'headers': [(b'content-type', b'text/plain')]})\n"
         "    await send({'type': 'http.response.body',\n"
         "                'body': b'hi over ' + scope['http_version'].encode()})\n")
-    if SANITIZER_PRELOAD:
-        env["LD_PRELOAD"] = SANITIZER_PRELOAD
     p = subprocess.Popen([str(venv / "bin" / "python"), "-m", "tern", "hi:app",
                           "--port", "0", "--no-access-log"], env=env,
                          cwd=str(tmp_path), stdout=subprocess.PIPE,
@@ -111,8 +109,4 @@ def test_pip_install_serves_asgi_with_python_m_tern(tmp_path):
         p.send_signal(15)
         rc = p.wait(20)
     assert rc == 0
-    where = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import tern._native as n; print(n.__file__)"],
-                           capture_output=True, text=True, env=env,
-                           cwd=str(tmp_path))
-    assert where.stdout.startswith(str(venv)), where
+    imported_from(installed, "tern._native")

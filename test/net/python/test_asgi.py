@@ -277,31 +277,36 @@ def upload_and_download_100mb_hash_checked():
                                                p.stderr))
 
 
+def push_at_slow_reader(s):
+    """POST 64 MB to /slow-read (a reader of 64 KiB every 50 ms) for 4 s:
+    the client must be held back and the server's RSS stay flat."""
+    before = vmrss_kib(s.proc.pid)
+    c = socket.create_connection(("127.0.0.1", s.port))
+    c.sendall(b"POST /slow-read HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: %d\r\n\r\n" % (64 << 20))
+    c.settimeout(0.5)
+    sent = 0
+    chunk = b"x" * 65536
+    t_end = time.monotonic() + 4
+    while time.monotonic() < t_end:
+        try:
+            sent += c.send(chunk)
+        except socket.timeout:
+            pass
+    grown = vmrss_kib(s.proc.pid) - before
+    check(sent < 32 << 20, "the client was held back (sent %d)" % sent)
+    check(grown < 24 * 1024, "RSS grew %d KiB with %d bytes sent" %
+          (grown, sent))
+    c.close()
+
+
 @case(timeout=60)
 def read_flow_control_pauses_the_socket():
     """An application that reads slowly: the body waits in the socket
     (tern pauses reading past 64 KiB queued), so a client pushing 64 MB
     stalls and the server's memory stays flat."""
     with PyServer() as s:
-        pid = s.proc.pid
-        before = vmrss_kib(pid)
-        c = socket.create_connection(("127.0.0.1", s.port))
-        c.sendall(b"POST /slow-read HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Length: %d\r\n\r\n" % (64 << 20))
-        c.settimeout(0.5)
-        sent = 0
-        chunk = b"x" * 65536
-        t_end = time.monotonic() + 4
-        while time.monotonic() < t_end:
-            try:
-                sent += c.send(chunk)
-            except socket.timeout:
-                pass
-        grown = vmrss_kib(pid) - before
-        check(sent < 32 << 20, "the client was held back (sent %d)" % sent)
-        check(grown < 24 * 1024, "RSS grew %d KiB with %d bytes sent" %
-              (grown, sent))
-        c.close()
+        push_at_slow_reader(s)
 
 
 @case(timeout=60)
@@ -339,6 +344,21 @@ def continue_only_when_the_app_reads():
             r = c.response()
             eq(r.status, 200, "final answer without a 100")
             eq(r.body, b"did not read", "body")
+
+
+@case
+def pipelined_requests_answered_in_order():
+    """Three pipelined requests, the first slow: each gets its own
+    application task, and the answers come back in request order."""
+    with PyServer() as s:
+        with Conn(s.port, timeout=10) as c:
+            c.send(build_request("GET", "/slow?ms=300") +
+                   build_request("GET", "/pid") +
+                   build_request("POST", "/echo", body=b"abc"))
+            bodies = [c.response().body for _ in range(3)]
+        eq(bodies[0], b"slow done", "first")
+        check(bodies[1].isdigit(), "second: %r" % bodies[1])
+        eq(bodies[2].split()[0], b"3", "third")
 
 
 @case
@@ -725,24 +745,7 @@ def wsgi_threads_stream_the_body():
     flat; a 20 MB upload read whole is hash-checked."""
     with PyServer("apps:wsgi", ["--interface", "wsgi", "--threads",
                                 "2"]) as s:
-        before = vmrss_kib(s.proc.pid)
-        c = socket.create_connection(("127.0.0.1", s.port))
-        c.sendall(b"POST /slow-read HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Length: %d\r\n\r\n" % (64 << 20))
-        c.settimeout(0.5)
-        sent = 0
-        chunk = b"x" * 65536
-        t_end = time.monotonic() + 4
-        while time.monotonic() < t_end:
-            try:
-                sent += c.send(chunk)
-            except socket.timeout:
-                pass
-        grown = vmrss_kib(s.proc.pid) - before
-        check(sent < 32 << 20, "the client was held back (sent %d)" % sent)
-        check(grown < 24 * 1024, "RSS grew %d KiB with %d bytes sent" %
-              (grown, sent))
-        c.close()
+        push_at_slow_reader(s)
         body = os.urandom(20 << 20)
         r = get(s.port, "/echo", method="POST", body=body)
         eq(r.body, b"%d %s" % (len(body), hashlib.sha256(body)

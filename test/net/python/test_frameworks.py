@@ -93,19 +93,26 @@ def starlette_chat():
     need("starlette")
     if websockets is None:
         raise Skip("python3-websockets not installed")
-    with serve("starlette_chat:app") as s:
+    with serve("starlette_chat:app", quic=True) as s:
+        every_protocol(s.port, s.quic_port, "/", lambda b: eq(
+            json.loads(b)["connected"], 0, "Starlette status page"))
         async def go():
-            url = "ws://127.0.0.1:%d/chat" % s.port
-            async with websockets.connect(url) as a, \
-                    websockets.connect(url) as b:
+            url = "wss://127.0.0.1:%d/chat" % s.port
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            async with websockets.connect(url, ssl=ctx) as a, \
+                    websockets.connect(url, ssl=ctx) as b:
                 await a.recv()
                 await b.recv()
                 await a.send("hello room")
                 eq(await a.recv(), "hello room", "to the sender")
                 eq(await b.recv(), "hello room", "to the other")
         asyncio.new_event_loop().run_until_complete(go())
-        r = json.loads(get(s.port, "/").body)
-        eq(r["http_version"], "1.1", "status page")
+        st, body = h3get(s.quic_port, "/", os.path.join(tempfile.mkdtemp(),
+                                                        "b"))
+        eq(json.loads(body)["http_version"], "3", "status page over HTTP/3")
 
 
 @case(timeout=90)
@@ -117,6 +124,9 @@ def quart_app():
         eq(json.loads(r.body)["length"], 5000, "POST body")
         p = curl("--http2-prior-knowledge", "http://127.0.0.1:%d/" % s.port)
         eq(p.stdout, b"Hello from Quart on tern", "h2c")
+    with serve("quart_app:app", quic=True) as s:
+        every_protocol(s.port, s.quic_port, "/", lambda b: eq(
+            b, b"Hello from Quart on tern", "Quart"))
 
 
 @case(timeout=90)
