@@ -45,15 +45,35 @@ def h2get(port, path, method="GET", **kw):
         return r
 
 
+def gtls_get(port, path):
+    """GET over HTTP/3 with gtlsclient (ngtcp2's GnuTLS client, Debian's
+    HTTP/3 client): the body it downloaded."""
+    import shutil
+    import subprocess
+    if not shutil.which("gtlsclient"):
+        raise Skip("gtlsclient (ngtcp2-client) not installed")
+    dl = tempfile.mkdtemp()
+    p = subprocess.run(["gtlsclient", "-q", "--exit-on-all-streams-close",
+                        "--timeout=10s", "--download=" + dl, "127.0.0.1",
+                        str(port), "https://localhost:%d%s" % (port, path)],
+                       capture_output=True, timeout=30)
+    files = os.listdir(dl)
+    check(len(files) == 1, "gtlsclient downloaded %r (rc %d: %r)" %
+          (files, p.returncode, p.stdout[-500:] + p.stderr[-500:]))
+    with open(os.path.join(dl, files[0]), "rb") as f:
+        return f.read()
+
+
 def every_protocol(port, quic_port, path, check_body):
     """GET path over HTTP/1.1 over TLS (curl), HTTP/2 (httpx), HTTP/3
-    (h3client); check_body(bytes) each."""
+    (tern's h3client and gtlsclient); check_body(bytes) each."""
     p = curl("-k", "--http1.1", "https://127.0.0.1:%d%s" % (port, path))
     check_body(p.stdout)
     check_body(h2get(port, path).content)
     st, body = h3get(quic_port, path, os.path.join(tempfile.mkdtemp(), "b"))
     eq(st, 200, "HTTP/3 status")
     check_body(body)
+    check_body(gtls_get(quic_port, path))
 
 
 def setup():
