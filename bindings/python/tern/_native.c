@@ -2863,10 +2863,6 @@ static void handler(tern_request *r, void *user) {
   PyObject *scope = NULL, *coro = NULL, *task = NULL, *cb = NULL, *recv = NULL,
            *send = NULL;
   int ws;
-  if (s->app == NULL || (s->limit > 0 && s->active >= s->limit)) {
-    tern_respond(r, 503, &text_plain, 1, "Service Unavailable", 19);
-    return;
-  }
   if (s->stats_path_len > 0) {
     size_t plen;
     const char *p = tern_request_path(r, &plen);
@@ -2874,6 +2870,10 @@ static void handler(tern_request *r, void *user) {
       answer_stats(s, r);
       return;
     }
+  }
+  if (s->app == NULL || (s->limit > 0 && s->active >= s->limit)) {
+    tern_respond(r, 503, &text_plain, 1, "Service Unavailable", 19);
+    return;
   }
   c = conn_new(s, r);
   if (c == NULL) {

@@ -505,15 +505,27 @@ def lifespan_shutdown_runs_and_unsupported_is_fine():
         check(s.wait_line("lifespan.*unsupported") is not None, s.text())
 
 
+def app_active(s, want, timeout=10):
+    """Wait until the server's applications hold `want` requests (read
+    through --stats-path /tern-stats)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = json.loads(get(s.port, "/tern-stats").body)["app_active"]
+        if n >= want or time.monotonic() > deadline:
+            return n
+        time.sleep(0.02)
+
+
 @case
 def limit_concurrency_answers_503():
-    with PyServer(args=["--limit-concurrency", "2"]) as s:
+    with PyServer(args=["--limit-concurrency", "2", "--stats-path",
+                        "/tern-stats"]) as s:
         held = []
         for _ in range(2):
             c = Conn(s.port, timeout=10)
             c.send(build_request("GET", "/slow?ms=1500"))
             held.append(c)
-        time.sleep(0.3)
+        eq(app_active(s, 2), 2, "both held by the app")
         eq(get(s.port, "/noread").status, 503, "beyond the limit")
         for c in held:
             eq(c.response().status, 200, "the held ones finish")
@@ -526,12 +538,13 @@ def sigterm_lets_in_flight_requests_finish():
     """SIGTERM with requests in flight: they finish, new connections are
     refused, and the process exits 0; one that never answers gets 503 at
     the deadline."""
-    with PyServer(args=["--timeout-graceful-shutdown", "2"]) as s:
+    with PyServer(args=["--timeout-graceful-shutdown", "2", "--stats-path",
+                        "/tern-stats"]) as s:
         slow = Conn(s.port, timeout=15)
         slow.send(build_request("GET", "/slow?ms=800"))
         never = Conn(s.port, timeout=15)
         never.send(build_request("GET", "/never"))
-        time.sleep(0.3)
+        eq(app_active(s, 2), 2, "both in flight in the app")
         s.proc.send_signal(signal.SIGTERM)
         r = slow.response()
         eq((r.status, r.body), (200, b"slow done"), "in flight finished")
