@@ -718,9 +718,18 @@ def thousand_concurrent_websockets():
 
     async def go(port):
         await asyncio.gather(*(one(port, i) for i in range(1000)))
-    with PyServer() as s:
+    with PyServer(args=["--stats-path", "/tern-stats"]) as s:
         ws_run(go(s.port))
         eq(get(s.port, "/noread").status, 200, "serves on")
+        # every socket and request let go of (none leaks a reference)
+        deadline = time.monotonic() + 10
+        while True:
+            st = json.loads(get(s.port, "/tern-stats").body)
+            if (st["app_active"], st["ws_open"]) == (0, 0) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        eq((st["app_active"], st["ws_open"]), (0, 0), "held after the run")
 
 
 # ---- WSGI -------------------------------------------------------------------
