@@ -443,6 +443,13 @@ def test_generator_body_is_paced_by_the_client(server):
 
     app.add_route("GET", "/big", lambda r: (200, {}, body()))
     app.add_route("GET", "/raises", lambda r: (200, {}, _raises()))
+
+    @app.route("GET", "/raises-async")
+    async def raises_async(req):
+        # answered from the loop's thread: the writes and the abort are
+        # posted to the worker (tern_response_abort from another thread)
+        return 200, {}, _raises()
+
     port = started(app)
     before = _rss_kib()
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
@@ -474,6 +481,16 @@ def test_generator_body_is_paced_by_the_client(server):
         data += d
     s.close()
     # closed without the final chunk (what was queued may go with it)
+    assert not data.endswith(b"0\r\n\r\n"), data[-40:]
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /raises-async HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
     assert not data.endswith(b"0\r\n\r\n"), data[-40:]
 
 
