@@ -168,6 +168,7 @@ typedef struct {
   PyObject *on_log;       /* callable(level, text) for tern's log lines */
   PyObject *file_wrapper; /* WSGI's wsgi.file_wrapper (a type) */
   PyObject *local;        /* the last scope["server"] tuple */
+  unsigned long thread;   /* the loop's thread (attach) */
   char stats_path[64];    /* answered with tern's counters ("": none) */
   size_t stats_path_len;
   char local_text[64];
@@ -687,6 +688,7 @@ static PyObject *Server_attach(ServerObject *s, PyObject *loop) {
     return NULL;
   }
   s->attached = 1;
+  s->thread = PyThread_get_thread_ident();
   add_reader = PyObject_GetAttrString(loop, "add_reader");
   if (add_reader == NULL)
     return NULL;
@@ -731,6 +733,8 @@ static PyObject *Server_close(ServerObject *s, PyObject *unused) {
     Py_CLEAR(s->timer);
   }
   Server_release(s);
+  if (s->srv == NULL)
+    s->attached = 0; /* a pump still scheduled finds nothing to run */
   Py_RETURN_NONE;
 }
 
@@ -2165,14 +2169,29 @@ static PyObject *ws_send(ConnObject *c, PyObject *msg) {
   return NULL;
 }
 
+/* receive() and send() belong to the event loop's thread: from another
+ * one they would touch the loop and tern's worker unsynchronised. */
+static int wrong_thread(ConnObject *c) {
+  if (PyThread_get_thread_ident() == c->server->thread)
+    return 0;
+  PyErr_SetString(PyExc_RuntimeError,
+                  "ASGI receive()/send() called from a thread other than "
+                  "the event loop's (use asyncio.run_coroutine_threadsafe)");
+  return 1;
+}
+
 static PyObject *Conn_receive(ConnObject *c, PyObject *unused) {
   (void)unused;
+  if (wrong_thread(c))
+    return NULL;
   if (c->flags & C_WS)
     return ws_receive(c);
   return http_receive(c);
 }
 
 static PyObject *Conn_send(ConnObject *c, PyObject *msg) {
+  if (wrong_thread(c))
+    return NULL;
   if (c->flags & C_WS)
     return ws_send(c, msg);
   return http_send(c, msg);

@@ -262,6 +262,22 @@ async def app(scope, receive, send):
                         "offset": int(q["offset"]),
                         "count": int(q["count"])})
         return
+    if path == "/wrong-thread":
+        # send() from another thread is refused (RuntimeError), not a crash
+        import threading
+        got = []
+
+        def other():
+            try:
+                send({"type": "http.response.start", "status": 200,
+                      "headers": []})
+                got.append("accepted")
+            except RuntimeError as e:
+                got.append("refused: " + str(e))
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        return await respond(send, body=got[0].encode())
     if path == "/cpu":
         # Holds the thread: other clients wait for it (one thread serves).
         t = time.monotonic() + int(q.get("ms", "100")) / 1000

@@ -427,6 +427,15 @@ def app_errors_are_500_or_cut():
 
 
 @case
+def send_from_another_thread_is_refused():
+    with PyServer() as s:
+        r = get(s.port, "/wrong-thread")
+        check(r.status == 200 and r.body.startswith(b"refused:") and
+              b"thread" in r.body, "answer: %r" % r)
+        eq(get(s.port, "/noread").status, 200, "serves on")
+
+
+@case
 def disconnect_reaches_the_app():
     """The client leaves: the app's pending receive() gets
     http.disconnect, and its send() raises OSError."""
