@@ -1586,6 +1586,17 @@ TERN_EXTERN int tern_response_write_ref(tern_request *r, const void *data,
 TERN_EXTERN int tern_response_end(tern_request *r, const tern_header *trailers,
                                   size_t ntrailers);
 
+/* Close the connection after this response (HTTP/1.0 and HTTP/1.1: the
+ * answer carries Connection: close, and requests pipelined behind it are
+ * dropped, as when the client asks for the close); HTTP/2 and HTTP/3,
+ * whose connections carry other streams, ignore it. A Connection field
+ * given to the response calls is ignored, so this is how a handler (or
+ * a binding whose application sent `connection: close`) asks for it.
+ * From the owning worker, before the response starts. Errors:
+ * TERN_EINVAL (r NULL), TERN_ESTATE (another thread, or the response has
+ * started; nothing changes). */
+TERN_EXTERN int tern_request_close_after(tern_request *r);
+
 /* Finish the request by cutting its response short, started or not, so
  * that the client can never take what it got for a whole answer (a
  * handler that failed half way through a streamed body): HTTP/1.1 closes

@@ -1010,6 +1010,17 @@ int tern__response_end(tern_request *r, const tern_header *trailers,
   return 0;
 }
 
+int tern_request_close_after(tern_request *r) {
+  if (r == NULL)
+    return TERN_EINVAL;
+  if (!tern__on_worker(r->w) ||
+      (r->flags & (TERN__RQ_STARTED | TERN__RQ_ENDED)))
+    return TERN_ESTATE;
+  if (r->protocol == TERN_PROTO_HTTP10 || r->protocol == TERN_PROTO_HTTP11)
+    r->flags |= TERN__RQ_CLOSE;
+  return 0;
+}
+
 int tern_response_abort(tern_request *r) {
   resp_msg *m;
   int rc;

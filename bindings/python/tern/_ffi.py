@@ -340,6 +340,7 @@ FUNCTIONS = {
                                 "lib"),
     "tern_response_end": (c_int, [_P, _P, c_size_t], "lib"),
     "tern_response_abort": (c_int, [_P], "lib"),
+    "tern_request_close_after": (c_int, [_P], "fast"),
     "tern_ws_options_init": (None, [_P], "lib"),
     "tern_ws_options_init_size": (None, [_P, c_size_t], "lib"),
     "tern_ws_is_upgrade": (c_int, [_P], "fast"),

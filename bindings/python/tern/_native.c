@@ -1179,7 +1179,8 @@ static PyObject *http_receive(ConnObject *c) {
  * Content-Length is taken out into *length (-1 when absent); names tern
  * sets itself are left to tern. Returns the count, or -1. */
 static Py_ssize_t convert_headers(PyObject *seq, tern_header **out,
-                                  PyObject **keep, int64_t *length) {
+                                  PyObject **keep, int64_t *length,
+                                  int *close) {
   PyObject *fast, *item;
   Py_ssize_t n, i, k = 0;
   tern_header *h;
@@ -1220,6 +1221,13 @@ static Py_ssize_t convert_headers(PyObject *seq, tern_header **out,
     }
     PyBytes_AsStringAndSize(name, &nb, &nl);
     PyBytes_AsStringAndSize(value, &vb, &vl);
+    if (close != NULL && nl == 10 && strncasecmp(nb, "connection", 10) == 0) {
+      /* tern writes Connection itself: "close" is asked for instead
+       * (tern_request_close_after). */
+      if (vl == 5 && strncasecmp(vb, "close", 5) == 0)
+        *close = 1;
+      continue;
+    }
     if (length != NULL && nl == 14 &&
         strncasecmp(nb, "content-length", 14) == 0) {
       char *end;
@@ -1352,11 +1360,13 @@ static int send_head(ConnObject *c, PyObject *first, int more) {
   PyObject *keep;
   int64_t length;
   Py_ssize_t n;
-  int rc;
-  n = convert_headers(c->headers, &h, &keep, &length);
+  int rc, close = 0;
+  n = convert_headers(c->headers, &h, &keep, &length, &close);
   if (n < 0)
     return -1;
   c->declared = length;
+  if (close)
+    tern_request_close_after(c->r);
   if (!more && !(c->flags & C_TRAILERS)) {
     Py_ssize_t blen = first != NULL ? PyBytes_GET_SIZE(first) : 0;
     if (length >= 0 && length != blen && !(c->flags & C_HEAD)) {
@@ -1431,7 +1441,7 @@ static int end_response(ConnObject *c, PyObject *trailers) {
     return -1;
   }
   if (trailers != NULL) {
-    n = convert_headers(trailers, &h, &keep, NULL);
+    n = convert_headers(trailers, &h, &keep, NULL, NULL);
     if (n < 0)
       return -1;
   }
@@ -3297,7 +3307,7 @@ static void wsgi_run(ConnObject *c) {
         tern_header *hh;
         PyObject *keep;
         int64_t length;
-        if (convert_headers(c->headers, &hh, &keep, &length) < 0)
+        if (convert_headers(c->headers, &hh, &keep, &length, NULL) < 0)
           goto fail;
         PyMem_Free(hh);
         Py_XDECREF(keep);

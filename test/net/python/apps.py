@@ -181,6 +181,9 @@ async def app(scope, receive, send):
                         "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         return
+    if path == "/close":
+        return await respond(send, body=b"closing",
+                             headers=[(b"connection", b"close")])
     if path == "/noread":
         return await respond(send, body=b"did not read")
     if path == "/head":

@@ -369,6 +369,24 @@ def pipelined_requests_answered_in_order():
 
 
 @case
+def app_connection_close_closes():
+    """An app's `connection: close` closes the HTTP/1.1 connection after
+    its answer (tern writes the field itself); without it the
+    connection is kept."""
+    with PyServer() as s:
+        with Conn(s.port, timeout=10) as c:
+            r = c.request("GET", "/noread")
+            check(c.still_open(), "kept alive without the field")
+            r = c.request("GET", "/close")
+            eq((r.body, r.headers.get("connection")), (b"closing", "close"),
+               "answer")
+            check(c.at_eof(5), "closed after the answer")
+        p = curl("--http2-prior-knowledge", "-sS",
+                 "http://127.0.0.1:%d/close" % s.port)
+        eq(p.stdout, b"closing", "HTTP/2 ignores it")
+
+
+@case
 def head_strips_and_chunked_when_no_length():
     with PyServer() as s:
         r = get(s.port, "/head", method="HEAD")
