@@ -729,6 +729,38 @@ def chromium_websocket_over_http2():
 
 
 @case(timeout=120)
+def chromium_websocket_from_an_http3_page():
+    """Chromium loads a page over HTTP/3 and opens a WebSocket from it
+    (test/browser/wsh3.mjs): the page's protocol is h3 and the socket
+    echoes. Chromium carries the socket over HTTP/1.1 (no RFC 9220 in
+    Chromium 156), which tern serves on the TCP port of the same number;
+    RFC 9220 itself is tested with h3client above."""
+    import base64
+    browser = os.path.join(REPO, "test", "browser")
+    if not os.path.isdir(os.path.join(browser, "node_modules",
+                                      "playwright-core")):
+        raise Skip("playwright-core is missing (test/deps.sh installs it)")
+    pub = subprocess.run(["openssl", "x509", "-in", CERT[0], "-pubkey",
+                          "-noout"], capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"],
+                         input=pub, capture_output=True, check=True).stdout
+    spki = base64.b64encode(hashlib.sha256(der).digest()).decode()
+    with PyServer(args=["--ssl-certfile", CERT[0], "--ssl-keyfile",
+                        CERT[1], "--http3"], quic=True) as s:
+        p = subprocess.run(["node", os.path.join(browser, "wsh3.mjs"),
+                            "localhost:%d" % s.quic_port, spki],
+                           capture_output=True, timeout=100)
+        check(p.returncode == 0, "chromium failed: %s" %
+              p.stderr.decode()[-800:])
+        r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        eq(r["protocol"], "h3", "the page came over HTTP/3")
+        eq(r["echo"], "from an h3 page", "the socket echoes")
+        check(r["version"] in ("1.1", "3"), "socket over %r" % r["version"])
+        suite.note("Chromium carried the WebSocket over HTTP/%s" %
+                   r["version"])
+
+
+@case(timeout=120)
 def thousand_concurrent_websockets():
     if websockets is None:
         raise Skip("python3-websockets not installed")
