@@ -1050,7 +1050,7 @@ static int h1_tunnel(tern_request *r, const tern_header *h, size_t n) {
    * another request's body is still arriving (a streaming route's own
    * empty one, not yet read, is none). The client's handshake is then
    * unusable; the caller answers it. */
-  if ((c->body_req != NULL && (c->body_req != r || r->body_declared != 0)) ||
+  if ((c->body_req != NULL && (c->body_req != r || body_unread(r))) ||
       (c->head.flags & TERN__C_CLOSE_AFTER))
     return TERN_EHANDSHAKE;
   r->flags |= TERN__RQ_TUNNEL;

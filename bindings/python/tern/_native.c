@@ -44,8 +44,7 @@ static PyObject *s_type, *s_body, *s_more_body, *s_status, *s_headers,
     *s_trailers, *s_more_trailers, *s_bytes, *s_text, *s_code, *s_reason,
     *s_subprotocol, *s_path, *s_file, *s_offset, *s_count, *s_links,
     *s_http_request, *s_http_disconnect, *s_ws_connect, *s_ws_receive,
-    *s_ws_disconnect, *s_set_result, *s_set_exception, *s_done, *s_cancelled,
-    *s_add_done_callback, *s_exception, *s_add, *s_discard, *s_fileno;
+    *s_ws_disconnect, *s_set_result, *s_done;
 static PyObject *k_type, *k_asgi, *k_http_version, *k_server, *k_client,
     *k_scheme, *k_method, *k_root_path, *k_path, *k_raw_path, *k_query_string,
     *k_headers, *k_state, *k_extensions, *k_subprotocols;
@@ -57,8 +56,8 @@ static PyObject *s_http_response_start, *s_http_response_body,
 
 static PyObject *x_ws_denial, *x_trailers, *x_early_hint, *x_pathsend,
     *x_zerocopysend;
-static PyObject *v_http, *v_websocket, *v_asgi_info, *v_asgi_ws, *v_http_s,
-    *v_https_s, *v_ws_s, *v_wss_s, *v_v10, *v_v11, *v_v2, *v_v3, *v_empty_bytes;
+static PyObject *v_http, *v_websocket, *v_asgi_info, *v_asgi_ws, *v_https_s,
+    *v_ws_s, *v_wss_s, *v_v10, *v_v11, *v_v2, *v_v3, *v_empty_bytes;
 
 /* ---- Ready: an awaitable that is done already ----------------------- */
 
@@ -145,7 +144,6 @@ typedef struct {
   int forked;              /* tern_server_fork called */
   PyObject *loop;          /* the asyncio loop */
   PyObject *create_future; /* loop.create_future */
-  PyObject *create_task;   /* loop.create_task */
   PyObject *call_soon;     /* loop.call_soon */
   PyObject *call_later;    /* loop.call_later */
   PyObject *pump;          /* self.pump, bound once */
@@ -387,7 +385,6 @@ static void Server_release(ServerObject *s) {
 static int Server_traverse(ServerObject *s, visitproc visit, void *arg) {
   Py_VISIT(s->loop);
   Py_VISIT(s->create_future);
-  Py_VISIT(s->create_task);
   Py_VISIT(s->call_soon);
   Py_VISIT(s->call_later);
   Py_VISIT(s->pump);
@@ -407,7 +404,6 @@ static int Server_traverse(ServerObject *s, visitproc visit, void *arg) {
 static int Server_clear(ServerObject *s) {
   Py_CLEAR(s->loop);
   Py_CLEAR(s->create_future);
-  Py_CLEAR(s->create_task);
   Py_CLEAR(s->call_soon);
   Py_CLEAR(s->call_later);
   Py_CLEAR(s->pump);
@@ -671,7 +667,6 @@ static PyObject *Server_attach(ServerObject *s, PyObject *loop) {
   if (s->field == NULL)                                                        \
     return NULL;
   BIND(create_future, "create_future")
-  BIND(create_task, "create_task")
   BIND(call_soon, "call_soon")
   BIND(call_later, "call_later")
 #undef BIND
@@ -797,7 +792,6 @@ enum {
   C_HEAD = 1u << 12,          /* HEAD request */
   C_CONNECT_TAKEN = 1u << 13, /* websocket.connect delivered */
   C_HELD = 1u << 14,          /* the request holds a reference on the Conn */
-  C_APP_DONE = 1u << 15,      /* the application's task ended */
   C_BODY_ERROR = 1u << 16,
   C_ACCEPTING = 1u << 17, /* inside tern_ws_accept: the hook adds fields */
 };
@@ -2212,7 +2206,6 @@ static PyObject *Conn_send(ConnObject *c, PyObject *msg) {
  * (borrowed) is what it raised, if anything. */
 static void app_ended(ConnObject *c, PyObject *exc, int cancelled) {
   ServerObject *s = c->server;
-  c->flags |= C_APP_DONE;
   if (exc != NULL && s->on_error != NULL) {
     PyObject *rc = PyObject_CallFunction(s->on_error, "sO", "application", exc);
     if (rc == NULL)
@@ -2284,7 +2277,8 @@ typedef struct {
 } RunnerObject;
 
 static PyTypeObject RunnerType;
-static PyObject *cancelled_error, *task_type, *task_kwnames, *s_task_name;
+static PyObject *cancelled_error, *task_type, *task_kwnames, *s_task_name,
+    *bytes_io;
 
 static void Runner_dealloc(RunnerObject *r) {
   PyObject_GC_UnTrack(r);
@@ -2583,7 +2577,7 @@ static int apply_forwarded(ServerObject *s, const tern_request *r,
                (len == 2 && strncasecmp(v, "ws", 2) == 0);
     if (https || http) {
       PyObject *sc =
-          ws ? (https ? v_wss_s : v_ws_s) : (https ? v_https_s : v_http_s);
+          ws ? (https ? v_wss_s : v_ws_s) : (https ? v_https_s : v_http);
       Py_INCREF(sc);
       Py_SETREF(*scheme, sc);
     }
@@ -2639,7 +2633,7 @@ static PyObject *make_scope(ServerObject *s, tern_request *r, int ws) {
                                : proto == TERN_PROTO_HTTP3 ? v_v3
                                                            : v_v11);
   tls = tern_request_tls(r) > 0;
-  scheme = ws ? (tls ? v_wss_s : v_ws_s) : (tls ? v_https_s : v_http_s);
+  scheme = ws ? (tls ? v_wss_s : v_ws_s) : (tls ? v_https_s : v_http);
   Py_INCREF(scheme);
   client = address(s, r, 1);
   if (client == NULL)
@@ -3106,13 +3100,13 @@ static PyObject *wsgi_environ(ServerObject *s, tern_request *r,
   PUT("wsgi.version", Py_BuildValue("(ii)", 1, 0));
   PUT("wsgi.url_scheme", PyUnicode_FromString(tls ? "https" : "http"));
   PUT("wsgi.input", Py_NewRef(input));
-  {
-    PyObject *sys = PyImport_ImportModule("sys");
-    if (sys == NULL)
-      goto fail;
-    PUT("wsgi.errors", PyObject_GetAttrString(sys, "stderr"));
-    Py_DECREF(sys);
+  /* sys.stderr as it is now (borrowed; an app may have replaced it) */
+  v = PySys_GetObject("stderr");
+  if (v == NULL || PyDict_SetItemString(env, "wsgi.errors", v) < 0) {
+    v = NULL;
+    goto fail;
   }
+  v = NULL;
   PUT("wsgi.multithread", Py_NewRef(Py_False));
   PUT("wsgi.multiprocess", Py_NewRef(Py_True));
   PUT("wsgi.run_once", Py_NewRef(Py_False));
@@ -3253,17 +3247,12 @@ static void wsgi_run(ConnObject *c) {
   int failed = 0;
   Py_INCREF(c);
   {
-    PyObject *io = PyImport_ImportModule("io"), *joined;
-    if (io == NULL)
-      goto fail;
     if (c->queue != NULL && PyList_GET_SIZE(c->queue) > 0)
-      joined = _PyBytes_Join(v_empty_bytes, c->queue);
+      body = _PyBytes_Join(v_empty_bytes, c->queue);
     else
-      joined = Py_NewRef(v_empty_bytes);
-    body = joined;
-    input = body != NULL ? PyObject_CallMethod(io, "BytesIO", "O", body) : NULL;
+      body = Py_NewRef(v_empty_bytes);
+    input = body != NULL ? PyObject_CallOneArg(bytes_io, body) : NULL;
     Py_XDECREF(body);
-    Py_DECREF(io);
     Py_CLEAR(c->queue);
     c->queued = 0;
     if (input == NULL)
@@ -3389,7 +3378,6 @@ finish:
       finished(c);
     }
   }
-  c->flags |= C_APP_DONE;
   Py_XDECREF(it);
   Py_XDECREF(result);
   Py_XDECREF(sr);
@@ -3470,9 +3458,15 @@ PyMODINIT_FUNC PyInit__native(void) {
       return NULL;
     task_type = PyObject_GetAttrString(ex, "Task");
     Py_DECREF(ex);
+    ex = PyImport_ImportModule("io");
+    if (ex == NULL)
+      return NULL;
+    bytes_io = PyObject_GetAttrString(ex, "BytesIO"); /* wsgi.input */
+    Py_DECREF(ex);
     task_kwnames = Py_BuildValue("(ss)", "loop", "name");
     s_task_name = PyUnicode_InternFromString("tern");
-    if (task_type == NULL || task_kwnames == NULL || s_task_name == NULL)
+    if (task_type == NULL || task_kwnames == NULL || s_task_name == NULL ||
+        bytes_io == NULL)
       return NULL;
   }
   if (intern(&s_type, "type") || intern(&s_body, "body") ||
@@ -3488,12 +3482,7 @@ PyMODINIT_FUNC PyInit__native(void) {
       intern(&s_ws_connect, "websocket.connect") ||
       intern(&s_ws_receive, "websocket.receive") ||
       intern(&s_ws_disconnect, "websocket.disconnect") ||
-      intern(&s_set_result, "set_result") ||
-      intern(&s_set_exception, "set_exception") || intern(&s_done, "done") ||
-      intern(&s_cancelled, "cancelled") ||
-      intern(&s_add_done_callback, "add_done_callback") ||
-      intern(&s_exception, "exception") || intern(&s_add, "add") ||
-      intern(&s_discard, "discard") || intern(&s_fileno, "fileno") ||
+      intern(&s_set_result, "set_result") || intern(&s_done, "done") ||
       intern(&s_http_response_start, "http.response.start") ||
       intern(&s_http_response_body, "http.response.body") ||
       intern(&s_http_response_trailers, "http.response.trailers") ||
@@ -3514,11 +3503,10 @@ PyMODINIT_FUNC PyInit__native(void) {
       intern(&k_headers, "headers") || intern(&k_state, "state") ||
       intern(&k_extensions, "extensions") ||
       intern(&k_subprotocols, "subprotocols") || intern(&v_http, "http") ||
-      intern(&v_websocket, "websocket") || intern(&v_http_s, "http") ||
-      intern(&v_https_s, "https") || intern(&v_ws_s, "ws") ||
-      intern(&v_wss_s, "wss") || intern(&v_v10, "1.0") ||
-      intern(&v_v11, "1.1") || intern(&v_v2, "2") || intern(&v_v3, "3") ||
-      intern(&x_ws_denial, "websocket.http.response") ||
+      intern(&v_websocket, "websocket") || intern(&v_https_s, "https") ||
+      intern(&v_ws_s, "ws") || intern(&v_wss_s, "wss") ||
+      intern(&v_v10, "1.0") || intern(&v_v11, "1.1") || intern(&v_v2, "2") ||
+      intern(&v_v3, "3") || intern(&x_ws_denial, "websocket.http.response") ||
       intern(&x_trailers, "http.response.trailers") ||
       intern(&x_early_hint, "http.response.early_hint") ||
       intern(&x_pathsend, "http.response.pathsend") ||
