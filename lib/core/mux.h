@@ -275,7 +275,7 @@ static inline int tern__mux_dropped_field(const tern_header *f) {
 static inline int tern__mux_field(const tern_header *f, char **buf, int copy,
                                   const char **v, size_t *vl) {
   const char *p = f->value;
-  size_t n = f->value_len, j;
+  size_t n = f->value_len;
   char *b = *buf;
   if (tern__mux_dropped_field(f))
     return 0;
@@ -285,10 +285,8 @@ static inline int tern__mux_field(const tern_header *f, char **buf, int copy,
   }
   while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
     n--;
-  for (j = 0; j < f->name_len; j++) {
-    unsigned char ch = (unsigned char)f->name[j];
-    *b++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
-  }
+  tern__lower_copy(b, f->name, f->name_len);
+  b += f->name_len;
   if (copy && n > 0) {
     memcpy(b, p, n);
     p = b;

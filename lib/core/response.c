@@ -269,6 +269,29 @@ static const unsigned char tchar[256] = {
     ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
+/* A field value holds no CR, LF or NUL (RFC 9110 5.5). Eight bytes at a
+ * time: a word has a zero byte when (x - 0x01..01) & ~x & 0x80..80 is not
+ * zero, and one equal to c when x ^ (c repeated) has a zero byte. Every
+ * response's fields pass here, on every protocol. */
+static int value_valid(const char *v, size_t n) {
+  const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    uint64_t x, cr, lf;
+    memcpy(&x, v + j, 8);
+    cr = x ^ (ones * '\r');
+    lf = x ^ (ones * '\n');
+    if ((((x - ones) & ~x) | ((cr - ones) & ~cr) | ((lf - ones) & ~lf)) & highs)
+      return 0;
+  }
+  for (; j < n; j++) {
+    unsigned char ch = (unsigned char)v[j];
+    if (ch == '\r' || ch == '\n' || ch == 0)
+      return 0;
+  }
+  return 1;
+}
+
 int tern__fields_valid(const tern_header *h, size_t n) {
   size_t i, j;
   if (n > 0 && h == NULL)
@@ -280,11 +303,8 @@ int tern__fields_valid(const tern_header *h, size_t n) {
     for (j = 0; j < h[i].name_len; j++)
       if (!tchar[(unsigned char)h[i].name[j]])
         return 0;
-    for (j = 0; j < h[i].value_len; j++) {
-      unsigned char ch = (unsigned char)h[i].value[j];
-      if (ch == '\r' || ch == '\n' || ch == 0)
-        return 0;
-    }
+    if (!value_valid(h[i].value, h[i].value_len))
+      return 0;
   }
   return 1;
 }
@@ -889,12 +909,12 @@ int tern_respond_ref(tern_request *r, int status, const tern_header *headers,
   return post(r, m);
 }
 
-int tern_response_start(tern_request *r, int status, const tern_header *headers,
-                        size_t nheaders, int64_t content_length) {
+/* tern_response_start once its fields were checked (or are tern's own). */
+static int response_start(tern_request *r, int status,
+                          const tern_header *headers, size_t nheaders,
+                          int64_t content_length) {
   resp_msg *m;
-  int rc = check_args(r, status, headers, nheaders, NULL, 0);
-  if (rc != 0 || content_length < -1)
-    return TERN_EINVAL;
+  int rc;
   if ((rc = user_step(r, CALL_START)) != 0)
     return rc;
   if (tern__on_worker(r->w)) {
@@ -912,6 +932,22 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
   m->status = status;
   m->content_length = content_length;
   return post(r, m);
+}
+
+int tern_response_start(tern_request *r, int status, const tern_header *headers,
+                        size_t nheaders, int64_t content_length) {
+  if (check_args(r, status, headers, nheaders, NULL, 0) != 0 ||
+      content_length < -1)
+    return TERN_EINVAL;
+  return response_start(r, status, headers, nheaders, content_length);
+}
+
+int tern__response_start_own(tern_request *r, int status,
+                             const tern_header *headers, size_t nheaders,
+                             int64_t content_length) {
+  if (r == NULL || status < 200 || status > 999 || content_length < -1)
+    return TERN_EINVAL;
+  return response_start(r, status, headers, nheaders, content_length);
 }
 
 int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,

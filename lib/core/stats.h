@@ -100,6 +100,11 @@ int tern__on_worker(const tern__worker *w);
  * TERN_ECLOSED when the connection failed (it is closing). */
 int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
                                 size_t max);
+/* tern_response_start for fields tern made itself (the file handler's),
+ * which are valid by construction: they are not scanned again. */
+int tern__response_start_own(tern_request *r, int status,
+                             const tern_header *headers, size_t nheaders,
+                             int64_t content_length);
 int tern__request_fail(tern_request *r, int rc);
 /* The request is aborted (its client went away, its stream was reset, or
  * its connection is closing): mark it gone and, unless its response is

@@ -21,6 +21,27 @@ int tern__ieq_lit(const char *a, size_t n, const char *lower) {
   return strlen(lower) == n && tern__ieq(a, lower, n);
 }
 
+void tern__lower_copy(char *dst, const char *src, size_t n) {
+  const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, low7, ge_a, gt_z;
+    memcpy(&x, src + i, 8);
+    /* Per byte, with no carry between bytes (each sum stays below
+     * 0x100): the high bit of low7 + (0x80 - 'A') says >= 'A', that of
+     * low7 + (0x80 - 'Z' - 1) says > 'Z'; ~x drops non-ASCII bytes. */
+    low7 = x & ~highs;
+    ge_a = low7 + ones * (0x80 - 'A');
+    gt_z = low7 + ones * (0x80 - 'Z' - 1);
+    x |= ((ge_a ^ gt_z) & ~x & highs) >> 2; /* 0x80 >> 2 is 0x20 */
+    memcpy(dst + i, &x, 8);
+  }
+  for (; i < n; i++) {
+    unsigned char ch = (unsigned char)src[i];
+    dst[i] = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
+  }
+}
+
 /* Digits are produced backwards into a scratch buffer, then copied. */
 static size_t fmt_base(char *buf, uint64_t v, unsigned base) {
   static const char digits[] = "0123456789abcdef";

@@ -12,6 +12,9 @@
 int tern__ieq(const char *a, const char *b, size_t n);
 /* a[0..n) equals the lower-case C string `lower`, ignoring case. */
 int tern__ieq_lit(const char *a, size_t n, const char *lower);
+/* n bytes of src into dst with ASCII A-Z lower-cased (every other byte as
+ * it is), eight at a time. */
+void tern__lower_copy(char *dst, const char *src, size_t n);
 /* Decimal / lower-case hex digits of v into buf (20 bytes suffice); returns
  * how many. */
 size_t tern__fmt_u64(char *buf, uint64_t v);

@@ -58,6 +58,9 @@ struct tern_static {
 #define CACHE_SLOTS 256
 #define CACHE_MAX 16384
 #define CACHE_TTL_NS 1000000000ull
+/* "\"" ino "-" size "-" mtime_ns ("-" encoding) "\"": three 64-bit
+ * numbers in hex, an encoding's name. */
+#define ETAG_MAX 80
 typedef struct centry {
   int refs; /* st->lock */
   int gone; /* replaced: freed by the last unref */
@@ -68,6 +71,12 @@ typedef struct centry {
   int64_t mtime;
   size_t klen, rlen;
   char *key, *rpath, *data;
+  /* What a hit answers with, made once when the entry is: the validators
+   * and the type. */
+  const char *type;
+  size_t elen;
+  char etag[ETAG_MAX];
+  char lm[30];
 } centry;
 
 static void *st_alloc(const tern_static *st, size_t n) {
@@ -355,6 +364,26 @@ static int open_beneath(tern_static *st, const char *path) {
 static const char *const enc_ext[TERN__ENC_N] = {".br", ".zst", ".gz"};
 static const char *const enc_name[TERN__ENC_N] = {"br", "zstd", "gzip"};
 
+/* The file's strong ETag, "ino-size-mtime_ns[-encoding]" in hex, quotes
+ * included, into out (ETAG_MAX bytes); returns its length. */
+static size_t make_etag(char *out, const job *j) {
+  size_t n = 0;
+  out[n++] = '"';
+  n += tern__fmt_hex(out + n, j->ino);
+  out[n++] = '-';
+  n += tern__fmt_hex(out + n, j->size);
+  out[n++] = '-';
+  n += tern__fmt_hex(out + n, j->mtime_ns);
+  if (j->enc >= 0) {
+    size_t k = strlen(enc_name[j->enc]);
+    out[n++] = '-';
+    memcpy(out + n, enc_name[j->enc], k);
+    n += k;
+  }
+  out[n++] = '"';
+  return n;
+}
+
 static int open_regular(tern_static *st, const char *path, struct stat *sb) {
   int fd = open_beneath(st, path);
   if (fd < 0)
@@ -508,7 +537,8 @@ static unsigned cache_slot(const job *j) {
 
 /* After a small file was read whole: keep it. `key` is the request's
  * normalised path (before an index name was appended). */
-static void cache_put(job *j, const char *key, size_t klen) {
+static void cache_put(job *j, const char *key, size_t klen, const char *etag,
+                      size_t elen, const char *lm) {
   tern_static *st = j->st;
   centry *e = st_alloc(st, sizeof *e), *old;
   unsigned slot;
@@ -534,6 +564,10 @@ static void cache_put(job *j, const char *key, size_t klen) {
   e->ino = j->ino;
   e->mtime_ns = j->mtime_ns;
   e->mtime = j->mtime;
+  e->type = j->type;
+  memcpy(e->etag, etag, elen);
+  e->elen = elen;
+  memcpy(e->lm, lm, sizeof e->lm);
   e->stamp = uv_hrtime();
   {
     /* The slot is the key's (the request path's), not the resolved
@@ -710,7 +744,8 @@ static void after_cb(uv_work_t *req, int status) {
   tern_static *st = j->st;
   tern_header h[MAXH];
   size_t nh = 0;
-  char etag[80], lm[30], cr[80], loc[PATH_CAP + 2];
+  char etag_buf[ETAG_MAX], lm_buf[30], cr[80], loc[PATH_CAP + 2];
+  const char *etag = etag_buf, *lm = lm_buf;
   tern__conds c;
   int rc, vary = (st->flags & TERN_STATIC_PRECOMPRESSED) != 0;
   size_t elen;
@@ -757,15 +792,19 @@ static void after_cb(uv_work_t *req, int status) {
     release(j);
     return;
   }
-  if (j->mem && j->entry == NULL && j->size <= CACHE_MAX)
-    cache_put(j, j->path, j->klen);
-  j->type = tern__mime_type(j->path, j->plen); /* the sibling's name is
-                                                  not in path */
-  elen = (size_t)snprintf(etag, sizeof etag,
-                          "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "%s%s\"", j->ino,
-                          j->size, j->mtime_ns, j->enc >= 0 ? "-" : "",
-                          j->enc >= 0 ? enc_name[j->enc] : "");
-  tern__http_date_format(j->mtime, lm);
+  if (j->entry != NULL) { /* a hit: made when the entry was */
+    etag = j->entry->etag;
+    elen = j->entry->elen;
+    lm = j->entry->lm;
+    j->type = j->entry->type;
+  } else {
+    j->type = tern__mime_type(j->path, j->plen); /* the sibling's name is
+                                                    not in path */
+    elen = make_etag(etag_buf, j);
+    tern__http_date_format(j->mtime, lm_buf);
+    if (j->mem && j->size <= CACHE_MAX)
+      cache_put(j, j->path, j->klen, etag, elen, lm);
+  }
   ADD("etag", etag, elen);
   ADD("last-modified", lm, 29);
   if (st->cache_control)
@@ -840,14 +879,15 @@ static void after_cb(uv_work_t *req, int status) {
       length += j->ranges[i].last - j->ranges[i].first + 1;
     }
     length += 2 + 2 + strlen(j->boundary) + 4;
-    if (tern_response_start(r, code, h, nh, (int64_t)length) != 0 || j->head) {
+    if (tern__response_start_own(r, code, h, nh, (int64_t)length) != 0 ||
+        j->head) {
       finish(j);
       return;
     }
     goto body;
   }
-  if (tern_response_start(r, code, h, nh, (int64_t)length) != 0 || j->head ||
-      length == 0) {
+  if (tern__response_start_own(r, code, h, nh, (int64_t)length) != 0 ||
+      j->head || length == 0) {
     finish(j);
     return;
   }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/proto.h"
 #include "core/worker.h"
 #include "ws/sha1.h"
 #include "count_alloc.h"
@@ -576,6 +577,73 @@ static void test_request_fields(void) {
   teardown();
 }
 
+/* Response field values: CR, LF and NUL refused wherever they stand
+ * (the check reads eight bytes at a time, then the tail), every other
+ * byte taken, the bytes around the three (0x0b, 0x0c, 0x0e, 0x01) and
+ * high bytes too; names must be tokens. */
+static void test_fields_valid(void) {
+  static const unsigned char bad[3] = {'\r', '\n', 0};
+  static const unsigned char good[] = {'\t', 0x01, 0x0b, 0x0c, 0x0e, 0x7f,
+                                       0x80, 0x8d, 0xff, ' ',  'a'};
+  char v[40];
+  tern_header h = {"x-a", 3, v, 0};
+  for (size_t n = 0; n <= sizeof v; n++) {
+    memset(v, 'v', sizeof v);
+    h.value_len = n;
+    T_ASSERT(tern__fields_valid(&h, 1));
+    for (size_t at = 0; at < n; at++) {
+      for (size_t b = 0; b < sizeof bad; b++) {
+        v[at] = (char)bad[b];
+        T_ASSERT(!tern__fields_valid(&h, 1));
+      }
+      for (size_t g = 0; g < sizeof good; g++) {
+        v[at] = (char)good[g];
+        T_ASSERT(tern__fields_valid(&h, 1));
+      }
+    }
+  }
+  h.value_len = 1;
+  h.name = "x a";
+  T_ASSERT(!tern__fields_valid(&h, 1));
+  h.name = "";
+  h.name_len = 0;
+  T_ASSERT(!tern__fields_valid(&h, 1));
+  h.name = "x-a";
+  h.name_len = 3;
+  h.value = NULL;
+  T_ASSERT(!tern__fields_valid(&h, 1));
+  h.value_len = 0;
+  T_ASSERT(tern__fields_valid(&h, 1));
+  T_ASSERT(!tern__fields_valid(NULL, 1));
+  T_ASSERT(tern__fields_valid(NULL, 0));
+}
+
+/* ASCII lower-casing eight bytes at a time: every byte value, in every
+ * position of the word loop and of the tail, against the byte rule. */
+static void test_lower_copy(void) {
+  char in[20], out[21];
+  for (int b = 0; b < 256; b++) {
+    for (size_t n = 1; n <= sizeof in; n++) {
+      for (size_t at = 0; at < n; at++) {
+        for (size_t i = 0; i < n; i++)
+          in[i] = (char)("Az@[`{Zz"[i % 8]);
+        in[at] = (char)b;
+        out[n] = 'X';
+        tern__lower_copy(out, in, n);
+        for (size_t i = 0; i < n; i++) {
+          unsigned char c = (unsigned char)in[i];
+          unsigned char want = c >= 'A' && c <= 'Z' ? c + 32 : c;
+          if ((unsigned char)out[i] != want) {
+            T_EQ_INT((unsigned char)out[i], want);
+            return;
+          }
+        }
+        T_EQ_INT(out[n], 'X'); /* nothing written past n */
+      }
+    }
+  }
+}
+
 int main(void) {
   T_RUN(test_pool_recycles);
   T_RUN(test_pool_bounded);
@@ -593,5 +661,7 @@ int main(void) {
   T_RUN(test_base64);
   T_RUN(test_window_policy);
   T_RUN(test_request_fields);
+  T_RUN(test_fields_valid);
+  T_RUN(test_lower_copy);
   return T_DONE();
 }
