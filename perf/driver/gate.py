@@ -37,6 +37,15 @@
     connection
     (1 x 8 streams) of N1 or N2 GET / over HTTP/3:
       h3-get     = (run(h3 N2) - run(h3 N1)) / (N2 - N1)
+    and two on a reference server with --static and --tls-port, each one
+    h2load connection (1 x 8 streams) of N1 or N2 GET /static/1k.txt over
+    HTTP/2 + TLS (the handshake, the same in both, cancels):
+      static-1k-h2 = (run(h2 N2) - run(h2 N1)) / (N2 - N1)
+  static-1k-h2's allocations are counted the same way as h3-get's (two
+  h2load connections of W and W + N requests, per request = the
+  difference / N), from tern's /stats only: the shim would see GnuTLS's
+  allocations per record received, whose count follows how h2load
+  happens to batch its requests into records.
 
 Tolerances live in the baseline (limit = baseline x (1 + rel) + abs):
 allocations and bytes per request or message may not exceed the baseline
@@ -108,10 +117,12 @@ def _start_reference(binary, workdir, cpu, prefix=(), extra=()):
                 text = f.read()
         m = re.search(rb"(?m)^listening on (\d+)", text)
         q = re.search(rb"quic listening on (\d+)", text)
-        if m and (q or not extra):
-            if extra:
-                return p, int(m.group(1)), out_path, int(q.group(1))
-            return p, int(m.group(1)), out_path
+        t = re.search(rb"(?m)^tls listening on (\d+)", text)
+        if m and (q or "--quic-port" not in extra) and \
+                (t or "--tls-port" not in extra):
+            return (p, int(m.group(1)), out_path,
+                    int(q.group(1)) if q else None,
+                    int(t.group(1)) if t else None)
         if p.poll() is not None:
             break
         time.sleep(0.05)
@@ -356,6 +367,89 @@ def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
                 "window of %d + 1" % (name, got, k))
 
 
+# static-1k-h2: the file handler's 1 KiB file over HTTP/2 + TLS, h2load on
+# one connection x STATIC_H2_STREAMS (issue 33: the perf gate covers it)
+STATIC_H2_SCENARIO = REGISTRY["static-1k-h2"]
+STATIC_H2_STREAMS = 8
+
+
+def _static_extra(workdir):
+    mat = tlsclient.material(workdir)
+    return ["--static", servers.static_root(workdir), "--tls-port", "0",
+            "--cert", mat["cert"], "--key", mat["key"]]
+
+
+def _h2load_count(args, port, n, timeout=120):
+    """h2load -n n of static-1k-h2's path on one connection x
+    STATIC_H2_STREAMS: every response must be a 2xx carrying the file's
+    length (h2load's data bytes), else BenchError."""
+    sc = STATIC_H2_SCENARIO
+    argv = ["taskset", "-c", str(args.client_cpu), args.h2load, "-n", str(n),
+            "-c", "1", "-m", str(STATIC_H2_STREAMS), "-t", "1",
+            "https://127.0.0.1:%d%s" % (port, sc.path)]
+    rc, text = common.run_bounded(argv, timeout)
+    r = loads.parse_h2load(text)
+    st = r.get("status") or {}
+    m = re.search(r"traffic: .*\((\d+)\) data", text)
+    data = int(m.group(1)) if m else None
+    if rc != 0 or r.get("succeeded") != n or st.get("2xx") != n or \
+            data != n * len(sc.body):
+        raise BenchError("static-1k-h2: h2load -n %d: exit %s, %s succeeded, "
+                         "status %s, %s data bytes (want %d): %s" % (
+                             n, rc, r.get("succeeded"), st, data,
+                             n * len(sc.body), text[-300:]))
+    return r
+
+
+def static_h2_alloc_metrics(args, workdir, out):
+    """static-1k-h2's allocations per request from tern's /stats: two
+    h2load connections of W and W + N requests after two warm ones, the
+    counters read around each on a keep-alive HTTP/1.1 connection; per
+    request = the difference of the two windows / N."""
+    srv = servers.Server("tern",
+                         [args.reference, "--port", "0", "--workers", "1"]
+                         + _static_extra(workdir), workdir,
+                         shim=args.shim_path, read_tls_port=True)
+    w, n = args.warmup_requests, args.requests
+    try:
+        srv.start(args.server_cpu)
+        with h1client.Conn(srv.port) as c:
+            h1client.keepalive(c, 16)
+            for _ in range(2):  # pools, the file cache, TLS session state
+                _h2load_count(args, srv.tls_port, w)
+            marks = []
+            for k in (w, w + n):
+                s0 = h1client.tern_stats(srv.port, conn=c)
+                _h2load_count(args, srv.tls_port, k)
+                s1 = h1client.tern_stats(srv.port, conn=c)
+                marks.append((s0, s1))
+    finally:
+        srv.stop()
+    for key, name in (("allocations", "allocs"), ("bytes_allocated", "bytes")):
+        d = [b[key] - a[key] for a, b in marks]
+        out["static-1k-h2.%s_per_req" % name] = (d[1] - d[0]) / n
+    for (a, b), k in zip(marks, (w, w + n)):
+        if b["requests"] - a["requests"] != k + 1:
+            log("warning: static-1k-h2: the server counted %d requests in a "
+                "window of %d + 1" % (b["requests"] - a["requests"], k))
+
+
+def _static_h2_args(args):
+    """static-1k-h2 needs h2load (nghttp2-client)."""
+    if not common.which_exec(args.h2load) and not _which(args.h2load):
+        return "%s not installed (nghttp2-client)" % args.h2load
+    return None
+
+
+def callgrind_static_h2_run(args, workdir, n, tag):
+    """The reference server (--static, --tls-port) under callgrind, one
+    h2load connection of n GET /static/1k.txt; the instructions in
+    total."""
+    def drive(ports):
+        _h2load_count(args, ports[3], n, timeout=300)
+    return _under_callgrind(args, workdir, tag, drive, _static_extra(workdir))
+
+
 def _callgrind_total(path):
     with open(path) as f:
         for line in f:
@@ -468,6 +562,11 @@ def run_gate(args):
             h3_alloc_metrics(args, workdir, cur)
             h3_alloc_metrics(args, workdir, cur, "h3-get-browser",
                              H3_BROWSER_SCENARIO, churn=True)
+        h2_why = _static_h2_args(args)
+        if h2_why:
+            log("static-1k-h2: skipped (%s)" % h2_why)
+        else:
+            static_h2_alloc_metrics(args, workdir, cur)
         raw = None
         if args.no_callgrind:
             log("instructions: skipped (--no-callgrind)")
@@ -487,6 +586,16 @@ def run_gate(args):
                 raw["h3_get"] = callgrind_h3_run(args, workdir, n2, "h3get")
                 cur["h3-get.instructions_per_req"] = (
                     raw["h3_get"] - raw["h3_base"]) / (n2 - n1)
+            if not h2_why:
+                n1, n2 = args.callgrind_n1, args.callgrind_n2
+                log("instructions: 2 callgrind runs of static-1k-h2 (%d / %d "
+                    "requests)" % (n1, n2))
+                raw["static_h2_base"] = callgrind_static_h2_run(
+                    args, workdir, n1, "static-h2-base")
+                raw["static_h2"] = callgrind_static_h2_run(
+                    args, workdir, n2, "static-h2")
+                cur["static-1k-h2.instructions_per_req"] = (
+                    raw["static_h2"] - raw["static_h2_base"]) / (n2 - n1)
     finally:
         common.stop_all()
         import shutil
@@ -563,6 +672,9 @@ def _config(args):
                               "head, --requests N" % (
                                   H3_BROWSER_SCENARIO.clients,
                                   H3_BROWSER_SCENARIO.streams),
+            "static_1k_h2": "h2load -c 1 -m %d -n N %s over TLS, "
+                            "--static" % (STATIC_H2_STREAMS,
+                                          STATIC_H2_SCENARIO.path),
             "reference": "build/examples/reference --workers 1"}
 
 
