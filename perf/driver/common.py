@@ -23,6 +23,12 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 VERBOSE = [True]
 
 
+def clip(b, n=80):
+    """A body for a message: its first n bytes, and its length when it
+    is longer (a 10 MiB expected body must not end up in a report)."""
+    return repr(b[:n]) + ("... (%d bytes)" % len(b) if len(b) > n else "")
+
+
 def log(msg):
     if VERBOSE[0]:
         print("[perf] " + msg, file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ import re
 import socket
 import time
 
+from . import common
 from .common import BenchError
 
 STATUS_RE = re.compile(rb"HTTP/1\.[01] (\d{3})")
@@ -126,8 +127,8 @@ def check(port, path, headers, body, content_type="text/plain"):
     if status != 200:
         raise BenchError("GET %s returned status %d" % (path, status))
     if got != body:
-        raise BenchError("GET %s returned body %r, expected %r" % (
-            path, got[:80], body))
+        raise BenchError("GET %s returned body %s, expected %s" % (
+            path, common.clip(got), common.clip(body)))
     ctype = hdrs.get("content-type", "")
     if content_type and not ctype.lower().startswith(content_type):
         raise BenchError("GET %s returned content-type %r" % (path, ctype))

@@ -503,6 +503,9 @@ def not_applicable(name, sc):
 
 
 _CLEAR = "cleartext HTTP/1.1 only (its peer program has no TLS)"
+# the static rows: a peer program that answers its one canned body
+_NO_FILES = "its peer program serves no files (one canned answer)"
+_NO_FILES_NA = {"static-1k": _NO_FILES, "static-10m": _NO_FILES}
 # h2c (cleartext HTTP/2, prior knowledge): measured where the server has an
 # upload sink that speaks it; each of the others says why not
 _FLOOR = "the floor is a cleartext HTTP/1.1 limit"
@@ -527,18 +530,18 @@ SERVERS = {
                 protocols=ALL + ("h2c",)),
     "libh2o": Spec("libh2o", "libh2o embedded (libh2o_hello)", "peer",
                    protocols=H1, why_not={
-                       "h1-tls": _CLEAR, "h2": _CLEAR,
+                       **_NO_FILES_NA, "h1-tls": _CLEAR, "h2": _CLEAR,
                        "h2c": "its peer program answers GET only (no "
                               "/upload sink: POST /upload is 404); the h2o "
                               "row runs the same h2o 2.2.5 HTTP/2 code"}),
     "mhd": Spec("mhd", "libmicrohttpd (mhd_hello)", "peer",
                 protocols=H1, why_not={
-                    "h1-tls": _CLEAR, "h2": _CLEAR,
+                    **_NO_FILES_NA, "h1-tls": _CLEAR, "h2": _CLEAR,
                     "h2c": "libmicrohttpd speaks no HTTP/2 (it closes the "
                            "connection on the HTTP/2 preface)"}),
     "civetweb": Spec("civetweb", "CivetWeb (civetweb_hello)", "peer",
                      protocols=H1, why_not={
-                         "h1-tls": _CLEAR, "h2": _CLEAR,
+                         **_NO_FILES_NA, "h1-tls": _CLEAR, "h2": _CLEAR,
                          "h2c": "Debian's CivetWeb build speaks no HTTP/2 "
                                 "(it closes the connection on the HTTP/2 "
                                 "preface)"}),
@@ -547,6 +550,10 @@ SERVERS = {
                   note="answers every request head with the same canned "
                        "response: no parsing, no routing",
                   protocols=H1, why_not={
+                      "static-1k": "the floor answers every request with "
+                                   "its one canned body (no files)",
+                      "static-10m": "the floor answers every request with "
+                                    "its one canned body (no files)",
                       "h1-tls": _FLOOR, "h2": _FLOOR, "h2c": _FLOOR}),
     "nghttpd": Spec("nghttpd", "nghttpd 1.52 (nghttp2's server, 1 worker)",
                     "nghttpd", protocols=("h2", "h2c"),
@@ -927,6 +934,9 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
         for fn, data in NGHTTPD_FILES.items():
             with open(os.path.join(docroot, fn), "wb") as f:
                 f.write(data)
+        # the static rows' files under /static/, as the other servers
+        # serve them
+        os.symlink(root, os.path.join(docroot, "static"))
         tport = common.free_port()
         # windows as large as tern's largest (8 MiB stream, 16 MiB
         # connection): nghttpd's defaults (64 KiB) would throttle uploads

@@ -108,8 +108,8 @@ def curl_check(port, sc, expect_body, workdir, content_type="text/plain",
         raise BenchError("%s: curl spoke HTTP/%s, not HTTP/%s (%s)" % (
             what, ver, want_ver, "prior knowledge" if h2c else "ALPN"))
     if expect_body is not None and got != expect_body:
-        raise BenchError("%s returned body %r, expected %r" % (
-            what, got[:80], expect_body))
+        raise BenchError("%s returned body %s, expected %s" % (
+            what, common.clip(got), common.clip(expect_body)))
     if sc.upload and sent != sc.upload:
         raise BenchError("%s: the server answered after %d of %d body bytes" % (
             what, sent, sc.upload))
@@ -167,8 +167,8 @@ def gtls_check(port, sc, expect_body, workdir, upload_path=None, timeout=30,
         raise BenchError("%s returned status %d (body %r)" % (what, status,
                                                               got[:80]))
     if expect_body is not None and got != expect_body:
-        raise BenchError("%s returned body %r, expected %r" % (
-            what, got[:80], expect_body))
+        raise BenchError("%s returned body %s, expected %s" % (
+            what, common.clip(got), common.clip(expect_body)))
     ctype = re.search(r"\[content-type: ([^\]]*)\]", text)
     return {"status": status, "tool": "gtlsclient",
             "content_type": ctype.group(1) if ctype else None,
