@@ -45,7 +45,9 @@
   h2load connections of W and W + N requests, per request = the
   difference / N), from tern's /stats only: the shim would see GnuTLS's
   allocations per record received, whose count follows how h2load
-  happens to batch its requests into records.
+  happens to batch its requests into records. Its bytes are not gated:
+  the file cache's refresh once a second falls into one window or the
+  other.
 
 Tolerances live in the baseline (limit = baseline x (1 + rel) + abs):
 allocations and bytes per request or message may not exceed the baseline
@@ -402,7 +404,8 @@ def _h2load_count(args, port, n, timeout=120):
 
 
 def static_h2_alloc_metrics(args, workdir, out):
-    """static-1k-h2's allocations per request from tern's /stats: two
+    """static-1k-h2's allocations per request from tern's /stats (not
+    bytes: see below): two
     h2load connections of W and W + N requests after two warm ones, the
     counters read around each on a keep-alive HTTP/1.1 connection; per
     request = the difference of the two windows / N."""
@@ -425,9 +428,14 @@ def static_h2_alloc_metrics(args, workdir, out):
                 marks.append((s0, s1))
     finally:
         srv.stop()
-    for key, name in (("allocations", "allocs"), ("bytes_allocated", "bytes")):
-        d = [b[key] - a[key] for a, b in marks]
-        out["static-1k-h2.%s_per_req" % name] = (d[1] - d[0]) / n
+    # Allocations only: the file cache refreshes its entry once a second (a
+    # trip to the pool that reads the file again and makes a new entry,
+    # some 5 blocks and 2.5 KiB), and a window sees one refresh more than
+    # the other by chance, or several on a slow machine whose windows last
+    # seconds. In blocks that stays far below the limit (0.0009 per
+    # request with four refreshes); in bytes it would not.
+    d = [b["allocations"] - a["allocations"] for a, b in marks]
+    out["static-1k-h2.allocs_per_req"] = (d[1] - d[0]) / n
     for (a, b), k in zip(marks, (w, w + n)):
         if b["requests"] - a["requests"] != k + 1:
             log("warning: static-1k-h2: the server counted %d requests in a "
