@@ -429,11 +429,12 @@ def static_h2_alloc_metrics(args, workdir, out):
     finally:
         srv.stop()
     # Allocations only: the file cache refreshes its entry once a second (a
-    # trip to the pool that reads the file again and makes a new entry,
-    # some 5 blocks and 2.5 KiB), and a window sees one refresh more than
-    # the other by chance, or several on a slow machine whose windows last
-    # seconds. In blocks that stays far below the limit (0.0009 per
-    # request with four refreshes); in bytes it would not.
+    # trip to the pool that reads the file again: 2 blocks, 6 KiB, in
+    # tern's counters), and a window sees one refresh more than the other
+    # by chance, or several on a busy machine whose windows last seconds.
+    # In blocks that stays below the limit (0.0009 per request when a busy
+    # machine put nine more refreshes into one window); in bytes it would
+    # not (2.47 per request then).
     d = [b["allocations"] - a["allocations"] for a, b in marks]
     out["static-1k-h2.allocs_per_req"] = (d[1] - d[0]) / n
     for (a, b), k in zip(marks, (w, w + n)):
