@@ -945,7 +945,7 @@ int tern_response_start(tern_request *r, int status, const tern_header *headers,
 int tern__response_start_own(tern_request *r, int status,
                              const tern_header *headers, size_t nheaders,
                              int64_t content_length) {
-  if (r == NULL || status < 200 || status > 999 || content_length < -1)
+  if (check_args(r, status, NULL, 0, NULL, 0) != 0 || content_length < -1)
     return TERN_EINVAL;
   return response_start(r, status, headers, nheaders, content_length);
 }

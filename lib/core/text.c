@@ -36,10 +36,8 @@ void tern__lower_copy(char *dst, const char *src, size_t n) {
     x |= ((ge_a ^ gt_z) & ~x & highs) >> 2; /* 0x80 >> 2 is 0x20 */
     memcpy(dst + i, &x, 8);
   }
-  for (; i < n; i++) {
-    unsigned char ch = (unsigned char)src[i];
-    dst[i] = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
-  }
+  for (; i < n; i++)
+    dst[i] = (char)fold((unsigned char)src[i]);
 }
 
 /* Digits are produced backwards into a scratch buffer, then copied. */

@@ -316,6 +316,31 @@ def _quic_extra(workdir):
             "--quic-port", "0"]
 
 
+def _two_windows(srv, run, w, n, warm, name):
+    """Counters around run(w) and run(w + n), after `warm` runs of w:
+    tern's /stats (on a keep-alive HTTP/1.1 connection) outside, the
+    shim's inside; [(s0, s1, m0, m1)] for each window (m None without the
+    shim). Logs when the server counted other than each window's requests
+    plus the /stats that closes it."""
+    with h1client.Conn(srv.port) as c:
+        h1client.keepalive(c, 16)
+        for _ in range(warm):  # pools, caches
+            run(w)
+        marks = []
+        for k in (w, w + n):
+            s0 = h1client.tern_stats(srv.port, conn=c)
+            m0 = srv.shim_snapshot() if srv.shim else None
+            run(k)
+            m1 = srv.shim_snapshot() if srv.shim else None
+            s1 = h1client.tern_stats(srv.port, conn=c)
+            marks.append((s0, s1, m0, m1))
+    for (s0, s1, _, _), k in zip(marks, (w, w + n)):
+        if s1["requests"] - s0["requests"] != k + 1:
+            log("warning: %s: the server counted %d requests in a window "
+                "of %d + 1" % (name, s1["requests"] - s0["requests"], k))
+    return marks
+
+
 def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
                      churn=False):
     """h3-get's allocations per request (or those of sc, named name):
@@ -332,18 +357,9 @@ def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
     w, n = args.warmup_requests, args.requests
     try:
         srv.start(args.server_cpu)
-        with h1client.Conn(srv.port) as c:
-            h1client.keepalive(c, 16)
-            for _ in range(H3_WARM_CONNS):  # pools, caches
-                _h3_count(args, workdir, srv.quic_port, w, sc=sc)
-            marks = []
-            for k in (w, w + n):
-                s0 = h1client.tern_stats(srv.port, conn=c)
-                m0 = srv.shim_snapshot() if srv.shim else None
-                _h3_count(args, workdir, srv.quic_port, k, sc=sc)
-                m1 = srv.shim_snapshot() if srv.shim else None
-                s1 = h1client.tern_stats(srv.port, conn=c)
-                marks.append((s0, s1, m0, m1))
+        marks = _two_windows(
+            srv, lambda k: _h3_count(args, workdir, srv.quic_port, k, sc=sc),
+            w, n, H3_WARM_CONNS, name)
     finally:
         srv.stop()
 
@@ -361,12 +377,6 @@ def h3_alloc_metrics(args, workdir, out, name="h3-get", sc=None,
                                               - d(0, "allocs", True)) / n
         out["%s.shim_%s_per_req" % (name, second[1])] = (
             d(1, second[1], True) - d(0, second[1], True)) / n
-    # the server must have counted every response of both windows
-    for i, k in enumerate((w, w + n)):
-        got = marks[i][1]["requests"] - marks[i][0]["requests"]
-        if got != k + 1:  # + the /stats that closes the window
-            log("warning: %s: the server counted %d requests in a "
-                "window of %d + 1" % (name, got, k))
 
 
 # static-1k-h2: the file handler's 1 KiB file over HTTP/2 + TLS, h2load on
@@ -392,8 +402,7 @@ def _h2load_count(args, port, n, timeout=120):
     rc, text = common.run_bounded(argv, timeout)
     r = loads.parse_h2load(text)
     st = r.get("status") or {}
-    m = re.search(r"traffic: .*\((\d+)\) data", text)
-    data = int(m.group(1)) if m else None
+    data = r.get("data_bytes")
     if rc != 0 or r.get("succeeded") != n or st.get("2xx") != n or \
             data != n * len(sc.body):
         raise BenchError("static-1k-h2: h2load -n %d: exit %s, %s succeeded, "
@@ -416,16 +425,10 @@ def static_h2_alloc_metrics(args, workdir, out):
     w, n = args.warmup_requests, args.requests
     try:
         srv.start(args.server_cpu)
-        with h1client.Conn(srv.port) as c:
-            h1client.keepalive(c, 16)
-            for _ in range(2):  # pools, the file cache, TLS session state
-                _h2load_count(args, srv.tls_port, w)
-            marks = []
-            for k in (w, w + n):
-                s0 = h1client.tern_stats(srv.port, conn=c)
-                _h2load_count(args, srv.tls_port, k)
-                s1 = h1client.tern_stats(srv.port, conn=c)
-                marks.append((s0, s1))
+        # two warm connections: pools, the file cache, TLS session state
+        marks = _two_windows(
+            srv, lambda k: _h2load_count(args, srv.tls_port, k), w, n, 2,
+            "static-1k-h2")
     finally:
         srv.stop()
     # Allocations only: the file cache refreshes its entry once a second (a
@@ -435,12 +438,8 @@ def static_h2_alloc_metrics(args, workdir, out):
     # In blocks that stays below the limit (0.0009 per request when a busy
     # machine put nine more refreshes into one window); in bytes it would
     # not (2.47 per request then).
-    d = [b["allocations"] - a["allocations"] for a, b in marks]
+    d = [s1["allocations"] - s0["allocations"] for s0, s1, _, _ in marks]
     out["static-1k-h2.allocs_per_req"] = (d[1] - d[0]) / n
-    for (a, b), k in zip(marks, (w, w + n)):
-        if b["requests"] - a["requests"] != k + 1:
-            log("warning: static-1k-h2: the server counted %d requests in a "
-                "window of %d + 1" % (b["requests"] - a["requests"], k))
 
 
 def _static_h2_args(args):

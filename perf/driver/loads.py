@@ -277,7 +277,7 @@ def start_idle(args, workdir, port, connections, hold):
 
 def parse_h2load(text):
     """h2load 1.52's summary: req/s, the request counts, the status codes,
-    the negotiated protocol and cipher."""
+    the body bytes received, the negotiated protocol and cipher."""
     r = {"requests": None, "duration_s": None, "rate": None}
     m = re.search(r"finished in ([\d.]+)(us|ms|s|m|h), ([\d.]+) req/s", text)
     if m:
@@ -295,6 +295,8 @@ def parse_h2load(text):
                   text)
     if m:
         r["status"] = dict(zip(("2xx", "3xx", "4xx", "5xx"), map(int, m.groups())))
+    m = re.search(r"traffic: .*\((\d+)\) data", text)
+    r["data_bytes"] = int(m.group(1)) if m else None
     m = re.search(r"Application protocol: (\S+)", text)
     r["alpn"] = m.group(1) if m else None
     m = re.search(r"TLS Protocol: (\S+)", text)
