@@ -34,7 +34,8 @@ connection per request, Connection: close).  balance-stall: h1rate at a
 fixed rate over 64 connections, twice on the same server: first every
 request GET /, then 1 in 199 of them GET /stall?ms=50 (held on the worker's
 thread); the latency of the other requests in the second run against the
-first (tern only).
+first (tern and nginx: nginx's /stall is an embedded Perl handler that
+sleeps on its worker process, servers.NGINX_STALL).
 """
 
 import os

@@ -556,14 +556,9 @@ sc = _balance("balance-stall", "h1rate",
               "without stalls", 64,
               chart=(M["lat_p99_others"], M["base_lat_p99"],
                      M["bal_req_ratio"]),
-              summary="tern only: the peers have no handler that holds "
-                      "their worker.")
+              summary="nginx holds its worker in an embedded Perl "
+                      "handler; h2o has no handler that can.")
 sc.rate = 1000
-sc.tern_only = ("nginx and h2o have no handler that holds a worker's "
-                "thread as tern's /stall does: nginx's echo_sleep waits on a "
-                "timer and nginx-light has no embedded Perl; h2o 2.2.5's "
-                "mruby has no sleep, and a busy loop would also take the "
-                "other thread's CPU")
 add(sc)
 add(_balance("balance-churn", "churn",
              "a new connection per request (Connection: close), 16 at a time "

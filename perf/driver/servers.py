@@ -37,6 +37,22 @@ SHIM_LINE = re.compile(r"allocs=(\d+)\s+bytes=(\d+)\s+frees=(\d+)")
 # it can carry the routed app and a per-scenario worker_connections.
 
 NGINX_ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
+# balance-stall's GET /stall?ms=N on nginx: an embedded Perl handler that
+# sleeps on the worker process's thread (select with a timeout), as tern's
+# reference server does on its worker; nginx's echo_sleep would wait on a
+# timer and hold nothing
+NGINX_PERL_MODULE = "/usr/lib/nginx/modules/ngx_http_perl_module.so"
+NGINX_STALL = """
+        location = /stall {
+            perl 'sub { my $r = shift;
+                my ($ms) = (($r->args || "") =~ /(?:^|&)ms=(\\d+)/);
+                select(undef, undef, undef, ($ms || 0) / 1000.0);
+                $r->header_out("Content-Length", 7);
+                $r->send_http_header("text/plain");
+                $r->print("stalled");
+                return 0; }';
+        }
+"""
 
 
 # The locations of nginx's TLS and h2c server blocks.  The upload sink
@@ -128,11 +144,12 @@ def nginx_h2c_server(h2c_port, root):
 
 def nginx_conf(port, tmpdir, worker_connections=4096, tls=None,
                h2c_port=None, access_log=None, root=None, workers=1,
-               reuseport=False, pid_log=None):
+               reuseport=False, pid_log=None, stall=False):
     """nginx.conf.  workers: worker_processes; reuseport: a listening
     socket per worker (listen ... reuseport) instead of one they share;
     pid_log: an access log of `$pid $msec $connection` lines (the balance
-    rows count each worker's requests in it), buffered as nginx-logged's."""
+    rows count each worker's requests in it), buffered as nginx-logged's;
+    stall: GET /stall?ms=N held on the worker (NGINX_STALL)."""
     routes = []
     for r in APP_RESOURCES:
         routes.append(
@@ -181,7 +198,7 @@ http {
         location = / {
             return 200 "Hello, World!";
         }
-%(static)s%(routes)s
+%(stall)s%(static)s%(routes)s
         location / {
             return 404;
         }
@@ -200,8 +217,11 @@ http {
        "static": nginx_static(root) if root else "",
        "tls": (nginx_tls_server(*tls, root) if tls else "") + (
            nginx_h2c_server(h2c_port, root) if h2c_port else ""),
-       "load_module": ("load_module %s;\n" % NGINX_ECHO_MODULE)
-       if tls or h2c_port else ""}
+       "stall": NGINX_STALL if stall else "",
+       "load_module": (("load_module %s;\n" % NGINX_ECHO_MODULE)
+                       if tls or h2c_port else "") + (
+                           ("load_module %s;\n" % NGINX_PERL_MODULE)
+                           if stall else "")}
 
 
 def h2o_conf(template, port, tmpdir, max_conns=None, tls=None, root=None,
@@ -496,6 +516,9 @@ def not_applicable(name, sc):
         return spec.only_why
     if getattr(sc, "tern_only", None) and spec.kind != "tern":
         return sc.tern_only
+    if (sc.name == "balance-stall" and spec.kind == "nginx" and
+            not os.path.exists(NGINX_PERL_MODULE)):
+        return ("its /stall needs libnginx-mod-http-perl (perf/perf setup)")
     if getattr(sc, "python_only", None) and spec.kind not in ("pyapp",
                                                               "python"):
         return sc.python_only
@@ -527,7 +550,10 @@ SERVERS = {
                   protocols=ALL + ("h2c",)),
     "h2o": Spec("h2o", "h2o 2.2.5 server (1 thread; 2 on the balance "
                        "rows)", "h2o",
-                protocols=ALL + ("h2c",)),
+                protocols=ALL + ("h2c",), why_not={
+                    "balance-stall": "h2o 2.2.5 has no handler that holds "
+                    "a worker's thread: its mruby has no sleep, and a busy "
+                    "loop would also take the other thread's CPU"}),
     "libh2o": Spec("libh2o", "libh2o embedded (libh2o_hello)", "peer",
                    protocols=H1, why_not={
                        **_NO_FILES_NA, "h1-tls": _CLEAR, "h2": _CLEAR,
@@ -985,7 +1011,9 @@ def make(name, args, workdir, max_conns=None, shim=None, tls=False,
                                workers=workers,
                                reuseport=name == "nginx-reuseport",
                                pid_log=os.path.join(sdir, "access.log")
-                               if workers > 1 else None))
+                               if workers > 1 else None,
+                               stall=workers > 1 and os.path.exists(
+                                   NGINX_PERL_MODULE)))
         return Server(name, [args.nginx, "-p", sdir + "/", "-e",
                              os.path.join(sdir, "error.log"), "-c", conf],
                       sdir, port=port, shim=shim, tls_port=tport,
