@@ -584,7 +584,7 @@ TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
  * listener: TCP, TLS, a Unix socket, a socket handed over, QUIC)
  * ------------------------------------------------------------------ */
 
-#define TERN_LISTEN_OPTIONS_VERSION 3
+#define TERN_LISTEN_OPTIONS_VERSION 4
 
 /* A listener, for tern_listen_with (versioned as the ABI rule at the top
  * says: fill with tern_listen_options_init, then change fields). Where:
@@ -592,7 +592,7 @@ TERN__INIT_BY_SIZE(tern_quic_options, tern_quic_options_init)
  * address, a port the kernel picks). What: HTTP/1.1 and HTTP/2 over a
  * byte stream (TCP or a Unix socket; TLS when tls is set), or HTTP/3 over
  * QUIC on UDP when quic is 1. Versions: 1 ends with proxy_trusted, 2 with
- * quic_options, 3 with http2_only. */
+ * quic_options, 3 with http2_only, 4 with http1_only. */
 typedef struct {
   int version;
   uint32_t size;
@@ -653,6 +653,16 @@ typedef struct {
    * h2c on one port. Not with tls (ALPN chooses there) or quic;
    * TERN_ENOTSUP in a build without HTTP/2. */
   int http2_only;
+  /* Version 4. 1: HTTP/1.1 only. Over TLS, ALPN offers "http/1.1" alone,
+   * so a client that offers h2 too gets HTTP/1.1 (a port that a benchmark
+   * or a policy keeps to HTTP/1.1 over TLS); in the clear, neither the
+   * HTTP/2 preface (answered as an HTTP/1.1 request of version 2.0: 505)
+   * nor Upgrade: h2c (the request is answered over HTTP/1.1) starts
+   * HTTP/2. Default 0: ALPN offers h2 and http/1.1, and a plain port
+   * speaks h2c too. Not with http2_only or quic; TERN_ENOTSUP over TLS
+   * with the mbedTLS engine (its ALPN list is the set's, not the
+   * listener's). */
+  int http1_only;
 } tern_listen_options;
 
 /* The defaults, with version and size set. */

@@ -202,6 +202,10 @@
  * listening on PATH" after the other listeners. --h2c-port N also listens
  * for HTTP/2 alone in the clear (http2_only: prior knowledge, no
  * HTTP/1.1), printed as "h2c listening on PORT" after the unix line.
+ * --http1-port N also listens for HTTP/1.1 alone (http1_only: no h2c),
+ * printed as "http1 listening on PORT", and with a certificate on a second
+ * port of the kernel's choice for HTTP/1.1 alone over TLS (ALPN offers
+ * http/1.1 only), printed as "tls-http1 listening on PORT".
  * --listen-fds serves the sockets systemd's LISTEN_PID/LISTEN_FDS hand over:
  * stream ones (TCP or Unix) each printed as "fd N listening on PORT" (0 for
  * Unix) after the first line, UDP ones with HTTP/3 as --quic-fd does (after the
@@ -1749,7 +1753,7 @@ int main(int argc, char **argv) {
   tern_access_log_options log_opts;
   const char *host = "127.0.0.1", *redis_path = NULL;
   unsigned long long v, port = 8080, tls_port = 0, quic_port = 0, h2c_port = 0,
-                        processes = 1;
+                        http1_port = 0, processes = 1;
   tern_quic_options quic_opts;
   tern_listen_options listen_opts;
   const char *unix_path = NULL;
@@ -1827,6 +1831,10 @@ int main(int argc, char **argv) {
       continue;
     if (option(argc, argv, &i, "--h2c-port", &h2c_port)) {
       h2c_port = h2c_port ? h2c_port : 65536; /* 0 means any port */
+      continue;
+    }
+    if (option(argc, argv, &i, "--http1-port", &http1_port)) {
+      http1_port = http1_port ? http1_port : 65536; /* 0 means any port */
       continue;
     }
     if (strcmp(argv[i], "--quic-retry") == 0) {
@@ -2255,6 +2263,24 @@ int main(int argc, char **argv) {
       return 1;
     }
     printf("h2c listening on %d\n", bound);
+  }
+  /* HTTP/1.1 alone (http1_only): in the clear, and over TLS when there is
+   * a certificate (ALPN offers http/1.1 only). */
+  if (http1_port != 0) {
+    tern_listen_options o;
+    int bound = 0, k;
+    for (k = 0; k < (tls != NULL ? 2 : 1); k++) {
+      tern_listen_options_init(&o);
+      o.host = host;
+      o.port = http1_port == 65536 || k == 1 ? 0 : (int)http1_port;
+      o.http1_only = 1;
+      o.tls = k == 1 ? tls : NULL;
+      if ((rc = tern_listen_with(server, &o, &bound)) != 0) {
+        fprintf(stderr, "reference: http1 port: %s\n", tern_strerror(rc));
+        return 1;
+      }
+      printf("%s listening on %d\n", k == 1 ? "tls-http1" : "http1", bound);
+    }
   }
   fflush(stdout);
   fflush(stderr);

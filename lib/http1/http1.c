@@ -745,8 +745,9 @@ static int conn_has_token(const tern_request *r, const char *tok, size_t n) {
 
 /* A request asking for h2c: answer 101 and let HTTP/2 serve it as stream
  * 1. Only a GET, HEAD or OPTIONS without a body, alone in the pipeline,
- * on cleartext TCP; anything else is served as HTTP/1.1 and the upgrade
- * ignored. Returns 1 when the connection is HTTP/2 now. */
+ * on cleartext TCP that is not http1_only; anything else is served as
+ * HTTP/1.1 and the upgrade ignored. Returns 1 when the connection is HTTP/2
+ * now. */
 static int h2c_upgrade(tern__stream *c, tern_request *r,
                        const tern__h1_head *h) {
   const char *settings = NULL;
@@ -754,7 +755,7 @@ static int h2c_upgrade(tern__stream *c, tern_request *r,
   const tern__proto *h2;
   tern__h2c_upgrade up;
 
-  if (c->filter != NULL || (h->flags & TERN__H1_F_CLOSE) ||
+  if (c->filter != NULL || c->h1_only || (h->flags & TERN__H1_F_CLOSE) ||
       !(r->flags & TERN__RQ_BODY_DONE) || c->q_head != r || r->next != NULL ||
       (c->head.flags & (TERN__C_STOPPING | TERN__C_CLOSE_AFTER)) ||
       !(method_is(r, "GET") || method_is(r, "HEAD") ||

@@ -20,6 +20,10 @@ struct tern__filter {
   /* Per-connection state (*st) from the listener's configuration. */
   int (*attach)(void **st, tern__worker *w, void *cfg);
   void (*detach)(void *st, tern__worker *w);
+  /* Offer HTTP/1.1 alone in the handshake (an http1_only listener),
+   * right after attach; 0 or an error (the connection closes). NULL: an
+   * engine that cannot (its listeners refuse http1_only). */
+  int (*alpn_http1)(void *st);
   /* Where the socket's next read goes, and how much arrived there;
    * received(st, 0) drops what is buffered (a lingering close). */
   void (*read_buf)(void *st, tern__worker *w, uv_buf_t *buf);

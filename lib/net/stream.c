@@ -116,8 +116,12 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
   }
   c->proto = tern__protocols[0]; /* HTTP/1.1 */
   s->h2_only = a->h2_only != 0;  /* ... until the first bytes (h1_input) */
+  s->h1_only = a->h1_only != 0;
+  s->not_h2 = s->h1_only; /* no look for the h2c preface */
   s->filter = a->filter;
-  if (a->filter != NULL && a->filter->attach(&s->filt, w, a->cfg) != 0) {
+  if (a->filter != NULL &&
+      (a->filter->attach(&s->filt, w, a->cfg) != 0 ||
+       (s->h1_only && a->filter->alpn_http1(s->filt) != 0))) {
     if (c->admitted)
       tern__admit_release(srv->admit, &c->peer);
     reject(s);

@@ -64,6 +64,7 @@ typedef struct tern__stream {
   uint8_t proxy_wait;
   uint8_t not_h2;  /* the first bytes were not the HTTP/2 preface */
   uint8_t h2_only; /* a plain listener's http2_only: no HTTP/1.1 */
+  uint8_t h1_only; /* the listener's http1_only: no h2c (nor h2 by ALPN) */
 
   /* The HTTP/2 adapter's state once it has the connection. */
   void *h2;
@@ -91,6 +92,7 @@ size_t tern__stream_buffered(const tern__stream *s);
 /* How a listener's connections are taken in: through `filter` (NULL:
  * plain TCP) with `cfg`, first reading a PROXY protocol header when
  * `proxy` is not NULL; `h2_only`: HTTP/2 with prior knowledge alone;
+ * `h1_only`: HTTP/1.1 alone (no h2c; over TLS, ALPN offers http/1.1);
  * `unix_socket`: the client has no IP address. Lives as long as its
  * listener. */
 typedef struct {
@@ -98,6 +100,7 @@ typedef struct {
   void *cfg;
   const tern__proxy_cfg *proxy;
   int h2_only;
+  int h1_only;
   int unix_socket;
 } tern__accept_cfg;
 /* Accept a connection from stream listener `l` on worker `w`, and serve

@@ -302,7 +302,7 @@ static int given_domain(int fd) {
 static int listen_on(tern_server *srv, const char *host, int port,
                      const char *unix_path, int given_fd,
                      const tern__filter *filter, void *cfg,
-                     const char *proxy_trusted, int http2_only,
+                     const char *proxy_trusted, int http2_only, int http1_only,
                      int *bound_port) {
   struct sockaddr_storage ss;
   socklen_t slen = sizeof(ss);
@@ -337,6 +337,7 @@ static int listen_on(tern_server *srv, const char *host, int port,
   l->acc.filter = filter;
   l->acc.cfg = cfg;
   l->acc.h2_only = http2_only != 0;
+  l->acc.h1_only = http1_only != 0;
   if (proxy_trusted != NULL) {
     tern__proxy_net nets[TERN__PROXY_NETS];
     int n = tern__proxy_nets(proxy_trusted, nets, TERN__PROXY_NETS);
@@ -432,13 +433,15 @@ fail:
 }
 
 int tern_listen(tern_server *srv, const char *host, int port, int *bound_port) {
-  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, 0, bound_port);
+  return listen_on(srv, host, port, NULL, -1, NULL, NULL, NULL, 0, 0,
+                   bound_port);
 }
 
 static const size_t listen_options_ends[] = {
     TERN__END(tern_listen_options, proxy_trusted),
     TERN__END(tern_listen_options, quic_options),
     TERN__END(tern_listen_options, http2_only),
+    TERN__END(tern_listen_options, http1_only),
 };
 _Static_assert(sizeof(listen_options_ends) / sizeof(listen_options_ends[0]) ==
                    TERN_LISTEN_OPTIONS_VERSION,
@@ -491,6 +494,10 @@ int tern__listen_read(tern_server *srv, const tern_listen_options *in,
     bad = "http2_only is 0 or 1";
   else if (o->http2_only && (o->tls != NULL || o->quic))
     bad = "http2_only is for plain listeners (over TLS, ALPN chooses)";
+  else if (o->http1_only != 0 && o->http1_only != 1)
+    bad = "http1_only is 0 or 1";
+  else if (o->http1_only && (o->http2_only || o->quic))
+    bad = "http1_only is not with http2_only or quic";
   if (bad != NULL) {
     tern__log(srv, TERN_LOG_ERROR, "tern_listen_with: %s", bad);
     return TERN_EINVAL;
@@ -499,6 +506,14 @@ int tern__listen_read(tern_server *srv, const tern_listen_options *in,
     return TERN_ESTATE;
   if (o->http2_only && tern__proto_find("h2", 2) == NULL)
     return TERN_ENOTSUP;
+  if (o->http1_only && o->tls != NULL &&
+      tern__tls_filter_of(o->tls)->alpn_http1 == NULL) {
+    tern__log(srv, TERN_LOG_ERROR,
+              "tern_listen_with: http1_only over TLS is not supported by the "
+              "%s engine",
+              tern__tls_filter_of(o->tls)->name + 4); /* "tls-NAME" */
+    return TERN_ENOTSUP;
+  }
   return 0;
 }
 
@@ -512,7 +527,7 @@ int tern__listen_stream(tern_server *srv, const tern_listen_options *o,
       o->proxy_protocol
           ? (o->proxy_trusted != NULL ? o->proxy_trusted : "127.0.0.0/8, ::1")
           : NULL,
-      o->http2_only, bound_port);
+      o->http2_only, o->http1_only, bound_port);
 }
 
 /* LISTEN_FDNAMES into names[0 .. v): exactly v names, colon-separated,

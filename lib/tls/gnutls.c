@@ -740,6 +740,17 @@ static int gtls_shutdown(void *st) {
   return c->out.count > 0;
 }
 
+/* An http1_only listener's connection: "http/1.1" replaces the list set
+ * at attach, before the handshake has begun. */
+static int gtls_alpn_http1(void *st) {
+  gtls_conn *c = st;
+  gnutls_datum_t p = {(unsigned char *)"http/1.1", 8};
+  return gnutls_alpn_set_protocols(c->s, &p, 1, GNUTLS_ALPN_SERVER_PRECEDENCE) <
+                 0
+             ? TERN_ETLS
+             : 0;
+}
+
 static const char *gtls_alpn(const void *st) {
   gtls_conn *c = (gtls_conn *)st;
   gnutls_datum_t d;
@@ -815,6 +826,7 @@ static int gtls_quic_session(tern_tls *tls, void **session, tern__tls_gen **gen,
 const tern__filter tern__tls_gnutls_filter = {
     .name = "tls-gnutls",
     .attach = gtls_attach,
+    .alpn_http1 = gtls_alpn_http1,
     .detach = gtls_detach,
     .read_buf = gtls_read_buf,
     .received = gtls_received,

@@ -930,16 +930,23 @@ class Server:
         return bound.value
 
     def listen(self, host="127.0.0.1", port=0, *, tls=None, quic=False,
-               http2_only=False):
+               http2_only=False, http1_only=False):
         """Listen on host:port (0: any free port); tls: a TLS (or a
         (cert, key) pair) for HTTPS with HTTP/2; quic: HTTP/3 on the UDP
         port of the same number too; http2_only: HTTP/2 alone in the
-        clear (prior knowledge, no HTTP/1.1; not with tls). Returns the
-        bound port."""
+        clear (prior knowledge, no HTTP/1.1; not with tls); http1_only:
+        HTTP/1.1 alone (no h2c; over TLS, ALPN offers http/1.1 only; not
+        with quic or http2_only). Returns the bound port."""
         if isinstance(tls, tuple):
             tls = self.tls(*tls)
         h = host.encode() if host else None
-        if http2_only:
+        if http1_only:
+            if quic or http2_only:
+                raise ValueError("http1_only is not with quic or http2_only")
+            bound = self._listen_with(
+                "%s:%s (HTTP/1.1 only)" % (host, port), host=h, port=port,
+                tls=tls._ptr if tls is not None else None, http1_only=1)
+        elif http2_only:
             if tls is not None:
                 raise ValueError("http2_only is for plain listeners")
             bound = self._listen_with("%s:%s (h2c only)" % (host, port),

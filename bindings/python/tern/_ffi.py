@@ -176,7 +176,9 @@ class ListenOptions(Structure):
                 ("host", c_char_p), ("port", c_int), ("path", c_char_p),
                 ("fd", c_int), ("quic", c_int), ("quic_options", c_void_p),
                 # version 3
-                ("http2_only", c_int)]
+                ("http2_only", c_int),
+                # version 4
+                ("http1_only", c_int)]
 
 
 _STATS_V1 = [("version", c_int), ("size", c_uint32), ("requests", c_uint64),

@@ -157,6 +157,20 @@ def test_http2_only_listener(server):
     assert got[3] == 4 and b"\x07\x00\x00\x00\x00" in got  # SETTINGS, GOAWAY
 
 
+def test_http1_only_listener(server):
+    """listen(http1_only=True) in the clear: Upgrade: h2c is ignored and
+    the answer is HTTP/1.1."""
+    app = server()
+
+    @app.route("GET", "/only")
+    def only(req):
+        return 200, {}, req.protocol
+    port = started(app, http1_only=True)
+    out = subprocess.run(["curl", "-s", "--http2", "http://127.0.0.1:%d/only"
+                          % port], capture_output=True, timeout=20)
+    assert out.stdout == b"HTTP/1.1"
+
+
 def send_until_close(sock, data):
     """Send `data` on a connected socket; what came back until the peer
     closed."""

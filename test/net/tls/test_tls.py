@@ -144,6 +144,62 @@ def https_get_and_alpn():
 
 
 @case
+def http1_only_listeners():
+    """http1_only (the reference server's --http1-port): over TLS, ALPN
+    offers http/1.1 alone, so a client offering h2 first gets HTTP/1.1
+    (curl --http2 too); in the clear, neither the h2c preface nor
+    Upgrade: h2c starts HTTP/2. With mbedTLS (its ALPN list belongs to the
+    certificate set) the listener is refused with TERN_ENOTSUP."""
+    s = Server("reference", ["--workers", "1", "--tls-port", "0", "--cert",
+                             ec_cert, "--key", ec_key, "--http1-port", "0"])
+    if ENGINE == "mbedtls":
+        rc = s.wait(10)
+        check(rc not in (0, None), "mbedTLS: refused (rc %r)" % rc)
+        check("not supported by the mbedtls engine" in s.stderr_text(),
+              "mbedTLS: the reason (%r)" % s.stderr_text()[-300:])
+        s.stop()
+        return
+    with s:
+        m = re.match(r"tls listening on (\d+)$", s.next_line())
+        check(m is not None, "no tls port line")
+        tls_port = int(m.group(1))
+        ports = {}
+        while len(ports) < 2:
+            m = re.match(r"(http1|tls-http1) listening on (\d+)$",
+                         s.next_line())
+            if m:
+                ports[m.group(1)] = int(m.group(2))
+        with tls_connect(ports["tls-http1"],
+                         client_ctx(["h2", "http/1.1"])) as c:
+            eq(c.selected_alpn_protocol(), "http/1.1", "ALPN, h2 offered")
+            c.sendall(GET)
+            eq(read_response(c)[1], b"Hello, World!", "body")
+        with tls_connect(ports["tls-http1"], client_ctx(["h2"])) as c:
+            eq(c.selected_alpn_protocol(), None, "ALPN, h2 alone offered")
+        out = subprocess.run(["curl", "-sk", "--http2", "-w",
+                              " %{http_version}", "https://127.0.0.1:%d/"
+                              % ports["tls-http1"]],
+                             capture_output=True, check=True).stdout
+        eq(out, b"Hello, World! 1.1", "curl --http2 on the HTTP/1.1 port")
+        # the TLS port beside it still offers h2
+        with tls_connect(tls_port, client_ctx(["h2", "http/1.1"])) as c:
+            eq(c.selected_alpn_protocol(), "h2", "ALPN on the other port")
+        out = subprocess.run(["curl", "-s", "--http2-prior-knowledge",
+                              "-o", "/dev/null", "-w", "%{http_code}",
+                              "http://127.0.0.1:%d/" % ports["http1"]],
+                             capture_output=True).stdout
+        check(out != b"200", "h2c prior knowledge refused (got %r)" % out)
+        with Conn(ports["http1"]) as c:
+            c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            eq(c.response().status, 505, "the preface as HTTP/1.1")
+        out = subprocess.run(["curl", "-s", "--http2", "-w",
+                              " %{http_version}", "http://127.0.0.1:%d/"
+                              % ports["http1"]],
+                             capture_output=True, check=True).stdout
+        eq(out, b"Hello, World! 1.1", "Upgrade: h2c ignored")
+
+
+@case
 def alpn_h2():
     # With HTTP/2 built, ALPN prefers h2; the same handlers answer.
     with tls_connect(srv.tls_port, client_ctx(["h2", "http/1.1"])) as s:
