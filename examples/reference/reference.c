@@ -2299,6 +2299,12 @@ int main(int argc, char **argv) {
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
   rc = tern_run(server);
+  /* What /longpoll's gone callback saw, for the stop-deadline test. */
+  if (gone_seen > 0)
+    fprintf(stderr,
+            "reference: %lu gone callbacks, %lu finished with "
+            "TERN_ECLOSED\n",
+            (unsigned long)gone_seen, (unsigned long)gone_eclosed);
   for (i = 0; i < (int)nchildren; i++) {
     int status = 0;
     if (waitpid(children[i], &status, 0) < 0 || !WIFEXITED(status) ||

@@ -348,9 +348,21 @@ int tern__request_answer_held(tern_request *r, int status) {
 
 void tern__request_cut_answer(tern_request *r) {
   tern__worker *w = r->w;
+  tern_gone_fn fn = r->gone_fn;
   w->cut_total++;
   if (tern__request_answer_held(r, 503) == 0)
     w->cut_answered++;
+  /* The deadline counts as the client gone (tern.h): the handler hears it
+   * now, while its loop still runs, and can let go of what it holds for
+   * the request (a timer, a database query's poll handle) instead of
+   * keeping the loop, and tern_run, alive. At most once, as for a client
+   * that leaves; a tunnel's end is its on_close. */
+  r->gone_fn = NULL;
+  if (fn == NULL || (r->flags & TERN__RQ_TUNNEL))
+    return;
+  r->refs++;
+  fn(r, r->gone_user);
+  tern__request_unref(r);
 }
 
 /* The deadline takes over the user's reference: once the last other one

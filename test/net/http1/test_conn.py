@@ -564,6 +564,30 @@ def stop_deadline_cuts_unanswered():
 
 
 @case(timeout=30)
+def stop_deadline_counts_as_gone():
+    """tern.h: "the stop deadline counts as gone". A handler that waits
+    for its client to leave (/longpoll's on_gone callback) hears of it at
+    the deadline, with the client answered 503, and its finishing call
+    there returns TERN_ECLOSED. It once heard nothing: a handle it would
+    have closed then kept the worker's loop, and tern_run, alive."""
+    s = Server("reference", ["--workers", "1"])
+    try:
+        c = Conn(s.port, timeout=12)
+        c.send(build_request("GET", "/longpoll"))
+        time.sleep(0.3)
+        s.signal(signal.SIGTERM)
+        eq(c.response(timeout=8).status, 503, "at the deadline")
+        c.close()
+        rc = s.wait(7.0)
+        eq(rc, 0, "exit status")
+        err = s.stderr_text(20000)
+        check("reference: 1 gone callbacks, 1 finished with TERN_ECLOSED"
+              in err, "the gone callback at the deadline: %r" % err[-600:])
+    finally:
+        s.kill()
+
+
+@case(timeout=30)
 def stop_deadline_says_why():
     """Clients that do not read their answers hold a graceful stop to its
     deadline: the log line then says so, connection by connection kind,
