@@ -37,7 +37,11 @@ demo) pkgs=("${build[@]}" openssl python3-dev python3-venv) ;;
 # python3-dev builds the Python server's native module, which serves the
 # frameworks of test_frameworks.py (FastAPI, Starlette, Quart, Flask,
 # Django) to httpx with HTTP/2 (python3-h2) and asyncio's uvloop; uvicorn,
-# hypercorn, daphne and gunicorn are the peers of perf/'s Python rows.
+# hypercorn, daphne and gunicorn are the peers of perf/'s Python rows;
+# the HttpArena app (examples/arena/) parses and writes its JSON with
+# jansson and queries PostgreSQL with libpq's asynchronous API, and
+# test_arena.py starts a throwaway PostgreSQL cluster of its own
+# (postgresql: initdb and the server, never the system's service).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
     nghttp2-client gnutls-bin ngtcp2-client ngtcp2-server
@@ -46,7 +50,8 @@ test)
     haproxy zstd brotli abigail-tools cmake python3-dev python3-fastapi
     python3-starlette python3-quart python3-flask python3-django
     python3-httpx python3-h2 python3-uvloop python3-uvicorn
-    python3-httptools python3-hypercorn python3-daphne gunicorn)
+    python3-httptools python3-hypercorn python3-daphne gunicorn
+    libjansson-dev libpq-dev postgresql)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
@@ -63,7 +68,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  # redis-server's package would start a daemon on port 6379: a
+  # redis-server's and postgresql's packages would start daemons: a
   # policy-rc.d that refuses every start keeps the install side-effect
   # free (removed afterwards unless one was there before).
   policy=/usr/sbin/policy-rc.d
