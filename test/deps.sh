@@ -40,7 +40,8 @@ demo) pkgs=("${build[@]}" openssl python3-dev python3-venv) ;;
 # hypercorn, daphne and gunicorn are the peers of perf/'s Python rows;
 # the HttpArena app (examples/arena/) parses and writes its JSON with
 # jansson and queries PostgreSQL with libpq's asynchronous API, and
-# test_arena.py starts a throwaway PostgreSQL cluster of its own
+# test_arena.py starts a throwaway PostgreSQL cluster of its own and
+# decodes br answers with python3-brotli
 # (postgresql: initdb and the server, never the system's service).
 test)
   pkgs=("${build[@]}" clang libclang-rt-14-dev python3 curl openssl
@@ -51,7 +52,7 @@ test)
     python3-starlette python3-quart python3-flask python3-django
     python3-httpx python3-h2 python3-uvloop python3-uvicorn
     python3-httptools python3-hypercorn python3-daphne gunicorn
-    libjansson-dev libpq-dev postgresql)
+    libjansson-dev libpq-dev postgresql python3-brotli)
   command -v npm >/dev/null || pkgs+=(npm)
   ;;
 *) echo "usage: test/deps.sh [test|demo]" >&2; exit 2 ;;
