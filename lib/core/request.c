@@ -42,6 +42,18 @@ tern_request *tern__request_new(tern__conn *c) {
 static void cut_keep(tern_request *r);
 static void block_retire(tern_request *r, int to_pool);
 
+/* A collected body's buffer: up to TERN__SMALL_MAX bytes from the worker's
+ * small pools, so that the common small body (a form, a JSON document, a
+ * chunked one that could not be viewed in place) costs no allocation; a
+ * larger one from the allocator, grown with realloc. Which of the two
+ * follows from body_cap. On the worker, or serialised with it. */
+static void body_free(tern__worker *w, tern_request *r) {
+  if (r->body_cap <= TERN__SMALL_MAX)
+    tern__small_free(w, r->body_buf);
+  else
+    tern__free(w->srv, r->body_buf);
+}
+
 void tern__request_unref(tern_request *r) {
   tern__worker *w = r->w;
   tern__conn *c = r->conn;
@@ -57,7 +69,7 @@ void tern__request_unref(tern_request *r) {
     if (r->ops->release != NULL)
       r->ops->release(r);
     tern__rbuf_unref(w, r->rbuf);
-    tern__free(w->srv, r->body_buf);
+    body_free(w, r);
     tern__free(w->srv, r->trailers);
     tern__outq_free(w, &r->out);
     block_retire(r, 1);
@@ -411,7 +423,7 @@ static void cut_release(tern_request *r, int worker_gone) {
   if (r->ops->release != NULL)
     r->ops->release(r);
   tern__rbuf_unref(w, r->rbuf);
-  tern__free(srv, r->body_buf);
+  body_free(w, r);
   tern__free(srv, r->trailers);
   block_retire(r, 0);
   if (worker_gone) {
@@ -518,17 +530,26 @@ int tern__request_fields(tern_request *r, size_t ncookie, char **joined) {
 }
 
 int tern__request_collect(tern_request *r, const void *p, size_t n) {
-  tern_server *srv = r->w->srv;
+  tern__worker *w = r->w;
   if (r->body_len + n > r->route->max_body)
     return 413;
   if (r->body_len + n > r->body_cap) {
-    size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
+    size_t cap = r->body_cap ? r->body_cap * 2 : TERN__SMALL_MAX;
     char *nb;
     while (cap < r->body_len + n)
       cap *= 2;
     if (cap > r->route->max_body)
       cap = r->route->max_body;
-    nb = tern__realloc(srv, r->body_buf, cap);
+    if (cap <= TERN__SMALL_MAX) { /* see body_free */
+      nb = tern__small_realloc(w, r->body_buf, cap);
+    } else if (r->body_cap <= TERN__SMALL_MAX) {
+      if ((nb = tern__malloc(w->srv, cap)) != NULL && r->body_len > 0)
+        memcpy(nb, r->body_buf, r->body_len);
+      if (nb != NULL)
+        tern__small_free(w, r->body_buf);
+    } else {
+      nb = tern__realloc(w->srv, r->body_buf, cap);
+    }
     if (nb == NULL)
       return 503;
     r->body_buf = nb;
