@@ -37,34 +37,25 @@
  *                            Content-Type from a table; no .br/.gz
  *   anything else            404
  *
- * Build: cc -std=c11 -O2 arena_mhd.c -lmicrohttpd -ljansson -lpthread
+ * Build: cc -std=c11 -O2 arena_mhd.c arena_common.c -lmicrohttpd -ljansson
+ *        -lpthread
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
-#include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
 
-#define PORT_OFF (-1)
-#define MAX_WORKERS 1024
-#define UPLOAD_MAX (64u << 20) /* /upload: larger bodies get 413 */
-#define BASELINE_BODY_MAX 1024
+#include "arena_common.h"
 
 enum route {
   R_NONE,
@@ -82,42 +73,19 @@ struct req {
   enum route route;
   uint64_t received; /* body bytes seen */
   size_t blen;
-  char body[BASELINE_BODY_MAX]; /* /baseline11's POST body */
+  char body[ARENA_BASELINE_BODY_MAX]; /* /baseline11's POST body */
 };
 
 static char static_dir[4096];
-static json_t *dataset;
-static size_t nitems;
 
-/* ---- Numbers ---- */
-
-static int parse_int(const char *s, size_t n, int64_t *out) {
-  size_t i = 0;
-  int neg = 0;
-  uint64_t v = 0, lim;
-  if (n > 0 && (s[0] == '-' || s[0] == '+')) {
-    neg = s[0] == '-';
-    i = 1;
-  }
-  if (i == n)
-    return -1;
-  lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-  for (; i < n; i++) {
-    unsigned d = (unsigned)(unsigned char)s[i] - '0';
-    if (d > 9 || v > (lim - d) / 10)
-      return -1;
-    v = v * 10 + d;
-  }
-  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-  return 0;
-}
+/* ---- Query arguments ---- */
 
 /* The integer query argument `name`: 1 found, 0 absent, -1 malformed. */
 static int arg_int(struct MHD_Connection *c, const char *name, int64_t *out) {
   const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
   if (v == NULL)
     return 0;
-  return parse_int(v, strlen(v), out) == 0 ? 1 : -1;
+  return arena_parse_int(v, strlen(v), out) == 0 ? 1 : -1;
 }
 
 /* ---- Responses ---- */
@@ -153,108 +121,29 @@ static enum MHD_Result send_int(struct MHD_Connection *c, int64_t v) {
 
 /* ---- /baseline11, /baseline2 ---- */
 
-static int is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
 static enum MHD_Result baseline(struct MHD_Connection *c, struct req *q) {
-  int64_t a = 0, b = 0, sum, v;
-  const char *body = q->body;
-  size_t len = q->blen;
+  int64_t a = 0, b = 0, sum;
   if (arg_int(c, "a", &a) < 0 || arg_int(c, "b", &b) < 0 ||
       __builtin_add_overflow(a, b, &sum))
-    return send_text(c, 400, "a and b are integers\n");
-  if (q->received > BASELINE_BODY_MAX)
-    return send_text(c, 400, "the body is an integer\n");
-  while (len > 0 && is_space(body[len - 1]))
-    len--;
-  while (len > 0 && is_space(body[0]))
-    body++, len--;
-  if (len > 0 &&
-      (parse_int(body, len, &v) != 0 || __builtin_add_overflow(sum, v, &sum)))
-    return send_text(c, 400, "the body is an integer\n");
+    return send_text(c, 400, ARENA_AB_MSG);
+  /* q->body has the first ARENA_BASELINE_BODY_MAX bytes only. */
+  if (q->received > ARENA_BASELINE_BODY_MAX ||
+      arena_add_body(q->body, q->blen, &sum) != 0)
+    return send_text(c, 400, ARENA_BODY_MSG);
   return send_int(c, sum);
 }
 
 /* ---- /json ---- */
 
-static void load_dataset(const char *dir) {
-  char path[4096];
-  json_error_t err;
-  size_t i;
-  snprintf(path, sizeof(path), "%s/dataset.json", dir);
-  dataset = json_load_file(path, 0, &err);
-  if (dataset == NULL || !json_is_array(dataset)) {
-    fprintf(stderr, "arena_mhd: %s: %s: /json answers 503\n", path,
-            dataset != NULL ? "not an array" : err.text);
-    json_decref(dataset);
-    dataset = NULL;
-    return;
-  }
-  for (i = 0; i < json_array_size(dataset); i++) {
-    json_t *it = json_array_get(dataset, i);
-    if (!json_is_object(it) || !json_is_integer(json_object_get(it, "price")) ||
-        !json_is_integer(json_object_get(it, "quantity")))
-      break;
-  }
-  nitems = i;
-}
-
-/* A fresh copy of item i with "total" appended; NULL on overflow (with
- * *overflow set) or out of memory. */
-static json_t *item_json(size_t i, json_int_t m, int *overflow) {
-  json_t *src = json_array_get(dataset, i), *o, *v;
-  json_int_t total;
-  const char *key;
-  if (__builtin_mul_overflow(
-          json_integer_value(json_object_get(src, "price")),
-          json_integer_value(json_object_get(src, "quantity")), &total) ||
-      __builtin_mul_overflow(total, m, &total)) {
-    *overflow = 1;
-    return NULL;
-  }
-  if ((o = json_object()) == NULL)
-    return NULL;
-  json_object_foreach(src, key, v) {
-    if (json_object_set_new(o, key, json_deep_copy(v)) != 0) {
-      json_decref(o);
-      return NULL;
-    }
-  }
-  if (json_object_set_new(o, "total", json_integer(total)) != 0) {
-    json_decref(o);
-    return NULL;
-  }
-  return o;
-}
-
 static enum MHD_Result json_route(struct MHD_Connection *c, const char *url) {
   const char *p = url + 6; /* after "/json/" */
-  int64_t count, m = 1;
-  int overflow = 0, bad;
-  json_t *root, *arr;
+  int64_t m = 1;
+  int m_found = arg_int(c, "m", &m), status;
+  const char *msg;
   char *out;
-  size_t i;
-  if (dataset == NULL || nitems == 0)
-    return send_text(c, 503, "no dataset\n");
-  if (parse_int(p, strlen(p), &count) != 0 || count < 1)
-    return send_text(c, 400, "count is a positive integer\n");
-  if (arg_int(c, "m", &m) < 0)
-    return send_text(c, 400, "m is an integer\n");
-  if ((uint64_t)count > nitems)
-    count = (int64_t)nitems;
-  root = json_object();
-  arr = json_array();
-  bad = root == NULL || json_object_set_new(root, "items", arr) != 0;
-  for (i = 0; !bad && i < (size_t)count; i++)
-    bad = json_array_append_new(arr, item_json(i, m, &overflow)) != 0;
-  if (!bad)
-    bad = json_object_set_new(root, "count", json_integer(count)) != 0;
-  out = bad ? NULL : json_dumps(root, JSON_COMPACT);
-  json_decref(root);
-  if (out == NULL)
-    return overflow ? send_text(c, 400, "m is too large\n")
-                    : send_text(c, 503, "out of memory\n");
+  status = arena_json(p, strlen(p), m_found, m, &out, &msg);
+  if (status != 200)
+    return send_text(c, (unsigned)status, msg);
   /* MHD frees the string (with free()) when the response goes. */
   return queue(
       c, 200,
@@ -263,22 +152,6 @@ static enum MHD_Result json_route(struct MHD_Connection *c, const char *url) {
 }
 
 /* ---- /static ---- */
-
-static const char *content_type(const char *name) {
-  static const struct {
-    const char *ext, *type;
-  } types[] = {{".css", "text/css"},          {".js", "application/javascript"},
-               {".html", "text/html"},        {".woff2", "font/woff2"},
-               {".svg", "image/svg+xml"},     {".webp", "image/webp"},
-               {".json", "application/json"}, {".txt", "text/plain"}};
-  const char *dot = strrchr(name, '.');
-  size_t i;
-  if (dot != NULL)
-    for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-      if (strcmp(dot, types[i].ext) == 0)
-        return types[i].type;
-  return "application/octet-stream";
-}
 
 static enum MHD_Result static_route(struct MHD_Connection *c, const char *url) {
   const char *name = url + 8; /* after "/static/" */
@@ -298,7 +171,7 @@ static enum MHD_Result static_route(struct MHD_Connection *c, const char *url) {
   }
   /* MHD closes fd when the response is destroyed. */
   return queue(c, 200, MHD_create_response_from_fd((uint64_t)st.st_size, fd),
-               content_type(name));
+               arena_content_type(name));
 }
 
 /* ---- The access handler ---- */
@@ -341,7 +214,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   }
   if (*upload_size > 0) { /* a piece of the body */
     size_t n = *upload_size;
-    if (q->route == R_BASELINE11 && q->received + n <= BASELINE_BODY_MAX) {
+    if (q->route == R_BASELINE11 &&
+        q->received + n <= ARENA_BASELINE_BODY_MAX) {
       memcpy(q->body + q->blen, upload, n);
       q->blen += n;
     }
@@ -365,7 +239,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
   case R_UPLOAD:
     if (!post)
       return send_text(c, 405, "POST\n");
-    if (q->received > UPLOAD_MAX)
+    if (q->received > ARENA_UPLOAD_MAX)
       return send_text(c, 413, "body too large\n");
     return send_int(c, (int64_t)q->received);
   case R_STATIC:
@@ -410,23 +284,15 @@ static char *read_file(const char *path) {
 static struct MHD_Daemon *start(const char *host, int port, unsigned nworkers,
                                 unsigned conn_limit, const char *cert_pem,
                                 const char *key_pem, int *bound) {
-  struct addrinfo hints, *ai;
+  struct addrinfo *ai = arena_resolve(host, port);
   struct MHD_Daemon *d;
   const union MHD_DaemonInfo *info;
   struct MHD_OptionItem opts[8];
   unsigned flags =
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
-  char portstr[8];
-  int rc, n = 0;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
-  snprintf(portstr, sizeof(portstr), "%d", port);
-  if ((rc = getaddrinfo(host, portstr, &hints, &ai)) != 0) {
-    fprintf(stderr, "arena_mhd: %s: %s\n", host, gai_strerror(rc));
+  int n = 0;
+  if (ai == NULL)
     return NULL;
-  }
   if (ai->ai_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   if (cert_pem != NULL) {
@@ -464,141 +330,64 @@ static struct MHD_Daemon *start(const char *host, int port, unsigned nworkers,
 
 /* ---- main ---- */
 
-static int parse_port(const char *v, int *out) {
-  int64_t p;
-  if (strcmp(v, "off") == 0) {
-    *out = PORT_OFF;
-    return 0;
-  }
-  if (parse_int(v, strlen(v), &p) != 0 || p < -1 || p > 65535)
-    return -1;
-  *out = (int)p;
-  return 0;
-}
-
-static void usage(void) {
-  fprintf(stderr,
-          "usage: arena_mhd [--host ADDR] [--port N] [--tls-port N] "
-          "[--h2c-port N] [--h2-port N] [--cert F] [--key F] [--data DIR] "
-          "[--database URL] [--db-max-conn N] [--workers N]\n");
-}
-
-static const char *env_or(const char *name, const char *dflt) {
-  const char *v = getenv(name);
-  return v != NULL && v[0] != '\0' ? v : dflt;
-}
-
 int main(int argc, char **argv) {
-  const char *host = "0.0.0.0", *data = "/data";
-  const char *cert = env_or("TLS_CERT", "/certs/server.crt");
-  const char *key = env_or("TLS_KEY", "/certs/server.key");
-  int port = 8080, tls_port = 8081, ignored, bound = 0, tls_bound = 0;
-  unsigned nworkers = 1, conn_limit = 1u << 16;
+  struct arena_opts o;
+  int bound[ARENA_KINDS] = {ARENA_PORT_OFF, ARENA_PORT_OFF, ARENA_PORT_OFF,
+                            ARENA_PORT_OFF};
+  int port, tls_port, rc;
+  unsigned conn_limit = 1u << 16;
   struct MHD_Daemon *d = NULL, *tls_d = NULL;
   char *cert_pem = NULL, *key_pem = NULL;
   struct rlimit rl;
   sigset_t set;
-  int a, sig;
 
-  for (a = 1; a < argc; a++) {
-    const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
-    int ok = 1;
-    int64_t n;
-    if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
-      usage();
-      return 0;
-    }
-    if (v == NULL) {
-      usage();
-      return 2;
-    }
-    if (strcmp(o, "--host") == 0)
-      host = v;
-    else if (strcmp(o, "--port") == 0)
-      ok = parse_port(v, &port) == 0;
-    else if (strcmp(o, "--tls-port") == 0)
-      ok = parse_port(v, &tls_port) == 0;
-    else if (strcmp(o, "--h2c-port") == 0 || strcmp(o, "--h2-port") == 0)
-      ok = parse_port(v, &ignored) == 0; /* no HTTP/2 in libmicrohttpd */
-    else if (strcmp(o, "--cert") == 0)
-      cert = v;
-    else if (strcmp(o, "--key") == 0)
-      key = v;
-    else if (strcmp(o, "--data") == 0)
-      data = v;
-    else if (strcmp(o, "--database") == 0 || strcmp(o, "--db-max-conn") == 0) {
-      /* no database route here */
-    } else if (strcmp(o, "--workers") == 0) {
-      ok = parse_int(v, strlen(v), &n) == 0 && n >= 1 && n <= MAX_WORKERS;
-      if (ok)
-        nworkers = (unsigned)n;
-    } else {
-      fprintf(stderr, "arena_mhd: unknown option %s\n", o);
-      ok = 0;
-    }
-    if (!ok) {
-      fprintf(stderr, "arena_mhd: bad value for %s: %s\n", o, v);
-      usage();
-      return 2;
-    }
-    a++;
-  }
+  /* --h2c-port, --h2-port: no HTTP/2 in libmicrohttpd; --database and
+   * --db-max-conn: no database route here */
+  if ((rc = arena_args("arena_mhd", ARENA_USES_WORKERS, argc, argv, &o)) >= 0)
+    return rc;
+  port = o.ports[ARENA_H1];
+  tls_port = o.ports[ARENA_H1_TLS];
+  /* MHD's default limit is FD_SETSIZE - 4; leave room for files. */
+  if (arena_setup(&rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      rl.rlim_cur < 2 * (rlim_t)conn_limit)
+    conn_limit = rl.rlim_cur > 64 ? (unsigned)(rl.rlim_cur / 2) : 16;
+  snprintf(static_dir, sizeof(static_dir), "%s/static", o.data);
+  arena_load_dataset(o.data);
 
-  signal(SIGPIPE, SIG_IGN);
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    if (rl.rlim_cur < rl.rlim_max) {
-      rl.rlim_cur = rl.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &rl);
-      getrlimit(RLIMIT_NOFILE, &rl);
-    }
-    /* MHD's default limit is FD_SETSIZE - 4; leave room for files. */
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * (rlim_t)conn_limit)
-      conn_limit = rl.rlim_cur > 64 ? (unsigned)(rl.rlim_cur / 2) : 16;
-  }
-  snprintf(static_dir, sizeof(static_dir), "%s/static", data);
-  load_dataset(data);
-
-  if (tls_port != PORT_OFF) {
+  if (tls_port != ARENA_PORT_OFF) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       fprintf(stderr, "arena_mhd: libmicrohttpd has no TLS: no h1-tls\n");
-      tls_port = PORT_OFF;
-    } else if ((cert_pem = read_file(cert)) == NULL ||
-               (key_pem = read_file(key)) == NULL) {
+      tls_port = ARENA_PORT_OFF;
+    } else if ((cert_pem = read_file(o.cert)) == NULL ||
+               (key_pem = read_file(o.key)) == NULL) {
       fprintf(stderr,
               "arena_mhd: no certificate (%s, %s): the TLS listener is "
               "skipped\n",
-              cert, key);
-      tls_port = PORT_OFF;
+              o.cert, o.key);
+      tls_port = ARENA_PORT_OFF;
     }
   }
 
   /* The daemons' threads inherit a mask without the stop signals. */
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  arena_block_stop(&set);
 
-  if (port != PORT_OFF &&
-      (d = start(host, port, nworkers, conn_limit, NULL, NULL, &bound)) == NULL)
+  if (port != ARENA_PORT_OFF &&
+      (d = start(o.host, port, o.workers, conn_limit, NULL, NULL,
+                 &bound[ARENA_H1])) == NULL)
     return 1;
-  if (tls_port != PORT_OFF &&
-      (tls_d = start(host, tls_port, nworkers, conn_limit, cert_pem, key_pem,
-                     &tls_bound)) == NULL)
+  if (tls_port != ARENA_PORT_OFF &&
+      (tls_d = start(o.host, tls_port, o.workers, conn_limit, cert_pem, key_pem,
+                     &bound[ARENA_H1_TLS])) == NULL)
     return 1;
-  if (d != NULL)
-    printf("listening h1 %d\n", bound);
-  if (tls_d != NULL)
-    printf("listening h1-tls %d\n", tls_bound);
-  printf("ready\n");
-  fflush(stdout);
+  arena_ready(bound);
 
-  sigwait(&set, &sig);
+  arena_wait_stop(&set);
   if (d != NULL)
     MHD_stop_daemon(d);
   if (tls_d != NULL)
     MHD_stop_daemon(tls_d);
   free(cert_pem);
   free(key_pem);
-  json_decref(dataset);
+  arena_free_dataset();
   return 0;
 }

@@ -46,7 +46,8 @@
  *   GET /pipeline                   ok
  *   anything else                   404 (405 for another method)
  *
- * Build: cc -std=c11 -O2 arena_pgblock.c -lpq -ljansson -lpthread
+ * Build: cc -std=c11 -O2 arena_pgblock.c arena_common.c -lpq -ljansson
+ *        -lpthread
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -55,24 +56,22 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
 
-#define PORT_OFF (-1)
+#include "arena_common.h"
+
 #define BUF_SIZE (16u << 10) /* a connection's input buffer */
 #define MAX_HEADERS 64       /* per request */
 #define BODY_MAX (1u << 20)  /* a request body larger than this: 413 */
@@ -102,47 +101,6 @@ static long long now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int parse_int(const char *s, size_t n, int64_t *out) {
-  size_t i = 0;
-  int neg = 0;
-  uint64_t v = 0, lim;
-  if (n > 0 && (s[0] == '-' || s[0] == '+')) {
-    neg = s[0] == '-';
-    i = 1;
-  }
-  if (i == n)
-    return -1;
-  lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-  for (; i < n; i++) {
-    unsigned d = (unsigned)(unsigned char)s[i] - '0';
-    if (d > 9 || v > (lim - d) / 10)
-      return -1;
-    v = v * 10 + d;
-  }
-  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-  return 0;
-}
-
-/* The integer query parameter `name` of q: 1 found, 0 absent, -1 bad. */
-static int query_int(const char *q, size_t qlen, const char *name,
-                     int64_t *out) {
-  size_t nlen = strlen(name);
-  const char *p = q, *end = q + qlen;
-  while (p < end) {
-    const char *amp = memchr(p, '&', (size_t)(end - p));
-    const char *pe = amp != NULL ? amp : end;
-    const char *eq = memchr(p, '=', (size_t)(pe - p));
-    const char *ke = eq != NULL ? eq : pe;
-    if ((size_t)(ke - p) == nlen && memcmp(p, name, nlen) == 0) {
-      if (eq == NULL)
-        return -1;
-      return parse_int(eq + 1, (size_t)(pe - eq - 1), out) == 0 ? 1 : -1;
-    }
-    p = pe + 1;
-  }
-  return 0;
 }
 
 /* RFC 9110 token characters (method and header names). */
@@ -337,15 +295,15 @@ static char *rows_json(const PGresult *res) {
 
 static void async_db(PGconn **pg, const char *q, size_t qlen, struct out *o,
                      int close) {
-  static const char empty[] = "{\"items\":[],\"count\":0}";
+  static const char empty[] = ARENA_DB_EMPTY;
   int64_t min = 10, max = 50, limit = 50;
   char smin[24], smax[24], slimit[24];
   const char *values[3] = {smin, smax, slimit};
   PGresult *res;
   char *body;
-  if (query_int(q, qlen, "min", &min) < 0 ||
-      query_int(q, qlen, "max", &max) < 0 ||
-      query_int(q, qlen, "limit", &limit) < 0) {
+  if (arena_query_int(q, qlen, "min", &min) < 0 ||
+      arena_query_int(q, qlen, "max", &max) < 0 ||
+      arena_query_int(q, qlen, "limit", &limit) < 0) {
     respond_text(o, 400, "min, max and limit are integers\n", close);
     return;
   }
@@ -461,8 +419,8 @@ static int parse_head(const char *p, size_t n, struct request *r) {
       ve--;
     if (ieq(p, (size_t)(colon - p), "content-length")) {
       int64_t cl;
-      if (parse_int(v, (size_t)(ve - v), &cl) != 0 || cl < 0 || v[0] == '+' ||
-          (have_cl && cl != r->content_length))
+      if (arena_parse_int(v, (size_t)(ve - v), &cl) != 0 || cl < 0 ||
+          v[0] == '+' || (have_cl && cl != r->content_length))
         return 400;
       r->content_length = cl;
       have_cl = 1;
@@ -489,12 +447,10 @@ static void dispatch(const struct request *r, PGconn **pg, struct out *o) {
     if (get)
       async_db(pg, r->query, r->query_len, o, r->close);
   } else if (r->path_len == 11 && memcmp(r->path, "/baseline11", 11) == 0) {
-    int64_t a = 0, b = 0, sum;
+    int64_t sum;
     if (get) {
-      if (query_int(r->query, r->query_len, "a", &a) < 0 ||
-          query_int(r->query, r->query_len, "b", &b) < 0 ||
-          __builtin_add_overflow(a, b, &sum)) {
-        respond_text(o, 400, "a and b are integers\n", r->close);
+      if (arena_query_sum(r->query, r->query_len, &sum) != 0) {
+        respond_text(o, 400, ARENA_AB_MSG, r->close);
       } else {
         char line[24];
         int n = snprintf(line, sizeof(line), "%lld", (long long)sum);
@@ -672,145 +628,41 @@ static void *accept_main(void *arg) {
 
 /* ---- main ---- */
 
-static int listen_on(const char *host, int port, int *bound) {
-  struct addrinfo hints, *ai;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof(ss);
-  char portstr[8];
-  int fd, one = 1, rc;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
-  snprintf(portstr, sizeof(portstr), "%d", port);
-  if ((rc = getaddrinfo(host, portstr, &hints, &ai)) != 0) {
-    fprintf(stderr, "arena_pgblock: %s: %s\n", host, gai_strerror(rc));
-    return -1;
-  }
-  fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd == -1 ||
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 65535) != 0 ||
-      getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-    fprintf(stderr, "arena_pgblock: listen on %s:%d: %s\n", host, port,
-            strerror(errno));
-    if (fd != -1)
-      close(fd);
-    freeaddrinfo(ai);
-    return -1;
-  }
-  freeaddrinfo(ai);
-  *bound =
-      ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                     : ((struct sockaddr_in *)&ss)->sin_port);
-  return fd;
-}
-
-static int parse_port(const char *v, int *out) {
-  int64_t p;
-  if (strcmp(v, "off") == 0) {
-    *out = PORT_OFF;
-    return 0;
-  }
-  if (parse_int(v, strlen(v), &p) != 0 || p < -1 || p > 65535)
-    return -1;
-  *out = (int)p;
-  return 0;
-}
-
-static int parse_count(const char *v, unsigned *out) {
-  int64_t n;
-  if (parse_int(v, strlen(v), &n) != 0 || n < 1 || n > (1 << 20))
-    return -1;
-  *out = (unsigned)n;
-  return 0;
-}
-
-static void usage(void) {
-  fprintf(stderr,
-          "usage: arena_pgblock [--host ADDR] [--port N] [--database URL] "
-          "[--db-max-conn N] (--tls-port, --h2c-port, --h2-port, --cert, "
-          "--key, --data, --workers: ignored)\n");
-}
-
 int main(int argc, char **argv) {
-  const char *host = "0.0.0.0", *env;
-  int port = 8080, ignored, bound = 0, a, sig;
+  struct arena_opts o;
+  int bound[ARENA_KINDS] = {ARENA_PORT_OFF, ARENA_PORT_OFF, ARENA_PORT_OFF,
+                            ARENA_PORT_OFF};
+  int rc;
   struct rlimit rl;
   pthread_t acceptor;
   sigset_t set;
 
-  env = getenv("DATABASE_URL");
-  database = env != NULL && env[0] != '\0' ? env : NULL;
-  env = getenv("DATABASE_MAX_CONN");
-  if (env != NULL && env[0] != '\0' && parse_count(env, &max_threads) != 0) {
-    fprintf(stderr, "arena_pgblock: DATABASE_MAX_CONN: 1 to 1048576\n");
-    return 2;
-  }
-  for (a = 1; a < argc; a++) {
-    const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
-    int ok = 1;
-    if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
-      usage();
-      return 0;
-    }
-    if (v == NULL) {
-      usage();
-      return 2;
-    }
-    if (strcmp(o, "--host") == 0)
-      host = v;
-    else if (strcmp(o, "--port") == 0)
-      ok = parse_port(v, &port) == 0;
-    else if (strcmp(o, "--tls-port") == 0 || strcmp(o, "--h2c-port") == 0 ||
-             strcmp(o, "--h2-port") == 0)
-      ok = parse_port(v, &ignored) == 0;
-    else if (strcmp(o, "--database") == 0)
-      database = v[0] != '\0' ? v : NULL;
-    else if (strcmp(o, "--db-max-conn") == 0)
-      ok = parse_count(v, &max_threads) == 0;
-    else if (strcmp(o, "--cert") == 0 || strcmp(o, "--key") == 0 ||
-             strcmp(o, "--data") == 0 || strcmp(o, "--workers") == 0) {
-      /* nothing here uses them */
-    } else {
-      fprintf(stderr, "arena_pgblock: unknown option %s\n", o);
-      ok = 0;
-    }
-    if (!ok) {
-      fprintf(stderr, "arena_pgblock: bad value for %s: %s\n", o, v);
-      usage();
-      return 2;
-    }
-    a++;
-  }
+  /* --tls-port, --h2c-port, --h2-port, --cert, --key, --data and
+   * --workers: nothing here uses them */
+  if ((rc = arena_args("arena_pgblock", ARENA_USES_DB, argc, argv, &o)) >= 0)
+    return rc;
+  database = o.database;
+  max_threads = o.db_max_conn;
   if (database == NULL)
     fprintf(stderr, "arena_pgblock: no database: /async-db answers the "
                     "empty result\n");
   if ((parked = calloc(max_threads, sizeof(*parked))) == NULL)
     return 1;
 
-  signal(SIGPIPE, SIG_IGN);
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  arena_setup(&rl);
+  arena_block_stop(&set);
 
-  if (port != PORT_OFF) {
-    if ((listen_fd = listen_on(host, port, &bound)) < 0)
+  if (o.ports[ARENA_H1] != ARENA_PORT_OFF) {
+    if ((listen_fd =
+             arena_listen(o.host, o.ports[ARENA_H1], 0, &bound[ARENA_H1])) < 0)
       return 1;
     if (pthread_create(&acceptor, NULL, accept_main, NULL) != 0) {
       perror("arena_pgblock: pthread_create");
       return 1;
     }
-    printf("listening h1 %d\n", bound);
   }
-  printf("ready\n");
-  fflush(stdout);
-  sigwait(&set, &sig);
+  arena_ready(bound);
+  arena_wait_stop(&set);
   /* Connection threads may be inside libpq: end without tearing down. */
   _exit(0);
 }
