@@ -10,6 +10,9 @@
  * response holds at most one block however slow its client, on every
  * carrier (HTTP/1.1, TLS, HTTP/2, HTTP/3).
  *
+ * A file that was served lately answers from the open-file cache below
+ * (in memory, or through a descriptor kept open), without the pool.
+ *
  * The pure parts (paths, Range, conditionals, dates, Accept-Encoding,
  * MIME) are in static_parse.c and mime.c. */
 #include "core/worker.h"
@@ -47,17 +50,28 @@ struct tern_static {
   size_t block;
   uv_mutex_t lock; /* the cache, shared by the workers */
   struct centry *cache[256];
+  /* Jobs of descriptor hits, kept for the next (st->lock): at most
+   * JOBS_KEEP, from st's allocator. */
+  void *free_jobs;
+  unsigned nfree_jobs;
 };
 
-/* The open-file cache: small files (up to CACHE_MAX bytes) kept in memory
- * with what the pool found, by normalised path, trailing '/' and
- * Accept-Encoding q-values (which pick the sibling), for CACHE_TTL_NS
- * after they were read; a hit is answered on the worker without a trip
- * to the pool and without an allocation. Within that time a changed file
- * is still served as it was, its old bytes under its old ETag. */
+/* The open-file cache: what the pool found for a path, by normalised
+ * path, trailing '/' and Accept-Encoding q-values (which pick the
+ * sibling), for CACHE_TTL_NS after it was opened. A small file (up to
+ * CACHE_MAX bytes) is kept in memory: a hit is answered on the worker
+ * from the handler's stack. A larger one keeps an open descriptor (a dup
+ * of the one the pool opened): a hit is answered on the worker with
+ * sendfile from it (plain HTTP/1.1; pread on the pool for the rest), its
+ * job from a free list: no open, fstat or close on the pool, and no
+ * allocation. Reads and sendfile give their offsets, so one descriptor
+ * serves every worker at once. Within that time a changed file is still
+ * served as it was, under its old ETag (a file cut short under a
+ * response ends that response early, as when the pool opened it). */
 #define CACHE_SLOTS 256
 #define CACHE_MAX 16384
 #define CACHE_TTL_NS 1000000000ull
+#define JOBS_KEEP 64
 /* "\"" ino "-" size "-" mtime_ns ("-" encoding) "\"": three 64-bit
  * numbers in hex, an encoding's name. */
 #define ETAG_MAX 80
@@ -70,7 +84,8 @@ typedef struct centry {
   uint64_t size, ino, mtime_ns;
   int64_t mtime;
   size_t klen, rlen;
-  char *key, *rpath, *data;
+  char *key, *rpath, *data; /* data: a small file's bytes, or NULL */
+  int fd;                   /* a larger file's descriptor, or -1 */
   /* What a hit answers with, made once when the entry is: the validators
    * and the type. */
   const char *type;
@@ -98,6 +113,8 @@ static char *st_strdup(const tern_static *st, const char *v) {
 }
 
 static void centry_free(const tern_static *st, centry *e) {
+  if (e->fd >= 0)
+    close(e->fd);
   st_free(st, e->key);
   st_free(st, e->rpath);
   st_free(st, e->data);
@@ -134,7 +151,9 @@ typedef struct {
   int sendfile;  /* try sendfile(2) for the next bytes (plain HTTP/1.1) */
   int mem;       /* the whole file is in buf (read on the pool) */
   int stack;     /* the job lives on the handler's stack (a cache hit) */
-  centry *entry; /* a cache hit's entry: buf is its data */
+  centry *entry; /* a cache hit's entry: buf is its data, or fd its fd */
+  int kept;      /* a descriptor hit's job: back to st's free list */
+  void *next;    /* on st's free list */
   const char *type;
   char boundary[24];
   char *buf;
@@ -310,6 +329,11 @@ void tern_static_free(tern_static *st) {
   for (int i = 0; i < CACHE_SLOTS; i++)
     if (st->cache[i] != NULL)
       centry_free(st, st->cache[i]);
+  while (st->free_jobs != NULL) {
+    job *j = st->free_jobs;
+    st->free_jobs = j->next;
+    st_free(st, j);
+  }
   uv_mutex_destroy(&st->lock);
   st_free(st, st->root_real);
   st_free(st, st->index);
@@ -478,9 +502,11 @@ static void work_cb(uv_work_t *req) {
   }
   j->fd = fd;
   j->size = (uint64_t)sb.st_size;
-  /* A file of one block or less is read here, on the same trip to the
-   * pool, and closed: the worker then answers from memory. */
-  if (!j->head && j->size <= st->block) {
+  /* A small file (what the cache keeps in memory) is read here, on the
+   * same trip to the pool, and closed: the worker then answers from
+   * memory. A larger one stays open: the cache keeps a descriptor of it,
+   * and its body goes out by sendfile or block by block. */
+  if (!j->head && j->size <= CACHE_MAX && j->size <= st->block) {
     size_t got = 0;
     if ((j->buf = tern__malloc(j->srv, j->size ? j->size : 1)) != NULL) {
       while (got < j->size) {
@@ -535,7 +561,8 @@ static unsigned cache_slot(const job *j) {
   return h % CACHE_SLOTS;
 }
 
-/* After a small file was read whole: keep it. `key` is the request's
+/* After a small file was read whole (j->mem), or a larger one opened:
+ * keep its bytes, or a descriptor of it. `key` is the request's
  * normalised path (before an index name was appended). */
 static void cache_put(job *j, const char *key, size_t klen, const char *etag,
                       size_t elen, const char *lm) {
@@ -545,10 +572,15 @@ static void cache_put(job *j, const char *key, size_t klen, const char *etag,
   if (e == NULL)
     return;
   memset(e, 0, sizeof *e);
+  e->fd = -1;
   e->key = st_alloc(st, klen + 1);
   e->rpath = st_alloc(st, j->plen + 1);
-  e->data = st_alloc(st, j->size ? j->size : 1);
-  if (e->key == NULL || e->rpath == NULL || e->data == NULL) {
+  if (j->mem)
+    e->data = st_alloc(st, j->size ? j->size : 1);
+  else
+    e->fd = fcntl(j->fd, F_DUPFD_CLOEXEC, 3);
+  if (e->key == NULL || e->rpath == NULL ||
+      (j->mem ? e->data == NULL : e->fd < 0)) {
     centry_free(st, e);
     return;
   }
@@ -556,7 +588,8 @@ static void cache_put(job *j, const char *key, size_t klen, const char *etag,
   e->klen = klen;
   memcpy(e->rpath, j->path, j->plen);
   e->rlen = j->plen;
-  memcpy(e->data, j->buf, j->size);
+  if (j->mem)
+    memcpy(e->data, j->buf, j->size);
   memcpy(e->q, j->q, sizeof e->q);
   e->dir = j->dir;
   e->enc = j->enc;
@@ -592,14 +625,36 @@ static void cache_put(job *j, const char *key, size_t klen, const char *etag,
     centry_free(st, old);
 }
 
+/* A descriptor hit's job back to st's free list (or freed). */
+static void job_keep(job *j) {
+  tern_static *st = j->st;
+  uv_mutex_lock(&st->lock);
+  if (st->nfree_jobs < JOBS_KEEP) {
+    j->next = st->free_jobs;
+    st->free_jobs = j;
+    st->nfree_jobs++;
+    j = NULL;
+  }
+  uv_mutex_unlock(&st->lock);
+  st_free(st, j);
+}
+
 /* Close the file (on the pool) and free the job. */
 static void release(job *j) {
   if (j->entry != NULL) {
+    if (j->mem)
+      j->buf = NULL; /* the entry's */
+    else
+      j->fd = -1; /* the entry's */
     cache_unref(j->st, j->entry);
-    j->buf = NULL; /* the entry's */
   }
   if (j->stack)
     return;
+  if (j->kept) {
+    tern__free(j->srv, j->buf); /* a block read for TLS, HTTP/2, HTTP/3 */
+    job_keep(j);
+    return;
+  }
   if (j->fd >= 0) {
     j->fs.data = j;
     if (uv_fs_close(j->loop, &j->fs, j->fd, close_cb) == 0)
@@ -802,7 +857,7 @@ static void after_cb(uv_work_t *req, int status) {
                                                     not in path */
     elen = make_etag(etag_buf, j);
     tern__http_date_format(j->mtime, lm_buf);
-    if (j->mem && j->size <= CACHE_MAX)
+    if (j->mem ? j->size <= CACHE_MAX : j->fd >= 0)
       cache_put(j, j->path, j->klen, etag, elen, lm);
   }
   ADD("etag", etag, elen);
@@ -957,6 +1012,7 @@ void tern_static_handler(tern_request *r, void *user) {
   j->mem = 0;
   j->stack = 0;
   j->entry = NULL;
+  j->kept = 0;
   j->head = ml == 4 && memcmp(m, "HEAD", 4) == 0;
   {
     size_t al = 0;
@@ -964,7 +1020,8 @@ void tern_static_handler(tern_request *r, void *user) {
     tern__static_accept(ae, al, j->q);
   }
   j->loop = r->w->loop;
-  /* The cache: a hit is answered here, from the stack. */
+  /* The cache: a hit is answered here, from the stack (a small file) or
+   * with a kept job (a descriptor). */
   if (!j->head) {
     unsigned slot = cache_slot(j);
     uint64_t now = uv_hrtime();
@@ -977,17 +1034,39 @@ void tern_static_handler(tern_request *r, void *user) {
     else
       e = NULL;
     uv_mutex_unlock(&st->lock);
-    if (e != NULL) {
+    if (e != NULL && e->fd >= 0) {
+      /* A larger file: its body goes out after this call returns, so the
+       * job is one of st's kept ones. */
+      job *k = NULL;
+      uv_mutex_lock(&st->lock);
+      if ((k = st->free_jobs) != NULL) {
+        st->free_jobs = k->next;
+        st->nfree_jobs--;
+      }
+      uv_mutex_unlock(&st->lock);
+      if (k == NULL && (k = st_alloc(st, sizeof *k)) == NULL) {
+        cache_unref(st, e);
+        refuse(r, 503);
+        return;
+      }
+      memcpy(k, j, offsetof(job, path));
+      j = k;
+      j->kept = 1;
+      j->fd = e->fd;
+      j->mem = 0;
+    } else if (e != NULL) {
       j->stack = 1;
-      j->entry = e;
       j->mem = 1;
+      j->buf = e->data;
+    }
+    if (e != NULL) {
+      j->entry = e;
       j->result = J_OK;
       j->enc = e->enc;
       j->size = e->size;
       j->ino = e->ino;
       j->mtime_ns = e->mtime_ns;
       j->mtime = e->mtime;
-      j->buf = e->data;
       memcpy(j->path, e->rpath, e->rlen);
       j->path[e->rlen] = '\0';
       j->plen = e->rlen;

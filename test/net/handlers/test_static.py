@@ -275,6 +275,49 @@ def cached_file():
         check(r2.headers["etag"] != r.headers["etag"], "new etag")
 
 
+@suite.case
+def cached_descriptor():
+    """A larger file (past the in-memory cache's 16 KiB) keeps an open
+    descriptor for a second: its answers (sendfile on HTTP/1.1, reads on
+    HTTP/2) then cost no allocation and no trip to the pool, a range and a
+    conditional are still right, and a file replaced is served anew once
+    the second has passed."""
+    path = os.path.join(S["root"], "d.bin")
+    one = bytes(range(256)) * 256  # 64 KiB
+    two = b"2" * (100 << 10)
+    with open(path + ".tmp", "wb") as f:
+        f.write(one)
+    os.rename(path + ".tmp", path)
+    with Conn(port()) as c:
+        r = c.request("GET", "/static/d.bin")
+        eq((r.status, r.body), (200, one), "first")
+        before = json.loads(c.request("GET", "/stats").body)
+        for _ in range(20):
+            r2 = c.request("GET", "/static/d.bin")
+            eq((r2.status, r2.body), (200, one), "from the descriptor")
+        after = json.loads(c.request("GET", "/stats").body)
+        if not sanitized():
+            eq(after["allocations"] - before["allocations"], 0,
+               "allocations for 20 answers from a kept descriptor")
+        r3 = c.request("GET", "/static/d.bin",
+                       headers={"Range": "bytes=1000-1003"})
+        eq((r3.status, r3.body), (206, one[1000:1004]), "a range")
+        r4 = c.request("GET", "/static/d.bin",
+                       headers={"If-None-Match": r.headers["etag"]})
+        eq(r4.status, 304, "a conditional")
+        st, hs, body = curl_h2("/static/d.bin")
+        eq((st, body), (200, one), "over HTTP/2")
+        with open(path + ".tmp", "wb") as f:
+            f.write(two)
+        os.rename(path + ".tmp", path)
+        r5 = c.request("GET", "/static/d.bin")
+        eq(r5.body, one, "the old file within the second")
+        time.sleep(1.2)
+        r6 = c.request("GET", "/static/d.bin")
+        eq(r6.body, two, "opened again after a second")
+        check(r6.headers["etag"] != r.headers["etag"], "new etag")
+
+
 @suite.case(timeout=30)
 def huge_sparse_file():
     h = get(port(), "/static/huge.bin", method="HEAD")
