@@ -69,9 +69,12 @@ struct tern_static {
  * served as it was, under its old ETag (a file cut short under a
  * response ends that response early, as when the pool opened it). */
 #define CACHE_SLOTS 256
+/* A key's set: CACHE_WAYS slots, so that keys seldom evict each other
+ * (20 files in 256 direct slots would collide about every other time). */
+#define CACHE_WAYS 4
 #define CACHE_MAX 16384
 #define CACHE_TTL_NS 1000000000ull
-#define JOBS_KEEP 64
+#define JOBS_KEEP 256
 /* "\"" ino "-" size "-" mtime_ns ("-" encoding) "\"": three 64-bit
  * numbers in hex, an encoding's name. */
 #define ETAG_MAX 80
@@ -551,6 +554,7 @@ static void cache_unref(tern_static *st, centry *e) {
     centry_free(st, e);
 }
 
+/* The first slot of the key's set of CACHE_WAYS. */
 static unsigned cache_slot(const job *j) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < j->plen; i++)
@@ -558,7 +562,21 @@ static unsigned cache_slot(const job *j) {
   h = (h ^ (unsigned)j->dir) * 16777619u;
   for (int i = 0; i < TERN__ENC_N; i++)
     h = (h ^ (unsigned)j->q[i]) * 16777619u;
-  return h % CACHE_SLOTS;
+  return h % (CACHE_SLOTS / CACHE_WAYS) * CACHE_WAYS;
+}
+
+/* The entry of `j`'s key in its set, fresh at `now`, or NULL (st->lock
+ * held). */
+static centry *cache_find(tern_static *st, unsigned slot, const job *j,
+                          uint64_t now) {
+  for (unsigned i = slot; i < slot + CACHE_WAYS; i++) {
+    centry *e = st->cache[i];
+    if (e != NULL && e->klen == j->klen && e->dir == j->dir &&
+        memcmp(e->key, j->path, j->klen) == 0 &&
+        memcmp(e->q, j->q, sizeof e->q) == 0 && now - e->stamp < CACHE_TTL_NS)
+      return e;
+  }
+  return NULL;
 }
 
 /* After a small file was read whole (j->mem), or a larger one opened:
@@ -613,6 +631,22 @@ static void cache_put(job *j, const char *key, size_t klen, const char *etag,
     slot = cache_slot(&k);
   }
   uv_mutex_lock(&st->lock);
+  {
+    /* Its own key's old entry, else an empty slot, else the oldest. */
+    unsigned i, pick = slot;
+    for (i = slot; i < slot + CACHE_WAYS; i++) {
+      centry *o = st->cache[i];
+      if (o == NULL || (o->klen == klen && o->dir == e->dir &&
+                        memcmp(o->key, key, klen) == 0 &&
+                        memcmp(o->q, e->q, sizeof e->q) == 0)) {
+        pick = i;
+        break;
+      }
+      if (o->stamp < st->cache[pick]->stamp)
+        pick = i;
+    }
+    slot = pick;
+  }
   old = st->cache[slot];
   st->cache[slot] = e;
   if (old != NULL) {
@@ -1026,13 +1060,8 @@ void tern_static_handler(tern_request *r, void *user) {
     unsigned slot = cache_slot(j);
     uint64_t now = uv_hrtime();
     uv_mutex_lock(&st->lock);
-    e = st->cache[slot];
-    if (e != NULL && e->klen == j->klen && e->dir == dir &&
-        memcmp(e->key, j->path, j->klen) == 0 &&
-        memcmp(e->q, j->q, sizeof e->q) == 0 && now - e->stamp < CACHE_TTL_NS)
+    if ((e = cache_find(st, slot, j, now)) != NULL)
       e->refs++;
-    else
-      e = NULL;
     uv_mutex_unlock(&st->lock);
     if (e != NULL && e->fd >= 0) {
       /* A larger file: its body goes out after this call returns, so the
