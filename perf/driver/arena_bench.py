@@ -175,11 +175,16 @@ _NO_CODE = ("%s runs no application code here: it serves files and fixed "
 ENTRIES = {e.name: e for e in (
     Entry("tern", "arena", "tern (examples/arena)", "examples/arena"),
     Entry("arena_h2o", "arena", "libh2o (perf/peers/arena_h2o)",
-          "perf/peers/arena_h2o"),
+          "perf/peers/arena_h2o", notes=dict.fromkeys(
+              ("static", "static-h2"), "libh2o 2.2.5 does not take the "
+              "q-values of the benchmark's Accept-Encoding: it sends the "
+              "files uncompressed")),
     Entry("arena_mhd", "arena", "libmicrohttpd (perf/peers/arena_mhd)",
           "perf/peers/arena_mhd"),
     Entry("arena_pgblock", "arena", "blocking libpq (perf/peers/arena_pgblock)",
-          "perf/peers/arena_pgblock"),
+          "perf/peers/arena_pgblock", profiles=("async-db", "pipelined"),
+          why="the async-db profile's thread-per-connection peer: it serves "
+          "/async-db, /pipeline and GET /baseline11 only"),
     Entry("nginx", "nginx", "nginx 1.22 (nginx-light: gzip_static, no "
           "brotli module, so the .gz siblings; open_file_cache and sendfile "
           "as servers.py's nginx)",
