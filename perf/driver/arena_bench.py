@@ -160,13 +160,15 @@ ORDER = tuple(PROFILES)
 class Entry:
     """kind: arena (the arena app's flags and lines) | nginx | h2o;
     profiles: the ones it serves (None: all, as its listeners and routes
-    allow); why: the reason the others are n/a."""
+    allow); why: the reason the others are n/a; why_not: profile -> the
+    reason that one is n/a (a peer without the feature)."""
 
     def __init__(self, name, kind, label, binary=None, profiles=None, why="",
-                 notes=None):
+                 notes=None, why_not=None):
         self.name, self.kind, self.label = name, kind, label
         self.binary, self.profiles, self.why = binary, profiles, why
         self.notes = notes or {}
+        self.why_not = why_not or {}
 
 
 _NO_CODE = ("%s runs no application code here: it serves files and fixed "
@@ -178,9 +180,12 @@ ENTRIES = {e.name: e for e in (
           "perf/peers/arena_h2o", notes=dict.fromkeys(
               ("static", "static-h2"), "libh2o 2.2.5 does not take the "
               "q-values of the benchmark's Accept-Encoding: it sends the "
-              "files uncompressed")),
+              "files uncompressed"), why_not={
+                  "echo-ws": "the libh2o peer has no WebSocket route"}),
     Entry("arena_mhd", "arena", "libmicrohttpd (perf/peers/arena_mhd)",
-          "perf/peers/arena_mhd"),
+          "perf/peers/arena_mhd", why_not={
+              "json-comp": "libmicrohttpd has no response compression",
+              "echo-ws": "the libmicrohttpd peer has no WebSocket route"}),
     Entry("arena_pgblock", "arena", "blocking libpq (perf/peers/arena_pgblock)",
           "perf/peers/arena_pgblock", profiles=("async-db", "pipelined"),
           why="the async-db profile's thread-per-connection peer: it serves "
@@ -464,6 +469,10 @@ def measure_row(args, workdir, name, prof, data, pg, shim):
     row["load_text"] = prof.load_text(conns)
     if prof.name in e.notes:
         row["notes"].append(e.notes[prof.name])
+    if prof.name in e.why_not:
+        row["status"] = "n/a"
+        row["problems"].append(e.why_not[prof.name])
+        return row
     if e.profiles is not None and prof.name not in e.profiles:
         row["status"] = "n/a"
         row["problems"].append(e.why)
