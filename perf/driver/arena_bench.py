@@ -590,13 +590,7 @@ def _measure(args, workdir, run, prof, conns, row, pg):
         measure._h3load_fields(row, res, sc)
     elif prof.tool == "wsload":
         measure._wsload_fields(row, res, sc)
-    if not n:
-        row["problems"].append("no request completed")
-    if row["errors"]:
-        row["problems"].append("%d socket errors %s" % (
-            row["errors"], res.get("socket_errors") or ""))
-    if row["non2xx"]:
-        row["problems"].append("%d non-2xx responses" % row["non2xx"])
+    common.load_problems(row, res, n)
     if stall is not None and stall[0]:
         row["stalled_connections"] = stall[0]
         row["problems"].append("%d of %d connections were not served for "

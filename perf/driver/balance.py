@@ -499,13 +499,7 @@ def measure(args, workdir, srv, kind, sc, row):
     row["bal_ratio"] = share if share is not None else row.get(
         "bal_cpu_ratio")
     row["bal_text"] = brief(row)
-    if not n:
-        row["problems"].append("no request completed")
-    if row["errors"]:
-        row["problems"].append("%d socket errors %s" % (
-            row["errors"], res.get("socket_errors") or ""))
-    if row["non2xx"]:
-        row["problems"].append("%d non-2xx responses" % row["non2xx"])
+    common.load_problems(row, res, n)
     if res.get("dropped"):
         row["problems"].append("%d requests dropped (no connection)"
                                % res["dropped"])

@@ -327,3 +327,15 @@ def version_of(argv, pattern=None):
         m = re.search(pattern, out)
         return m.group(0) if m else "unknown"
     return out.splitlines()[0] if out else "unknown"
+
+
+def load_problems(row, res, n, why_none=""):
+    """What makes a measured row invalid, as every driver says it: no
+    request completed, socket errors, non-2xx answers."""
+    if not n:
+        row["problems"].append("no request completed" + why_none)
+    if row["errors"]:
+        row["problems"].append("%d socket errors %s" % (
+            row["errors"], res.get("socket_errors") or ""))
+    if row["non2xx"]:
+        row["problems"].append("%d non-2xx responses" % row["non2xx"])

@@ -559,17 +559,11 @@ def _measure_load(args, workdir, srv, sc, row):
         _wsload_fields(row, res, sc)
     if sc.load == "churn" and sc.tls:
         _handshake_fields(row, res, sc)
-    if not n:
-        row["problems"].append("no request completed" + (
-            " (h2load: %s started, %s done in the measured window; the "
-            "server answered nothing in %ss)" % (res.get("started"),
-                                                 res.get("done"), args.duration)
-            if h2 else ""))
-    if row["errors"]:
-        row["problems"].append("%d socket errors %s" % (
-            row["errors"], res.get("socket_errors") or ""))
-    if row["non2xx"]:
-        row["problems"].append("%d non-2xx responses" % row["non2xx"])
+    common.load_problems(row, res, n, (
+        " (h2load: %s started, %s done in the measured window; the "
+        "server answered nothing in %ss)" % (res.get("started"),
+                                             res.get("done"), args.duration)
+        if h2 else ""))
     if stall is not None:
         row["stalled_connections"] = stall[0]
         if stall[0]:
