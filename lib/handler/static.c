@@ -654,6 +654,18 @@ static void cache_put(job *j, const char *key, size_t klen, const char *etag,
     if (old->refs != 0)
       old = NULL; /* its last user frees it */
   }
+  /* Descriptors past their second go now, not when their slot is taken:
+   * a file deleted or replaced is not held open (nor its disk space)
+   * longer than until the next miss. */
+  for (unsigned i = 0; i < CACHE_SLOTS; i++) {
+    centry *o = st->cache[i];
+    if (o != NULL && o->fd >= 0 && o->stamp + CACHE_TTL_NS <= e->stamp) {
+      st->cache[i] = NULL;
+      o->gone = 1;
+      if (o->refs == 0)
+        centry_free(st, o);
+    }
+  }
   uv_mutex_unlock(&st->lock);
   if (old != NULL)
     centry_free(st, old);

@@ -316,6 +316,23 @@ def cached_descriptor():
         r6 = c.request("GET", "/static/d.bin")
         eq(r6.body, two, "opened again after a second")
         check(r6.headers["etag"] != r.headers["etag"], "new etag")
+        # A file deleted is not held open past its second: the next miss
+        # (of any file) closes the descriptors that have expired.
+        gone = os.path.join(S["root"], "gone.bin")
+        with open(gone, "wb") as f:
+            f.write(one)
+        eq(c.request("GET", "/static/gone.bin").body, one, "gone.bin")
+        os.unlink(gone)
+        time.sleep(1.2)
+        with open(path + ".tmp", "wb") as f:
+            f.write(one)
+        os.rename(path + ".tmp", path)  # d.bin anew: a miss
+        eq(c.request("GET", "/static/d.bin").body, one, "d.bin anew")
+        fds = os.listdir("/proc/%d/fd" % S["srv"].proc.pid)
+        held = [os.readlink("/proc/%d/fd/%s" % (S["srv"].proc.pid, n))
+                for n in fds]
+        check(not any(h.endswith("gone.bin (deleted)") for h in held),
+              "a deleted file still held open: %r" % held)
 
 
 @suite.case
