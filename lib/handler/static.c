@@ -816,13 +816,16 @@ static void read_next(job *j) {
     }
     break;
   }
-  if (j->buf == NULL && (j->buf = tern__malloc(j->srv, j->st->block)) == NULL) {
+  /* A block, or the whole file where that is less (a 20 KiB file over
+   * TLS takes 20 KiB, not 256). */
+  size_t cap = j->size < j->st->block ? (size_t)j->size : j->st->block;
+  if (j->buf == NULL && (j->buf = tern__malloc(j->srv, cap)) == NULL) {
     finish(j);
     return;
   }
   want = g->last - j->off + 1;
-  if (want > j->st->block)
-    want = j->st->block;
+  if (want > cap)
+    want = cap;
   uv_buf_t b = uv_buf_init(j->buf, (unsigned)want);
   j->fs.data = j;
   if (uv_fs_read(j->loop, &j->fs, j->fd, &b, 1, (int64_t)j->off, read_cb) != 0)
