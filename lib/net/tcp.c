@@ -511,7 +511,7 @@ int tern__listen_read(tern_server *srv, const tern_listen_options *in,
     tern__log(srv, TERN_LOG_ERROR,
               "tern_listen_with: http1_only over TLS is not supported by the "
               "%s engine",
-              tern__tls_filter_of(o->tls)->name + 4); /* "tls-NAME" */
+              tern__tls_engine_label(o->tls));
     return TERN_ENOTSUP;
   }
   return 0;

@@ -99,8 +99,12 @@ int tern_tls_set_engine(tern_tls *t, int engine) {
   return 0;
 }
 
+const char *tern__tls_engine_label(const tern_tls *t) {
+  return engine_of(t)->name;
+}
+
 const char *tern_tls_engine_name(const tern_tls *t) {
-  return t != NULL ? engine_of(t)->name : "none";
+  return t != NULL ? tern__tls_engine_label(t) : "none";
 }
 
 static int set_ticket_key(tern_tls *t, const void *key, size_t len,

@@ -165,6 +165,9 @@ int tern__tls_add_name(tern_tls *t, tern__tls_pair *p, const char *name,
 /* The filter of a listener with `tls` (its engine's), for lib/net. */
 const tern__filter *tern__tls_filter_of(const tern_tls *t);
 int tern__tls_ready(const tern_tls *t);
+/* The engine serving `t` ("gnutls", "mbedtls"): tern_tls_engine_name's,
+ * for the library's own messages. */
+const char *tern__tls_engine_label(const tern_tls *t);
 /* Free every tern_tls of the server. */
 void tern__tls_free_all(tern_server *srv);
 
