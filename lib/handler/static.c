@@ -1074,20 +1074,19 @@ void tern_static_handler(tern_request *r, void *user) {
   if (!j->head) {
     unsigned slot = cache_slot(j);
     uint64_t now = uv_hrtime();
+    job *k = NULL;
     uv_mutex_lock(&st->lock);
-    if ((e = cache_find(st, slot, j, now)) != NULL)
+    if ((e = cache_find(st, slot, j, now)) != NULL) {
       e->refs++;
-    uv_mutex_unlock(&st->lock);
-    if (e != NULL && e->fd >= 0) {
       /* A larger file: its body goes out after this call returns, so the
-       * job is one of st's kept ones. */
-      job *k = NULL;
-      uv_mutex_lock(&st->lock);
-      if ((k = st->free_jobs) != NULL) {
+       * job is one of st's kept ones (taken under the same lock). */
+      if (e->fd >= 0 && (k = st->free_jobs) != NULL) {
         st->free_jobs = k->next;
         st->nfree_jobs--;
       }
-      uv_mutex_unlock(&st->lock);
+    }
+    uv_mutex_unlock(&st->lock);
+    if (e != NULL && e->fd >= 0) {
       if (k == NULL && (k = st_alloc(st, sizeof *k)) == NULL) {
         cache_unref(st, e);
         refuse(r, 503);
