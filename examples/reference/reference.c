@@ -36,6 +36,9 @@
  *                       gives them ("ADDR PORT"), at once: behind a load
  *                       balancer with --proxy-protocol, the client's
  *                       that the PROXY header names
+ *   GET  /local         the server's own address and port of the
+ *                       connection as tern_request_local gives them
+ *                       ("ADDR PORT")
  *   GET  /proxy-tlvs    the PROXY v2 header's TLVs as tern_request_proxy_tlv
  *                       gives them, "NAME: VALUE" a line ("none" without)
  *   GET  /defer?ms=N    answered from another thread after N ms; with
@@ -695,6 +698,19 @@ static void peer(tern_request *r, void *user) {
   int port = 0, n, rc;
   (void)user;
   rc = tern_request_peer(r, addr, sizeof(addr), &port);
+  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
+               port);
+  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
+}
+
+/* The address the client reached: the listener's own, or on a wildcard
+ * listener the one the connection arrived at (the PROXY header's
+ * destination, behind a balancer). */
+static void local(tern_request *r, void *user) {
+  char addr[64], body[96];
+  int port = 0, n, rc;
+  (void)user;
+  rc = tern_request_local(r, addr, sizeof(addr), &port);
   n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
                port);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
@@ -2115,6 +2131,7 @@ int main(int argc, char **argv) {
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
   tern_route(server, "GET", "/peer", peer, NULL);
+  tern_route(server, "GET", "/local", local, NULL);
   tern_route(server, "GET", "/proxy-tlvs", proxy_tlvs, NULL);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);

@@ -82,6 +82,14 @@ void tern__conn_close(tern__conn *c) {
   c->tp->close(c);
 }
 
+void tern__conn_close_later(tern__conn *c) {
+  tern__worker *w = c->w;
+  /* dirty_link is free: a closing connection is never marked dirty. */
+  if (tern__list_empty(&w->closed))
+    uv_idle_start(&w->idle, tern__worker_on_idle);
+  tern__list_append(&w->closed, &c->dirty_link);
+}
+
 void tern__conn_set_proto(tern__conn *c, const tern__proto *p) {
   c->proto = p;
   if (c->counted_proto >= 0) {

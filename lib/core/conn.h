@@ -68,6 +68,8 @@ typedef struct {
   void (*close)(tern__conn *c);
   /* The last reference went: back to the pool. */
   void (*free)(tern__conn *c);
+  /* A close left for later (tern__conn_close_later) completes. */
+  void (*closed)(tern__conn *c);
 } tern__transport;
 
 enum { TERN__POOL_STREAM = 0, TERN__POOL_QUIC, TERN__POOL_COUNT };
@@ -140,13 +142,18 @@ static inline size_t tern__conn_buffered(const tern__conn *c) {
 /* Close now: the adapter fails what is in flight, the transport lets go
  * of the socket. */
 void tern__conn_close(tern__conn *c);
-/* The transport has let go of the closed connection's socket: it no
- * longer counts as active, and drops its own reference. */
 /* The connection's client address (c->peer) is final: count it against
  * that address's open connections (tern_settings'
  * max_connections_per_ip); 0 when it is over the limit: close it. */
 int tern__conn_admit(tern__conn *c);
+/* The transport has let go of the closed connection's socket: it no
+ * longer counts as active, and drops its own reference. */
 void tern__conn_closed(tern__conn *c);
+/* The transport closed a connection that had no libuv handle to close
+ * (its socket never waited in epoll): the transport's `closed` runs once
+ * the calls that closed it have returned, in this loop turn's check
+ * phase (or the next turn's), as a handle's close callback would. */
+void tern__conn_close_later(tern__conn *c);
 /* The connection speaks `p` from now on (an adapter's attach): its
  * open-connection count moves with it. */
 void tern__conn_set_proto(tern__conn *c, const tern__proto *p);

@@ -12,6 +12,7 @@ static void on_async(uv_async_t *a);
 static void on_check(uv_check_t *h);
 static void on_prepare(uv_prepare_t *h);
 static void flush_dirty(tern__worker *w);
+static void run_closed(tern__worker *w);
 static void on_tick(uv_timer_t *t);
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -83,6 +84,7 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   for (i = 0; i < TERN__T_COUNT; i++)
     tern__list_init(&w->timers[i]);
   tern__list_init(&w->dirty);
+  tern__list_init(&w->closed);
   tern__list_init(&w->conns);
   w->timeout_ms[TERN__T_HEAD] = srv->s.head_timeout_ms;
   w->timeout_ms[TERN__T_IDLE] = srv->s.idle_timeout_ms;
@@ -119,6 +121,9 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
   w->check.data = w;
   uv_check_start(&w->check, on_check);
   uv_unref((uv_handle_t *)&w->check);
+  w->handles_open++;
+  uv_idle_init(w->loop, &w->idle);
+  w->idle.data = w;
   w->handles_open++;
   uv_prepare_init(w->loop, &w->prepare);
   w->prepare.data = w;
@@ -201,6 +206,7 @@ static void close_worker_handles(tern__worker *w) {
   tern__worker_close_handle(w, (uv_handle_t *)&w->async);
   tern__worker_close_handle(w, (uv_handle_t *)&w->check);
   tern__worker_close_handle(w, (uv_handle_t *)&w->prepare);
+  tern__worker_close_handle(w, (uv_handle_t *)&w->idle);
   tern__worker_close_handle(w, (uv_handle_t *)&w->timer);
   tern__worker_close_handle(w, (uv_handle_t *)&w->deadline_timer);
   tern__balance_close(w);
@@ -428,10 +434,26 @@ static void on_check(uv_check_t *h) {
             tern__services[i]->check != NULL)
           tern__services[i]->check(w);
     }
-    if (tern__list_empty(&w->dirty))
+    if (tern__list_empty(&w->dirty) && tern__list_empty(&w->closed))
       break;
     flush_dirty(w);
+    run_closed(w);
   }
+}
+
+/* Complete the closes left for later (tern__conn_close_later). */
+static void run_closed(tern__worker *w) {
+  while (!tern__list_empty(&w->closed)) {
+    tern__list *l = w->closed.next;
+    tern__conn *c = TERN__CONTAINER_OF(l, tern__conn, dirty_link);
+    tern__list_remove(l);
+    c->tp->closed(c);
+  }
+  uv_idle_stop(&w->idle);
+}
+
+void tern__worker_on_idle(uv_idle_t *h) {
+  run_closed(h->data);
 }
 
 /* At the start of each loop turn, before the poll: the previous turn

@@ -129,6 +129,11 @@ struct tern__worker {
   tern__list timers[TERN__T_COUNT];
   uint32_t timeout_ms[TERN__T_COUNT];
   tern__list dirty;
+  /* Connections closed without a handle, whose transport's `closed` is
+   * still to run (tern__conn_close_later); `idle` runs the loop on while
+   * there are any. */
+  tern__list closed;
+  uv_idle_t idle;
   tern__list conns;
   int stopping;
 
@@ -271,6 +276,8 @@ void tern__balance_free(tern_server *srv);
 /* Close a handle of the worker's loop, counted in handles_open. */
 void tern__worker_close_handle(tern__worker *w, uv_handle_t *h);
 void tern__worker_maybe_done(tern__worker *w);
+/* The idle callback that completes closes left for later. */
+void tern__worker_on_idle(uv_idle_t *h);
 /* Wake the worker's loop (on the worker), so that a check phase follows
  * even when the call came from a timer of an attached loop, before its
  * poll. */

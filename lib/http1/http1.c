@@ -346,6 +346,7 @@ static int64_t h1_sendfile(tern_request *r, int fd, uint64_t *off, size_t max) {
   if (max == 0 || *off > (uint64_t)INT64_MAX - max)
     return TERN_ESTATE;
   sock = tern__stream_fd(c);
+  tern__stream_before_write(c);
   o = (off_t)*off;
   do
     n = sendfile(sock, fd, &o, max);

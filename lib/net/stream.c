@@ -18,10 +18,14 @@
 
 static void on_poll(uv_poll_t *h, int status, int events);
 static void on_read(tern__stream *s, ssize_t nread, const uv_buf_t *buf);
+static void read_some(tern__stream *s);
+static void poll_sync(tern__stream *s, int lazy);
 
-static void on_handle_closed(uv_handle_t *h) {
-  tern__stream *s = h->data;
-  tern__worker *w = s->head.w;
+/* The socket is let go of: its poll handle closed, or (never polled)
+ * the close left for later has come. */
+static void stream_closed(tern__conn *c) {
+  tern__stream *s = tern__stream_of(c);
+  tern__worker *w = c->w;
   tern__outq_free(w, &s->out);
   if (s->filter != NULL)
     s->filter->detach(s->filt, w);
@@ -31,17 +35,16 @@ static void on_handle_closed(uv_handle_t *h) {
   tern__conn_closed(&s->head);
 }
 
-static void on_rejected_closed(uv_handle_t *h) {
+static void on_handle_closed(uv_handle_t *h) {
   tern__stream *s = h->data;
-  tern__conn_discard(&s->head);
+  stream_closed(&s->head);
 }
 
-/* Refuse a connection whose poll handle is open: it closes, then the
- * connection goes back unstarted. */
+/* Refuse a connection before it starts (nothing watches its socket yet):
+ * it closes, and the connection goes back unstarted. */
 static void reject(tern__stream *s) {
-  int fd = tern__stream_fd(s);
-  uv_close((uv_handle_t *)&s->io, on_rejected_closed);
-  close(fd);
+  close(s->fd);
+  tern__conn_discard(&s->head);
 }
 
 /* The socket libuv accepted for the listener's connection callback.
@@ -72,12 +75,7 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
   }
   s = tern__stream_of(c);
   memset((char *)s + sizeof(s->head), 0, sizeof(*s) - sizeof(s->head));
-  if (uv_poll_init(w->loop, &s->io, fd) != 0) {
-    close(fd);
-    tern__conn_discard(c);
-    return;
-  }
-  s->io.data = s;
+  s->fd = fd;
   if (w->stopping ||
       atomic_load_explicit(&w->slot->active, memory_order_relaxed) >=
           w->max_conns) {
@@ -89,13 +87,13 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
   if (!a->unix_socket) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    int one = 1;
-    if (srv->s.tcp_nodelay)
-      (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    s->nodelay_due = srv->s.tcp_nodelay != 0;
     if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->peer, (struct sockaddr *)&ss);
     len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+    if (a->local_known)
+      c->local = a->local;
+    else if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
       tern__addr_set(&c->local, (struct sockaddr *)&ss);
   }
   /* PROXY: only a trusted balancer may name the client; anyone else is
@@ -129,7 +127,13 @@ static void adopt(tern__worker *w, int fd, const void *cfg) {
   }
   tern__outq_init(&s->out);
   tern__conn_start(c);
-  tern__stream_read_start(s);
+  /* Read at once: a client usually sends its request right after the
+   * handshake, so it is most often here already, and a connection that
+   * is answered and closed within this call never enters epoll. When it
+   * is not here, the recv that says so is the cost. */
+  c->flags |= TERN__C_READING;
+  read_some(s);
+  poll_sync(s, 1);
 }
 
 void tern__stream_accept(tern__worker *w, uv_stream_t *l,
@@ -208,6 +212,14 @@ static void poll_update(tern__stream *s, unsigned want) {
   if (want == 0) {
     uv_poll_stop(&s->io);
     return;
+  }
+  if (!s->polled) {
+    if (uv_poll_init(c->w->loop, &s->io, s->fd) != 0) {
+      tern__conn_close(c);
+      return;
+    }
+    s->io.data = s;
+    s->polled = 1;
   }
   if (want & TERN__C_POLL_IN)
     ev |= UV_READABLE;
@@ -590,6 +602,18 @@ static void linger(tern__stream *s) {
 
 #define TERN__IOV_MAX 64
 
+void tern__stream_before_write(tern__stream *s) {
+  int one = 1;
+  if (!s->nodelay_due)
+    return;
+  if (!s->wrote) {
+    s->wrote = 1;
+    return;
+  }
+  s->nodelay_due = 0;
+  (void)setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 /* Write what the socket takes of `iov`: the bytes written, 0 when it is
  * full, -1 when it failed. sendmsg, for MSG_NOSIGNAL: a closed peer is
  * an error, not a SIGPIPE. uv_buf_t is laid out as struct iovec on Unix
@@ -644,6 +668,7 @@ static void stream_flush(tern__conn *c) {
       tern__outq_consume(w, q, 0); /* markers only */
       continue;
     }
+    tern__stream_before_write(s);
     r = write_iov(tern__stream_fd(s), iov, n);
     if (r > 0) {
       TERN__STAT_ADD(w->stats.bytes_out, (uint64_t)r);
@@ -703,11 +728,13 @@ static void stream_timeout(tern__conn *c, int kind) {
  * descriptor closes. */
 static void stream_close(tern__conn *c) {
   tern__stream *s = tern__stream_of(c);
-  int fd = tern__stream_fd(s);
   tern__stream_read_stop(s);
   c->flags &= ~(unsigned)(TERN__C_POLL_IN | TERN__C_POLL_OUT);
-  uv_close((uv_handle_t *)&s->io, on_handle_closed);
-  close(fd);
+  if (s->polled)
+    uv_close((uv_handle_t *)&s->io, on_handle_closed);
+  else
+    tern__conn_close_later(c);
+  close(s->fd);
 }
 
 static void stream_free(tern__conn *c) {
@@ -727,4 +754,5 @@ const tern__transport tern__stream_transport = {
     .timeout = stream_timeout,
     .close = stream_close,
     .free = stream_free,
+    .closed = stream_closed,
 };

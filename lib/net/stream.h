@@ -37,7 +37,11 @@ enum {
  * struct. */
 typedef struct tern__stream {
   tern__conn head; /* first: the core's part */
-  uv_poll_t io;    /* its io_watcher.fd is the socket */
+  /* libuv's watch on the socket, set up the first time the connection
+   * waits for it (`polled`): a connection whose first read finds its
+   * whole request, and which closes after the answer (a client that
+   * sends Connection: close), never enters epoll at all. */
+  uv_poll_t io;
 
   /* Plaintext input, consumed from rpos, filled up to rlen. */
   tern__rbuf *rbuf;
@@ -57,14 +61,24 @@ typedef struct tern__stream {
   tern_request *q_head, *q_tail; /* in-flight requests, in order */
   tern_request *body_req;        /* request whose body is arriving */
   size_t head_scanned;
-  uint32_t nq; /* at most max_pipeline (1024) */
+  uint16_t nq; /* at most max_pipeline (1024) */
   /* A PROXY protocol header is still awaited: the socket's bytes go
    * into the read buffer until it is whole, before the filter or the
    * adapter sees any. */
-  uint8_t proxy_wait;
-  uint8_t not_h2;  /* the first bytes were not the HTTP/2 preface */
-  uint8_t h2_only; /* a plain listener's http2_only: no HTTP/1.1 */
-  uint8_t h1_only; /* the listener's http1_only: no h2c (nor h2 by ALPN) */
+  unsigned proxy_wait : 1;
+  unsigned not_h2 : 1;  /* the first bytes were not the HTTP/2 preface */
+  unsigned h2_only : 1; /* a plain listener's http2_only: no HTTP/1.1 */
+  unsigned h1_only : 1; /* the listener's http1_only: no h2c (nor h2 by
+                           ALPN) */
+  unsigned polled : 1;  /* `io` is initialised (and must be closed) */
+  /* TCP_NODELAY is wanted (the settings' tcp_nodelay) and not yet set:
+   * it is set before the connection's second write. Nagle's algorithm
+   * holds a small segment back only while earlier data is unacknowledged,
+   * so the first write never waits for it, and a connection that answers
+   * once and closes saves the system call. */
+  unsigned nodelay_due : 1;
+  unsigned wrote : 1; /* a write has gone out */
+  int fd;             /* the socket */
 
   /* The HTTP/2 adapter's state once it has the connection. */
   void *h2;
@@ -85,16 +99,21 @@ char *tern__stream_rbuf_room(tern__stream *s, size_t *room);
 void tern__stream_read_start(tern__stream *s);
 void tern__stream_read_stop(tern__stream *s);
 static inline int tern__stream_fd(const tern__stream *s) {
-  return s->io.io_watcher.fd;
+  return s->fd;
 }
+/* Before a write to the socket other than through the output queue
+ * (sendfile): what the queue's writes do first. */
+void tern__stream_before_write(tern__stream *s);
 /* Bytes below the adapter not yet on the wire (a filter's queue). */
 size_t tern__stream_buffered(const tern__stream *s);
 /* How a listener's connections are taken in: through `filter` (NULL:
  * plain TCP) with `cfg`, first reading a PROXY protocol header when
  * `proxy` is not NULL; `h2_only`: HTTP/2 with prior knowledge alone;
  * `h1_only`: HTTP/1.1 alone (no h2c; over TLS, ALPN offers http/1.1);
- * `unix_socket`: the client has no IP address. Lives as long as its
- * listener. */
+ * `unix_socket`: the client has no IP address; `local_known`: the
+ * listener is bound to one address (not a wildcard), `local`, which is
+ * then every connection's own (no getsockname per connection). Lives as
+ * long as its listener. */
 typedef struct {
   const tern__filter *filter;
   void *cfg;
@@ -102,6 +121,8 @@ typedef struct {
   int h2_only;
   int h1_only;
   int unix_socket;
+  int local_known;
+  tern__addr local;
 } tern__accept_cfg;
 /* Accept a connection from stream listener `l` on worker `w`, and serve
  * it there, or hand it to a worker with fewer connections

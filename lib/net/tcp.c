@@ -142,6 +142,16 @@ int tern__net_port(const struct sockaddr_storage *ss) {
  * TERN_BALANCE_LEAST_CONNECTIONS); SO_REUSEADDR only lets a restarted
  * server bind over connections still in TIME_WAIT. TERN_BALANCE_REUSEPORT
  * makes such a group anyway, closed as far as it can be (open_group). */
+/* A wildcard address (0.0.0.0 or ::): a connection's own address is
+ * then whichever one the client reached. */
+static int wildcard(const struct sockaddr_storage *ss) {
+  static const unsigned char any6[16];
+  if (ss->ss_family == AF_INET)
+    return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == INADDR_ANY;
+  return ss->ss_family != AF_INET6 ||
+         memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, any6, 16) == 0;
+}
+
 static int bind_socket(const struct sockaddr_storage *ss, int dual,
                        int reuseport) {
   int one = 1, zero = 0;
@@ -404,6 +414,10 @@ static int listen_on(tern_server *srv, const char *host, int port,
       getsockname(fd, (struct sockaddr *)&ss, &slen) != 0) {
     rc = TERN_EIO;
     goto fail;
+  }
+  if (unix_path == NULL && !wildcard(&ss)) {
+    tern__addr_set(&l->acc.local, (struct sockaddr *)&ss);
+    l->acc.local_known = 1;
   }
   for (i = 1; i < srv->nworkers && !group; i++) {
     l->fds[i] = fcntl(fd, F_DUPFD_CLOEXEC, 0);

@@ -261,6 +261,42 @@ def graceful_stop():
 # ---- Listening ports ----------------------------------------------------------
 
 
+def local_of(port, addr, family=socket.AF_INET):
+    """GET /local over a connection to addr:port, raw: the server's own
+    address and port as tern_request_local gives them."""
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect((addr, port))
+        sock.sendall(b"GET /local HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: close\r\n\r\n")
+        data, _ = recv_until_close(sock)
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    check(head.startswith(b"HTTP/1.1 200"), "GET /local: %r" % data[:80])
+    return body.decode()
+
+
+@case(timeout=30)
+def local_address_per_listener():
+    """tern_request_local: a listener bound to one address gives that
+    address (taken from the listener, no getsockname per connection); a
+    wildcard listener gives the address each connection reached."""
+    eq(local_of(srv.port, "127.0.0.1"), "127.0.0.1 %d" % srv.port,
+       "local address on a 127.0.0.1 listener")
+    with Server("reference", ["--host", "*"]) as s:
+        for addr in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+            got = local_of(s.port, addr)
+            check(got in ("%s %d" % (addr, s.port),
+                          "::ffff:%s %d" % (addr, s.port)),
+                  "wildcard listener reached at %s: %r" % (addr, got))
+        if socket.has_ipv6:
+            try:
+                got = local_of(s.port, "::1", socket.AF_INET6)
+            except OSError as e:  # no IPv6 loopback on this machine
+                suite.note("no ::1: %s" % e)
+            else:
+                eq(got, "::1 %d" % s.port, "wildcard listener over ::1")
+
+
 @case(timeout=30)
 def port_not_shared_with_others():
     """Only tern's own workers share a listening port. Every listener used
