@@ -17,9 +17,12 @@ Servers (ENTRIES): build/examples/arena ("tern") and the arena peers
 its `listening KIND PORT` / `ready` lines: they are started through
 arena.App with every port 0, and a profile whose listener a server does
 not print, or whose route it answers 404, is n/a with that reason.  nginx
-and h2o (Debian's) serve what they can serve honestly without code:
-static, static-h2 and pipelined, from configurations generated with
-servers.py's nginx_conf and h2o_conf.
+and h2o (Debian's) serve static and static-h2 from configurations
+generated with servers.py's nginx_conf and h2o_conf; nginx serves
+/baseline11, /pipeline and /upload through perf/peers/nginx_arena's
+module (built where nginx-dev is installed), h2o /pipeline from mruby.
+"libwebsockets" is the main harness's lws_echo peer (perf/peers/
+lws_echo.c), which serves echo-ws alone.
 """
 
 import contextlib
@@ -157,8 +160,16 @@ ORDER = tuple(PROFILES)
 # ---------------------------------------------------------------------------
 # the servers
 
+# nginx's arena module (perf/peers/nginx_arena): built by meson into the
+# peers' directory where nginx-dev's sources are; the profiles that need it
+NGINX_DEV_CONFIGURE = "/usr/share/nginx/src/configure"
+NGINX_ARENA_SO = "ngx_http_arena_module.so"
+NGINX_MODULE_PROFILES = ("baseline", "limited-conn", "upload")
+
+
 class Entry:
-    """kind: arena (the arena app's flags and lines) | nginx | h2o;
+    """kind: arena (the arena app's flags and lines) | nginx | h2o | lws
+    (lws_echo: --port 0, `listening on PORT`);
     profiles: the ones it serves (None: all, as its listeners and routes
     allow); why: the reason the others are n/a; why_not: profile -> the
     reason that one is n/a (a peer without the feature)."""
@@ -192,9 +203,14 @@ ENTRIES = {e.name: e for e in (
           "/async-db, /pipeline and GET /baseline11 only"),
     Entry("nginx", "nginx", "nginx 1.22 (nginx-light: gzip_static, no "
           "brotli module, so the .gz siblings; open_file_cache and sendfile "
-          "as servers.py's nginx)",
-          profiles=("static", "static-h2", "pipelined"),
-          why=_NO_CODE % "nginx"),
+          "as servers.py's nginx; /baseline11, /pipeline and /upload from "
+          "perf/peers/nginx_arena's module, the upload streamed through "
+          "128 KiB body buffers)",
+          profiles=("static", "static-h2", "pipelined") +
+          NGINX_MODULE_PROFILES,
+          why="nginx runs no other application code here (its arena module "
+          "answers /baseline11, /pipeline and /upload; no JSON, database or "
+          "WebSocket echo)"),
     Entry("h2o", "h2o", "h2o 2.2.5 (file handler with file.send-compressed; "
           "/pipeline from an mruby handler)",
           profiles=("static", "static-h2", "pipelined"),
@@ -203,6 +219,10 @@ ENTRIES = {e.name: e for e in (
               "q-values of the benchmark's `Accept-Encoding: br;q=1, "
               "gzip;q=0.8`: it sends the files uncompressed (to `gzip, br` "
               "it sends the .br)")),
+    Entry("libwebsockets", "lws", "libwebsockets 4.1 (perf/peers/lws_echo, "
+          "1 service thread)", "perf/peers/lws_echo", profiles=("echo-ws",),
+          why="lws_echo is the WebSocket echo peer: it serves /ws (and GET /) "
+          "only"),
 )}
 
 
@@ -210,10 +230,28 @@ def entry_binary(args, e):
     return os.path.join(common.REPO, args.build_dir, e.binary)
 
 
+def nginx_module(args):
+    """The nginx arena module's path, or None when it is not built."""
+    p = os.path.join(common.REPO, args.build_dir, "perf", "peers",
+                     NGINX_ARENA_SO)
+    return p if os.path.exists(p) else None
+
+
+def module_missing(args, name, profile):
+    """Why `profile` is n/a for entry `name` for want of the nginx module,
+    or None."""
+    if ENTRIES[name].kind != "nginx" or profile not in NGINX_MODULE_PROFILES \
+            or nginx_module(args):
+        return None
+    return ("the nginx arena module is not built (%s: apt-get install "
+            "nginx-dev, or perf/perf setup; then meson setup --reconfigure "
+            "%s)" % (NGINX_ARENA_SO, args.build_dir))
+
+
 def available(args, name):
     """None when name can be started, else why not."""
     e = ENTRIES[name]
-    if e.kind == "arena":
+    if e.kind in ("arena", "lws"):
         p = entry_binary(args, e)
         return None if common.which_exec(p) else "%s not built" % p
     tool = args.nginx if e.kind == "nginx" else args.h2o
@@ -246,10 +284,27 @@ def _patch(text, old, new):
     return text.replace(old, new, 1)
 
 
-def nginx_arena_conf(port, tls_port, mat, sdir, static):
+NGINX_MODULE_LOCATIONS = """        location = /baseline11 {
+            client_max_body_size 1k;
+            arena baseline;
+        }
+        location = /pipeline {
+            arena pipeline;
+        }
+        location = /upload {
+            client_max_body_size 64m;
+            client_body_buffer_size 128k;
+            arena upload;
+        }
+"""
+
+
+def nginx_arena_conf(port, tls_port, mat, sdir, static, module=None):
     """servers.nginx_conf with the arena's static directory as its /static/
     root, plus: gzip_static (the .gz siblings; nginx-light has no brotli),
-    the MIME types, and GET /pipeline answered "ok"."""
+    the MIME types, and with `module` (the nginx arena module's path)
+    loaded, /baseline11, /pipeline and /upload from it; without it GET
+    /pipeline is answered "ok" by nginx's return directive."""
     conf = servers.nginx_conf(port, sdir, tls=(tls_port, mat["cert"],
                                                mat["key"]), root=static)
     conf = _patch(conf, "    default_type text/plain;",
@@ -257,6 +312,11 @@ def nginx_arena_conf(port, tls_port, mat, sdir, static):
                   "    default_type text/plain;\n    gzip_vary on;")
     conf = conf.replace("            sendfile on;\n",
                         "            sendfile on;\n            gzip_static on;\n")
+    if module:
+        conf = _patch(conf, "daemon off;\n",
+                      "load_module %s;\ndaemon off;\n" % module)
+        return _patch(conf, "        location = / {",
+                      NGINX_MODULE_LOCATIONS + "        location = / {")
     return _patch(conf, "        location = / {",
                   "        location = /pipeline {\n"
                   "            return 200 \"ok\";\n        }\n"
@@ -324,11 +384,17 @@ def start(args, name, workdir, data, shim, database=None):
         srv.argv, srv.proc = app.argv, app.proc
         srv.port = app.ports.get("h1")
         return Running(srv, dict(app.ports), app)
+    if e.kind == "lws":
+        srv = servers.Server(name, [entry_binary(args, e), "--port", "0"],
+                             sdir, shim=shim)
+        srv.start(args.server_cpu)
+        return Running(srv, {"h1": srv.port})
     port, tport = common.free_port(), common.free_port()
     if e.kind == "nginx":
         conf = os.path.join(sdir, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(nginx_arena_conf(port, tport, mat, sdir, static))
+            f.write(nginx_arena_conf(port, tport, mat, sdir, static,
+                                     nginx_module(args)))
         srv = servers.Server(name, [args.nginx, "-p", sdir + "/", "-e",
                                     os.path.join(sdir, "error.log"), "-c",
                                     conf], sdir, port=port, shim=shim,
@@ -477,6 +543,15 @@ def measure_row(args, workdir, name, prof, data, pg, shim):
         row["status"] = "n/a"
         row["problems"].append(e.why)
         return row
+    why = module_missing(args, name, prof.name)
+    if why:
+        row["status"] = "n/a"
+        row["problems"].append(why)
+        return row
+    if e.kind == "nginx" and prof.name == "pipelined" and \
+            not nginx_module(args):
+        row["notes"].append("/pipeline from nginx's return directive (the "
+                            "arena module is not built)")
     if prof.name == "async-db" and isinstance(pg, str):
         row["status"] = "n/a"
         row["problems"].append(pg)
