@@ -201,7 +201,8 @@ typedef struct {
                               lowered to fit RLIMIT_NOFILE, whose soft
                               limit tern_run raises to the hard one */
   uint32_t max_pipeline;     /* requests in flight per conn (32) */
-  int tcp_nodelay;           /* 1 = set TCP_NODELAY (default 1) */
+  int tcp_nodelay;           /* 1 = TCP_NODELAY, set before a connection's
+                                second write (default 1) */
   uint32_t read_buffer_size; /* per connection while busy (16384) */
   tern_allocator allocator;  /* malloc/realloc/free by default (nested by
                                 value: version 1's, it never grows) */
