@@ -12,7 +12,10 @@
  *                       pause=2 pauses after each piece and resumes from
  *                       another thread 1 ms later, writing nothing;
  *                       late=1 answers a failed body not in the body
- *                       callback but from another thread after ms=N ms
+ *                       callback but from another thread after ms=N ms;
+ *                       abort=1 cuts the request short with
+ *                       tern_response_abort inside the body callback
+ *                       that gets its first bytes
  *   GET  /stream        a chunked body written in pieces
  *   GET  /form?PAIRS    (and POST /form with an urlencoded body) each pair
  *                       decoded, "name=value" a line; "?" for a bad escape
@@ -522,7 +525,7 @@ static void collect(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, body, len);
 }
 
-enum { UPLOAD_PAUSE = 1, UPLOAD_LATE = 2, UPLOAD_RESUME = 4 };
+enum { UPLOAD_PAUSE = 1, UPLOAD_LATE = 2, UPLOAD_RESUME = 4, UPLOAD_ABORT = 8 };
 
 /* pause=2: the reading is resumed from another thread a millisecond after
  * each pause, and nothing is written until the end: a handler that
@@ -546,8 +549,16 @@ static void upload_body(tern_request *r, int event, const char *data,
   char line[32];
   int n;
   (void)data;
+  if (total == NULL)
+    return; /* aborted: the request is finished */
   if (event == TERN_BODY_DATA) {
     *total += len;
+    if (knobs & UPLOAD_ABORT) {
+      tern_request_set_data(r, NULL);
+      free(total);
+      tern_response_abort(r);
+      return;
+    }
     if (knobs & (UPLOAD_PAUSE | UPLOAD_RESUME))
       tern_request_pause(r);
     if (knobs & UPLOAD_RESUME) {
@@ -578,7 +589,8 @@ static void upload(tern_request *r, void *user) {
   unsigned knobs = (query_num(r, "pause") == 1   ? UPLOAD_PAUSE
                     : query_num(r, "pause") == 2 ? UPLOAD_RESUME
                                                  : 0u) |
-                   (query_num(r, "late") == 1 ? UPLOAD_LATE : 0u);
+                   (query_num(r, "late") == 1 ? UPLOAD_LATE : 0u) |
+                   (query_num(r, "abort") == 1 ? UPLOAD_ABORT : 0u);
   (void)user;
   if (total == NULL) {
     tern_respond(r, 503, NULL, 0, NULL, 0);

@@ -187,8 +187,14 @@ void tern__mux_deliver(tern__mux_conn *m, tern__mux_stream *s) {
       r->body_fn(r, TERN_BODY_DATA, p, n, r->body_user);
       if (s->pend.len == 0)
         s->pend.off = 0;
-      if (m->dead || !(s->flags & TERN__MS_OPEN))
+      if (m->dead)
         break;
+      if (!(s->flags & TERN__MS_OPEN)) {
+        /* Closed inside the callback: the stream's close gave back what
+         * was still held and owed, not these bytes, which were neither. */
+        m->ops->release(m, s, n);
+        break;
+      }
       if (r->flags & TERN__RQ_PAUSED)
         s->owed += n;
       else
@@ -252,6 +258,8 @@ int tern__mux_data(tern__mux_conn *m, tern__mux_stream *s, tern__timer *t,
         s->owed += len; /* credited when the handler resumes */
       else
         m->ops->consume(m, s, len);
+    } else if (!m->dead) {
+      m->ops->release(m, s, len); /* closed inside the callback */
     }
     tern__request_unref(r);
     return 0;

@@ -605,6 +605,74 @@ def stream_window_grows_while_handler_keeps_up():
         eq(collect_streams(h2, [3])[3][1], None, "the second upload ends")
 
 
+@case(timeout=60)
+def aborted_uploads_give_their_bytes_back():
+    """A handler that cuts its upload short inside the body callback
+    (POST /upload?abort=1: tern_response_abort on the first bytes) resets
+    the stream there and then. The bytes that callback took were then
+    neither held nor owed, and went back to no window: each such stream
+    kept up to a DATA frame of the connection's window for good, and with
+    the connection window pinned at 64 KiB the fifth upload found none
+    left. Twenty aborted uploads later the client's connection credit is
+    whole again and a 256 KiB upload goes through."""
+    with Server("reference", ["--max-conn-window", "65536"]) as s, \
+            H2(s.port) as h2:
+        avail = {0: 65535}
+        rst = {}
+
+        def settle(quiet=0.3):
+            # Read until nothing has come for `quiet` seconds.
+            while True:
+                try:
+                    f = h2.read_frame(quiet)
+                except socket.timeout:
+                    return
+                check(f is not None, "closed with credit %d" % avail[0])
+                t, fl, sid, p = f
+                check(t != GOAWAY, "GOAWAY")
+                if t == SETTINGS and not fl & ACK:
+                    h2.send(frame(SETTINGS, ACK, 0))
+                elif t == WINDOW_UPDATE:
+                    avail[sid] = avail.get(sid, 0) + \
+                        struct.unpack(">I", p)[0]
+                elif t == RST_STREAM:
+                    rst[sid] = struct.unpack(">I", p)[0]
+
+        for i in range(20):
+            sid = 1 + 2 * i
+            check(avail[0] >= 16384, "upload %d: connection credit %d: "
+                  "the aborted uploads before it kept theirs"
+                  % (i + 1, avail[0]))
+            h2.send(headers(sid, request_block("POST", "/upload?abort=1"),
+                            end_stream=False) +
+                    frame(DATA, 0, sid, b"a" * 16384))
+            avail[0] -= 16384
+            settle()
+            eq(rst.get(sid), INTERNAL_ERROR, "upload %d reset" % (i + 1))
+        # 65536: the pinned window (one byte over the protocol's start)
+        check(avail[0] in (65535, 65536), "connection credit after 20 "
+              "aborted uploads: %d" % avail[0])
+        sid = 41
+        h2.send(headers(sid, request_block("POST", "/upload"),
+                        end_stream=False))
+        avail[sid] = 65535
+        sent = 0
+        while sent < 256 << 10:
+            n = min(16384, avail[0], avail[sid], (256 << 10) - sent)
+            if n == 0:
+                settle(0.1)
+                check(min(avail[0], avail[sid]) > 0,
+                      "no credit after %d bytes: %r" % (sent, avail))
+                continue
+            h2.send(frame(DATA, 0, sid, b"b" * n))
+            avail[0] -= n
+            avail[sid] -= n
+            sent += n
+        h2.send(frame(DATA, END_STREAM, sid))
+        body, code = collect_streams(h2, [sid])[sid]
+        eq((body, code), (b"%d" % (256 << 10), None), "the next upload")
+
+
 def upload_credit(port, total):
     """POST /upload of `total` bytes on a raw connection that sends all
     the credit it has whenever it has any. Returns (the server's announced

@@ -287,6 +287,26 @@ def too_many_headers_431():
     eq(r.status.get(0), 200, "status under the limit (%r)" % r)
 
 
+@case(timeout=60)
+def aborted_uploads_give_their_bytes_back():
+    """60 uploads of 16 KiB on one connection, one after another, each cut
+    short by its handler inside the body callback (POST /upload?abort=1:
+    tern_response_abort, the stream reset there and then). The bytes that
+    callback took were neither held nor owed when the stream closed, and
+    went back to no window: with the connection's window pinned at 64 KiB
+    the connection ran out of credit after a few dozen such uploads and
+    the rest waited for ever. Every one is reset now."""
+    need()
+    with start("--max-conn-window", "65536") as s:
+        r = h3("POST", s.quic_port, "/upload?abort=1", "-n", "60",
+               "--serial", "--body-size", "16384", timeout_ms=20000)
+        check(r.find(r"done requests 60 finished 60") is not None,
+              "not every upload finished: %r" % r)
+        eq(len(r.reset), 60, "streams reset (%r)" % r)
+        eq(sorted({code for code, _ in r.reset.values()}), [0x102],
+           "reset with H3_INTERNAL_ERROR")
+
+
 @case
 def reset_mid_body_keeps_connection():
     need()
