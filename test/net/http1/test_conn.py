@@ -761,19 +761,24 @@ def pipeline_answered_ahead_then_closed():
         with Conn(s.port) as st:
             before = stats_from(st)
             rss = [vmrss_kib(s.proc.pid)]
-            for n in (1, 2):
+            for n in (1, 2, 3):
                 one_round()
                 live = settle(st, before, n * per_round)
                 rss.append(vmrss_kib(s.proc.pid))
-            suite.note("2 x %d pipelines: VmRSS %s KiB, %d allocations "
+            suite.note("3 x %d pipelines: VmRSS %s KiB, %d allocations "
                        "outstanding" % (per_round, " -> ".join(map(str, rss)),
                                         live))
-            # The first round warms the pools (and the allocator's arenas
-            # for the answering threads); the second must not add what a
-            # leak of ~12 KiB per connection would (~24 MB).
+            # A round warms the pools (and the allocator's arenas for the
+            # answering threads), most often the first; on a busy machine
+            # clients may leave before the server read them, and the
+            # warming happens in a later round. A leak of ~12 KiB per
+            # connection (~24 MB a round) shows in every round: one of the
+            # last two must add little.
             if not sanitized():
-                check(rss[2] - rss[1] < 8 * 1024, "VmRSS grew by %d KiB in "
-                      "the second round" % (rss[2] - rss[1]))
+                grew = min(rss[2] - rss[1], rss[3] - rss[2])
+                check(grew < 8 * 1024, "VmRSS grew by %d KiB in the second "
+                      "round and %d in the third" % (rss[2] - rss[1],
+                                                     rss[3] - rss[2]))
             t0 = time.monotonic()
             with Conn(s.port) as c:
                 eq(c.request("GET", "/").body, HELLO_BODY, "a fresh client")
