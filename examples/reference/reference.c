@@ -688,43 +688,37 @@ static void stall(tern_request *r, void *user) {
   tern_respond(r, 200, text_plain, 1, "stalled", 7);
 }
 
+/* "ADDR PORT" into body (96 bytes) as tern_request_peer, or with `local`
+ * tern_request_local, gives them (the error's text instead of ADDR). */
+static int address_line(tern_request *r, int local, char *body, size_t size) {
+  char addr[64];
+  int port = 0;
+  int rc = local ? tern_request_local(r, addr, sizeof(addr), &port)
+                 : tern_request_peer(r, addr, sizeof(addr), &port);
+  return snprintf(body, size, "%s %d", rc == 0 ? addr : tern_strerror(rc),
+                  port);
+}
+
 /* The client's address, read after sleeping on the blocking pool, when the
  * client may long have gone; it is logged too, since such a client never
  * sees the answer. */
 static void peer_block(tern_request *r, void *user) {
-  char addr[64], body[96];
-  int port = 0, n, rc;
+  char body[96];
+  int n;
   (void)user;
   sleep_ms(query_num(r, "ms"));
-  rc = tern_request_peer(r, addr, sizeof(addr), &port);
-  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
-               port);
+  n = address_line(r, 0, body, sizeof(body));
   fprintf(stderr, "reference: peer-block: %s\n", body);
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
-/* The client's address, as tern sees it (the PROXY header's, behind a
- * balancer). */
-static void peer(tern_request *r, void *user) {
-  char addr[64], body[96];
-  int port = 0, n, rc;
-  (void)user;
-  rc = tern_request_peer(r, addr, sizeof(addr), &port);
-  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
-               port);
-  tern_respond(r, 200, text_plain, 1, body, (size_t)n);
-}
-
-/* The address the client reached: the listener's own, or on a wildcard
- * listener the one the connection arrived at (the PROXY header's
- * destination, behind a balancer). */
-static void local(tern_request *r, void *user) {
-  char addr[64], body[96];
-  int port = 0, n, rc;
-  (void)user;
-  rc = tern_request_local(r, addr, sizeof(addr), &port);
-  n = snprintf(body, sizeof(body), "%s %d", rc == 0 ? addr : tern_strerror(rc),
-               port);
+/* GET /peer (user NULL): the client's address, as tern sees it (the PROXY
+ * header's, behind a balancer). GET /local (user non-NULL): the address
+ * the client reached, the listener's own or, on a wildcard listener, the
+ * one the connection arrived at (the PROXY header's destination). */
+static void address(tern_request *r, void *user) {
+  char body[96];
+  int n = address_line(r, user != NULL, body, sizeof(body));
   tern_respond(r, 200, text_plain, 1, body, (size_t)n);
 }
 
@@ -2142,8 +2136,8 @@ int main(int argc, char **argv) {
   tern_route(server, "GET", "/block-runs", block_count, NULL);
   tern_route_with(server, "GET", "/peer-block", peer_block, NULL,
                   &blocking_opts);
-  tern_route(server, "GET", "/peer", peer, NULL);
-  tern_route(server, "GET", "/local", local, NULL);
+  tern_route(server, "GET", "/peer", address, NULL);
+  tern_route(server, "GET", "/local", address, (void *)"local");
   tern_route(server, "GET", "/proxy-tlvs", proxy_tlvs, NULL);
   tern_route(server, "GET", "/defer", defer, NULL);
   tern_route(server, "GET", "/tick", tick, NULL);

@@ -535,6 +535,28 @@ def collect_too_large_413():
     check_serves(srv.port)
 
 
+def settle_credit(h2, avail, quiet=0.3, resets=None):
+    """Read until nothing has come for `quiet` seconds, acknowledging
+    SETTINGS and adding each WINDOW_UPDATE's credit to avail[sid]. With
+    `resets` (a dict), RST_STREAM codes go there by stream; without, a
+    reset fails, as a GOAWAY or a close always does."""
+    while True:
+        try:
+            f = h2.read_frame(quiet)
+        except socket.timeout:
+            return
+        check(f is not None, "closed with credit %r" % avail)
+        t, fl, sid, p = f
+        check(t != GOAWAY and (t != RST_STREAM or resets is not None),
+              "frame type %d on stream %d" % (t, sid))
+        if t == SETTINGS and not fl & ACK:
+            h2.send(frame(SETTINGS, ACK, 0))
+        elif t == WINDOW_UPDATE:
+            avail[sid] = avail.get(sid, 0) + struct.unpack(">I", p)[0]
+        elif t == RST_STREAM:
+            resets[sid] = struct.unpack(">I", p)[0]
+
+
 @case
 def stream_window_grows_while_handler_keeps_up():
     """The inbound window policy over the wire: a handler that keeps up
@@ -549,24 +571,8 @@ def stream_window_grows_while_handler_keeps_up():
         avail = {0: 65535, 1: 65535}
         seen = []
 
-        def settle(quiet=0.3):
-            # Read until no credit has come for `quiet` seconds.
-            while True:
-                try:
-                    f = h2.read_frame(quiet)
-                except socket.timeout:
-                    return
-                if f is None:
-                    check(not h2.eof, "closed with the window at %d"
-                          % avail[1])
-                    return
-                t, fl, sid, p = f
-                check(t not in (RST_STREAM, GOAWAY), "frame type %d" % t)
-                if t == SETTINGS and not fl & ACK:
-                    h2.send(frame(SETTINGS, ACK, 0))
-                elif t == WINDOW_UPDATE:
-                    avail[sid] = avail.get(sid, 0) + \
-                        struct.unpack(">I", p)[0]
+        def settle():
+            settle_credit(h2, avail)
 
         for _ in range(6):
             settle()
@@ -621,22 +627,7 @@ def aborted_uploads_give_their_bytes_back():
         rst = {}
 
         def settle(quiet=0.3):
-            # Read until nothing has come for `quiet` seconds.
-            while True:
-                try:
-                    f = h2.read_frame(quiet)
-                except socket.timeout:
-                    return
-                check(f is not None, "closed with credit %d" % avail[0])
-                t, fl, sid, p = f
-                check(t != GOAWAY, "GOAWAY")
-                if t == SETTINGS and not fl & ACK:
-                    h2.send(frame(SETTINGS, ACK, 0))
-                elif t == WINDOW_UPDATE:
-                    avail[sid] = avail.get(sid, 0) + \
-                        struct.unpack(">I", p)[0]
-                elif t == RST_STREAM:
-                    rst[sid] = struct.unpack(">I", p)[0]
+            settle_credit(h2, avail, quiet, rst)
 
         for i in range(20):
             sid = 1 + 2 * i
