@@ -725,7 +725,8 @@ static void stream_timeout(tern__conn *c, int kind) {
 }
 
 /* uv_close stops the poll (the descriptor leaves epoll) before the
- * descriptor closes. */
+ * descriptor closes; a connection that was never polled has no handle to
+ * close, and its close completes in the check phase instead. */
 static void stream_close(tern__conn *c) {
   tern__stream *s = tern__stream_of(c);
   tern__stream_read_stop(s);
