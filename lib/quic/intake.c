@@ -444,6 +444,13 @@ static void dispatch(quic_wl *wl, uint8_t *p, size_t n,
   int rv = ngtcp2_pkt_decode_version_cid(&vc, p, n, QUIC_CIDLEN);
   int is_long = (p[0] & 0x80) != 0;
 
+  /* ngtcp2 0.12 also speaks the drafts 29 to 32, which tern's Version
+   * Negotiation does not list: a long header of any version but the two
+   * it lists is treated as unknown, and no connection (nor Retry) of
+   * another version starts. */
+  if (rv == 0 && is_long && vc.version != NGTCP2_PROTO_VER_V1 &&
+      vc.version != NGTCP2_PROTO_VER_V2_DRAFT)
+    rv = NGTCP2_ERR_VERSION_NEGOTIATION;
   if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
     /* Only for what could be a client's first packet (RFC 9000 6.1). */
     if (n >= 1200)
