@@ -130,6 +130,15 @@ int tern__net_port(const struct sockaddr_storage *ss) {
                    : ((const struct sockaddr_in6 *)ss)->sin6_port);
 }
 
+/* A wildcard address (0.0.0.0 or ::): a connection's own address is
+ * then whichever one the client reached. */
+static int wildcard(const struct sockaddr_storage *ss) {
+  if (ss->ss_family == AF_INET)
+    return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == INADDR_ANY;
+  return ss->ss_family != AF_INET6 ||
+         IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+}
+
 /* One listening socket per address, shared by every worker (each gets a
  * dup of it), and without SO_REUSEPORT. A group of SO_REUSEPORT sockets
  * would spread connections over the workers in the kernel, but it cannot
@@ -142,16 +151,6 @@ int tern__net_port(const struct sockaddr_storage *ss) {
  * TERN_BALANCE_LEAST_CONNECTIONS); SO_REUSEADDR only lets a restarted
  * server bind over connections still in TIME_WAIT. TERN_BALANCE_REUSEPORT
  * makes such a group anyway, closed as far as it can be (open_group). */
-/* A wildcard address (0.0.0.0 or ::): a connection's own address is
- * then whichever one the client reached. */
-static int wildcard(const struct sockaddr_storage *ss) {
-  static const unsigned char any6[16];
-  if (ss->ss_family == AF_INET)
-    return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == INADDR_ANY;
-  return ss->ss_family != AF_INET6 ||
-         memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, any6, 16) == 0;
-}
-
 static int bind_socket(const struct sockaddr_storage *ss, int dual,
                        int reuseport) {
   int one = 1, zero = 0;
