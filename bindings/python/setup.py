@@ -1,6 +1,6 @@
-"""pip install bindings/python: the tern package: the ctypes binding
-(tern.Server) and the native module tern._native that serves ASGI and
-WSGI applications (python -m tern).
+"""pip install bindings/python: the tern package: the binding tern.Server
+(set up through ctypes) and the native module tern._native that carries
+its requests and serves ASGI and WSGI applications (python -m tern).
 
 A setup.py rather than a pyproject.toml: pip then needs only setuptools
 to install it (a PEP 517 build would need the wheel package too, which a
@@ -52,7 +52,7 @@ def where():
 
 incs, libdirs = where()
 native = Extension(
-    "tern._native", ["tern/_native.c"],
+    "tern._native", ["tern/_native.c", "tern/_bridge.c"],
     include_dirs=incs,
     library_dirs=libdirs,
     runtime_library_dirs=libdirs,
@@ -64,7 +64,7 @@ setup(
     version="0.3.0",
     description="tern, the embeddable HTTP server library, for Python: "
                 "an ASGI and WSGI server (HTTP/1.1, HTTP/2, HTTP/3, "
-                "WebSocket) and the library's ctypes binding",
+                "WebSocket) and a binding of the library's C API",
     license="MIT",
     python_requires=">=3.9",
     packages=["tern"],

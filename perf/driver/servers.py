@@ -685,8 +685,8 @@ PYTHON_SCRIPTS = {"tern-python": "tern_hello.py",
                   "http.server": "httpserver_hello.py"}
 PYTHON_MODULES = {"uvicorn": "uvicorn", "aiohttp": "aiohttp"}
 SERVERS["tern-python"] = Spec(
-    "tern-python", "tern's Python binding (ctypes; workers=1, a Python "
-    "handler)", "python", protocols=("h1", "h2"), only=("h1-get", "h2-get"),
+    "tern-python", "tern's Python binding (tern.Server, native request "
+    "path; workers=1, a Python handler)", "python", protocols=("h1", "h2"), only=("h1-get", "h2-get"),
     only_why=_PY_ONLY)
 SERVERS["uvicorn"] = Spec(
     "uvicorn", "uvicorn 0.17 (minimal ASGI app, 1 process)", "python",

@@ -1,5 +1,7 @@
-"""tern for Python: the embeddable HTTP server library, through its C ABI
-(ctypes, standard library only). docs/python.md is the guide.
+"""tern for Python: the embeddable HTTP server library, through its C ABI.
+docs/python.md is the guide. A server is set up through ctypes
+(tern/_ffi.py); everything a request touches goes through the native
+module (tern/_bridge.c): tern's callbacks and the calls a handler makes.
 
     import tern
     app = tern.Server(workers=1)
@@ -29,7 +31,8 @@ import urllib.parse
 from collections import deque
 
 from . import _ffi
-from ._ffi import lib, fast
+from ._ffi import lib
+from ._ffi import native as _n
 
 __all__ = ["Server", "Request", "Headers", "WebSocket", "TLS", "TernError",
            "RequestFinished", "HandshakeError", "version", "library_path",
@@ -40,9 +43,7 @@ version = _ffi.version
 library_path = _ffi.path
 log = logging.getLogger("tern")
 
-_c_size = ctypes.c_size_t
 _byref = ctypes.byref
-_string_at = ctypes.string_at
 
 # tern_request_proxy_tlv's kinds (TERN_PROXY_* in tern.h).
 PROXY_ALPN = 0x01
@@ -174,7 +175,7 @@ class Request:
 
     # -- reading -------------------------------------------------------
 
-    def _str(self, fn, key):
+    def _str(self, which, key):
         c = self._cache
         v = c.get(key, _UNSET)
         if v is not _UNSET:
@@ -183,35 +184,32 @@ class Request:
             p = self._ptr
             if p is None:
                 raise RequestFinished(key)
-            n = _c_size()
-            a = fn(p, _byref(n))
-            v = None if a is None else _string_at(a, n.value).decode(
-                "latin-1")
+            v = _n.req_str(p, which)
         c[key] = v
         return v
 
     @property
     def method(self):
-        return self._str(fast.tern_request_method, "method")
+        return self._str(0, "method")
 
     @property
     def target(self):
         """The request-target as sent (path and query)."""
-        return self._str(fast.tern_request_target, "target")
+        return self._str(1, "target")
 
     @property
     def path(self):
         """The path without the query, not percent-decoded."""
-        return self._str(fast.tern_request_path, "path")
+        return self._str(2, "path")
 
     @property
     def query(self):
         """The query string without '?', or None."""
-        return self._str(fast.tern_request_query, "query")
+        return self._str(3, "query")
 
     @property
     def authority(self):
-        return self._str(fast.tern_request_authority, "authority")
+        return self._str(4, "authority")
 
     @property
     def query_params(self):
@@ -235,14 +233,14 @@ class Request:
     def protocol(self):
         """'HTTP/1.0', 'HTTP/1.1', 'HTTP/2' or 'HTTP/3'."""
         return self._read("protocol", lambda p: _PROTO_NAMES.get(
-            fast.tern_request_protocol(p), "?"))
+            _n.req_int(p, 0), "?"))
 
     @property
     def tls(self):
         """The TLS version the request came over, '1.3' or '1.2', or None
         in the clear (tern_request_tls)."""
         return self._read("tls", lambda p: {0x0304: "1.3", 0x0303: "1.2"}.get(
-            fast.tern_request_tls(p)))
+            _n.req_int(p, 1)))
 
     @property
     def secure(self):
@@ -253,7 +251,7 @@ class Request:
     def host(self):
         """The host the request is for: its Host field, or on HTTP/2 and
         HTTP/3 its :authority (tern_request_host), or None."""
-        return self._str(fast.tern_request_host, "host")
+        return self._str(5, "host")
 
     @property
     def gone(self):
@@ -274,15 +272,7 @@ class Request:
 
     @property
     def headers(self):
-        def load(p):
-            items = []
-            for i in range(fast.tern_request_header_count(p)):
-                h = fast.tern_request_header_at(p, i).contents
-                items.append((_string_at(h.name, h.name_len).decode("latin-1"),
-                              _string_at(h.value, h.value_len).decode(
-                                  "latin-1")))
-            return Headers(items)
-        return self._read("headers", load)
+        return self._read("headers", lambda p: Headers(_n.req_headers(p)))
 
     @property
     def params(self):
@@ -290,14 +280,11 @@ class Request:
         wildcard's under '*'."""
         def load(p):
             out = {}
-            n = _c_size()
             for name in self._route.param_names:
-                bn = name.encode()
-                a = fast.tern_request_param(p, bn, len(bn), _byref(n))
+                a = _n.req_param(p, name)
                 if a is not None:
                     out[name] = urllib.parse.unquote(
-                        _string_at(a, n.value).decode("latin-1"),
-                        encoding="utf-8", errors="surrogateescape")
+                        a, encoding="utf-8", errors="surrogateescape")
             return out
         return self._read("params", load)
 
@@ -305,10 +292,9 @@ class Request:
     def peer(self):
         """(address, port) of the client."""
         def load(p):
-            buf = ctypes.create_string_buffer(64)
-            port = ctypes.c_int()
-            _check(fast.tern_request_peer(p, buf, 64, _byref(port)), "peer")
-            return buf.value.decode(), port.value
+            rc, address, port = _n.req_peer(p)
+            _check(rc, "peer")
+            return address, port
         return self._read("peer", load)
 
     def proxy_tlv(self, kind):
@@ -316,21 +302,14 @@ class Request:
         as bytes, or None: kind is one of PROXY_ALPN, PROXY_AUTHORITY,
         PROXY_SSL (b"1" when the client spoke TLS to the proxy),
         PROXY_SSL_VERSION, PROXY_SSL_CN."""
-        def load(p):
-            n = _c_size()
-            a = fast.tern_request_proxy_tlv(p, int(kind), _byref(n))
-            return None if a is None else _string_at(a, n.value)
-        return self._read(("proxy_tlv", int(kind)), load)
+        return self._read(("proxy_tlv", int(kind)),
+                          lambda p: _n.req_proxy_tlv(p, int(kind)))
 
     @property
     def body(self):
         """The collected body as bytes (b"" when there is none; a
         streaming route's body comes from stream())."""
-        def load(p):
-            n = _c_size()
-            a = fast.tern_request_body(p, _byref(n))
-            return _string_at(a, n.value) if n.value else b""
-        return self._read("body", load)
+        return self._read("body", _n.req_body)
 
     def body_view(self):
         """The collected body without a copy: a memoryview of tern's
@@ -344,11 +323,7 @@ class Request:
             if self._handler_thread != threading.get_ident():
                 raise RuntimeError("body_view() is only for the handler's "
                                    "thread, while it runs")
-            n = _c_size()
-            a = fast.tern_request_body(self._ptr, _byref(n))
-        if not n.value:
-            return memoryview(b"")
-        mv = memoryview((ctypes.c_char * n.value).from_address(a)).cast("B")
+            mv = _n.req_body(self._ptr, True)
         if self._views is None:
             self._views = []
         self._views.append(mv)
@@ -385,11 +360,11 @@ class Request:
     def respond_interim(self, status, headers=None):
         """Send an interim (1xx) answer ahead of the final one, such as
         103 Early Hints; any thread."""
-        arr, n, keep = _headers(headers)
+        hdrs = _header_list(headers)
         with self._lock:
             if self._ptr is None:
                 raise RequestFinished("respond_interim")
-            rc = lib.tern_respond_interim(self._ptr, status, arr, n)
+            rc = _n.respond_interim(self._ptr, status, hdrs)
         if rc not in (0, _ffi.ECLOSED):
             raise TernError(rc, "tern_respond_interim")
 
@@ -397,12 +372,11 @@ class Request:
         """Call fn(req) on the worker if the client goes away before the
         answer (a long poll stops waiting). From the handler only (tern
         needs the worker); the request must still be answered."""
-        key = self._server._key(fn)
+        key = self._server._key((fn, self))
         with self._lock:
             if self._ptr is None:
                 raise RequestFinished("on_gone")
-            rc = lib.tern_request_on_gone(self._ptr, self._server._gone_cb,
-                                          key)
+            rc = _n.on_gone(self._ptr, key)
         if rc != 0:
             self._server._refs.pop(key, None)
             raise TernError(rc, "tern_request_on_gone")
@@ -411,7 +385,7 @@ class Request:
     @property
     def route_status(self):
         """0 for a routed request; 404 or 405 in the fallback handler."""
-        return self._read("route_status", fast.tern_request_route_status)
+        return self._read("route_status", lambda p: _n.req_int(p, 2))
 
     def accept_websocket(self, handler=None, **options):
         """Accept the request as a WebSocket (from a plain, not async or
@@ -424,7 +398,7 @@ class Request:
         return self._server._ws_accept(self, handler, options)
 
     def is_websocket(self):
-        return self._read("is_ws", lambda p: bool(fast.tern_ws_is_upgrade(p)))
+        return self._read("is_ws", lambda p: bool(_n.req_int(p, 3)))
 
     def _snapshot(self):
         for k in _SNAPSHOT:
@@ -469,16 +443,16 @@ class BodyStream:
         self._async_waiters = []
 
     # on the worker
-    def _event(self, event, data, n):
+    def _event(self, event, data):
         with self._cond:
             if event == _ffi.BODY_DATA:
-                if n:
-                    self._chunks.append(_string_at(data, n))
-                    self._buffered += n
+                if data:
+                    self._chunks.append(data)
+                    self._buffered += len(data)
                 if self._buffered >= self._high and not self._paused:
                     with self._req._lock:
                         if self._req._ptr is not None:
-                            lib.tern_request_pause(self._req._ptr)
+                            _n.request_pause(self._req._ptr)
                             self._paused = True
             else:
                 self._state = 1 if event == _ffi.BODY_END else 2
@@ -495,7 +469,7 @@ class BodyStream:
             self._paused = False
             with self._req._lock:
                 if self._req._ptr is not None:
-                    lib.tern_request_resume(self._req._ptr)
+                    _n.request_resume(self._req._ptr)
         return c
 
     def __iter__(self):
@@ -570,35 +544,32 @@ class WebSocket:
     def send(self, data):
         """Send a whole message: str as text, bytes as binary."""
         if isinstance(data, str):
-            b = data.encode()
-            rc = self._call(lib.tern_ws_send, _ffi.WS_TEXT, b, len(b))
+            rc = self._call(_n.ws_send, _ffi.WS_TEXT, data.encode())
         else:
-            b = bytes(data)
-            rc = self._call(lib.tern_ws_send, _ffi.WS_BINARY, b, len(b))
+            rc = self._call(_n.ws_send, _ffi.WS_BINARY, data)
         _check(rc, "tern_ws_send")
 
     def ping(self, data=b""):
-        _check(self._call(lib.tern_ws_ping, data, len(data)), "tern_ws_ping")
+        _check(self._call(_n.ws_send, 0, data), "tern_ws_ping")
 
     def close(self, code=1000, reason=""):
-        r = reason.encode()
-        rc = self._call(lib.tern_ws_close, code, r, len(r))
+        rc = self._call(_n.ws_close, code, reason.encode())
         if rc != _ffi.ECLOSED:
             _check(rc, "tern_ws_close")
 
     def pause(self):
-        _check(self._call(lib.tern_ws_pause), "tern_ws_pause")
+        _check(self._call(_n.ws_call, 0), "tern_ws_pause")
 
     def resume(self):
-        _check(self._call(lib.tern_ws_resume), "tern_ws_resume")
+        _check(self._call(_n.ws_call, 1), "tern_ws_resume")
 
     @property
     def buffered(self):
-        return self._call(lib.tern_ws_buffered)
+        return self._call(_n.ws_call, 2)
 
     @property
     def protocol(self):
-        return _PROTO_NAMES.get(self._call(lib.tern_ws_protocol), "?")
+        return _PROTO_NAMES.get(self._call(_n.ws_call, 3), "?")
 
 
 # ---------------------------------------------------------------------------
@@ -674,7 +645,7 @@ def _stop_all():
 
 class _Route:
     __slots__ = ("method", "pattern", "fn", "is_async", "param_names",
-                 "stream", "high_water", "cfn", "blocking")
+                 "stream", "high_water", "key", "blocking", "server")
 
     def __init__(self, method, pattern, fn, stream, high_water, blocking):
         self.method = method
@@ -687,7 +658,8 @@ class _Route:
         self.stream = stream
         self.high_water = high_water
         self.blocking = blocking
-        self.cfn = None
+        self.key = None
+        self.server = None
 
 
 _TEXT_PLAIN = ("content-type", "text/plain; charset=utf-8")
@@ -749,8 +721,7 @@ class _Stream:
             with self.lock:
                 self.pending.append(c)
                 self.inflight += len(c)
-            rc = lib.tern_response_write(self.p, c, len(c),
-                                         self.server._written_cb, self.key)
+            rc = _n.response_write(self.p, c, self.key)
             if rc != 0:
                 with self.lock:
                     self.pending.pop()
@@ -770,9 +741,9 @@ class _Stream:
             except Exception:
                 log.exception("closing a streamed response body raised")
         if cut:
-            lib.tern_response_abort(self.p)
+            _n.response_abort(self.p)
         else:
-            lib.tern_response_end(self.p, None, 0)
+            _n.response_end(self.p)
 
     def written(self, status):
         with self.lock:
@@ -814,11 +785,11 @@ class Server:
         p = ctypes.c_void_p()
         _check(lib.tern_server_new(_byref(s), _byref(p)), "tern_server_new")
         self._srv = p
+        self._srv_ptr = p.value  # the same, as the native calls take it
         self._routes = []
         self._live = {}        # ptr -> Request not answered by its handler
         self._live_lock = threading.Lock()
-        self._refs = {}        # key -> object a C callback will look up
-        self._keys = itertools.count(1)
+        self._refs = _refs     # key -> object a C callback will look up
         self._free_lock = threading.Lock()
         self._tls = []
         self.ports = []
@@ -835,20 +806,12 @@ class Server:
         # (CPython's gh-90882), and the server would then be freed under
         # its worker.
         self._done = threading.Event()
-        self._body_cb = _ffi.body_fn(self._on_body)
-        self._ws_open_cb = _ffi.ws_open_fn(self._on_ws_open)
-        self._ws_msg_cb = _ffi.ws_message_fn(self._on_ws_message)
-        self._ws_close_cb = _ffi.ws_close_fn(self._on_ws_close)
-        self._ws_drain_cb = _ffi.ws_drain_fn(self._on_ws_drain)
-        self._gone_cb = _ffi.gone_fn(self._on_gone)
         self._gone_keys = {}   # request ptr -> (key, Request) with on_gone
-        self._written_cb = _ffi.write_fn(self._on_written)
-        self._worker_cb = _ffi.worker_fn(self._on_worker_call)
 
     # -- configuration -------------------------------------------------
 
     def _on_log(self, level, msg, n, user):
-        text = _string_at(msg, n).decode("utf-8", "replace")
+        text = ctypes.string_at(msg, n).decode("utf-8", "replace")
         log.log({0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(
             level, logging.DEBUG), "%s", text)
 
@@ -870,15 +833,9 @@ class Server:
         r = _Route(method, pattern, fn, stream, stream_high_water, blocking)
         if r.is_async and blocking:
             raise ValueError("an async handler cannot be a blocking route")
-        r.cfn = _ffi.handler_fn(lambda p, u, r=r: self._dispatch(r, p))
-        o = _ffi.init_struct(_ffi.RouteOptions, "tern_route_options_init")
-        o.flags = (_ffi.ROUTE_BLOCKING if blocking else 0) | (
+        flags = (_ffi.ROUTE_BLOCKING if blocking else 0) | (
             _ffi.ROUTE_STREAM_BODY if stream else 0)
-        o.max_body_size = max_body_size
-        _check(lib.tern_route_with(self._srv, method.encode(),
-                                   pattern.encode(), r.cfn, None, _byref(o)),
-               "tern_route %s %s" % (method, pattern))
-        self._routes.append(r)
+        self._add(r, method, pattern, flags, max_body_size)
         if r.is_async and self._loop is None:
             self._start_loop()
         return r
@@ -888,13 +845,24 @@ class Server:
         of tern's 404/405 (req.route_status tells which; a 405 should
         carry an Allow header)."""
         r = _Route("*", "", fn, False, 0, False)
-        r.cfn = _ffi.handler_fn(lambda p, u, r=r: self._dispatch(r, p))
-        _check(lib.tern_server_set_default_handler(self._srv, r.cfn, None, None),
-               "tern_server_set_default_handler")
-        self._routes.append(r)
+        self._add(r, None, None, 0, 0)
         if r.is_async and self._loop is None:
             self._start_loop()
         return fn
+
+    def _add(self, r, method, pattern, flags, max_body_size):
+        """Install route r: its handler is the native trampoline, which
+        finds r by its key (pattern None: the default handler)."""
+        r.server = self
+        r.key = self._key(r)
+        rc = _n.route(self._srv_ptr, method, pattern, r.key, flags,
+                      max_body_size)
+        if rc != 0:
+            self._refs.pop(r.key, None)
+            raise TernError(rc, "tern_route %s %s" % (method, pattern)
+                            if pattern is not None
+                            else "tern_server_set_default_handler")
+        self._routes.append(r)
 
     def tls(self, cert=None, key=None, *, cert_pem=None, key_pem=None,
             engine=None, min_version=None):
@@ -1060,9 +1028,11 @@ class Server:
             with req._lock:
                 p, req._ptr = req._ptr, None
                 if p is not None:
-                    lib.tern_respond(p, 503, None, 0, None, 0)
+                    _n.respond(p, 503, None, b"")
         lib.tern_server_free(self._srv)
-        self._srv = None
+        self._srv = self._srv_ptr = None
+        for r in self._routes:
+            self._refs.pop(r.key, None)
         with _servers_lock:
             _servers.discard(self)
         if self._own_loop is not None:
@@ -1103,7 +1073,6 @@ class Server:
         """Send one message to many WebSockets (one frame, shared);
         returns how many took it."""
         socks = [s for s in sockets if s._ptr is not None]
-        arr = (ctypes.c_void_p * len(socks))(*[s._ptr for s in socks])
         if isinstance(data, str):
             b, t = data.encode(), _ffi.WS_TEXT
         else:
@@ -1114,10 +1083,7 @@ class Server:
             lk.acquire()
         try:
             # sockets closed meanwhile are NULL entries: tern skips them
-            for i, s in enumerate(socks):
-                arr[i] = s._ptr
-            return _check(lib.tern_ws_broadcast(arr, len(socks), t, b,
-                                                len(b)),
+            return _check(_n.ws_broadcast([s._ptr for s in socks], t, b),
                           "tern_ws_broadcast")
         finally:
             for lk in locks:
@@ -1152,8 +1118,8 @@ class Server:
     # -- dispatch ------------------------------------------------------
 
     def _key(self, obj):
-        k = next(self._keys)  # atomic under the GIL
-        self._refs[k] = obj
+        k = next(_keys)  # atomic under the GIL
+        _refs[k] = obj
         return k
 
     def _dispatch(self, route, ptr):
@@ -1164,7 +1130,7 @@ class Server:
             if route.stream:
                 req._stream = BodyStream(self, req, route.high_water)
                 key = self._key(req._stream)
-                if lib.tern_request_read(ptr, self._body_cb, key) != 0:
+                if _n.request_read(ptr, key) != 0:
                     self._refs.pop(key, None)
                     req._stream._state = 2
             if route.is_async:
@@ -1228,20 +1194,17 @@ class Server:
             body = b""
         elif not isinstance(body, (bytes, bytearray, memoryview)):
             stream = iter(body)
-        arr, n, keep = _headers(hdrs)
         with req._lock:
             p = req._ptr
             if p is None:
                 raise RequestFinished("respond")
             if stream is None:
-                if not isinstance(body, bytes):
-                    body = bytes(body)
-                rc = lib.tern_respond(p, status, arr, n, body, len(body))
+                rc = _n.respond(p, status, hdrs, body)
                 if rc in (_ffi.EINVAL, _ffi.ESTATE):
                     raise TernError(rc, "tern_respond")
                 req._ptr = None
             else:
-                rc = lib.tern_response_start(p, status, arr, n, -1)
+                rc = _n.response_start(p, status, hdrs, -1)
                 if rc in (_ffi.EINVAL, _ffi.ESTATE):
                     raise TernError(rc, "tern_response_start")
                 req._ptr = None  # no other answer from here on
@@ -1260,53 +1223,34 @@ class Server:
         slow client holds the generator instead of the server's memory."""
         _Stream(self, p, iter(chunks)).pump()
 
-    # -- C callbacks (user pointers are keys into self._refs) -----------
-
-    def _on_body(self, p, event, data, n, key):
-        st = self._refs.get(key)
-        if st is None:
-            return
-        if event != _ffi.BODY_DATA:
-            self._refs.pop(key, None)
-        st._event(event, data, n)
-
     def _ws_accept(self, req, handler, options):
+        opts = dict(options)
+        for k in opts:
+            if k not in _WS_OPTIONS:
+                raise TypeError("unknown WebSocket option %r" % k)
         ws = WebSocket(self, handler, 0)
         key = self._key(ws)
         ws._key = key
-        o = _ffi.init_struct(_ffi.WsOptions, "tern_ws_options_init")
-        o.on_open = ctypes.cast(self._ws_open_cb, ctypes.c_void_p)
-        o.on_message = ctypes.cast(self._ws_msg_cb, ctypes.c_void_p)
-        o.on_close = ctypes.cast(self._ws_close_cb, ctypes.c_void_p)
-        o.on_drain = ctypes.cast(self._ws_drain_cb, ctypes.c_void_p)
-        sub = options.pop("subprotocol", None)
-        if sub is not None:
-            sb = sub.encode()
-            o.subprotocol = sb
-            o.subprotocol_len = len(sb)
-        for k, v in options.items():
-            if k not in dict(o._fields_) or k.startswith("on_") or k in (
-                    "version", "size"):
-                raise TypeError("unknown WebSocket option %r" % k)
-            setattr(o, k, v)
-        out = ctypes.c_void_p()
-        with req._lock:
-            p = req._ptr
-            if p is None:
-                raise RequestFinished("accept_websocket")
-            rc = lib.tern_ws_accept(p, _byref(o), key, _byref(out))
-            if rc == _ffi.ESTATE and not getattr(_in_handler, "on", False):
-                # Not on the request's worker (an async handler, or any
-                # thread after the handler returned): tern accepts only
-                # there, so the call goes to the worker and this thread
-                # waits for it (one loop turn).
-                rc = self._on_request_worker(
-                    p, lambda: lib.tern_ws_accept(p, _byref(o), key,
-                                                  _byref(out)))
-            if rc in (_ffi.EINVAL, _ffi.ESTATE):
-                self._refs.pop(key, None)
-                raise TernError(rc, "tern_ws_accept")
-            req._ptr = None
+        try:
+            with req._lock:
+                p = req._ptr
+                if p is None:
+                    raise RequestFinished("accept_websocket")
+                rc = _n.ws_accept(p, key, opts)[0]
+                if rc == _ffi.ESTATE and not getattr(_in_handler, "on",
+                                                     False):
+                    # Not on the request's worker (an async handler, or
+                    # any thread after the handler returned): tern
+                    # accepts only there, so the call goes to the worker
+                    # and this thread waits for it (one loop turn).
+                    rc = self._on_request_worker(
+                        p, lambda: _n.ws_accept(p, key, opts)[0])
+                if rc in (_ffi.EINVAL, _ffi.ESTATE):
+                    raise TernError(rc, "tern_ws_accept")
+                req._ptr = None
+        except BaseException:
+            self._refs.pop(key, None)
+            raise
         if rc != 0:
             self._refs.pop(key, None)
             if rc == _ffi.EHANDSHAKE:
@@ -1325,8 +1269,7 @@ class Server:
                 box[0] = call()
             done.set()
         k = self._key(run)
-        rc = lib.tern_worker_call(self._srv, fast.tern_request_worker(p),
-                                  self._worker_cb, k)
+        rc = _n.worker_call(self._srv_ptr, _n.req_int(p, 4), k)
         if rc != 0:
             self._refs.pop(k, None)
             return rc
@@ -1334,63 +1277,103 @@ class Server:
             return _ffi.ECLOSED
         return box[0]
 
-    def _ws_call(self, key, name, *args):
-        ws = self._refs.get(key)
-        if ws is None:
-            return None
-        fn = getattr(ws._handler, name, None)
-        if fn is not None:
-            try:
-                fn(ws, *args)
-            except Exception:
-                log.exception("WebSocket %s raised", name)
-        return ws
 
-    def _on_ws_open(self, p, key):
-        ws = self._refs.get(key)
-        if ws is not None:
-            ws._ptr = p
-            self._ws_call(key, "on_open")
+# tern_ws_options fields accept_websocket takes (tern/_bridge.c sets them).
+_WS_OPTIONS = frozenset((
+    "max_message_size", "high_water", "on_full", "stream_messages",
+    "deflate", "deflate_window_bits", "deflate_mem_level", "deflate_level",
+    "close_timeout_ms", "subprotocol"))
 
-    def _on_ws_message(self, p, typ, data, n, fin, key):
-        raw = _string_at(data, n) if n else b""
-        self._ws_call(key, "on_message",
-                      raw.decode() if typ == _ffi.WS_TEXT else raw)
+# ---------------------------------------------------------------------------
+# tern's C callbacks, through the native trampolines (tern/_bridge.c): the
+# user pointer of each is a key into _refs, shared by every Server.
 
-    def _on_ws_close(self, p, code, reason, n, key):
-        ws = self._refs.get(key)
-        if ws is None:
-            return
-        with ws._lock:
-            ws._ptr = None
-            ws.closed = True
-            ws.close_code = code
-        self._ws_call(key, "on_close", code,
-                      _string_at(reason, n).decode("utf-8", "replace")
-                      if n else "")
-        self._refs.pop(key, None)
+_refs = {}
+_keys = itertools.count(1)
 
-    def _on_written(self, p, status, key):
-        st = self._refs.get(key)
-        if st is not None:
-            st.written(status)
 
-    def _on_worker_call(self, srv, worker, loop, key):
-        fn = self._refs.pop(key, None)
-        if fn is not None:
-            fn(loop is not None)
+def _on_request(key, ptr):
+    r = _refs.get(key)
+    if r is not None:
+        r.server._dispatch(r, ptr)
 
-    def _on_gone(self, p, key):
-        fn = self._refs.pop(key, None)
-        entry = self._gone_keys.pop(p, None)
-        if fn is not None and entry is not None:
-            try:
-                fn(entry[1])
-            except Exception:
-                log.exception("an on_gone callback raised")
 
-    def _on_ws_drain(self, p, key):
-        self._ws_call(key, "on_drain")
+def _on_body(key, event, data):
+    st = _refs.get(key)
+    if st is None:
+        return
+    if event != _ffi.BODY_DATA:
+        _refs.pop(key, None)
+    st._event(event, data)
+
+
+def _on_gone(key):
+    entry = _refs.pop(key, None)
+    if entry is None:
+        return
+    fn, req = entry
+    if req._server._gone_keys.pop(req._id, None) is None:
+        return  # answered meanwhile
+    try:
+        fn(req)
+    except Exception:
+        log.exception("an on_gone callback raised")
+
+
+def _on_written(key, status):
+    st = _refs.get(key)
+    if st is not None:
+        st.written(status)
+
+
+def _ws_call(key, name, *args):
+    ws = _refs.get(key)
+    if ws is None:
+        return None
+    fn = getattr(ws._handler, name, None)
+    if fn is not None:
+        try:
+            fn(ws, *args)
+        except Exception:
+            log.exception("WebSocket %s raised", name)
+    return ws
+
+
+def _on_ws_open(key, ptr):
+    ws = _refs.get(key)
+    if ws is not None:
+        ws._ptr = ptr
+        _ws_call(key, "on_open")
+
+
+def _on_ws_message(key, data):
+    _ws_call(key, "on_message", data)
+
+
+def _on_ws_close(key, code, reason):
+    ws = _refs.get(key)
+    if ws is None:
+        return
+    with ws._lock:
+        ws._ptr = None
+        ws.closed = True
+        ws.close_code = code
+    _ws_call(key, "on_close", code, reason)
+    _refs.pop(key, None)
+
+
+def _on_ws_drain(key):
+    _ws_call(key, "on_drain")
+
+
+def _on_worker(key, alive):
+    fn = _refs.pop(key, None)
+    if fn is not None:
+        fn(alive)
+
+
+_n.bridge_init(_on_request, _on_body, _on_gone, _on_written, _on_ws_open,
+               _on_ws_message, _on_ws_close, _on_ws_drain, _on_worker)
 
 
 def _async_gone(req):
@@ -1404,27 +1387,12 @@ def _async_gone(req):
         pass  # the loop is closed
 
 
-def _headers(hdrs):
-    """(array of tern_header, count, the bytes it points into: keep them
-    referenced until the call that copies them has returned)."""
+def _header_list(hdrs):
+    """Headers as the native calls take them: None or a list of (name,
+    value) pairs (str or bytes; a value of another type is str()'d)."""
     if isinstance(hdrs, dict):
-        hdrs = list(hdrs.items())
-    n = len(hdrs) if hdrs else 0
-    if not n:
-        return None, 0, None
-    arr = (_ffi.Header * n)()
-    keep = []
-    for i, (k, v) in enumerate(hdrs):
-        kb = k if isinstance(k, bytes) else k.encode("latin-1")
-        vb = v if isinstance(v, bytes) else str(v).encode("latin-1")
-        keep.append(kb)
-        keep.append(vb)
-        h = arr[i]
-        h.name = ctypes.cast(ctypes.c_char_p(kb), ctypes.c_void_p)
-        h.name_len = len(kb)
-        h.value = ctypes.cast(ctypes.c_char_p(vb), ctypes.c_void_p)
-        h.value_len = len(vb)
-    return arr, n, keep
+        return list(hdrs.items())
+    return list(hdrs) if hdrs else None
 
 
 def _normalize(result):

@@ -1,6 +1,8 @@
 """The C ABI of libtern, declared with ctypes (include/tern.h is the
-reference). Nothing here is Python-friendly: tern/__init__.py builds the
-API on top.
+reference), and the native module tern._native found beside it. Nothing
+here is Python-friendly: tern/__init__.py builds the API on top. ctypes
+sets a server up; every call on a request's path goes through the native
+module (`native`, tern/_bridge.c).
 
 The library is found, in order, through $TERN_LIBRARY (a path), the
 library the native module tern._native links (when it is built), the
@@ -18,11 +20,19 @@ each call, for everything that may block, wait on a lock a worker holds
 while it runs Python, or call back; `fast` (ctypes.PyDLL) keeps it, for
 the request accessors, which only read the request's memory: a worker's
 callback never needs the GIL they hold.
+
+The native module is, in order: $TERN_NATIVE (a path, as the meson tests
+set it), the installed tern._native, or the one a meson build made beside
+the library found (build/_native.cpython-*.so). It must run on the same
+libtern file as `lib`, so that one process never holds two copies.
 """
 
 import ctypes
 import ctypes.util
+import importlib.machinery
+import importlib.util
 import os
+import sys
 
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int64,
                     c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
@@ -471,20 +481,35 @@ LEFT_OUT = {
 }
 
 
-def _candidates():
+def _native_from(path):
+    spec = importlib.util.spec_from_file_location("tern._native", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["tern._native"] = mod
+    return mod
+
+
+def _installed_native():
+    path = os.environ.get("TERN_NATIVE")
+    if path:
+        return _native_from(path)
+    try:
+        from . import _native
+        return _native
+    except ImportError:
+        return None
+
+
+def _candidates(native):
     env = os.environ.get("TERN_LIBRARY")
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
-    # the library the native module (tern._native) was linked with, so
-    # that one process never holds two copies
-    try:
-        from . import _native
-        if _native.library_path():
-            out.append(_native.library_path())
-    except ImportError:
-        pass
+    # the library the native module was linked with, so that one process
+    # never holds two copies
+    if native is not None and native.library_path():
+        out.append(native.library_path())
     out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build",
                                              "libtern.so")))
     # a checkout's build directory, from its root
@@ -494,9 +519,9 @@ def _candidates():
     return out
 
 
-def _load():
+def _load(native):
     errors = []
-    for path in _candidates():
+    for path in _candidates(native):
         if os.sep in path and not os.path.exists(path):
             errors.append("%s: no such file" % path)
             continue
@@ -508,7 +533,39 @@ def _load():
                       "path of libtern.so): " + "; ".join(errors))
 
 
-path, lib, fast = _load()
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _native_for(path, native):
+    """The native module to use with the library at `path`."""
+    if native is not None and native.library_path() and \
+            _same_file(native.library_path(), path):
+        return native
+    # a meson build puts the module beside its library
+    d = os.path.dirname(os.path.abspath(path))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        beside = os.path.join(d, "_native" + suffix)
+        if os.path.exists(beside):
+            return _native_from(beside)
+    if native is not None:
+        raise ImportError(
+            "tern: the native module %s runs on %s, not on %s (unset "
+            "TERN_LIBRARY, or set TERN_NATIVE to a module built against "
+            "it)" % (native.__file__, native.library_path(), path))
+    raise ImportError(
+        "tern: the native module tern._native is not built (pip install "
+        "bindings/python, or a meson build of the checkout with "
+        "python3-dev: build/_native*.so)")
+
+
+_native0 = _installed_native()
+path, lib, fast = _load(_native0)
+native = _native_for(path, _native0)
+del _native0
 for _name, (_res, _args, _h) in FUNCTIONS.items():
     for _handle in (lib, fast) if _h == "fast" else (lib,):
         _f = getattr(_handle, _name)

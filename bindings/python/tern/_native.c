@@ -3412,6 +3412,9 @@ static PyObject *library_path(PyObject *m, PyObject *unused) {
   return PyUnicode_DecodeFSDefault(info.dli_fname);
 }
 
+/* tern.Server's request path (tern/_bridge.c). */
+extern PyMethodDef tern_bridge_methods[];
+
 static PyMethodDef module_methods[] = {
     {"library_path", library_path, METH_NOARGS,
      "The path of the libtern this module uses."},
@@ -3522,7 +3525,7 @@ PyMODINIT_FUNC PyInit__native(void) {
       ready_none == NULL)
     return NULL;
   m = PyModule_Create(&module);
-  if (m == NULL)
+  if (m == NULL || PyModule_AddFunctions(m, tern_bridge_methods) < 0)
     return NULL;
   Py_INCREF(&ServerType);
   Py_INCREF(&ConnType);

@@ -12,7 +12,6 @@ application and tern share one thread. docs/python.md is the guide.
 import argparse
 import asyncio
 import importlib
-import importlib.util
 import inspect
 import logging
 import os
@@ -30,21 +29,7 @@ _TERN_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO,
                 3: logging.DEBUG}
 
 
-def _load_native():
-    """tern._native: the installed one, or the one a build made
-    ($TERN_NATIVE, as the meson tests set it)."""
-    path = os.environ.get("TERN_NATIVE")
-    if path:
-        spec = importlib.util.spec_from_file_location("tern._native", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules["tern._native"] = mod
-        return mod
-    from . import _native
-    return _native
-
-
-native = _load_native()
+from ._ffi import native  # noqa: E402  (tern._native, found by _ffi)
 
 
 # Config's options and their defaults (the keywords of run(), the flags

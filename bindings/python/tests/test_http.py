@@ -478,9 +478,10 @@ def test_generator_body_is_paced_by_the_client(server):
         assert not data.endswith(b"0\r\n\r\n"), (path, data[-40:])
 
 
-def _read_to_close(port, path):
+def _read_to_close(port, path, fields=b""):
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path.encode(),
+                                                           fields))
     data = b""
     while True:
         d = s.recv(65536)
@@ -547,3 +548,107 @@ def test_websocket_accepted_after_the_handler_returned(server):
     asyncio.new_event_loop().run_until_complete(go())
     st, _, body = get(port, "/info", headers={"Host": "example.test:8"})
     assert body == b"example.test False None"
+
+
+class _CtypesSpy:
+    """Stands in for tern's ctypes handles: records every call made."""
+
+    def __init__(self, real, calls):
+        self._real = real
+        self._calls = calls
+
+    def __getattr__(self, name):
+        fn = getattr(self._real, name)
+        calls = self._calls
+
+        def call(*args):
+            calls.append(name)
+            return fn(*args)
+        return call
+
+
+def test_request_path_makes_no_ctypes_calls(server, monkeypatch):
+    """Once a server is set up, serving makes no ctypes call: fields,
+    answers now and later, streamed bodies both ways, the client leaving,
+    an interim answer and a WebSocket all go through the native module
+    (tern/_bridge.c). ctypes costs microseconds a call."""
+    websockets = pytest.importorskip("websockets")
+    app = server()
+    gone = threading.Event()
+
+    @app.route("POST", "/f/:x")
+    def fields(req):
+        return 200, {"x-h": req.headers.get("x-h", "")}, "|".join(
+            str(v) for v in (
+            req.method, req.target, req.path, req.query, req.authority,
+            req.host, req.protocol, req.tls, req.params["x"],
+            req.peer[0], req.route_status, req.is_websocket(),
+            req.proxy_tlv(tern.PROXY_ALPN), bytes(req.body_view()),
+            req.body))
+
+    @app.route("GET", "/later")
+    def later(req):
+        threading.Timer(0.02, req.respond, (201, [("x-a", b"b")],
+                                            "done")).start()
+
+    @app.route("GET", "/gen")
+    def gen(req):
+        return 200, None, (b"%d," % i for i in range(1000))
+
+    @app.route("GET", "/hint")
+    def hint(req):
+        req.respond_interim(103, {"link": "</s.css>; rel=preload"})
+        return "after"
+
+    @app.route("PUT", "/up", stream=True)
+    async def up(req):
+        n = 0
+        async for piece in req.stream():
+            n += len(piece)
+        return str(n)
+
+    @app.route("GET", "/hang")
+    def hang(req):
+        req.on_gone(lambda r: (r.respond(499), gone.set()))
+
+    class Echo:
+        def on_message(self, ws, data):
+            ws.send(data)
+            app.broadcast([ws], "b:" + data)
+
+    @app.route("GET", "/ws")
+    def ws(req):
+        req.accept_websocket(Echo(), max_message_size=1 << 20)
+
+    port = started(app)
+    calls = []
+    monkeypatch.setattr(tern, "lib", _CtypesSpy(tern.lib, calls))
+    monkeypatch.setattr(tern._ffi, "fast", _CtypesSpy(tern._ffi.fast, calls))
+
+    st, r, body = get(port, "/f/a%20b?q=1", "POST", b"xyz",
+                      headers={"x-h": "v"})
+    assert st == 200 and r.getheader("x-h") == "v"
+    assert body == (b"POST|/f/a%%20b?q=1|/f/a%%20b|q=1|127.0.0.1:%d|"
+                    b"127.0.0.1|HTTP/1.1|None|a b|127.0.0.1|0|False|"
+                    b"None|b'xyz'|b'xyz'" % port)
+    st, r, body = get(port, "/later")
+    assert (st, r.getheader("x-a"), body) == (201, "b", b"done")
+    st, _, body = get(port, "/gen")
+    assert st == 200 and body == b"".join(b"%d," % i for i in range(1000))
+    data = _read_to_close(port, "/hint", b"Connection: close\r\n")
+    assert data.startswith(b"HTTP/1.1 103 ") and b"</s.css>" in data
+    assert b"\r\nHTTP/1.1 200 " in data and data.endswith(b"\r\n\r\nafter")
+    st, _, body = get(port, "/up", "PUT", b"u" * 300000)
+    assert (st, body) == (200, b"300000")
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.1)
+    s.close()
+    assert gone.wait(5)
+
+    async def go():
+        async with websockets.connect("ws://127.0.0.1:%d/ws" % port) as c:
+            await c.send("hi")
+            assert {await c.recv(), await c.recv()} == {"hi", "b:hi"}
+    asyncio.new_event_loop().run_until_complete(go())
+    assert calls == []
