@@ -724,7 +724,8 @@ SERVERS["tern-wsgi"] = Spec(
     protocols=("h1", "h2"), only=_APP_SCEN, only_why=_APP_ONLY,
     why_not={"ws": _NO_WS})
 SERVERS["hypercorn"] = Spec(
-    "hypercorn", "hypercorn 0.13 (asyncio, 1 process; HTTP/2 over TLS)",
+    "hypercorn", "hypercorn 0.13 (asyncio, 1 process, --bind fd:// for "
+    "TCP_NODELAY; HTTP/2 over TLS)",
     "pyapp", protocols=("h1", "h2", "ws"), only=_APP_SCEN,
     only_why=_APP_ONLY)
 SERVERS["daphne"] = Spec(
@@ -848,9 +849,12 @@ def pyapp_server(name, args, sdir, shim, tls, mat):
             argv += ["--ssl-certfile", mat["cert"], "--ssl-keyfile",
                      mat["key"]]
     elif name == "hypercorn":
-        argv = [PYTHON, "-m", "hypercorn", "--bind", "127.0.0.1:%d" % port,
-                "--workers", "1", "--log-level", "warning", "--backlog",
-                "4096"]
+        # --bind fd:// of a socket made with IPPROTO_TCP, so that asyncio
+        # sets TCP_NODELAY (hypercorn_fd.py: with --bind HOST:PORT each
+        # keep-alive answer waits ~40 ms for the client's delayed ACK)
+        argv = [PYTHON, os.path.join(peers, "hypercorn_fd.py"),
+                "127.0.0.1:%d" % port, "--workers", "1", "--log-level",
+                "warning", "--backlog", "4096"]
         if tls:
             argv += ["--certfile", mat["cert"], "--keyfile", mat["key"]]
         argv.append(app)

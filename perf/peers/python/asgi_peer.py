@@ -2,7 +2,16 @@
 (tern-asgi, uvicorn, hypercorn, daphne): GET / answers "Hello, World!"
 text/plain (raw ASGI, h1-get and h2-get), /ws echoes each WebSocket
 message (ws-echo), and GET /json is a FastAPI endpoint returning a list
-of 20 items (py-json), the framework's work on top of the server's."""
+of 20 items (py-json), the framework's work on top of the server's.
+
+Every HTTP request is read to its end (receive() until more_body is
+False) before the answer, as an ASGI app should, on every server alike.
+hypercorn 0.13 (h11) reuses a keep-alive connection only when h11 has
+consumed the request's end by the time the app's answer completes
+(H11Protocol._maybe_recycle wants their_state DONE); an app that answers
+without receive() finishes first, h11's side is still SEND_BODY, and
+hypercorn closes the connection after each answer (docs/performance.md,
+"Python app servers")."""
 HELLO = b"Hello, World!"
 HEAD = {"type": "http.response.start", "status": 200,
         "headers": [(b"content-type", b"text/plain"),
@@ -26,15 +35,39 @@ except ImportError:  # python3-fastapi missing: py-json is then invalid
     api = None
 
 
+async def read_body(receive):
+    """The request's body, read to its end; None on http.disconnect."""
+    body = b""
+    while True:
+        m = await receive()
+        if m["type"] != "http.request":
+            return None
+        body += m.get("body", b"")
+        if not m.get("more_body", False):
+            return body
+
+
 async def app(scope, receive, send):
     t = scope["type"]
     if t == "http":
+        body = await read_body(receive)
+        if body is None:
+            return
         path = scope["path"]
         if path == "/":
             await send(HEAD)
             await send(BODY)
         elif path == "/json" and api is not None:
-            await api(scope, receive, send)
+            sent = False
+
+            async def replay():  # the body read above, then the server's
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": body,
+                        "more_body": False}
+            await api(scope, replay, send)
         else:
             await send(NOT_FOUND)
             await send(EMPTY)
