@@ -1929,10 +1929,10 @@ static PyObject *ws_receive(ConnObject *c) {
     return ready_new(Py_BuildValue("{s:O}", "type", s_ws_connect));
   }
   if (c->queue != NULL && PyList_GET_SIZE(c->queue) > c->qpos) {
+    /* The list's reference to the message becomes the Ready's; the
+     * slot holds None until the list is emptied below. */
     PyObject *m = PyList_GET_ITEM(c->queue, c->qpos);
-    Py_INCREF(m);
-    PyList_SET_ITEM(c->queue, c->qpos, Py_None);
-    Py_INCREF(Py_None);
+    PyList_SET_ITEM(c->queue, c->qpos, Py_NewRef(Py_None));
     c->qpos++;
     if (c->qpos == PyList_GET_SIZE(c->queue)) {
       PyList_SetSlice(c->queue, 0, PyList_GET_SIZE(c->queue), NULL);

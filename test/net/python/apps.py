@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import os
+import sys
 import time
 import urllib.parse
 
@@ -123,6 +124,8 @@ async def app(scope, receive, send):
                              ctype=b"application/json")
     if path == "/pid":
         return await respond(send, body=b"%d" % os.getpid())
+    if path == "/blocks":  # the interpreter's live blocks, for leak checks
+        return await respond(send, body=b"%d" % sys.getallocatedblocks())
     if path.startswith("/scope"):
         s = {k: _json_safe(v) for k, v in scope.items()
              if k not in ("state", "extensions")}
