@@ -486,14 +486,7 @@ def _sc(prof, conns):
         headers=prof.headers, upload=None, method="GET", load=prof.tool,
         protocol="h3" if prof.tool == "h3load" else "ws" if
         prof.tool == "wsload" else "h2", tls=prof.port == "h2",
-        body=LARGE if prof.name == "static-h2" else None, relay_ms=0)
-
-
-# measure._h2load_fields reads the scenario's body for its length alone:
-# over 64 KiB, streams cut by the end of the run (2xx head counted, body
-# incomplete; at most one per stream in flight) are a note, not a
-# mismatch. static-h2's largest files are (vendor.js: 300 KiB).
-LARGE = bytes(max(f[1] for f in arena.STATIC_FILES))
+        body=None, relay_ms=0)
 
 
 # ---------------------------------------------------------------------------
