@@ -376,7 +376,7 @@ class Request:
         with self._lock:
             if self._ptr is None:
                 raise RequestFinished("on_gone")
-            rc = _n.on_gone(self._ptr, key)
+            rc = _n.request_watch(self._ptr, key, 1)
         if rc != 0:
             self._server._refs.pop(key, None)
             raise TernError(rc, "tern_request_on_gone")
@@ -452,7 +452,7 @@ class BodyStream:
                 if self._buffered >= self._high and not self._paused:
                     with self._req._lock:
                         if self._req._ptr is not None:
-                            _n.request_pause(self._req._ptr)
+                            _n.request_call(self._req._ptr, 2)
                             self._paused = True
             else:
                 self._state = 1 if event == _ffi.BODY_END else 2
@@ -469,7 +469,7 @@ class BodyStream:
             self._paused = False
             with self._req._lock:
                 if self._req._ptr is not None:
-                    _n.request_resume(self._req._ptr)
+                    _n.request_call(self._req._ptr, 3)
         return c
 
     def __iter__(self):
@@ -741,9 +741,9 @@ class _Stream:
             except Exception:
                 log.exception("closing a streamed response body raised")
         if cut:
-            _n.response_abort(self.p)
+            _n.request_call(self.p, 1)
         else:
-            _n.response_end(self.p)
+            _n.request_call(self.p, 0)
 
     def written(self, status):
         with self.lock:
@@ -1130,7 +1130,7 @@ class Server:
             if route.stream:
                 req._stream = BodyStream(self, req, route.high_water)
                 key = self._key(req._stream)
-                if _n.request_read(ptr, key) != 0:
+                if _n.request_watch(ptr, key, 0) != 0:
                     self._refs.pop(key, None)
                     req._stream._state = 2
             if route.is_async:

@@ -540,74 +540,49 @@ static PyObject *b_response_write(PyObject *m, PyObject *args) {
   return PyLong_FromLong(rc);
 }
 
-/* The calls on a request that take no more than it. */
-enum { R_END, R_ABORT, R_PAUSE, R_RESUME };
-
-static PyObject *req_call(PyObject *o, int what) {
+/* request_call(ptr, what) -> rc, for the calls on a request that take
+ * no more than it: what is 0 tern_response_end (no trailers), 1
+ * tern_response_abort, 2 tern_request_pause, 3 tern_request_resume. */
+static PyObject *b_request_call(PyObject *m, PyObject *args) {
+  PyObject *o;
   tern_request *r;
-  int rc = TERN_EINVAL;
+  int what, rc = TERN_EINVAL;
+  (void)m;
+  if (!PyArg_ParseTuple(args, "Oi:request_call", &o, &what))
+    return NULL;
   REQ(o, r);
   Py_BEGIN_ALLOW_THREADS switch (what) {
-  case R_END:
+  case 0:
     rc = tern_response_end(r, NULL, 0);
     break;
-  case R_ABORT:
+  case 1:
     rc = tern_response_abort(r);
     break;
-  case R_PAUSE:
+  case 2:
     rc = tern_request_pause(r);
     break;
-  case R_RESUME:
+  case 3:
     rc = tern_request_resume(r);
     break;
   }
   Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
 }
 
-static PyObject *b_response_end(PyObject *m, PyObject *o) {
-  (void)m;
-  return req_call(o, R_END);
-}
-static PyObject *b_response_abort(PyObject *m, PyObject *o) {
-  (void)m;
-  return req_call(o, R_ABORT);
-}
-static PyObject *b_request_pause(PyObject *m, PyObject *o) {
-  (void)m;
-  return req_call(o, R_PAUSE);
-}
-static PyObject *b_request_resume(PyObject *m, PyObject *o) {
-  (void)m;
-  return req_call(o, R_RESUME);
-}
-
-/* request_read(ptr, key) and on_gone(ptr, key) -> rc: t_body / t_gone
- * with `key`. */
-static PyObject *b_request_read(PyObject *m, PyObject *args) {
+/* request_watch(ptr, key, what) -> rc: what 0 tern_request_read (the body
+ * to t_body), 1 tern_request_on_gone (to t_gone), with `key`. */
+static PyObject *b_request_watch(PyObject *m, PyObject *args) {
   PyObject *o;
   Py_ssize_t key;
   tern_request *r;
-  int rc;
+  int what, rc;
+  void *user;
   (void)m;
-  if (!PyArg_ParseTuple(args, "On:request_read", &o, &key))
+  if (!PyArg_ParseTuple(args, "Oni:request_watch", &o, &key, &what))
     return NULL;
   REQ(o, r);
-  Py_BEGIN_ALLOW_THREADS rc =
-      tern_request_read(r, t_body, (void *)(intptr_t)key);
-  Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
-}
-
-static PyObject *b_on_gone(PyObject *m, PyObject *args) {
-  PyObject *o;
-  Py_ssize_t key;
-  tern_request *r;
-  int rc;
-  (void)m;
-  if (!PyArg_ParseTuple(args, "On:on_gone", &o, &key))
-    return NULL;
-  REQ(o, r);
-  Py_BEGIN_ALLOW_THREADS rc =
-      tern_request_on_gone(r, t_gone, (void *)(intptr_t)key);
+  user = (void *)(intptr_t)key;
+  Py_BEGIN_ALLOW_THREADS rc = what == 0 ? tern_request_read(r, t_body, user)
+                                        : tern_request_on_gone(r, t_gone, user);
   Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
 }
 
@@ -833,12 +808,10 @@ PyMethodDef tern_bridge_methods[] = {
      "tern_respond_interim."},
     {"response_start", b_response_start, METH_VARARGS, "tern_response_start."},
     {"response_write", b_response_write, METH_VARARGS, "tern_response_write."},
-    {"response_end", b_response_end, METH_O, "tern_response_end."},
-    {"response_abort", b_response_abort, METH_O, "tern_response_abort."},
-    {"request_pause", b_request_pause, METH_O, "tern_request_pause."},
-    {"request_resume", b_request_resume, METH_O, "tern_request_resume."},
-    {"request_read", b_request_read, METH_VARARGS, "tern_request_read."},
-    {"on_gone", b_on_gone, METH_VARARGS, "tern_request_on_gone."},
+    {"request_call", b_request_call, METH_VARARGS,
+     "tern_response_end, _abort, tern_request_pause, _resume."},
+    {"request_watch", b_request_watch, METH_VARARGS,
+     "tern_request_read, tern_request_on_gone."},
     {"worker_call", b_worker_call, METH_VARARGS, "tern_worker_call."},
     {"ws_accept", b_ws_accept, METH_VARARGS, "tern_ws_accept."},
     {"ws_send", b_ws_send, METH_VARARGS, "tern_ws_send (type 0: a ping)."},
