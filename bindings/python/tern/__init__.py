@@ -45,6 +45,15 @@ log = logging.getLogger("tern")
 
 _byref = ctypes.byref
 
+# The native calls' selectors (tern/_bridge.c): request_call's,
+# request_watch's, ws_call's, ws_send's type for a ping, and req_int's
+# fields.
+_END, _ABORT, _PAUSE, _RESUME = 0, 1, 2, 3
+_WATCH_BODY, _WATCH_GONE = 0, 1
+_WS_PAUSE, _WS_RESUME, _WS_BUFFERED, _WS_PROTOCOL = 0, 1, 2, 3
+_WS_PING = 0
+_PROTOCOL, _TLS, _ROUTE_STATUS, _IS_UPGRADE, _WORKER = 0, 1, 2, 3, 4  # req_int
+
 # tern_request_proxy_tlv's kinds (TERN_PROXY_* in tern.h).
 PROXY_ALPN = 0x01
 PROXY_AUTHORITY = 0x02
@@ -233,14 +242,14 @@ class Request:
     def protocol(self):
         """'HTTP/1.0', 'HTTP/1.1', 'HTTP/2' or 'HTTP/3'."""
         return self._read("protocol", lambda p: _PROTO_NAMES.get(
-            _n.req_int(p, 0), "?"))
+            _n.req_int(p, _PROTOCOL), "?"))
 
     @property
     def tls(self):
         """The TLS version the request came over, '1.3' or '1.2', or None
         in the clear (tern_request_tls)."""
         return self._read("tls", lambda p: {0x0304: "1.3", 0x0303: "1.2"}.get(
-            _n.req_int(p, 1)))
+            _n.req_int(p, _TLS)))
 
     @property
     def secure(self):
@@ -376,7 +385,7 @@ class Request:
         with self._lock:
             if self._ptr is None:
                 raise RequestFinished("on_gone")
-            rc = _n.request_watch(self._ptr, key, 1)
+            rc = _n.request_watch(self._ptr, key, _WATCH_GONE)
         if rc != 0:
             self._server._refs.pop(key, None)
             raise TernError(rc, "tern_request_on_gone")
@@ -385,7 +394,7 @@ class Request:
     @property
     def route_status(self):
         """0 for a routed request; 404 or 405 in the fallback handler."""
-        return self._read("route_status", lambda p: _n.req_int(p, 2))
+        return self._read("route_status", lambda p: _n.req_int(p, _ROUTE_STATUS))
 
     def accept_websocket(self, handler=None, **options):
         """Accept the request as a WebSocket (from a plain, not async or
@@ -398,7 +407,7 @@ class Request:
         return self._server._ws_accept(self, handler, options)
 
     def is_websocket(self):
-        return self._read("is_ws", lambda p: bool(_n.req_int(p, 3)))
+        return self._read("is_ws", lambda p: bool(_n.req_int(p, _IS_UPGRADE)))
 
     def _snapshot(self):
         for k in _SNAPSHOT:
@@ -452,7 +461,7 @@ class BodyStream:
                 if self._buffered >= self._high and not self._paused:
                     with self._req._lock:
                         if self._req._ptr is not None:
-                            _n.request_call(self._req._ptr, 2)
+                            _n.request_call(self._req._ptr, _PAUSE)
                             self._paused = True
             else:
                 self._state = 1 if event == _ffi.BODY_END else 2
@@ -469,7 +478,7 @@ class BodyStream:
             self._paused = False
             with self._req._lock:
                 if self._req._ptr is not None:
-                    _n.request_call(self._req._ptr, 3)
+                    _n.request_call(self._req._ptr, _RESUME)
         return c
 
     def __iter__(self):
@@ -550,7 +559,7 @@ class WebSocket:
         _check(rc, "tern_ws_send")
 
     def ping(self, data=b""):
-        _check(self._call(_n.ws_send, 0, data), "tern_ws_ping")
+        _check(self._call(_n.ws_send, _WS_PING, data), "tern_ws_ping")
 
     def close(self, code=1000, reason=""):
         rc = self._call(_n.ws_close, code, reason.encode())
@@ -558,18 +567,18 @@ class WebSocket:
             _check(rc, "tern_ws_close")
 
     def pause(self):
-        _check(self._call(_n.ws_call, 0), "tern_ws_pause")
+        _check(self._call(_n.ws_call, _WS_PAUSE), "tern_ws_pause")
 
     def resume(self):
-        _check(self._call(_n.ws_call, 1), "tern_ws_resume")
+        _check(self._call(_n.ws_call, _WS_RESUME), "tern_ws_resume")
 
     @property
     def buffered(self):
-        return self._call(_n.ws_call, 2)
+        return self._call(_n.ws_call, _WS_BUFFERED)
 
     @property
     def protocol(self):
-        return _PROTO_NAMES.get(self._call(_n.ws_call, 3), "?")
+        return _PROTO_NAMES.get(self._call(_n.ws_call, _WS_PROTOCOL), "?")
 
 
 # ---------------------------------------------------------------------------
@@ -741,9 +750,9 @@ class _Stream:
             except Exception:
                 log.exception("closing a streamed response body raised")
         if cut:
-            _n.request_call(self.p, 1)
+            _n.request_call(self.p, _ABORT)
         else:
-            _n.request_call(self.p, 0)
+            _n.request_call(self.p, _END)
 
     def written(self, status):
         with self.lock:
@@ -1130,7 +1139,7 @@ class Server:
             if route.stream:
                 req._stream = BodyStream(self, req, route.high_water)
                 key = self._key(req._stream)
-                if _n.request_watch(ptr, key, 0) != 0:
+                if _n.request_watch(ptr, key, _WATCH_BODY) != 0:
                     self._refs.pop(key, None)
                     req._stream._state = 2
             if route.is_async:
@@ -1269,7 +1278,7 @@ class Server:
                 box[0] = call()
             done.set()
         k = self._key(run)
-        rc = _n.worker_call(self._srv_ptr, _n.req_int(p, 4), k)
+        rc = _n.worker_call(self._srv_ptr, _n.req_int(p, _WORKER), k)
         if rc != 0:
             self._refs.pop(k, None)
             return rc
