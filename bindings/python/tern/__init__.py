@@ -1233,10 +1233,9 @@ class Server:
         _Stream(self, p, iter(chunks)).pump()
 
     def _ws_accept(self, req, handler, options):
+        # the options are tern_ws_options fields by name: tern/_bridge.c
+        # sets them, and raises TypeError for a name it does not know
         opts = dict(options)
-        for k in opts:
-            if k not in _WS_OPTIONS:
-                raise TypeError("unknown WebSocket option %r" % k)
         ws = WebSocket(self, handler, 0)
         key = self._key(ws)
         ws._key = key
@@ -1274,9 +1273,11 @@ class Server:
         box = [_ffi.ECLOSED]
 
         def run(alive):
-            if alive:
-                box[0] = call()
-            done.set()
+            try:
+                if alive:
+                    box[0] = call()
+            finally:
+                done.set()  # even if call() raised: the caller waits on it
         k = self._key(run)
         rc = _n.worker_call(self._srv_ptr, _n.req_int(p, _WORKER), k)
         if rc != 0:
@@ -1286,12 +1287,6 @@ class Server:
             return _ffi.ECLOSED
         return box[0]
 
-
-# tern_ws_options fields accept_websocket takes (tern/_bridge.c sets them).
-_WS_OPTIONS = frozenset((
-    "max_message_size", "high_water", "on_full", "stream_messages",
-    "deflate", "deflate_window_bits", "deflate_mem_level", "deflate_level",
-    "close_timeout_ms", "subprotocol"))
 
 # ---------------------------------------------------------------------------
 # tern's C callbacks, through the native trampolines (tern/_bridge.c): the
