@@ -545,11 +545,12 @@ def _native_for(path, native):
     if native is not None and native.library_path() and \
             _same_file(native.library_path(), path):
         return native
-    # a meson build puts the module beside its library
+    # a meson build puts the module beside its library (not in place of
+    # one $TERN_NATIVE names: that mismatch is an error below)
     d = os.path.dirname(os.path.abspath(path))
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         beside = os.path.join(d, "_native" + suffix)
-        if os.path.exists(beside):
+        if os.path.exists(beside) and not os.environ.get("TERN_NATIVE"):
             return _native_from(beside)
     if native is not None:
         raise ImportError(
