@@ -1655,14 +1655,16 @@ TERN_EXTERN int tern_response_abort(tern_request *r);
  * thread pool. Over plain HTTP/1.1 (no TLS, no pipelined response ahead)
  * a file larger than one block goes from the page cache to the socket
  * with sendfile(2) on the worker, while the socket takes it and up to 2
- * MiB at a time; when the socket is full, the next block is read on the
- * pool and written the usual way, and sendfile resumes once it drained.
- * sendfile reads on the worker: a file that is not in the page cache
- * makes the worker wait for the disk, so set TERN_STATIC_NO_SENDFILE for
- * a root on slow or network storage. Everywhere else (TLS, HTTP/2,
- * HTTP/3) the body is read on the pool block by block, one block per
- * response held at a time, the next read only once the previous block
- * was written. A file truncated while it is served ends the response
+ * MiB at a time; when the socket is full, the next block is read and
+ * written the usual way, and sendfile resumes once it drained. sendfile
+ * reads on the worker: a file that is not in the page cache makes the
+ * worker wait for the disk, so set TERN_STATIC_NO_SENDFILE for a root on
+ * slow or network storage. Everywhere else (TLS, HTTP/2, HTTP/3) the
+ * body is read block by block into a block of the worker's pool, one
+ * block per response held at a time, the next read only once the
+ * previous block was written: on the worker where the page cache holds
+ * the block (preadv2 with RWF_NOWAIT, which never waits for the disk),
+ * on the pool where it does not. A file truncated while it is served ends the response
  * early (the connection is closed on HTTP/1.1, the stream reset on
  * HTTP/2 and HTTP/3), never with wrong bytes under the full length.
  * ------------------------------------------------------------------ */

@@ -131,6 +131,32 @@ void *tern__small_realloc(tern__worker *w, void *p, size_t n) {
   return q;
 }
 
+/* ---- Large blocks ---------------------------------------------------- */
+
+void *tern__big_get(tern__worker *w, size_t n, size_t *cap) {
+  size_t cls = 0;
+  while (cls < TERN__BIG_CLASSES && n > TERN__BIG_MIN << cls)
+    cls++;
+  if (cls == TERN__BIG_CLASSES) {
+    *cap = n;
+    return tern__malloc(w->srv, n);
+  }
+  *cap = TERN__BIG_MIN << cls;
+  return tern__pool_get(w, &w->big[cls]);
+}
+
+void tern__big_put(tern__worker *w, void *p, size_t cap) {
+  size_t cls = 0;
+  if (p == NULL)
+    return;
+  while (cls < TERN__BIG_CLASSES && cap != TERN__BIG_MIN << cls)
+    cls++;
+  if (cls < TERN__BIG_CLASSES)
+    tern__pool_put(w, &w->big[cls], p);
+  else
+    tern__free(w->srv, p);
+}
+
 tern__rbuf *tern__rbuf_get(tern__worker *w) {
   tern__rbuf *b = tern__pool_get(w, &w->rbuf_pool);
   if (b == NULL)

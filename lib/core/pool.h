@@ -61,6 +61,24 @@ void tern__small_mem_free(void *p, void *w);
 void *tern__small_mem_calloc(size_t n, size_t size, void *w);
 void *tern__small_mem_realloc(void *p, size_t n, void *w);
 
+/* ---- Large blocks: buffers that live as long as a response --------- */
+
+/* Blocks of 16 KiB to 1 MiB in power-of-two classes, from per-worker
+ * pools, for a buffer a response holds from its first byte to its last
+ * (the file handler's block over TLS, HTTP/2 and HTTP/3): a steady
+ * stream of such responses reuses them instead of calling the allocator
+ * for each. tern__big_get gives a block of at least n bytes and its size
+ * in *cap; tern__big_put takes it back with that size. A request over
+ * 1 MiB goes to the allocator directly (and back to it). Each class keeps
+ * up to TERN__BIG_KEEP_BYTES free after a burst, so at most 14 MiB a
+ * worker, and what stays unused goes back as the other pools' does.
+ * Owning worker only. */
+#define TERN__BIG_CLASSES 7 /* 16 KiB to 1 MiB */
+#define TERN__BIG_MIN ((size_t)16384)
+#define TERN__BIG_KEEP_BYTES ((size_t)2 << 20)
+void *tern__big_get(tern__worker *w, size_t n, size_t *cap);
+void tern__big_put(tern__worker *w, void *p, size_t cap);
+
 /* ---- Read buffers: refcounted so that request views stay valid ---- */
 
 typedef struct {

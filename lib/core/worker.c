@@ -112,6 +112,9 @@ int tern__worker_init(tern__worker *w, tern_server *srv, unsigned id,
     tern__pool_init(&w->small[i], (size_t)64 << i,
                     keep < TERN__SMALL_KEEP_MAX ? keep : TERN__SMALL_KEEP_MAX);
   }
+  for (i = 0; i < TERN__BIG_CLASSES; i++)
+    tern__pool_init(&w->big[i], TERN__BIG_MIN << i,
+                    TERN__BIG_KEEP_BYTES / (TERN__BIG_MIN << i));
   tern__date_update(w);
 
   uv_async_init(w->loop, &w->async, on_async);
@@ -246,6 +249,8 @@ void tern__worker_cleanup(tern__worker *w) {
   tern__pool_drain(w, &w->seg_pool);
   for (i = 0; i < TERN__SMALL_CLASSES; i++)
     tern__pool_drain(w, &w->small[i]);
+  for (i = 0; i < TERN__BIG_CLASSES; i++)
+    tern__pool_drain(w, &w->big[i]);
   /* inbox_lock stays: a thread may still try to post (and be refused)
    * until the server's last reference goes. */
   w->loop = NULL;
@@ -511,6 +516,8 @@ static void trim_pools(tern__worker *w) {
     tern__pool_trim(w, &w->conn_pools[i]);
   for (i = 0; i < TERN__SMALL_CLASSES; i++)
     tern__pool_trim(w, &w->small[i]);
+  for (i = 0; i < TERN__BIG_CLASSES; i++)
+    tern__pool_trim(w, &w->big[i]);
 }
 
 static void on_tick(uv_timer_t *t) {

@@ -147,6 +147,7 @@ struct tern__worker {
   tern__pool conn_pools[TERN__POOL_COUNT]; /* one per transport */
   uint64_t pools_trimmed; /* uv_now of the last tern__pool_trim round */
   tern__pool small[TERN__SMALL_CLASSES];
+  tern__pool big[TERN__BIG_CLASSES];
   void *svc[TERN__SVC_COUNT]; /* each service's state (tern__services) */
   unsigned check_due;         /* services whose check is due (bit: slot) */
   tern__wstats stats;

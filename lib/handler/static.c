@@ -4,11 +4,13 @@
  * Threads: the handler runs on the request's worker and never blocks it.
  * Opening (openat2 with RESOLVE_BENEATH, or an equivalent check where the
  * kernel lacks it) and fstat run on libuv's pool (uv_queue_work); the
- * body is read block by block with uv_fs_read (libuv's pool too) into
- * one buffer per response, and the next block is read only once the
- * previous one was written (tern_response_write's done callback): each
- * response holds at most one block however slow its client, on every
- * carrier (HTTP/1.1, TLS, HTTP/2, HTTP/3).
+ * body goes by sendfile (plain HTTP/1.1), or block by block into one
+ * buffer per response (a block of the worker's pool), read on the worker
+ * where the page cache holds it (preadv2 with RWF_NOWAIT) and with
+ * uv_fs_read on the pool where it does not. The next block is read only
+ * once the previous one was written (tern_response_write's done
+ * callback): each response holds at most one block however slow its
+ * client, on every carrier (HTTP/1.1, TLS, HTTP/2, HTTP/3).
  *
  * A file that was served lately answers from the open-file cache below
  * (in memory, or through a descriptor kept open), without the pool.
@@ -22,12 +24,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <linux/openat2.h>
@@ -54,6 +58,9 @@ struct tern_static {
    * JOBS_KEEP, from st's allocator. */
   void *free_jobs;
   unsigned nfree_jobs;
+  /* Set once the root's file system refused a read with RWF_NOWAIT:
+   * every block then goes through the pool. */
+  _Atomic int no_nowait;
 };
 
 /* The open-file cache: what the pool found for a path, by normalised
@@ -62,7 +69,7 @@ struct tern_static {
  * CACHE_MAX bytes) is kept in memory: a hit is answered on the worker
  * from the handler's stack. A larger one keeps an open descriptor (a dup
  * of the one the pool opened): a hit is answered on the worker with
- * sendfile from it (plain HTTP/1.1; pread on the pool for the rest), its
+ * sendfile from it (plain HTTP/1.1; block reads for the rest), its
  * job from a free list: no open, fstat or close on the pool, and no
  * allocation. Reads and sendfile give their offsets, so one descriptor
  * serves every worker at once. Within that time a changed file is still
@@ -132,6 +139,7 @@ typedef struct {
   uv_work_t work;
   uv_fs_t fs;
   uv_loop_t *loop;
+  tern__worker *w;
   tern_server *srv;
   tern_request *r;
   tern_static *st;
@@ -160,6 +168,10 @@ typedef struct {
   const char *type;
   char boundary[24];
   char *buf;
+  size_t bufcap; /* buf is a large block of this size (tern__big_get) */
+  /* Bytes read on the worker (preadv2 RWF_NOWAIT) since the last read
+   * on the pool. */
+  uint64_t nowait_read;
   size_t plen;
   size_t klen; /* the request's normalised path: path[0..klen) */
   char path[PATH_CAP];
@@ -538,10 +550,21 @@ static void work_cb(uv_work_t *req) {
 
 /* ---- On the worker ---- */
 
+/* A job's buffer back where it came from: a block to its worker's pool,
+ * a whole small file (read on the pool) to the allocator. */
+static void buf_release(job *j) {
+  if (j->bufcap > 0)
+    tern__big_put(j->w, j->buf, j->bufcap);
+  else
+    tern__free(j->srv, j->buf);
+  j->buf = NULL;
+  j->bufcap = 0;
+}
+
 static void close_cb(uv_fs_t *req) {
   job *j = req->data;
   uv_fs_req_cleanup(req);
-  tern__free(j->srv, j->buf);
+  buf_release(j);
   tern__free(j->srv, j);
 }
 
@@ -697,7 +720,7 @@ static void release(job *j) {
   if (j->stack)
     return;
   if (j->kept) {
-    tern__free(j->srv, j->buf); /* a block read for TLS, HTTP/2, HTTP/3 */
+    buf_release(j); /* a block read for TLS, HTTP/2, HTTP/3 */
     job_keep(j);
     return;
   }
@@ -706,7 +729,7 @@ static void release(job *j) {
     if (uv_fs_close(j->loop, &j->fs, j->fd, close_cb) == 0)
       return;
   }
-  tern__free(j->srv, j->buf);
+  buf_release(j);
   tern__free(j->srv, j);
 }
 
@@ -739,10 +762,9 @@ static void write_done(tern_request *r, int status, void *user) {
   read_next(j);
 }
 
-static void read_cb(uv_fs_t *req) {
-  job *j = req->data;
-  ssize_t n = req->result;
-  uv_fs_req_cleanup(req);
+/* A block read (n bytes at j->off, or an error): written, and the next
+ * is read once it went out. */
+static void got_block(job *j, ssize_t n) {
   if (n <= 0) {
     /* An error, or the file ended early (truncated while served): end
      * the response short, which closes the connection (HTTP/1.1) or
@@ -755,6 +777,14 @@ static void read_cb(uv_fs_t *req) {
   j->off += (uint64_t)n;
   if (tern_response_write(j->r, j->buf, (size_t)n, write_done, j) != 0)
     finish(j);
+}
+
+static void read_cb(uv_fs_t *req) {
+  job *j = req->data;
+  ssize_t n = req->result;
+  uv_fs_req_cleanup(req);
+  j->nowait_read = 0;
+  got_block(j, n);
 }
 
 /* At most this much goes out by sendfile in one go before the next piece
@@ -817,15 +847,42 @@ static void read_next(job *j) {
     break;
   }
   /* A block, or the whole file where that is less (a 20 KiB file over
-   * TLS takes 20 KiB, not 256). */
+   * TLS takes a 32 KiB block, not 256), from the worker's pool of
+   * blocks: a steady load of responses allocates nothing. */
   size_t cap = j->size < j->st->block ? (size_t)j->size : j->st->block;
-  if (j->buf == NULL && (j->buf = tern__malloc(j->srv, cap)) == NULL) {
+  if (j->buf == NULL &&
+      (j->buf = tern__big_get(j->w, cap, &j->bufcap)) == NULL) {
+    j->bufcap = 0;
     finish(j);
     return;
   }
   want = g->last - j->off + 1;
   if (want > cap)
     want = cap;
+#ifdef RWF_NOWAIT
+  /* What the page cache holds is read here, on the worker, without a
+   * trip to the pool and back: RWF_NOWAIT reads only what needs no disk
+   * access, and answers EAGAIN otherwise (then the pool reads it, as a
+   * kernel without the flag has it do for every block). Every
+   * SENDFILE_TURN bytes one block still goes through the pool, so one
+   * client of a large file lets the loop turn between them. */
+  if (j->nowait_read < SENDFILE_TURN &&
+      !atomic_load_explicit(&j->st->no_nowait, memory_order_relaxed)) {
+    struct iovec v = {j->buf, (size_t)want};
+    ssize_t n = preadv2(j->fd, &v, 1, (off_t)j->off, RWF_NOWAIT);
+    if (n >= 0) {
+      j->nowait_read += (uint64_t)n;
+      got_block(j, n);
+      return;
+    }
+    if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)
+      atomic_store_explicit(&j->st->no_nowait, 1, memory_order_relaxed);
+    else if (errno != EAGAIN && errno != EINTR) {
+      got_block(j, -1);
+      return;
+    }
+  }
+#endif
   uv_buf_t b = uv_buf_init(j->buf, (unsigned)want);
   j->fs.data = j;
   if (uv_fs_read(j->loop, &j->fs, j->fd, &b, 1, (int64_t)j->off, read_cb) != 0)
@@ -1048,12 +1105,15 @@ void tern_static_handler(tern_request *r, void *user) {
     return;
   }
   j->srv = r->w->srv;
+  j->w = r->w;
   j->plen = j->klen = (size_t)n;
   j->dir = dir;
   j->fell_back = 0;
   j->r = r;
   j->st = st;
   j->buf = NULL;
+  j->bufcap = 0;
+  j->nowait_read = 0;
   j->fd = -1;
   j->result = J_ERROR; /* until the pool has run (it may be cancelled) */
   j->enc = -1;

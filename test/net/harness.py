@@ -23,6 +23,7 @@ suite.main(). Each case runs in a thread with its own timeout; a case fails
 by raising (assert or any exception).
 """
 
+import importlib
 import os
 import re
 import resource
@@ -616,18 +617,24 @@ def vmrss_kib(pid):
     raise AssertionError("no VmRSS for %d" % pid)
 
 
-def websockets_module():
-    """Debian's python3-websockets (its dist-packages added when another
-    Python runs the tests), or None when it is not installed."""
+def debian_module(name):
+    """A module of Debian's python3-* packages (their dist-packages added
+    when another Python runs the tests), or None when it is not
+    installed."""
     try:
-        import websockets
+        return importlib.import_module(name)
     except ImportError:
-        sys.path.append("/usr/lib/python3/dist-packages")
+        if "/usr/lib/python3/dist-packages" not in sys.path:
+            sys.path.append("/usr/lib/python3/dist-packages")
         try:
-            import websockets
+            return importlib.import_module(name)
         except ImportError:
             return None
-    return websockets
+
+
+def websockets_module():
+    """Debian's python3-websockets, or None when it is not installed."""
+    return debian_module("websockets")
 
 
 def stats_from(conn):
