@@ -950,6 +950,15 @@ int tern__response_start_own(tern_request *r, int status,
   return response_start(r, status, headers, nheaders, content_length);
 }
 
+int tern__respond_own(tern_request *r, int status, const tern_header *headers,
+                      size_t nheaders, const void *body, size_t len) {
+  int rc = check_args(r, status, NULL, 0, body, len);
+  if (rc != 0 || (rc = user_step(r, CALL_RESPOND)) != 0)
+    return rc;
+  return respond_now(r, status, headers, nheaders, body, len, 1, NULL, NULL,
+                     NULL);
+}
+
 int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
                                 size_t max) {
   int64_t n;

@@ -105,6 +105,10 @@ int64_t tern__response_sendfile(tern_request *r, int fd, uint64_t *off,
 int tern__response_start_own(tern_request *r, int status,
                              const tern_header *headers, size_t nheaders,
                              int64_t content_length);
+/* tern_respond for such fields, on the owning worker: head, body (copied)
+ * and end in one call. */
+int tern__respond_own(tern_request *r, int status, const tern_header *headers,
+                      size_t nheaders, const void *body, size_t len);
 int tern__request_fail(tern_request *r, int rc);
 /* The request is aborted (its client went away, its stream was reset, or
  * its connection is closing): mark it gone and, unless its response is

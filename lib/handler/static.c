@@ -1047,6 +1047,13 @@ static void after_cb(uv_work_t *req, int status) {
     }
     goto body;
   }
+  if (j->mem && !j->head) {
+    /* A file in memory, whole or one range: the answer in one call. */
+    tern__respond_own(r, code, h, nh, j->buf + j->ranges[0].first,
+                      (size_t)length);
+    release(j);
+    return;
+  }
   if (tern__response_start_own(r, code, h, nh, (int64_t)length) != 0 ||
       j->head || length == 0) {
     finish(j);
