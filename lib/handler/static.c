@@ -869,10 +869,10 @@ static void read_next(job *j) {
   if (j->nowait_read < SENDFILE_TURN &&
       !atomic_load_explicit(&j->st->no_nowait, memory_order_relaxed)) {
     struct iovec v = {j->buf, (size_t)want};
-    ssize_t n = preadv2(j->fd, &v, 1, (off_t)j->off, RWF_NOWAIT);
-    if (n >= 0) {
-      j->nowait_read += (uint64_t)n;
-      got_block(j, n);
+    ssize_t got = preadv2(j->fd, &v, 1, (off_t)j->off, RWF_NOWAIT);
+    if (got >= 0) {
+      j->nowait_read += (uint64_t)got;
+      got_block(j, got);
       return;
     }
     if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)
