@@ -1664,9 +1664,10 @@ TERN_EXTERN int tern_response_abort(tern_request *r);
  * block per response held at a time, the next read only once the
  * previous block was written: on the worker where the page cache holds
  * the block (preadv2 with RWF_NOWAIT, which never waits for the disk),
- * on the pool where it does not. A file truncated while it is served ends the response
- * early (the connection is closed on HTTP/1.1, the stream reset on
- * HTTP/2 and HTTP/3), never with wrong bytes under the full length.
+ * on the pool where it does not. A file truncated while it is served
+ * ends the response early (the connection is closed on HTTP/1.1, the
+ * stream reset on HTTP/2 and HTTP/3), never with wrong bytes under the
+ * full length.
  * ------------------------------------------------------------------ */
 
 typedef struct tern_static tern_static;
