@@ -632,6 +632,66 @@ def debian_module(name):
             return None
 
 
+def h2_requests(sock, paths, conn=None):
+    """GETs of `paths`, all sent at once as streams of one cleartext
+    HTTP/2 connection on `sock` (prior knowledge), with Debian's
+    python3-h2 as the client; [(status, body)] in the order of `paths`.
+    `conn`: an h2 H2Connection already set up on `sock` (its preface
+    sent), so that several batches share a connection; by default one is
+    made, with 16 MiB windows. Raises Skip without python3-h2."""
+    h2c = debian_module("h2.connection")
+    if h2c is None:
+        raise Skip("python3-h2 not installed")
+    events = debian_module("h2.events")
+    if conn is None:
+        conn = h2_connection(sock)
+    order, status, bodies = [], {}, {}
+    for path in paths:
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "GET"), (":path", path),
+                                (":scheme", "http"),
+                                (":authority", "127.0.0.1")],
+                          end_stream=True)
+        order.append(sid)
+        bodies[sid] = bytearray()
+    sock.sendall(conn.data_to_send())
+    ended = 0
+    while ended < len(order):
+        data = sock.recv(1 << 20)
+        if not data:
+            raise AssertionError("connection closed after %d of %d answers"
+                                 % (ended, len(order)))
+        for ev in conn.receive_data(data):
+            if isinstance(ev, events.ResponseReceived):
+                status[ev.stream_id] = int(dict(ev.headers)[b":status"])
+            elif isinstance(ev, events.DataReceived):
+                bodies[ev.stream_id] += ev.data
+                conn.acknowledge_received_data(ev.flow_controlled_length,
+                                               ev.stream_id)
+            elif isinstance(ev, events.StreamEnded):
+                ended += 1
+            elif isinstance(ev, events.StreamReset):
+                raise AssertionError("stream %d reset" % ev.stream_id)
+        sock.sendall(conn.data_to_send())
+    return [(status.get(sid), bytes(bodies[sid])) for sid in order]
+
+
+def h2_connection(sock):
+    """An h2 client connection on `sock` with 16 MiB windows, its preface
+    sent (see h2_requests)."""
+    h2c = debian_module("h2.connection")
+    if h2c is None:
+        raise Skip("python3-h2 not installed")
+    config, settings = debian_module("h2.config"), debian_module("h2.settings")
+    conn = h2c.H2Connection(config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.update_settings(
+        {settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+    conn.increment_flow_control_window(1 << 24)
+    sock.sendall(conn.data_to_send())
+    return conn
+
+
 def websockets_module():
     """Debian's python3-websockets, or None when it is not installed."""
     return debian_module("websockets")

@@ -23,8 +23,8 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import self_signed  # noqa: E402
-from harness import (BUILD, Closed, Conn, Server, Skip, Suite, check,
-                     debian_module, eq, get, vmrss_kib, sanitized)
+from harness import (BUILD, Closed, Conn, Server, Suite, check, eq, get,
+                     h2_connection, h2_requests, vmrss_kib, sanitized)
 
 suite = Suite()
 S = {}
@@ -337,37 +337,6 @@ def cached_descriptor():
               "a deleted file still held open: %r" % held)
 
 
-def h2_batch(sock, conn, path, n, want):
-    """n GETs of `path` at once on one h2c connection (the h2 package's
-    client), each body checked against `want`."""
-    events = debian_module("h2.events")
-    bodies = {}
-    for _ in range(n):
-        sid = conn.get_next_available_stream_id()
-        conn.send_headers(sid, [(":method", "GET"), (":path", path),
-                                (":scheme", "http"),
-                                (":authority", "127.0.0.1")],
-                          end_stream=True)
-        bodies[sid] = bytearray()
-    sock.sendall(conn.data_to_send())
-    ended = 0
-    while ended < n:
-        data = sock.recv(1 << 20)
-        check(data, "connection closed after %d of %d answers" % (ended, n))
-        for ev in conn.receive_data(data):
-            if isinstance(ev, events.DataReceived):
-                bodies[ev.stream_id] += ev.data
-                conn.acknowledge_received_data(ev.flow_controlled_length,
-                                               ev.stream_id)
-            elif isinstance(ev, events.StreamEnded):
-                ended += 1
-            elif isinstance(ev, events.StreamReset):
-                check(False, "stream %d reset" % ev.stream_id)
-        sock.sendall(conn.data_to_send())
-    for sid, body in bodies.items():
-        eq(bytes(body), want, "body of stream %d" % sid)
-
-
 @suite.case
 def blocks_from_the_pool_over_http2():
     """Over HTTP/2 a file past the in-memory cache is read a block at a
@@ -375,28 +344,20 @@ def blocks_from_the_pool_over_http2():
     worker's pool of blocks: once two batches warmed it, 8 answers at once
     on the same connection allocate nothing (each took a block from the
     allocator before)."""
-    h2c = debian_module("h2.connection")
-    if h2c is None:
-        raise Skip("python3-h2 not installed")
-    config, settings = debian_module("h2.config"), debian_module("h2.settings")
     path = os.path.join(S["root"], "e.bin")
     body = bytes(range(256)) * 768  # 192 KiB: a 256 KiB block each
     with open(path, "wb") as f:
         f.write(body)
-    conn = h2c.H2Connection(config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    conn.update_settings(
-        {settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
-    conn.increment_flow_control_window(1 << 24)
+    want = [(200, body)] * 8
     with socket.create_connection(("127.0.0.1", port()), timeout=10) as s:
-        s.sendall(conn.data_to_send())
+        conn = h2_connection(s)
         # Two rounds warm the pools (the connection's, the blocks, and
         # those of the worker each /stats connection reaches).
         for _ in range(2):
-            h2_batch(s, conn, "/static/e.bin", 8, body)
+            eq(h2_requests(s, ["/static/e.bin"] * 8, conn), want, "warm")
             with Conn(port()) as c:
                 before = json.loads(c.request("GET", "/stats").body)
-        h2_batch(s, conn, "/static/e.bin", 8, body)
+        eq(h2_requests(s, ["/static/e.bin"] * 8, conn), want, "answers")
         with Conn(port()) as c:
             after = json.loads(c.request("GET", "/stats").body)
     if not sanitized():
