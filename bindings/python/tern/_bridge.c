@@ -76,9 +76,17 @@ static void call_back(int kind, const char *fmt, ...) {
 
 /* ---- The trampolines ------------------------------------------------ */
 
+/* Every Python object an event carries is made in call_back, under the
+ * GIL: a trampoline runs on a tern thread that does not hold it, so a
+ * pointer goes as an integer ("K"), never as PyLong_FromVoidPtr in the
+ * call's arguments (evaluated before call_back takes the GIL: an object
+ * allocated without it corrupts the interpreter's heap). */
+static unsigned long long ptr_arg(const void *p) {
+  return (unsigned long long)(uintptr_t)p;
+}
+
 static void t_request(tern_request *r, void *user) {
-  call_back(CB_REQUEST, "(nN)", (Py_ssize_t)(intptr_t)user,
-            PyLong_FromVoidPtr(r));
+  call_back(CB_REQUEST, "(nK)", (Py_ssize_t)(intptr_t)user, ptr_arg(r));
 }
 
 static void t_body(tern_request *r, int event, const char *data, size_t len,
@@ -99,8 +107,7 @@ static void t_written(tern_request *r, int status, void *user) {
 }
 
 static void t_ws_open(tern_ws *ws, void *user) {
-  call_back(CB_WS_OPEN, "(nN)", (Py_ssize_t)(intptr_t)user,
-            PyLong_FromVoidPtr(ws));
+  call_back(CB_WS_OPEN, "(nK)", (Py_ssize_t)(intptr_t)user, ptr_arg(ws));
 }
 
 /* A text message is a str (tern has checked its UTF-8), a binary one
