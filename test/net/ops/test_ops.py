@@ -641,17 +641,29 @@ def per_worker_counters():
     with Server("reference", ["--workers", "2"]) as s:
         for _ in range(40):
             eq(get(s.port, "/").status, 200, "GET /")
-        d = scrape(s.port)
-        conns = [m(d, "tern_worker_connections_total", worker=str(i))
-                 for i in range(2)]
-        reqs = [m(d, "tern_worker_requests_total", worker=str(i))
-                for i in range(2)]
+        # The last answer can reach the client before its worker has
+        # counted it as written (the count follows the write), and the
+        # scrape may run on the other worker: read until the counts
+        # settle, for up to 2 s.
+        deadline = time.monotonic() + 2
+        while True:
+            d = scrape(s.port)
+            conns = [m(d, "tern_worker_connections_total", worker=str(i))
+                     for i in range(2)]
+            reqs = [m(d, "tern_worker_requests_total", worker=str(i))
+                    for i in range(2)]
+            total = sum(m(d, "tern_requests_total", protocol=p, code=c)
+                        for p in ("http1", "http2", "http3")
+                        for c in ("none", "1xx", "2xx", "3xx", "4xx",
+                                  "5xx"))
+            if (sum(reqs) == total and
+                    sum(conns) == m(d, "tern_connections_total")) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         opened = [m(d, "tern_worker_open_connections", worker=str(i))
                   for i in range(2)]
         eq(sum(conns), m(d, "tern_connections_total"), "connections")
-        total = sum(m(d, "tern_requests_total", protocol=p, code=c)
-                    for p in ("http1", "http2", "http3")
-                    for c in ("none", "1xx", "2xx", "3xx", "4xx", "5xx"))
         eq(sum(reqs), total, "requests")
         check(sum(opened) >= 1, "open now: at least the scrape's own")
         flight = [m(d, "tern_worker_requests_in_flight", worker=str(i))
