@@ -639,10 +639,9 @@ def h2_requests(sock, paths, conn=None):
     `conn`: an h2 H2Connection already set up on `sock` (its preface
     sent), so that several batches share a connection; by default one is
     made, with 16 MiB windows. Raises Skip without python3-h2."""
-    h2c = debian_module("h2.connection")
-    if h2c is None:
-        raise Skip("python3-h2 not installed")
     events = debian_module("h2.events")
+    if events is None:
+        raise Skip("python3-h2 not installed")
     if conn is None:
         conn = h2_connection(sock)
     order, status, bodies = [], {}, {}
